@@ -1,0 +1,327 @@
+// headroom-cli: the estimator for scripts. Exit 0 on success, 2 on bad usage or input with
+// one line naming the flag or field and the value.
+
+#include "headroom/budget.h"
+#include "headroom/catalog.h"
+#include "headroom/config.h"
+#include "headroom/error.h"
+#include "headroom/serialize.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+using namespace headroom;
+
+namespace {
+
+struct Flags
+{
+    std::string model = "llama-3.1-8b";
+    std::string precision = "bf16";
+    std::string optimizer = "adamw";
+    std::string optimizerImpl = "foreach";
+    std::string finetune = "full";
+    std::string loraRank = "16";
+    std::string loraTargets;
+    std::string batch = "1";
+    std::string seq = "2048";
+    std::string gradAccum = "1";
+    bool gradCheckpointing = false;
+    std::string checkpointingList; // sweep: on | off | both
+    std::string attention = "sdpa";
+    std::string gpus = "1";
+    std::string zero = "0";
+    std::string gpu = "h100-80";
+    std::string reserve = "0.10";
+    bool json = false;
+    std::string format = "markdown";
+};
+
+int64_t parseInteger(const std::string &flag, const std::string &text, int64_t lo, int64_t hi)
+{
+    errno = 0;
+    char *end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || end == text.c_str() || *end != '\0')
+        throw InputError(flag, text, "must be a whole number");
+    if (errno == ERANGE || v < lo || v > hi)
+        throw InputError(flag, text, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    return v;
+}
+
+double parseFraction(const std::string &flag, const std::string &text)
+{
+    char *end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || end == text.c_str() || *end != '\0')
+        throw InputError(flag, text, "must be a number");
+    if (!(v >= 0.0 && v < 1.0))
+        throw InputError(flag, text, "must be in [0, 1), e.g. 0.10 for a 10% reserve");
+    return v;
+}
+
+std::vector<std::string> splitList(const std::string &s)
+{
+    std::vector<std::string> out;
+    std::stringstream in(s);
+    std::string item;
+    while (std::getline(in, item, ','))
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
+std::vector<int64_t> parseIntegerList(const std::string &flag, const std::string &text, int64_t lo, int64_t hi)
+{
+    std::vector<int64_t> v;
+    for (const auto &item : splitList(text))
+        v.push_back(parseInteger(flag, item, lo, hi));
+    if (v.empty())
+        throw InputError(flag, text, "needs at least one value");
+    return v;
+}
+
+TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
+{
+    TrainingConfig c;
+    c.precision = parsePrecision(f.precision, "--precision");
+    c.optimizer = parseOptimizer(f.optimizer, "--optimizer");
+    c.optimizerImpl = parseOptimizerImpl(f.optimizerImpl, "--optimizer-impl");
+    c.finetune = parseFineTune(f.finetune, "--finetune");
+    c.lora.rank = static_cast<int>(parseInteger("--lora-rank", f.loraRank, 1, 65536));
+    c.lora.alpha = 2.0 * c.lora.rank;
+    if (!f.loraTargets.empty())
+        c.lora.targets = splitList(f.loraTargets);
+    c.microBatch = listsAllowed ? parseIntegerList("--batch", f.batch, 1, 1 << 20).front()
+                                : parseInteger("--batch", f.batch, 1, 1 << 20);
+    c.seqLen = listsAllowed ? parseIntegerList("--seq", f.seq, 1, 1 << 24).front()
+                            : parseInteger("--seq", f.seq, 1, 1 << 24);
+    c.gradAccum = parseInteger("--grad-accum", f.gradAccum, 1, 1 << 20);
+    c.gradCheckpointing = f.gradCheckpointing;
+    c.attention = parseAttention(f.attention, "--attention");
+    c.worldSize = static_cast<int>(parseInteger("--gpus", f.gpus, 1, 65536));
+    c.zeroStage = static_cast<int>(parseInteger("--zero", f.zero, 0, 3));
+    if (c.finetune == FineTune::QLoRA && c.precision == Precision::FP32)
+        throw InputError("--precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16");
+    c.validate();
+    return c;
+}
+
+void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
+{
+    cmd->add_option("--model", f.model, "Preset id (see `models`) or path to a Hugging Face config.json")
+        ->capture_default_str();
+    cmd->add_option("--precision", f.precision, "fp32 | bf16 | fp16 | amp-bf16 | amp-fp16")->capture_default_str();
+    cmd->add_option("--optimizer", f.optimizer, "adamw | adamw-8bit | sgd | sgd-momentum | adafactor | lion")
+        ->capture_default_str();
+    cmd->add_option("--optimizer-impl", f.optimizerImpl, "foreach | fused | for-loop")->capture_default_str();
+    cmd->add_option("--finetune", f.finetune, "full | lora | qlora")->capture_default_str();
+    cmd->add_option("--lora-rank", f.loraRank, "LoRA rank")->capture_default_str();
+    cmd->add_option("--lora-targets", f.loraTargets, "Comma-separated modules (default: all linear layers)");
+    cmd->add_option("--batch", f.batch, lists ? "Micro-batch sizes, comma-separated" : "Micro-batch size")
+        ->capture_default_str();
+    cmd->add_option("--seq", f.seq, lists ? "Sequence lengths, comma-separated" : "Sequence length")
+        ->capture_default_str();
+    cmd->add_option("--grad-accum", f.gradAccum, "Gradient accumulation steps")->capture_default_str();
+    if (lists)
+        cmd->add_option("--grad-checkpointing", f.checkpointingList, "on | off | both");
+    else
+        cmd->add_flag("--grad-checkpointing", f.gradCheckpointing, "Checkpoint every decoder layer");
+    cmd->add_option("--attention", f.attention, "sdpa | eager")->capture_default_str();
+    cmd->add_option("--gpus", f.gpus, "Data-parallel world size")->capture_default_str();
+    cmd->add_option("--zero", f.zero, "ZeRO stage 0..3 (3 = FSDP full shard)")->capture_default_str();
+    cmd->add_option("--gpu", f.gpu, "GPU catalog id (see `gpus`)")->capture_default_str();
+    cmd->add_option("--reserve", f.reserve, "Fraction of the card kept in reserve")->capture_default_str();
+}
+
+std::string human(int64_t bytes)
+{
+    return formatGiB(bytes, 2);
+}
+
+std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
+{
+    std::ostringstream o;
+    o << m.name << " | " << toString(c.finetune);
+    if (c.finetune != FineTune::Full)
+        o << " r" << c.lora.rank;
+    o << " | " << toString(c.precision) << " | " << toString(c.optimizer) << " (" << toString(c.optimizerImpl)
+      << ") | batch " << c.microBatch << " x seq " << c.seqLen;
+    if (c.gradAccum > 1)
+        o << " x accum " << c.gradAccum;
+    o << " | " << toString(c.attention) << (c.gradCheckpointing ? " | checkpointing" : "");
+    if (c.worldSize > 1)
+        o << " | " << c.worldSize << " GPUs, ZeRO-" << c.zeroStage;
+    return o.str();
+}
+
+void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
+                const std::vector<Recommendation> &recs)
+{
+    std::printf("%s\n", describeConfig(m, c).c_str());
+    std::printf("Parameters: %.3f B total, %.2f M trainable\n\n", e.params.total / 1e9, e.params.trainable / 1e6);
+    std::printf("%-18s %14s\n", "category", ("at " + std::string(toString(e.peakPhase)) + " peak").c_str());
+    for (Category cat : kAllCategories)
+        if (e.peak[cat] > 0)
+            std::printf("%-18s %14s\n", std::string(toString(cat)).c_str(), human(e.peak[cat]).c_str());
+    std::printf("\nphase peaks (allocated):");
+    for (const auto &p : e.phases)
+        std::printf("  %s %s", std::string(toString(p.phase)).c_str(), human(p.peakAllocatedBytes).c_str());
+    std::printf("\npeak allocated %s | peak reserved %s | nvidia-smi total %s\n", human(e.peakAllocatedBytes).c_str(),
+                human(e.peakReservedBytes).c_str(), human(e.deviceTotalBytes).c_str());
+    const Verdict v = judge(e, gpu, reserve);
+    std::printf("\n%s on %s: needs %s of %s (%.1f%% headroom, %.0f%% reserve)\n",
+                v.fit == Fit::Fits ? "FITS" : v.fit == Fit::Tight ? "TIGHT" : "OOM", gpu.name.c_str(),
+                human(v.neededBytes).c_str(), human(v.capacityBytes).c_str(), 100.0 * v.headroomFraction(),
+                100.0 * reserve);
+    for (const auto &n : e.notes)
+        std::printf("note: %s\n", n.c_str());
+    if (!recs.empty()) {
+        std::printf("\nrecommendations (dynamic first, then static, then sharding):\n");
+        int i = 1;
+        for (const auto &r : recs)
+            std::printf("%2d. [%s] %s: saves %s%s; cost: %s\n", i++, std::string(toString(r.group)).c_str(),
+                        r.title.c_str(), human(r.savingBytes).c_str(), r.fitsAfter ? " (then fits)" : "",
+                        r.cost.c_str());
+    }
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    CLI::App app{"headroom-cli: GPU memory budgets for training runs"};
+    app.set_version_flag("--version", std::string("headroom-cli ") + HEADROOM_VERSION);
+    app.require_subcommand(1);
+    Flags f;
+    std::string sweepSeq = "512,1024,2048", sweepBatch = "1";
+
+    auto *est = app.add_subcommand("estimate", "Estimate one configuration's peak memory");
+    addTrainingFlags(est, f, false);
+    est->add_flag("--json", f.json, "Print one JSON object");
+
+    auto *sw = app.add_subcommand("sweep", "Scaling table over sequence lengths, batches and checkpointing");
+    Flags fs;
+    addTrainingFlags(sw, fs, true);
+    sw->add_option("--format", fs.format, "markdown | csv")->capture_default_str();
+
+    auto *mb = app.add_subcommand("max-batch", "Largest micro-batch that fits the GPU");
+    Flags fb;
+    addTrainingFlags(mb, fb, false);
+    auto *ms = app.add_subcommand("max-seq", "Longest sequence that fits the GPU");
+    Flags fq;
+    addTrainingFlags(ms, fq, false);
+    bool modelsJson = false, gpusJson = false;
+    auto *models = app.add_subcommand("models", "List the built-in model presets");
+    models->add_flag("--json", modelsJson, "JSON output");
+    auto *gpus = app.add_subcommand("gpus", "List the GPU catalog");
+    gpus->add_flag("--json", gpusJson, "JSON output");
+    (void)sweepSeq;
+    (void)sweepBatch;
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion &e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError &e) {
+        std::fprintf(stderr, "headroom-cli: error: %s\n", e.what());
+        return 2;
+    }
+
+    try {
+        if (*models) {
+            nlohmann::json j = nlohmann::json::array();
+            if (!modelsJson)
+                std::printf("%-20s %-22s %10s %6s %7s %8s\n", "id", "name", "params", "layers", "hidden", "vocab");
+            for (const auto &m : modelPresets()) {
+                if (modelsJson)
+                    j.push_back(toJson(m));
+                else
+                    std::printf("%-20s %-22s %9.2fB %6lld %7lld %8lld\n", m.id.c_str(), m.name.c_str(),
+                                parameterCount(m) / 1e9, static_cast<long long>(m.numLayers),
+                                static_cast<long long>(m.hiddenSize), static_cast<long long>(m.vocabSize));
+            }
+            if (modelsJson)
+                std::printf("%s\n", j.dump(2).c_str());
+            return 0;
+        }
+        if (*gpus) {
+            nlohmann::json j = nlohmann::json::array();
+            for (const auto &g : gpuCatalog()) {
+                if (gpusJson)
+                    j.push_back({{"id", g.id}, {"name", g.name}, {"memory_bytes", g.memoryBytes}, {"arch", g.arch}});
+                else
+                    std::printf("%-15s %-34s %s\n", g.id.c_str(), g.name.c_str(), human(g.memoryBytes).c_str());
+            }
+            if (gpusJson)
+                std::printf("%s\n", j.dump(2).c_str());
+            return 0;
+        }
+        if (*est) {
+            const ModelArch m = resolveModel(f.model, "--model");
+            const TrainingConfig c = buildConfig(f, false);
+            const GpuSpec &gpu = findGpu(f.gpu, "--gpu");
+            const double reserve = parseFraction("--reserve", f.reserve);
+            const Estimate e = estimate(m, c);
+            const auto recs = recommend(m, c, gpu, reserve);
+            if (f.json)
+                std::printf("%s\n", estimateDocument(m, c, e, gpu, reserve, recs).dump(2).c_str());
+            else
+                printTable(m, c, e, gpu, reserve, recs);
+            return 0;
+        }
+        if (*sw) {
+            const ModelArch m = resolveModel(fs.model, "--model");
+            const TrainingConfig c = buildConfig(fs, true);
+            const GpuSpec &gpu = findGpu(fs.gpu, "--gpu");
+            const double reserve = parseFraction("--reserve", fs.reserve);
+            const auto seqs = parseIntegerList("--seq", fs.seq, 1, 1 << 24);
+            const auto batches = parseIntegerList("--batch", fs.batch, 1, 1 << 20);
+            std::vector<bool> ckpt;
+            const std::string k = fs.checkpointingList.empty() ? "off" : fs.checkpointingList;
+            if (k == "both")
+                ckpt = {false, true};
+            else if (k == "on")
+                ckpt = {true};
+            else if (k == "off")
+                ckpt = {false};
+            else
+                throw InputError("--grad-checkpointing", k, "must be on, off or both");
+            if (fs.format != "markdown" && fs.format != "csv")
+                throw InputError("--format", fs.format, "must be markdown or csv");
+            const auto rows = sweep(m, c, gpu, seqs, batches, ckpt, reserve);
+            std::printf("%s", (fs.format == "csv" ? sweepCsv(rows) : sweepMarkdown(rows)).c_str());
+            return 0;
+        }
+        if (*mb || *ms) {
+            Flags &ff = *mb ? fb : fq;
+            const ModelArch m = resolveModel(ff.model, "--model");
+            const TrainingConfig c = buildConfig(ff, false);
+            const GpuSpec &gpu = findGpu(ff.gpu, "--gpu");
+            const double reserve = parseFraction("--reserve", ff.reserve);
+            const int64_t n = *mb ? maxMicroBatch(m, c, gpu, reserve) : maxSeqLen(m, c, gpu, reserve);
+            if (n == 0) {
+                std::printf("none: even %s 1 does not fit %s with a %.0f%% reserve\n", *mb ? "batch" : "seq",
+                            gpu.name.c_str(), 100 * reserve);
+                return 0;
+            }
+            std::printf("%lld\n", static_cast<long long>(n));
+            return 0;
+        }
+    } catch (const InputError &e) {
+        std::fprintf(stderr, "headroom-cli: error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "headroom-cli: error: %s\n", e.what());
+        return 2;
+    }
+    return 0;
+}

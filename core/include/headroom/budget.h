@@ -1,0 +1,73 @@
+#pragma once
+
+#include "headroom/catalog.h"
+#include "headroom/estimator.h"
+
+#include <functional>
+
+namespace headroom {
+
+enum class Fit { Fits, Tight, OOM };
+std::string_view toString(Fit);
+
+struct Verdict
+{
+    Fit fit = Fit::Fits;
+    int64_t capacityBytes = 0; // the card
+    int64_t usableBytes = 0;   // the card minus the reserve
+    int64_t neededBytes = 0;   // device total (what nvidia-smi would show)
+    double reserve = 0.10;
+    int64_t headroomBytes() const { return capacityBytes - neededBytes; }
+    double headroomFraction() const
+    {
+        return capacityBytes > 0 ? static_cast<double>(headroomBytes()) / static_cast<double>(capacityBytes) : 0.0;
+    }
+};
+
+// fits: needed <= usable; tight: within the reserve band; OOM: over the card.
+Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve = 0.10);
+
+enum class RecommendationGroup { Dynamic, Static, Sharding };
+std::string_view toString(RecommendationGroup);
+
+struct Recommendation
+{
+    RecommendationGroup group = RecommendationGroup::Dynamic;
+    std::string id;          // micro-batch, checkpointing, shorter-seq, sdpa, lora, qlora, adamw-8bit, zero
+    std::string title;       // "Micro-batch 2 x accumulation 4"
+    std::string cost;        // "+20-40% step time"
+    int64_t savingBytes = 0; // on the device total, per GPU
+    bool fitsAfter = false;
+    TrainingConfig config;   // the configuration with the change applied
+};
+
+// Ordered as ../shared/SEEDS.md says: cut the dynamic peak first, then the static base, then shard.
+std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu,
+                                      double reserve = 0.10, const EstimatorOptions &opt = {});
+
+// Largest micro-batch / sequence length whose device total fits the usable memory; 0 if none.
+int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve = 0.10,
+                      const EstimatorOptions &opt = {});
+int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve = 0.10,
+                  const EstimatorOptions &opt = {});
+
+struct SweepRow
+{
+    TrainingConfig config;
+    std::string grows; // what changed against the first row: "seq x2", "batch x4, checkpointing"
+    Estimate estimate;
+    Verdict verdict;
+};
+
+// Every combination of the given lists (empty list: the base value). `progress(done, total)`
+// returning false cancels and returns the rows so far.
+std::vector<SweepRow> sweep(const ModelArch &m, const TrainingConfig &base, const GpuSpec &gpu,
+                            const std::vector<int64_t> &seqs, const std::vector<int64_t> &batches,
+                            const std::vector<bool> &checkpointing, double reserve = 0.10,
+                            const std::function<bool(size_t, size_t)> &progress = {});
+std::string sweepMarkdown(const std::vector<SweepRow> &rows);
+std::string sweepCsv(const std::vector<SweepRow> &rows);
+
+std::string formatGiB(int64_t bytes, int decimals = 2);
+
+} // namespace headroom

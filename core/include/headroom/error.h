@@ -1,0 +1,31 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace headroom {
+
+// Bad user input: a config file, a flag, a sheet or a probe result. The message always
+// names the field and the offending value, so the CLI and GUI can show it as is.
+class InputError : public std::runtime_error
+{
+public:
+    InputError(std::string field, std::string value, const std::string &why)
+        : std::runtime_error(field + " = " + value + ": " + why)
+        , m_field(std::move(field))
+        , m_value(std::move(value))
+    {
+    }
+    const std::string &field() const { return m_field; }
+    const std::string &value() const { return m_value; }
+
+private:
+    std::string m_field;
+    std::string m_value;
+};
+
+// Byte arithmetic that refuses to wrap: every size in the estimator goes through these.
+int64_t checkedMul(int64_t a, int64_t b);
+int64_t checkedAdd(int64_t a, int64_t b);
+
+} // namespace headroom

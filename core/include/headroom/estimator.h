@@ -1,0 +1,65 @@
+#pragma once
+
+#include "headroom/model.h"
+#include "headroom/types.h"
+
+namespace headroom {
+
+struct Breakdown
+{
+    std::array<int64_t, kCategoryCount> bytes{};
+
+    int64_t &operator[](Category c) { return bytes[static_cast<size_t>(c)]; }
+    int64_t operator[](Category c) const { return bytes[static_cast<size_t>(c)]; }
+    int64_t total() const;
+    // What PyTorch's caching allocator hands out: all but slack and the CUDA context.
+    int64_t allocated() const;
+};
+
+struct PhaseEstimate
+{
+    Phase phase = Phase::AfterLoad;
+    int64_t peakAllocatedBytes = 0;
+    Breakdown atPeak; // allocated categories at this phase's peak
+};
+
+struct ParamSummary
+{
+    int64_t total = 0;
+    int64_t trainable = 0;
+    int64_t weightBytes = 0;
+    int64_t gradientBytes = 0;
+    int64_t optimizerStateBytes = 0;
+    int64_t largestTrainableBytes = 0;
+};
+
+// Constants that come from measurement rather than from an op. Defaults: H200, CUDA 13.0,
+// driver 580, PyTorch 2.11 (tests/data/hf_reference_h200.json).
+struct EstimatorOptions
+{
+    int64_t cudaContextBytes = 1448466432;   // NVML used - torch reserved: 1.349 GiB, every run
+    int64_t cublasWorkspaceBytes = 67108864; // 64 MiB allocated at the first matmul and kept
+    double allocatorSlackFraction = 0.0;     // <= 0: use the measured default (see estimator.cpp)
+    int64_t ddpBucketBytes = 25 * 1048576;   // DDP bucket_cap_mb default
+};
+
+struct Estimate
+{
+    ParamSummary params;
+    std::array<PhaseEstimate, 4> phases;
+    Phase peakPhase = Phase::Forward;
+    Breakdown peak;                 // at the overall peak, slack and context included
+    int64_t peakAllocatedBytes = 0; // torch.cuda.max_memory_allocated
+    int64_t peakReservedBytes = 0;  // torch.cuda.max_memory_reserved
+    int64_t deviceTotalBytes = 0;   // what nvidia-smi shows: reserved + context (+ NCCL)
+    int64_t tokens = 0;
+    std::vector<std::string> notes; // mechanisms in play worth telling the user
+
+    const PhaseEstimate &phase(Phase p) const { return phases[static_cast<size_t>(p)]; }
+};
+
+// Per-GPU estimate of one steady-state training step (after the first optimizer step).
+// Throws InputError for an invalid model or configuration.
+Estimate estimate(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {});
+
+} // namespace headroom

@@ -1,0 +1,79 @@
+#pragma once
+
+#include "headroom/estimator.h"
+#include "headroom/model.h"
+
+#include <nlohmann/json.hpp>
+
+namespace headroom {
+
+// What the GUI or CLI asks headroom-probe to run (docs/probe-protocol.md).
+struct ProbeRequest
+{
+    ModelArch model;
+    TrainingConfig config;
+    int steps = 2;              // measured steps after one warm-up step
+    std::string device = "auto"; // auto | cuda | cpu
+};
+
+nlohmann::json toJson(const ProbeRequest &r);
+ProbeRequest probeRequestFromJson(const nlohmann::json &j);
+
+struct PhaseMeasurement
+{
+    int step = 0; // 0 is the warm-up step
+    Phase phase = Phase::Forward;
+    int64_t peakAllocatedBytes = 0;
+    int64_t peakReservedBytes = 0;
+    int64_t allocatedBytes = 0; // at the end of the phase
+    int64_t reservedBytes = 0;
+    int64_t deviceUsedBytes = 0;  // cudaMemGetInfo total - free (0 on CPU)
+    int64_t deviceTotalBytes = 0;
+    int64_t allocRetries = 0;
+    int64_t ooms = 0;
+    double seconds = 0.0;
+};
+
+struct OomReport
+{
+    int step = 0;
+    Phase phase = Phase::Forward;
+    int64_t requestedBytes = 0;
+    int64_t inUseBytes = 0;
+    std::string message;
+};
+
+struct Measurement
+{
+    std::string device;     // cuda | cpu
+    std::string deviceName; // "NVIDIA H200", or the CPU model
+    std::string driver;
+    std::string torchVersion;
+    std::string headroomVersion;
+    std::string createdAt;  // ISO 8601, UTC
+    ModelArch model;
+    TrainingConfig config;
+    int warmupSteps = 1;
+    std::vector<PhaseMeasurement> phases; // every phase of every step, in order
+    Breakdown attribution;                // bytes by category at the steady-state peak
+    int64_t peakAllocatedBytes = 0;       // steady state: max over measured steps
+    int64_t peakReservedBytes = 0;
+    int64_t cudaContextBytes = 0;         // device used - reserved, on CUDA
+    Phase peakPhase = Phase::Forward;
+    std::optional<OomReport> oom;
+    double wallSeconds = 0.0;
+    double initSeconds = 0.0;   // CUDA / runtime initialisation
+    double buildSeconds = 0.0;  // model construction
+    double stepsSeconds = 0.0;
+    std::string note;
+
+    int64_t deviceTotalBytes() const { return peakReservedBytes + cudaContextBytes; }
+    // The steady-state peak of one phase (max over measured steps); nullopt if never measured.
+    std::optional<PhaseMeasurement> steady(Phase p) const;
+};
+
+nlohmann::json toJson(const Measurement &m);
+// Strict: every problem names the field, e.g. "result.phases[3].peak_allocated_bytes".
+Measurement measurementFromJson(const nlohmann::json &j);
+
+} // namespace headroom

@@ -1,0 +1,72 @@
+#pragma once
+
+#include "headroom/types.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace headroom {
+
+enum class MlpKind { Gated, Plain };
+enum class NormKind { RMSNorm, LayerNorm };
+
+// A decoder-only transformer, described by the fields that decide its memory.
+struct ModelArch
+{
+    std::string id;         // preset id, or the file it came from
+    std::string name;       // human name
+    std::string modelType;  // HF model_type
+    int64_t hiddenSize = 0;
+    int64_t numLayers = 0;
+    int64_t numHeads = 0;
+    int64_t numKvHeads = 0;
+    int64_t headDim = 0;
+    int64_t intermediateSize = 0;
+    int64_t vocabSize = 0;
+    int64_t maxPositions = 0;
+    bool tiedEmbeddings = false;
+    bool learnedPositions = false;    // GPT-2's wpe
+    MlpKind mlp = MlpKind::Gated;
+    NormKind norm = NormKind::RMSNorm;
+    bool qkvBias = false;
+    bool oBias = false;
+    bool mlpBias = false;
+    bool qkNorm = false;              // Qwen3: RMSNorm on q and k per head
+    int normsPerLayer = 2;            // Gemma 2 has four
+    std::string activation = "silu";
+    int activationSavedTensors = 1;   // tensors the activation saves for backward (gelu_new: 4)
+    double finalLogitSoftcap = 0.0;   // Gemma 2
+    // Mixture of experts
+    int64_t numExperts = 0;
+    int64_t expertsPerToken = 0;
+    int64_t expertIntermediateSize = 0;
+    int64_t sharedExpertIntermediateSize = 0;
+    bool sharedExpertGate = false;
+    int64_t publishedParams = 0;      // from the model card, for tests; 0 when unknown
+
+    bool isMoe() const { return numExperts > 0; }
+    void validate() const;
+};
+
+// One parameter tensor class of the model; `count` identical tensors of shape rows x cols.
+struct ParamTensor
+{
+    std::string module;      // q_proj, embed_tokens, lm_head, input_layernorm, ...
+    int64_t rows = 0;
+    int64_t cols = 1;        // 1 for vectors
+    int64_t count = 1;       // how many such tensors in the model
+    bool decoderLinear = false; // a Linear inside a decoder layer (LoRA/QLoRA target candidates)
+    int64_t numel() const { return rows * cols; }
+};
+
+std::vector<ParamTensor> parameterInventory(const ModelArch &m);
+int64_t parameterCount(const ModelArch &m);
+
+// Import a Hugging Face config.json. Throws InputError naming the missing field or unknown model_type.
+ModelArch modelFromHfConfig(const nlohmann::json &config, const std::string &id = {});
+ModelArch modelFromHfConfigFile(const std::string &path);
+std::vector<std::string> supportedModelTypes();
+
+nlohmann::json toJson(const ModelArch &m);
+ModelArch modelArchFromJson(const nlohmann::json &j);
+
+} // namespace headroom

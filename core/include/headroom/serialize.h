@@ -1,0 +1,29 @@
+#pragma once
+
+#include "headroom/budget.h"
+#include "headroom/estimator.h"
+
+#include <nlohmann/json.hpp>
+
+namespace headroom {
+
+// Strict readers: unknown enum values and wrong types throw InputError naming the field.
+nlohmann::json toJson(const TrainingConfig &c);
+TrainingConfig trainingConfigFromJson(const nlohmann::json &j);
+
+nlohmann::json toJson(const Breakdown &b);
+Breakdown breakdownFromJson(const nlohmann::json &j, const std::string &field = "breakdown");
+
+nlohmann::json toJson(const Estimate &e);
+nlohmann::json toJson(const Verdict &v, const GpuSpec &gpu);
+nlohmann::json toJson(const Recommendation &r);
+
+// The CLI's `estimate --json` document (schema_version 1).
+nlohmann::json estimateDocument(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
+                                double reserve, const std::vector<Recommendation> &recs);
+
+// Helpers for readers of untrusted JSON.
+const nlohmann::json &requireField(const nlohmann::json &obj, const std::string &key, const std::string &ctx);
+int64_t requireInt64(const nlohmann::json &obj, const std::string &key, const std::string &ctx, int64_t lo, int64_t hi);
+
+} // namespace headroom

@@ -1,0 +1,92 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace headroom {
+
+constexpr int kSchemaVersion = 1;
+
+enum class Precision { FP32, BF16, FP16, AmpBF16, AmpFP16 };
+enum class Optimizer { AdamW, AdamW8bit, SGD, SGDMomentum, Adafactor, Lion };
+enum class OptimizerImpl { Foreach, Fused, ForLoop };
+enum class FineTune { Full, LoRA, QLoRA };
+enum class Attention { SDPA, Eager };
+
+// One word per concept across core, probe, GUI and JSON (STYLE.md point 15).
+enum class Category {
+    Weights,
+    Gradients,
+    OptimizerState,
+    Activations,
+    Logits,
+    Temporaries,
+    Communication,
+    AllocatorSlack,
+    CudaContext,
+};
+constexpr int kCategoryCount = 9;
+constexpr std::array<Category, kCategoryCount> kAllCategories = {
+    Category::Weights,     Category::Gradients,     Category::OptimizerState,
+    Category::Activations, Category::Logits,        Category::Temporaries,
+    Category::Communication, Category::AllocatorSlack, Category::CudaContext};
+
+enum class Phase { AfterLoad, Forward, Backward, Optimizer };
+constexpr std::array<Phase, 4> kAllPhases = {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer};
+
+std::string_view toString(Precision);
+std::string_view toString(Optimizer);
+std::string_view toString(OptimizerImpl);
+std::string_view toString(FineTune);
+std::string_view toString(Attention);
+std::string_view toString(Category);
+std::string_view toString(Phase);
+std::string_view describe(Category); // one sentence for tooltips and docs
+
+// Parsers throw InputError naming `field` and the value, and listing what is accepted.
+Precision parsePrecision(std::string_view s, const std::string &field = "precision");
+Optimizer parseOptimizer(std::string_view s, const std::string &field = "optimizer");
+OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &field = "optimizer_impl");
+FineTune parseFineTune(std::string_view s, const std::string &field = "finetune");
+Attention parseAttention(std::string_view s, const std::string &field = "attention");
+Category parseCategory(std::string_view s, const std::string &field = "category");
+Phase parsePhase(std::string_view s, const std::string &field = "phase");
+
+int parameterBytes(Precision p); // storage of weights, gradients and optimizer state
+int computeBytes(Precision p);   // activations
+bool isAmp(Precision p);
+
+struct LoraConfig
+{
+    int rank = 16;
+    double alpha = 32;
+    double dropout = 0.0;
+    std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    bool doubleQuant = true; // QLoRA only: bitsandbytes bnb_4bit_use_double_quant
+};
+
+struct TrainingConfig
+{
+    Precision precision = Precision::BF16;
+    Optimizer optimizer = Optimizer::AdamW;
+    OptimizerImpl optimizerImpl = OptimizerImpl::Foreach;
+    FineTune finetune = FineTune::Full;
+    LoraConfig lora;
+    int64_t microBatch = 1;
+    int64_t seqLen = 2048;
+    int64_t gradAccum = 1;
+    bool gradCheckpointing = false;
+    Attention attention = Attention::SDPA;
+    int worldSize = 1;
+    int zeroStage = 0;
+
+    int64_t tokens() const { return microBatch * seqLen; }
+    // Throws InputError on the first out-of-range field.
+    void validate() const;
+};
+
+} // namespace headroom

@@ -1,0 +1,279 @@
+#include "headroom/budget.h"
+
+#include "headroom/error.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace headroom {
+
+std::string_view toString(Fit f)
+{
+    switch (f) {
+    case Fit::Fits: return "fits";
+    case Fit::Tight: return "tight";
+    case Fit::OOM: return "oom";
+    }
+    return "?";
+}
+
+std::string_view toString(RecommendationGroup g)
+{
+    switch (g) {
+    case RecommendationGroup::Dynamic: return "dynamic";
+    case RecommendationGroup::Static: return "static";
+    case RecommendationGroup::Sharding: return "sharding";
+    }
+    return "?";
+}
+
+std::string formatGiB(int64_t bytes, int decimals)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f GiB", decimals, static_cast<double>(bytes) / 1073741824.0);
+    return buf;
+}
+
+Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve)
+{
+    if (!(reserve >= 0.0 && reserve < 1.0))
+        throw InputError("reserve", std::to_string(reserve), "must be in [0, 1)");
+    Verdict v;
+    v.reserve = reserve;
+    v.capacityBytes = gpu.memoryBytes;
+    v.usableBytes = static_cast<int64_t>(std::floor(static_cast<double>(gpu.memoryBytes) * (1.0 - reserve)));
+    v.neededBytes = e.deviceTotalBytes;
+    v.fit = v.neededBytes <= v.usableBytes ? Fit::Fits : v.neededBytes <= v.capacityBytes ? Fit::Tight : Fit::OOM;
+    return v;
+}
+
+namespace {
+
+int64_t need(const ModelArch &m, const TrainingConfig &c, const EstimatorOptions &opt)
+{
+    return estimate(m, c, opt).deviceTotalBytes;
+}
+
+template<typename Set>
+int64_t largestFitting(int64_t lo, int64_t hi, const Set &fitsAt)
+{
+    if (!fitsAt(lo))
+        return 0;
+    while (lo < hi) { // invariant: fitsAt(lo)
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (fitsAt(mid))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+} // namespace
+
+int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+                      const EstimatorOptions &opt)
+{
+    const int64_t usable = judge(estimate(m, c, opt), gpu, reserve).usableBytes;
+    return largestFitting(1, 1 << 20, [&](int64_t b) {
+        TrainingConfig t = c;
+        t.microBatch = b;
+        try {
+            return need(m, t, opt) <= usable;
+        } catch (const InputError &) {
+            return false; // beyond 64-bit bytes: certainly does not fit
+        }
+    });
+}
+
+int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+                  const EstimatorOptions &opt)
+{
+    const int64_t usable = judge(estimate(m, c, opt), gpu, reserve).usableBytes;
+    return largestFitting(1, 1 << 24, [&](int64_t s) {
+        TrainingConfig t = c;
+        t.seqLen = s;
+        try {
+            return need(m, t, opt) <= usable;
+        } catch (const InputError &) {
+            return false;
+        }
+    });
+}
+
+std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+                                      const EstimatorOptions &opt)
+{
+    std::vector<Recommendation> out;
+    const Estimate base = estimate(m, c, opt);
+    const Verdict v0 = judge(base, gpu, reserve);
+    auto consider = [&](RecommendationGroup g, std::string id, std::string title, std::string cost, TrainingConfig t) {
+        const Estimate e = estimate(m, t, opt);
+        const int64_t saving = base.deviceTotalBytes - e.deviceTotalBytes;
+        if (saving <= 0)
+            return;
+        Recommendation r{g, std::move(id), std::move(title), std::move(cost), saving,
+                         judge(e, gpu, reserve).fit == Fit::Fits, t};
+        out.push_back(std::move(r));
+    };
+    using G = RecommendationGroup;
+    // 1. Dynamic peak.
+    if (c.attention == Attention::Eager) {
+        TrainingConfig t = c;
+        t.attention = Attention::SDPA;
+        consider(G::Dynamic, "sdpa", "Use SDPA (flash) attention instead of eager",
+                 "none: same math, no s x s matrices kept", t);
+    }
+    if (c.microBatch > 1) {
+        // The largest micro-batch that fits, else half; accumulation keeps the effective batch.
+        TrainingConfig t = c;
+        int64_t b = maxMicroBatch(m, c, gpu, reserve, opt);
+        if (b <= 0 || b >= c.microBatch)
+            b = c.microBatch / 2;
+        if (b < 1)
+            b = 1;
+        const int64_t effective = c.microBatch * c.gradAccum;
+        t.microBatch = b;
+        t.gradAccum = (effective + b - 1) / b;
+        consider(G::Dynamic, "micro-batch",
+                 "Micro-batch " + std::to_string(b) + " x gradient accumulation " + std::to_string(t.gradAccum),
+                 "same effective batch (" + std::to_string(effective) + "); more, smaller steps: lower GPU utilisation",
+                 t);
+    }
+    if (!c.gradCheckpointing) {
+        TrainingConfig t = c;
+        t.gradCheckpointing = true;
+        consider(G::Dynamic, "checkpointing", "Turn on gradient checkpointing",
+                 "+20-40% step time: each layer's forward runs again in backward", t);
+    }
+    if (c.seqLen > 256) {
+        TrainingConfig t = c;
+        t.seqLen = c.seqLen / 2;
+        consider(G::Dynamic, "shorter-seq", "Shorter sequences: " + std::to_string(t.seqLen) + " tokens",
+                 "longer samples get truncated or split; check your length distribution", t);
+    }
+    // 2. Static base.
+    if (c.finetune == FineTune::Full) {
+        TrainingConfig t = c;
+        t.finetune = FineTune::LoRA;
+        consider(G::Static, "lora", "LoRA (rank " + std::to_string(c.lora.rank) + ") instead of full fine-tuning",
+                 "trains adapters only; quality can trail full fine-tuning on hard tasks", t);
+    }
+    if (c.finetune != FineTune::QLoRA && c.precision != Precision::FP32) {
+        TrainingConfig t = c;
+        t.finetune = FineTune::QLoRA;
+        consider(G::Static, "qlora", "QLoRA: 4-bit NF4 base with LoRA adapters",
+                 "about +30% step time for dequantization; small quality cost", t);
+    }
+    if (c.optimizer == Optimizer::AdamW) {
+        TrainingConfig t = c;
+        t.optimizer = Optimizer::AdamW8bit;
+        consider(G::Static, "adamw-8bit", "8-bit AdamW (bitsandbytes)",
+                 "blockwise-quantized state; needs bitsandbytes; usually matches AdamW", t);
+    }
+    // 3. Sharding.
+    if (c.zeroStage < 3 || c.worldSize < 8) {
+        TrainingConfig t = c;
+        t.zeroStage = 3;
+        for (int n : {2, 4, 8}) {
+            if (n <= c.worldSize)
+                continue;
+            t.worldSize = n;
+            if (judge(estimate(m, t, opt), gpu, reserve).fit == Fit::Fits)
+                break;
+        }
+        if (t.worldSize < 2)
+            t.worldSize = 2;
+        consider(G::Sharding, "zero",
+                 "ZeRO-3 / FSDP full shard across " + std::to_string(t.worldSize) + " GPUs",
+                 "all-gathers every layer each step: needs fast interconnect and " + std::to_string(t.worldSize) +
+                     " GPUs",
+                 t);
+    }
+    (void)v0;
+    return out;
+}
+
+std::vector<SweepRow> sweep(const ModelArch &m, const TrainingConfig &base, const GpuSpec &gpu,
+                            const std::vector<int64_t> &seqs, const std::vector<int64_t> &batches,
+                            const std::vector<bool> &checkpointing, double reserve,
+                            const std::function<bool(size_t, size_t)> &progress)
+{
+    const std::vector<int64_t> S = seqs.empty() ? std::vector<int64_t>{base.seqLen} : seqs;
+    const std::vector<int64_t> B = batches.empty() ? std::vector<int64_t>{base.microBatch} : batches;
+    const std::vector<bool> K = checkpointing.empty() ? std::vector<bool>{base.gradCheckpointing} : checkpointing;
+    const size_t total = S.size() * B.size() * K.size();
+    std::vector<SweepRow> rows;
+    rows.reserve(total);
+    auto ratio = [](int64_t a, int64_t b) {
+        std::ostringstream o;
+        const double r = static_cast<double>(a) / static_cast<double>(b);
+        if (r == std::floor(r))
+            o << "x" << static_cast<int64_t>(r);
+        else
+            o << "x" << std::round(r * 100) / 100;
+        return o.str();
+    };
+    for (bool k : K)
+        for (int64_t b : B)
+            for (int64_t s : S) {
+                TrainingConfig t = base;
+                t.seqLen = s;
+                t.microBatch = b;
+                t.gradCheckpointing = k;
+                SweepRow row;
+                row.config = t;
+                row.estimate = estimate(m, t);
+                row.verdict = judge(row.estimate, gpu, reserve);
+                if (rows.empty()) {
+                    row.grows = "baseline";
+                } else {
+                    const auto &f = rows.front().config;
+                    std::string g;
+                    auto add = [&](const std::string &p) { g += (g.empty() ? "" : ", ") + p; };
+                    if (s != f.seqLen)
+                        add("seq " + ratio(s, f.seqLen));
+                    if (b != f.microBatch)
+                        add("batch " + ratio(b, f.microBatch));
+                    if (k != f.gradCheckpointing)
+                        add(k ? "checkpointing on" : "checkpointing off");
+                    row.grows = g.empty() ? "same" : g;
+                }
+                rows.push_back(std::move(row));
+                if (progress && !progress(rows.size(), total))
+                    return rows;
+            }
+    return rows;
+}
+
+namespace {
+std::string label(const TrainingConfig &c)
+{
+    return "b" + std::to_string(c.microBatch) + " x s" + std::to_string(c.seqLen) + (c.gradCheckpointing ? " +ckpt" : "");
+}
+} // namespace
+
+std::string sweepMarkdown(const std::vector<SweepRow> &rows)
+{
+    std::ostringstream o;
+    o << "| config | what grows | peak allocated | peak reserved | fits? |\n|---|---|---:|---:|---|\n";
+    for (const auto &r : rows)
+        o << "| " << label(r.config) << " | " << r.grows << " | " << formatGiB(r.estimate.peakAllocatedBytes) << " | "
+          << formatGiB(r.estimate.peakReservedBytes) << " | " << toString(r.verdict.fit) << " |\n";
+    return o.str();
+}
+
+std::string sweepCsv(const std::vector<SweepRow> &rows)
+{
+    std::ostringstream o;
+    o << "config,batch,seq,grad_checkpointing,what_grows,peak_allocated_bytes,peak_reserved_bytes,device_total_bytes,fits\n";
+    for (const auto &r : rows)
+        o << '"' << label(r.config) << "\"," << r.config.microBatch << ',' << r.config.seqLen << ','
+          << (r.config.gradCheckpointing ? "true" : "false") << ",\"" << r.grows << "\","
+          << r.estimate.peakAllocatedBytes << ',' << r.estimate.peakReservedBytes << ','
+          << r.estimate.deviceTotalBytes << ',' << toString(r.verdict.fit) << '\n';
+    return o.str();
+}
+
+} // namespace headroom

@@ -1,0 +1,1013 @@
+// The estimator: an op-level ledger of what one steady-state training step keeps alive.
+//
+// Every allocation below names the PyTorch op or HF Transformers / PEFT code path that makes
+// it. docs/estimator.md explains each term; tests/data/hf_reference_h200.json holds the
+// measurements they are checked against (tests/tst_accuracy.cpp).
+//
+// Speed: a decoder layer is simulated once (plus layer 0, which differs under LoRA) and the
+// other layers are composed arithmetically. Within the forward pass the live total only grows
+// from layer to layer, and within backward it changes by the same amount per layer, so the
+// peak over identical layers is always at the first or the last of them.
+
+#include "headroom/estimator.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace headroom {
+
+int64_t Breakdown::total() const
+{
+    int64_t t = 0;
+    for (auto b : bytes)
+        t += b;
+    return t;
+}
+
+int64_t Breakdown::allocated() const
+{
+    return total() - (*this)[Category::AllocatorSlack] - (*this)[Category::CudaContext];
+}
+
+namespace {
+
+using C = Category;
+
+// CUDACachingAllocator::round_size: every block is a multiple of 512 bytes.
+int64_t roundBlock(int64_t b)
+{
+    return b <= 0 ? 0 : checkedMul((b + 511) / 512, 512);
+}
+
+class Ledger
+{
+public:
+    void alloc(C c, int64_t bytes)
+    {
+        bytes = roundBlock(bytes);
+        m_cur[c] += bytes;
+        m_total += bytes;
+        if (m_total > m_peak) {
+            m_peak = m_total;
+            m_atPeak = m_cur;
+        }
+    }
+    void free(C c, int64_t bytes)
+    {
+        bytes = roundBlock(bytes);
+        m_cur[c] -= bytes;
+        m_total -= bytes;
+    }
+    void move(C from, C to, int64_t bytes)
+    {
+        bytes = roundBlock(bytes);
+        m_cur[from] -= bytes;
+        m_cur[to] += bytes;
+    }
+    // Add a breakdown already rounded (a composed layer), `times` times.
+    void add(const Breakdown &b, int64_t times = 1)
+    {
+        for (size_t i = 0; i < b.bytes.size(); ++i) {
+            const int64_t v = checkedMul(b.bytes[i], times);
+            m_cur.bytes[i] += v;
+            m_total += v;
+        }
+        if (m_total > m_peak) {
+            m_peak = m_total;
+            m_atPeak = m_cur;
+        }
+    }
+    // A momentary excursion on top of the current state (a layer's inner peak).
+    void probe(const Breakdown &b)
+    {
+        const int64_t t = m_total + b.total();
+        if (t > m_peak) {
+            m_peak = t;
+            m_atPeak = m_cur;
+            for (size_t i = 0; i < b.bytes.size(); ++i)
+                m_atPeak.bytes[i] += b.bytes[i];
+        }
+    }
+    void resetPeak()
+    {
+        m_peak = m_total;
+        m_atPeak = m_cur;
+    }
+    int64_t total() const { return m_total; }
+    int64_t peak() const { return m_peak; }
+    const Breakdown &current() const { return m_cur; }
+    const Breakdown &atPeak() const { return m_atPeak; }
+
+private:
+    Breakdown m_cur;
+    Breakdown m_atPeak;
+    int64_t m_total = 0;
+    int64_t m_peak = 0;
+};
+
+Breakdown minus(const Breakdown &a, const Breakdown &b)
+{
+    Breakdown r;
+    for (size_t i = 0; i < a.bytes.size(); ++i)
+        r.bytes[i] = a.bytes[i] - b.bytes[i];
+    return r;
+}
+
+enum Module { ModQ, ModK, ModV, ModO, ModGate, ModUp, ModDown, ModuleCount };
+
+// LoRA target names as users write them, including the fused modules of some families.
+const std::map<std::string, std::vector<Module>> kTargetAliases = {
+    {"q_proj", {ModQ}},         {"k_proj", {ModK}},           {"v_proj", {ModV}},
+    {"o_proj", {ModO}},         {"gate_proj", {ModGate}},     {"up_proj", {ModUp}},
+    {"down_proj", {ModDown}},   {"qkv_proj", {ModQ, ModK, ModV}},   {"query_key_value", {ModQ, ModK, ModV}},
+    {"c_attn", {ModQ, ModK, ModV}},   {"dense", {ModO}},            {"gate_up_proj", {ModGate, ModUp}},
+    {"c_fc", {ModUp}},          {"fc1", {ModUp}},             {"fc2", {ModDown}},
+    {"dense_h_to_4h", {ModUp}}, {"dense_4h_to_h", {ModDown}}, {"w1", {ModGate}},
+    {"w3", {ModUp}},            {"w2", {ModDown}},            {"all-linear", {ModQ, ModK, ModV, ModO, ModGate, ModUp, ModDown}},
+};
+
+struct Ctx
+{
+    const ModelArch &m;
+    const TrainingConfig &cfg;
+    int64_t T = 0, b = 0, s = 0, h = 0, qOut = 0, kvOut = 0, nh = 0, V = 0;
+    int c = 2;  // activation bytes
+    int r = 2;  // residual-stream bytes (fp32 under autocast: the embedding is not autocast)
+    int p = 2;  // parameter / gradient / optimizer-state bytes
+    bool amp = false;
+    bool full = true;
+    bool qlora = false;
+    std::array<bool, ModuleCount> lora{};
+    int loraBytes = 4; // PEFT's autocast_adapter_dtype=True keeps adapters in fp32
+    int64_t weightCopies = 1; // experts share one simulated MLP: E weight copies under autocast
+    std::vector<std::string> notes;
+
+    Ctx(const ModelArch &model, const TrainingConfig &config)
+        : m(model)
+        , cfg(config)
+    {
+        T = checkedMul(config.microBatch, config.seqLen);
+        b = config.microBatch;
+        s = config.seqLen;
+        h = model.hiddenSize;
+        nh = model.numHeads;
+        qOut = model.numHeads * model.headDim;
+        kvOut = model.numKvHeads * model.headDim;
+        V = model.vocabSize;
+        c = computeBytes(config.precision);
+        amp = isAmp(config.precision);
+        r = amp ? 4 : c;
+        p = parameterBytes(config.precision);
+        full = config.finetune == FineTune::Full;
+        qlora = config.finetune == FineTune::QLoRA;
+        if (!full) {
+            for (const auto &t : config.lora.targets) {
+                auto it = kTargetAliases.find(t);
+                if (it == kTargetAliases.end()) {
+                    std::string list;
+                    for (const auto &[k, v] : kTargetAliases)
+                        list += (list.empty() ? "" : ", ") + k;
+                    throw InputError("lora_targets", t, "unknown module (known: " + list + ")");
+                }
+                for (Module mod : it->second)
+                    lora[mod] = true;
+            }
+        }
+    }
+    int64_t tok(int64_t bytesPerToken) const { return checkedMul(T, bytesPerToken); }
+    int64_t inFeatures(Module mod) const
+    {
+        switch (mod) {
+        case ModO: return qOut;
+        case ModDown: return m.isMoe() ? m.expertIntermediateSize : m.intermediateSize;
+        default: return h;
+        }
+    }
+    int64_t outFeatures(Module mod) const
+    {
+        switch (mod) {
+        case ModQ: return qOut;
+        case ModK:
+        case ModV: return kvOut;
+        case ModO:
+        case ModDown: return h;
+        default: return m.isMoe() ? m.expertIntermediateSize : m.intermediateSize;
+        }
+    }
+};
+
+// The input of a group of Linears (q/k/v share the norm output; gate/up share it too).
+struct Input
+{
+    int64_t tokens = 0;
+    int64_t features = 0;
+    int bytes = 2;
+    bool saved = false;     // a consumer saved this very tensor for backward
+    bool requiresGrad = true; // false for layer 0's input under LoRA (frozen embedding)
+    int64_t size() const { return checkedMul(checkedMul(tokens, features), bytes); }
+};
+
+// One nn.Linear (optionally wrapped by PEFT LoRA or bitsandbytes Linear4bit) reading `in`.
+// Returns the output's byte size, which is allocated as a temporary.
+int64_t linear(Ledger &L, Ctx &x, Module mod, Input &in, int64_t outF, bool grad)
+{
+    const int64_t n = in.tokens;
+    const int64_t inF = in.features;
+    // Output in the compute dtype (autocast runs Linear in bf16/fp16).
+    const int64_t outBytes = checkedMul(checkedMul(n, outF), x.c);
+    if (x.amp && !x.qlora) {
+        // Autocast casts the fp32 weight to bf16 for the matmul (cached for the whole forward when it
+        // is a trainable leaf); mm saves that copy whenever a gradient needs it.
+        const int64_t copy = checkedMul(checkedMul(checkedMul(inF, outF), 2), x.weightCopies);
+        const bool saved = grad && (x.full || in.requiresGrad);
+        L.alloc(saved ? C::Activations : C::Temporaries, copy);
+        if (!saved)
+            L.free(C::Temporaries, copy);
+    }
+    if (x.full) {
+        if (grad) {
+            // torch.mm saves its input for the weight gradient. Under autocast each Linear gets its
+            // own low-precision copy of an fp32 input (autocast caches only leaf weights).
+            if (x.amp && in.bytes == 4)
+                L.alloc(C::Activations, checkedMul(n, inF) * 2);
+            else
+                in.saved = true;
+        } else if (x.amp && in.bytes == 4) {
+            L.alloc(C::Temporaries, checkedMul(n, inF) * 2);
+            L.free(C::Temporaries, checkedMul(n, inF) * 2);
+        }
+        L.alloc(C::Temporaries, outBytes);
+        return outBytes;
+    }
+    // Frozen base: torch.mm saves nothing of the input when the weight needs no gradient
+    // (autograd only saves what a required gradient uses). bitsandbytes MatMul4Bit saves the packed
+    // weight only, and dequantizes it to the compute dtype in forward and again in backward.
+    if (x.qlora) {
+        L.alloc(C::Temporaries, checkedMul(checkedMul(inF, outF), x.c));
+        L.free(C::Temporaries, checkedMul(checkedMul(inF, outF), x.c));
+    }
+    if (x.amp && in.bytes == 4) {
+        L.alloc(C::Temporaries, checkedMul(n, inF) * 2);
+        L.free(C::Temporaries, checkedMul(n, inF) * 2);
+    }
+    L.alloc(C::Temporaries, outBytes); // base result
+    if (!x.lora[mod])
+        return outBytes;
+
+    // PEFT lora.Linear.forward: x = self._cast_input_dtype(x, lora_A.weight.dtype) (fp32 adapters),
+    // then lora_B(lora_A(dropout(x))) * scaling, added to the base result.
+    const int64_t nIn = checkedMul(n, inF);
+    const int rank = x.cfg.lora.rank;
+    const bool dropout = x.cfg.lora.dropout > 0.0;
+    int64_t castBytes = 0;
+    if (in.bytes != 4) {
+        castBytes = nIn * 4; // x.to(float32), a new tensor
+        L.alloc(grad && !dropout && !x.amp ? C::Activations : C::Temporaries, castBytes);
+    }
+    if (dropout) {
+        // native_dropout saves its bool mask; its output is what lora_A saves.
+        L.alloc(grad ? C::Activations : C::Temporaries, nIn);
+        L.alloc(grad && !x.amp ? C::Activations : C::Temporaries, nIn * 4);
+        if (castBytes)
+            L.free(C::Temporaries, castBytes);
+        castBytes = nIn * 4;
+    } else if (castBytes == 0 && grad && !x.amp) {
+        in.saved = true; // fp32 training: lora_A saves the shared input itself
+    }
+    if (x.amp) {
+        // lora_A under autocast casts its fp32 input to bf16 and saves that copy.
+        L.alloc(grad ? C::Activations : C::Temporaries, nIn * 2);
+        if (castBytes)
+            L.free(C::Temporaries, castBytes);
+    }
+    const int loraAct = x.amp ? 2 : 4;
+    const int64_t aOut = checkedMul(checkedMul(n, rank), loraAct); // saved by lora_B
+    L.alloc(grad ? C::Activations : C::Temporaries, aOut);
+    const int64_t bOut = checkedMul(checkedMul(n, outF), loraAct);
+    L.alloc(C::Temporaries, bOut);                                 // lora_B output
+    L.alloc(C::Temporaries, bOut);                                 // * scaling
+    L.free(C::Temporaries, bOut);
+    const int64_t sumBytes = checkedMul(checkedMul(n, outF), std::max(loraAct, x.c)); // type promotion
+    L.alloc(C::Temporaries, sumBytes);                             // result + ...
+    L.free(C::Temporaries, bOut);
+    L.free(C::Temporaries, outBytes);
+    if (sumBytes != outBytes) {
+        L.alloc(C::Temporaries, outBytes);                         // result.to(torch_result_dtype)
+        L.free(C::Temporaries, sumBytes);
+    }
+    if (!grad) {
+        if (!x.amp && !dropout && in.bytes != 4)
+            L.free(C::Temporaries, castBytes);
+        if (dropout) {
+            L.free(C::Temporaries, nIn);
+            L.free(C::Temporaries, nIn * 4);
+        }
+        if (x.amp)
+            L.free(C::Temporaries, nIn * 2);
+        L.free(C::Temporaries, aOut);
+    }
+    return outBytes;
+}
+
+void releaseInput(Ledger &L, Input &in, bool keepAsActivation)
+{
+    if (in.saved && keepAsActivation)
+        L.move(C::Temporaries, C::Activations, in.size());
+    else
+        L.free(C::Temporaries, in.size());
+}
+
+// LlamaRMSNorm / LayerNorm over a tensor of `features`, input in residual dtype `inBytes`.
+// Returns the output as an Input for its consumers; the input tensor itself is not freed here,
+// but `inputSaved` says whether the norm saved it.
+Input norm(Ledger &L, Ctx &x, int64_t tokens, int64_t features, int inBytes, bool gradIn, bool grad, bool &inputSaved)
+{
+    const int64_t n = checkedMul(tokens, features);
+    const bool save = grad && gradIn;
+    const bool weightGrad = grad && x.full;
+    const int outBytes = (x.amp || x.c == 4) ? 4 : x.c;
+    if (x.m.norm == NormKind::LayerNorm) {
+        // native_layer_norm saves its input plus per-row mean and rstd (fp32).
+        inputSaved = save || weightGrad;
+        if (inputSaved)
+            L.alloc(C::Activations, checkedMul(tokens, 8));
+        L.alloc(C::Temporaries, n * outBytes);
+        return {tokens, features, outBytes, false, gradIn || x.full};
+    }
+    if (inBytes == 4) {
+        // hidden_states.to(torch.float32) is a no-op: pow and the mul save the input itself.
+        inputSaved = save;
+        L.alloc(C::Temporaries, n * 4); // pow(2), freed by mean
+        L.free(C::Temporaries, n * 4);
+        L.alloc(weightGrad ? C::Activations : C::Temporaries, n * 4); // hidden_states * rsqrt(...)
+        L.alloc(C::Temporaries, n * outBytes);                       // self.weight * hidden_states
+        if (!weightGrad)
+            L.free(C::Temporaries, n * 4);
+        return {tokens, features, outBytes, false, gradIn || x.full};
+    }
+    inputSaved = false;
+    L.alloc(save ? C::Activations : C::Temporaries, n * 4); // .to(float32), saved by pow and mul
+    L.alloc(C::Temporaries, n * 4);                         // pow(2)
+    L.free(C::Temporaries, n * 4);
+    L.alloc(C::Temporaries, n * 4);                         // hidden_states * rsqrt(variance + eps)
+    L.alloc(weightGrad ? C::Activations : C::Temporaries, n * inBytes); // .to(input_dtype), saved by weight *
+    L.free(C::Temporaries, n * 4);
+    L.alloc(C::Temporaries, n * outBytes);                  // self.weight * (...)
+    if (!weightGrad)
+        L.free(C::Temporaries, n * inBytes);
+    if (!save)
+        L.free(C::Temporaries, n * 4);
+    return {tokens, features, outBytes, false, gradIn || x.full};
+}
+
+// Rotary embedding on q or k (apply_rotary_pos_emb): (q * cos) + (rotate_half(q) * sin).
+// Under autocast cos/sin stay fp32 (HF computes them with autocast disabled, then casts to the
+// fp32 hidden dtype), so the products promote to fp32.
+int64_t rope(Ledger &L, Ctx &x, int64_t inBytes, int64_t features)
+{
+    const int ob = x.amp ? 4 : x.c;
+    const int64_t out = x.tok(features) * ob;
+    L.alloc(C::Temporaries, out);                  // q * cos
+    L.alloc(C::Temporaries, x.tok(features) * x.c); // cat(-x2, x1)
+    L.alloc(C::Temporaries, out);                  // rotate_half(q) * sin
+    L.free(C::Temporaries, x.tok(features) * x.c);
+    L.alloc(C::Temporaries, out);                  // sum
+    L.free(C::Temporaries, out);
+    L.free(C::Temporaries, out);
+    L.free(C::Temporaries, inBytes);
+    return out;
+}
+
+// Returns the attention output (b, s, heads*dim) in compute dtype, allocated as a temporary,
+// and whether the attention op itself saved it.
+int64_t attention(Ledger &L, Ctx &x, int64_t qBytes, int64_t kBytes, int64_t vBytes, bool grad, bool &outSaved)
+{
+    const auto &cfg = x.cfg;
+    const int64_t scores = checkedMul(checkedMul(checkedMul(x.b, x.nh), x.s), x.s);
+    const bool gqa = x.m.numKvHeads < x.m.numHeads;
+    const C keep = grad ? C::Activations : C::Temporaries;
+    const int64_t outBytes = x.tok(x.qOut) * x.c;
+    outSaved = false;
+    if (cfg.attention == Attention::SDPA) {
+        const bool mathKernel = x.c == 4 && gqa; // enable_gqa: only flash and math kernels support it
+        if (!mathKernel) {
+            // Flash (16-bit) or memory-efficient (fp32) kernel: saves q, k, v, output and logsumexp.
+            if (x.amp) { // autocast casts the fp32 rotary outputs to bf16; those copies are saved
+                L.alloc(keep, x.tok(x.qOut) * 2);
+                L.alloc(keep, x.tok(x.kvOut) * 2);
+                L.free(C::Temporaries, qBytes);
+                L.free(C::Temporaries, kBytes);
+            } else {
+                L.move(C::Temporaries, keep, qBytes);
+                L.move(C::Temporaries, keep, kBytes);
+            }
+            L.move(C::Temporaries, keep, vBytes);
+            const int64_t lseLen = x.c == 4 ? ((x.s + 31) / 32) * 32 : x.s;
+            L.alloc(keep, checkedMul(checkedMul(x.b, x.nh), lseLen) * 4);
+            L.alloc(C::Temporaries, outBytes);
+            outSaved = grad;
+            if (!grad) {
+                L.free(C::Temporaries, qBytes);
+                L.free(C::Temporaries, kBytes);
+                L.free(C::Temporaries, vBytes);
+                L.free(C::Temporaries, checkedMul(checkedMul(x.b, x.nh), lseLen) * 4);
+            }
+            return outBytes;
+        }
+        // Math kernel (at::_scaled_dot_product_attention_math): k, v repeated for GQA, q and k
+        // scaled by sqrt(scale), softmax probabilities saved, output made contiguous by HF.
+        x.notes.push_back("fp32 with grouped-query attention: SDPA falls back to the math kernel, which keeps "
+                          "the s x s probabilities");
+        const int64_t full = x.tok(x.qOut) * 4;
+        L.alloc(keep, full);               // q * sqrt(scale)
+        L.alloc(C::Temporaries, full);     // k.repeat_interleave
+        L.alloc(keep, full);               // k * sqrt(scale)
+        L.free(C::Temporaries, full);
+        L.alloc(keep, full);               // v.repeat_interleave
+        L.alloc(C::Temporaries, scores * 4); // q @ k^T
+        L.alloc(C::Temporaries, scores);     // causal mask (bool)
+        L.alloc(keep, scores * 4);           // softmax
+        L.free(C::Temporaries, scores);
+        L.free(C::Temporaries, scores * 4);
+        L.alloc(C::Temporaries, full);       // attn @ v
+        L.free(C::Temporaries, qBytes);
+        L.free(C::Temporaries, kBytes);
+        L.free(C::Temporaries, vBytes);
+        L.alloc(C::Temporaries, full);       // transpose(1, 2).contiguous()
+        L.free(C::Temporaries, full);
+        if (!grad) {
+            L.free(C::Temporaries, 3 * full);
+            L.free(C::Temporaries, scores * 4);
+        }
+        return full;
+    }
+    // HF eager_attention_forward: repeat_kv materialises k and v for GQA; matmul saves q and k;
+    // softmax(dtype=float32) saves its fp32 output; .to(q.dtype) is saved by the matmul with v.
+    const int64_t rep = x.tok(x.qOut) * x.c;
+    if (x.amp) {
+        L.alloc(keep, x.tok(x.qOut) * 2); // autocast copy of the fp32 rotary q
+        L.free(C::Temporaries, qBytes);
+    } else {
+        L.move(C::Temporaries, keep, qBytes);
+    }
+    if (gqa) {
+        L.alloc(keep, rep); // repeat_kv(k)
+        L.free(C::Temporaries, kBytes);
+        L.alloc(keep, rep); // repeat_kv(v)
+        L.free(C::Temporaries, vBytes);
+    } else {
+        if (x.amp) {
+            L.alloc(keep, x.tok(x.kvOut) * 2);
+            L.free(C::Temporaries, kBytes);
+        } else {
+            L.move(C::Temporaries, keep, kBytes);
+        }
+        L.move(C::Temporaries, keep, vBytes);
+    }
+    L.alloc(C::Temporaries, scores * x.c); // q @ k^T
+    L.alloc(C::Temporaries, scores * x.c); // * scaling
+    L.free(C::Temporaries, scores * x.c);
+    L.alloc(C::Temporaries, scores * x.c); // + causal_mask
+    L.free(C::Temporaries, scores * x.c);
+    L.alloc(keep, scores * 4);             // softmax(..., dtype=float32)
+    L.free(C::Temporaries, scores * x.c);
+    const bool castProbs = x.c != 4;
+    if (castProbs)
+        L.alloc(keep, scores * x.c);       // .to(query.dtype)
+    L.alloc(C::Temporaries, outBytes);     // attn_weights @ v
+    L.alloc(C::Temporaries, outBytes);     // transpose(1, 2).contiguous()
+    L.free(C::Temporaries, outBytes);
+    if (!grad) {
+        L.free(C::Temporaries, scores * 4 + (castProbs ? scores * x.c : 0));
+        L.free(C::Temporaries, x.tok(x.qOut) * (x.amp ? 2 : x.c));
+        L.free(C::Temporaries, gqa ? 2 * rep : x.tok(x.kvOut) * 2 * x.c);
+    }
+    return outBytes;
+}
+
+struct LayerCost
+{
+    Breakdown keep;      // what the layer leaves saved for backward
+    Breakdown excursion; // its inner peak above the level it started at
+};
+
+// A gated or plain MLP over `tokens` tokens with intermediate size `inter`, reading `in`.
+// Returns the output byte size (a temporary).
+int64_t mlp(Ledger &L, Ctx &x, Input &in, int64_t inter, bool grad)
+{
+    const C keep = grad ? C::Activations : C::Temporaries;
+    const int64_t n = checkedMul(in.tokens, inter) * x.c;
+    const int extraAct = x.m.activationSavedTensors - 1; // gelu_new keeps intermediate products
+    Ctx sub = x;
+    if (x.m.mlp == MlpKind::Gated) {
+        linear(L, x, ModGate, in, inter, grad); // g
+        linear(L, x, ModUp, in, inter, grad);   // u
+        releaseInput(L, in, grad);
+        L.move(C::Temporaries, keep, n);      // act_fn saves g
+        L.move(C::Temporaries, keep, n);      // mul saves u
+        L.alloc(keep, n);                     // a = act_fn(g), saved by mul
+        if (extraAct > 0)
+            L.alloc(keep, checkedMul(n, extraAct));
+        L.alloc(C::Temporaries, n);           // m = a * u
+        if (!grad) {
+            L.free(C::Temporaries, 3 * n);
+            if (extraAct > 0)
+                L.free(C::Temporaries, checkedMul(n, extraAct));
+        }
+    } else {
+        linear(L, x, ModUp, in, inter, grad); // fc1
+        releaseInput(L, in, grad);
+        L.move(C::Temporaries, keep, n);    // activation saves its input
+        if (extraAct > 0)
+            L.alloc(keep, checkedMul(n, extraAct));
+        L.alloc(C::Temporaries, n);         // activation output
+        if (!grad) {
+            L.free(C::Temporaries, n);
+            if (extraAct > 0)
+                L.free(C::Temporaries, checkedMul(n, extraAct));
+        }
+    }
+    Input mid{in.tokens, inter, x.c, false};
+    const int64_t out = linear(L, x, ModDown, mid, x.h, grad);
+    releaseInput(L, mid, grad);
+    return out;
+}
+
+LayerCost layerForward(Ctx &x, bool gradIn, bool grad)
+{
+    Ledger L;
+    const auto &m = x.m;
+    const int64_t stream = x.tok(x.h) * x.r;
+    L.alloc(C::Temporaries, stream);
+    const Breakdown start = L.current();
+    const int64_t startTotal = L.total();
+    L.resetPeak();
+
+    bool streamSaved = false;
+    Input n1 = norm(L, x, x.T, x.h, x.r, gradIn, grad, streamSaved);
+    const int64_t q = linear(L, x, ModQ, n1, x.qOut, grad);
+    const int64_t k = linear(L, x, ModK, n1, x.kvOut, grad);
+    const int64_t v = linear(L, x, ModV, n1, x.kvOut, grad);
+    releaseInput(L, n1, grad);
+    int64_t qb = q, kb = k;
+    if (m.qkNorm) { // Qwen3: RMSNorm over head_dim on q and k
+        bool unused = false;
+        Input qn = norm(L, x, x.T, x.qOut, x.c, true, grad, unused);
+        L.free(C::Temporaries, q);
+        Input kn = norm(L, x, x.T, x.kvOut, x.c, true, grad, unused);
+        L.free(C::Temporaries, k);
+        qb = qn.size();
+        kb = kn.size();
+    }
+    const int64_t qe = rope(L, x, qb, x.qOut);
+    const int64_t ke = rope(L, x, kb, x.kvOut);
+    bool outSaved = false;
+    const int64_t attnOut = attention(L, x, qe, ke, v, grad, outSaved);
+    Input ao{x.T, x.qOut, x.c, false};
+    const int64_t o = linear(L, x, ModO, ao, x.h, grad);
+    ao.saved = ao.saved || outSaved;
+    (void)attnOut;
+    releaseInput(L, ao, grad);
+    // Residual add: a new stream tensor; the old one lives on only if a norm saved it.
+    L.alloc(C::Temporaries, stream);
+    L.free(C::Temporaries, o);
+    if (streamSaved && grad)
+        L.move(C::Temporaries, C::Activations, stream);
+    else
+        L.free(C::Temporaries, stream);
+
+    bool stream2Saved = false;
+    Input n2 = norm(L, x, x.T, x.h, x.r, true, grad, stream2Saved);
+    int64_t mlpOut = 0;
+    if (m.isMoe()) {
+        // Router: Linear(h, E), softmax(dtype=float) saved, top-k. Experts see T*k token rows, each
+        // gathered (index) from the normed input; outputs are scaled by the routing weight (saved).
+        const C keep = grad ? C::Activations : C::Temporaries;
+        const int64_t E = m.numExperts, k2 = m.expertsPerToken;
+        if (grad && x.full)
+            n2.saved = true;
+        L.alloc(C::Temporaries, x.tok(E) * x.c);
+        L.alloc(keep, x.tok(E) * 4);
+        L.free(C::Temporaries, x.tok(E) * x.c);
+        Input routed{checkedMul(x.T, k2), x.h, x.c, false};
+        L.alloc(C::Temporaries, routed.size());
+        x.weightCopies = E;
+        const int64_t eo = mlp(L, x, routed, m.expertIntermediateSize, grad);
+        x.weightCopies = 1;
+        L.move(C::Temporaries, grad && x.full ? C::Activations : C::Temporaries, eo); // * routing weight
+        if (!(grad && x.full))
+            L.free(C::Temporaries, eo);
+        mlpOut = x.tok(x.h) * x.c;
+        L.alloc(C::Temporaries, mlpOut); // index_add_ target
+        if (m.sharedExpertIntermediateSize > 0) {
+            Input shared{x.T, x.h, n2.bytes, false};
+            L.alloc(C::Temporaries, shared.size());
+            const int64_t so = mlp(L, x, shared, m.sharedExpertIntermediateSize, grad);
+            L.move(C::Temporaries, keep, so); // * sigmoid(shared_expert_gate(x)), saved
+            if (!grad)
+                L.free(C::Temporaries, so);
+        }
+        releaseInput(L, n2, grad);
+    } else {
+        mlpOut = mlp(L, x, n2, m.intermediateSize, grad);
+    }
+    L.alloc(C::Temporaries, stream); // second residual add
+    L.free(C::Temporaries, mlpOut);
+    if (stream2Saved && grad)
+        L.move(C::Temporaries, C::Activations, stream);
+    else
+        L.free(C::Temporaries, stream);
+
+    LayerCost cost;
+    cost.keep = minus(L.current(), start);
+    Breakdown peak = L.atPeak();
+    cost.excursion = minus(peak, start);
+    (void)startTotal;
+    return cost;
+}
+
+struct Params
+{
+    ParamSummary summary;
+    int64_t layerGradBytes = 0;   // gradients one decoder layer produces
+    int64_t embedGradBytes = 0;   // embedding (and learned positions)
+    int64_t lmHeadGradBytes = 0;  // untied lm_head
+    int64_t stepTemporaryBytes = 0;
+    int64_t largestLayerParamBytes = 0; // for ZeRO-3 gathers
+};
+
+// NF4 storage of one tensor as bitsandbytes quantize_4bit packs it: two values per byte, one
+// absmax per 64-value block (fp32, or 8-bit plus an fp32 absmax per 256 blocks when double-quantized).
+int64_t nf4Bytes(int64_t numel, bool doubleQuant)
+{
+    const int64_t packed = (numel + 1) / 2;
+    const int64_t blocks = (numel + 63) / 64;
+    const int64_t absmax = doubleQuant ? blocks + ((blocks + 255) / 256) * 4 : blocks * 4;
+    return packed + absmax;
+}
+
+Params countParams(const Ctx &x)
+{
+    Params P;
+    auto &S = P.summary;
+    const auto &cfg = x.cfg;
+    const int p = x.p;
+    const int stateBytesPerElem = p; // optimizer state dtype follows the parameter (torch.optim)
+    int64_t trainableBytesForState = 0;
+    int64_t layerParamBytes = 0;
+    auto addTrainable = [&](int64_t numel, int bytes, int64_t count, bool inLayer) {
+        const int64_t n = checkedMul(numel, count);
+        S.trainable = checkedAdd(S.trainable, n);
+        S.gradientBytes = checkedAdd(S.gradientBytes, checkedMul(n, bytes));
+        S.largestTrainableBytes = std::max(S.largestTrainableBytes, checkedMul(numel, bytes));
+        trainableBytesForState = checkedAdd(trainableBytesForState, checkedMul(n, bytes));
+        if (inLayer)
+            P.layerGradBytes = checkedAdd(P.layerGradBytes, checkedMul(checkedMul(numel, bytes), count / x.m.numLayers));
+        // optimizer state
+        int64_t state = 0;
+        switch (cfg.optimizer) {
+        case Optimizer::AdamW: state = checkedMul(n, 2 * bytes); break;
+        case Optimizer::SGD: state = 0; break;
+        case Optimizer::SGDMomentum:
+        case Optimizer::Lion: state = checkedMul(n, bytes); break;
+        case Optimizer::AdamW8bit:
+            // bitsandbytes: uint8 exp_avg and exp_avg_sq with an fp32 absmax per 256-value block;
+            // tensors under min_8bit_size (4096) keep 32-bit state.
+            if (numel >= 4096)
+                state = checkedMul(count, 2 * (numel + ((numel + 255) / 256) * 4));
+            else
+                state = checkedMul(n, 8);
+            break;
+        case Optimizer::Adafactor:
+            (void)0;
+            break;
+        }
+        S.optimizerStateBytes = checkedAdd(S.optimizerStateBytes, state);
+    };
+    int64_t largestLinear = 0;
+    for (const auto &t : parameterInventory(x.m)) {
+        const int64_t n = checkedMul(t.numel(), t.count);
+        S.total = checkedAdd(S.total, n);
+        const bool inLayer = t.module != "embed_tokens" && t.module != "embed_positions" &&
+                             t.module != "final_norm" && t.module != "lm_head";
+        if (inLayer)
+            layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(t.numel(), p), t.count / x.m.numLayers));
+        if (t.decoderLinear)
+            largestLinear = std::max(largestLinear, t.numel());
+        // Weights
+        if (x.qlora && t.decoderLinear)
+            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count));
+        else
+            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(n, p));
+        if (x.full) {
+            addTrainable(t.numel(), p, t.count, inLayer);
+            if (cfg.optimizer == Optimizer::Adafactor) {
+                // torch.optim.Adafactor: row and column variances for matrices, full variance for vectors.
+                const int64_t st = t.cols > 1 ? t.rows + t.cols : t.rows;
+                S.optimizerStateBytes = checkedAdd(S.optimizerStateBytes, checkedMul(checkedMul(st, p), t.count));
+            }
+        }
+    }
+    if (!x.full) {
+        // LoRA adapters on every targeted Linear: A (r x in) and B (out x r), fp32.
+        const int64_t r = cfg.lora.rank;
+        const int64_t L = x.m.numLayers;
+        const int64_t experts = x.m.isMoe() ? x.m.numExperts : 1;
+        for (int mod = 0; mod < ModuleCount; ++mod) {
+            if (!x.lora[mod])
+                continue;
+            const bool expertMod = mod == ModGate || mod == ModUp || mod == ModDown;
+            const int64_t count = checkedMul(L, expertMod ? experts : 1);
+            const int64_t inF = x.inFeatures(Module(mod)), outF = x.outFeatures(Module(mod));
+            for (int64_t numel : {checkedMul(r, inF), checkedMul(outF, r)}) {
+                S.total = checkedAdd(S.total, checkedMul(numel, count));
+                S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, count), x.loraBytes));
+                addTrainable(numel, x.loraBytes, count, true);
+                if (cfg.optimizer == Optimizer::Adafactor)
+                    S.optimizerStateBytes = checkedAdd(S.optimizerStateBytes,
+                                                       checkedMul(checkedMul(numel == r * inF ? r + inF : outF + r, 4), count));
+            }
+        }
+    }
+    if (x.full) {
+        P.embedGradBytes = checkedMul(checkedMul(x.V, x.h), p);
+        if (x.m.learnedPositions)
+            P.embedGradBytes = checkedAdd(P.embedGradBytes, checkedMul(checkedMul(x.m.maxPositions, x.h), p));
+        P.lmHeadGradBytes = x.m.tiedEmbeddings ? 0 : checkedMul(checkedMul(x.V, x.h), p);
+    }
+    P.largestLayerParamBytes = layerParamBytes;
+    // Optimizer-step temporaries.
+    const bool forLoop = cfg.optimizerImpl == OptimizerImpl::ForLoop;
+    const bool fused = cfg.optimizerImpl == OptimizerImpl::Fused;
+    switch (cfg.optimizer) {
+    case Optimizer::AdamW:
+    case Optimizer::Lion:
+    case Optimizer::Adafactor:
+        // foreach AdamW: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), one state-sized list.
+        // for-loop: (exp_avg_sq.sqrt() / bias_correction2_sqrt) holds two copies of the largest tensor.
+        // torch.optim.Adafactor (foreach) measured at one parameter-sized buffer as well.
+        P.stepTemporaryBytes = fused ? 0 : forLoop ? 2 * S.largestTrainableBytes : trainableBytesForState;
+        break;
+    case Optimizer::AdamW8bit: // bitsandbytes' blockwise kernel updates in place
+    case Optimizer::SGD:       // _foreach_add_(params, grads, alpha=-lr)
+    case Optimizer::SGDMomentum:
+        P.stepTemporaryBytes = 0;
+        break;
+    }
+    (void)stateBytesPerElem;
+    (void)largestLinear;
+    return P;
+}
+
+double defaultSlackFraction()
+{
+    // Median of (peak reserved - peak allocated) / peak allocated over the 30 HF runs in
+    // tests/data/hf_reference_h200.json (range 1.8% to 40%): fragmentation is path dependent.
+    return 0.061;
+}
+
+} // namespace
+
+Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
+{
+    model.validate();
+    cfg.validate();
+    Ctx x(model, cfg);
+    Estimate est;
+    est.tokens = x.T;
+    Params P = countParams(x);
+    est.params = P.summary;
+    const int N = cfg.worldSize;
+    const int zero = N > 1 ? cfg.zeroStage : 0;
+
+    // Sharding (ZeRO / FSDP): each rank holds 1/N of the state (stage >= 1), of the gradients
+    // (stage >= 2) and of the weights (stage 3).
+    auto shard = [N](int64_t v) { return (v + N - 1) / N; };
+    const int64_t weights = zero >= 3 ? shard(P.summary.weightBytes) : P.summary.weightBytes;
+    const int64_t state = zero >= 1 ? shard(P.summary.optimizerStateBytes) : P.summary.optimizerStateBytes;
+    const int64_t gradScale = zero >= 2 ? N : 1;
+    int64_t comm = 0;
+    if (N > 1) {
+        if (zero == 0)
+            comm = P.summary.gradientBytes; // DDP Reducer bucket copies (gradient_as_bucket_view=False)
+        else if (zero <= 2)
+            comm = 2 * opt.ddpBucketBytes;  // reduce-scatter buckets in flight
+        else
+            comm = 2 * P.largestLayerParamBytes; // all-gathered layer in use plus the prefetched one
+    }
+
+    // ---- After load: the weights alone.
+    est.phases[0].phase = Phase::AfterLoad;
+    est.phases[0].atPeak[C::Weights] = weights;
+    est.phases[0].peakAllocatedBytes = weights;
+
+    Ledger G;
+    G.alloc(C::Weights, weights);
+    G.alloc(C::OptimizerState, state);
+    G.alloc(C::Temporaries, opt.cublasWorkspaceBytes);
+    if (comm > 0 && zero >= 3)
+        G.alloc(C::Communication, comm);
+    G.alloc(C::Temporaries, x.tok(16)); // input_ids and labels (int64), plus the padded shift
+    G.resetPeak();
+
+    // ---- Forward.
+    const bool ckpt = cfg.gradCheckpointing;
+    const bool gradIn0 = x.full; // a frozen embedding gives layer 0 an input without grad
+    const LayerCost first = layerForward(x, gradIn0, !ckpt);
+    const LayerCost rest = layerForward(x, true, !ckpt);
+    const LayerCost recompute = ckpt ? layerForward(x, true, true) : rest;
+    const int64_t L = model.numLayers;
+    const int64_t stream = x.tok(x.h) * x.r;
+    Breakdown ckptKeep;
+    ckptKeep[C::Activations] = roundBlock(stream); // checkpoint saves the layer input
+    const Breakdown &firstKeep = ckpt ? ckptKeep : first.keep;
+    const Breakdown &restKeep = ckpt ? ckptKeep : rest.keep;
+
+    G.alloc(C::Temporaries, stream); // embedding output (the embedding saves only indices)
+    if (model.learnedPositions) {
+        G.alloc(C::Temporaries, stream);
+        G.free(C::Temporaries, stream);
+    }
+    if (cfg.attention == Attention::Eager) // HF builds one (b, 1, s, s) additive causal mask per forward
+        G.alloc(C::Temporaries, checkedMul(checkedMul(x.b, x.s), x.s) * x.c);
+    G.probe(first.excursion);
+    G.add(firstKeep);
+    if (L > 1) {
+        G.add(restKeep, L - 2);
+        G.probe(rest.excursion);
+        G.add(restKeep);
+    }
+    // Final norm and lm_head.
+    Ledger H; // the head, simulated on its own and added
+    bool unused = false;
+    Input fn = norm(H, x, x.T, x.h, x.r, true, true, unused);
+    const bool headTrainable = x.full;
+    if (headTrainable) {
+        if (x.amp)
+            H.alloc(C::Activations, x.tok(x.h) * 2); // autocast copy saved by lm_head
+        else
+            fn.saved = true;
+    }
+    releaseInput(H, fn, true);
+    // Under autocast the lm_head weight is cast to bf16 too and saved by its matmul.
+    const int64_t headCopy = (x.amp && !x.qlora) ? checkedMul(checkedMul(x.V, x.h), 2) : 0;
+    H.alloc(C::Activations, headCopy);
+    const int cl = x.amp ? 2 : x.c; // logits dtype: lm_head runs in bf16 under autocast
+    const int64_t logits = checkedMul(x.tok(x.V), cl);
+    H.alloc(C::Logits, logits);
+    int64_t softcapKeep = 0;
+    if (model.finalLogitSoftcap > 0) {
+        // Gemma 2: logits / cap (new), tanh (saves its output), * cap (new): the tanh output stays.
+        H.alloc(C::Logits, logits);
+        H.free(C::Logits, logits);
+        H.alloc(C::Logits, logits);
+        H.free(C::Logits, logits);
+        H.alloc(C::Logits, logits);
+        softcapKeep = logits;
+    }
+    // ForCausalLMLoss: logits.float(), then cross_entropy = log_softmax (saves its output) + nll_loss.
+    const int64_t upcast = cl < 4 ? x.tok(x.V) * 4 : 0;
+    H.alloc(C::Logits, upcast);
+    const int64_t logprobs = x.tok(x.V) * 4;
+    H.alloc(C::Logits, logprobs);
+    H.free(C::Logits, upcast);
+    H.free(C::Logits, logits); // the output object (and its logits) is dropped before backward
+    G.probe(H.atPeak());
+    G.add(H.current());
+    if (cfg.attention == Attention::Eager)
+        G.free(C::Temporaries, checkedMul(checkedMul(x.b, x.s), x.s) * x.c);
+    G.free(C::Temporaries, stream); // the final hidden state
+    est.phases[1].phase = Phase::Forward;
+    est.phases[1].peakAllocatedBytes = G.peak();
+    est.phases[1].atPeak = G.atPeak();
+
+    // ---- Backward.
+    G.resetPeak();
+    G.alloc(C::Logits, logprobs); // nll_loss_backward: grad of the log-probabilities
+    G.alloc(C::Logits, logprobs); // _log_softmax_backward_data
+    G.free(C::Logits, logprobs);  // the saved log-probabilities are released
+    G.free(C::Logits, logprobs);
+    if (cl < 4) {
+        G.alloc(C::Logits, logits); // ToCopyBackward: the gradient back in bf16
+        G.free(C::Logits, logprobs);
+    }
+    if (softcapKeep) {
+        G.alloc(C::Logits, logits);
+        G.free(C::Logits, logits);
+        G.free(C::Logits, softcapKeep);
+    }
+    G.alloc(C::Temporaries, x.tok(x.h) * x.c); // lm_head backward: grad of the final hidden state
+    if (headTrainable) {
+        // The lm_head's weight gradient; tied, it is the embedding's gradient, summed into later.
+        const int64_t g = model.tiedEmbeddings ? P.embedGradBytes : P.lmHeadGradBytes;
+        G.alloc(C::Gradients, zero >= 2 ? shard(g) : g);
+    }
+    G.free(C::Logits, cl < 4 ? logits : logprobs); // the gradient of the logits is consumed
+    G.free(C::Activations, H.current()[C::Activations]); // final norm's saved tensors go
+
+    // Decoder layers, top to bottom.
+    const int64_t layerGrads = zero >= 2 ? shard(P.layerGradBytes) : P.layerGradBytes;
+    const int64_t I = model.isMoe() ? checkedMul(model.expertIntermediateSize, model.expertsPerToken)
+                                    : model.intermediateSize;
+    auto backwardExcursion = [&](const LayerCost &fwd) {
+        (void)fwd;
+        Breakdown e;
+        // MLP backward: grad_a and grad_u of the product live together, with the gradient of the
+        // layer's output and input in flight; LoRA adds the gradient of the fp32 input cast.
+        int64_t mlpT = checkedMul(x.tok(I), 2 * x.c) + x.tok(x.h) * x.c;
+        if (!x.full)
+            mlpT = checkedAdd(mlpT, x.tok(I) * 4);
+        // Attention backward: dq, dk, dv plus flash's fp32 dq accumulator; eager holds the gradient of
+        // the probabilities in bf16 and fp32 and the gradient of the scores.
+        const int64_t sc = checkedMul(checkedMul(checkedMul(x.b, x.nh), x.s), x.s);
+        const int64_t attnT = cfg.attention == Attention::Eager
+                                  ? checkedMul(sc, 2 * x.c + 4)
+                                  : checkedAdd(x.tok(x.qOut + 2 * x.kvOut) * x.c, x.tok(x.qOut) * 4);
+        e[C::Temporaries] = std::max(mlpT, attnT);
+        e[C::Gradients] = layerGrads;
+        if (ckpt) {
+            // Recompute: the layer's forward runs again with its activations kept.
+            Breakdown withKeep = e;
+            withKeep[C::Activations] += recompute.keep[C::Activations];
+            withKeep[C::Temporaries] += recompute.keep[C::Temporaries];
+            Breakdown re = recompute.excursion;
+            return withKeep.total() >= re.total() ? withKeep : re;
+        }
+        return e;
+    };
+    Breakdown net;
+    net[C::Activations] = -restKeep[C::Activations];
+    net[C::Gradients] = layerGrads;
+    Breakdown net0 = net;
+    net0[C::Activations] = -firstKeep[C::Activations];
+    if (L > 1) {
+        G.probe(backwardExcursion(rest));
+        G.add(net, L - 2);
+        G.probe(backwardExcursion(rest));
+        G.add(net);
+    }
+    G.probe(backwardExcursion(first));
+    G.add(net0);
+    // Embedding backward (embedding_dense_backward). Tied: AccumulateGrad sums into the lm_head's
+    // gradient out of place, so the new gradient and the sum coexist with the old one.
+    if (x.full) {
+        const int64_t eg = zero >= 2 ? shard(P.embedGradBytes) : P.embedGradBytes;
+        if (model.tiedEmbeddings) {
+            G.alloc(C::Temporaries, eg);
+            G.alloc(C::Temporaries, eg);
+            G.free(C::Temporaries, 2 * eg);
+        } else {
+            G.alloc(C::Gradients, eg);
+        }
+    }
+    if (comm > 0 && zero <= 2) {
+        G.alloc(C::Communication, comm);
+        G.free(C::Communication, comm);
+    }
+    G.free(C::Temporaries, x.tok(x.h) * x.c);
+    est.phases[2].phase = Phase::Backward;
+    est.phases[2].peakAllocatedBytes = G.peak();
+    est.phases[2].atPeak = G.atPeak();
+
+    // ---- Optimizer step: state, gradients and the step's temporaries.
+    G.resetPeak();
+    const int64_t stepTemp = zero >= 1 ? shard(P.stepTemporaryBytes) : P.stepTemporaryBytes;
+    G.alloc(C::Temporaries, stepTemp);
+    G.free(C::Temporaries, stepTemp);
+    est.phases[3].phase = Phase::Optimizer;
+    est.phases[3].peakAllocatedBytes = G.peak();
+    est.phases[3].atPeak = G.atPeak();
+    (void)gradScale;
+
+    // ---- Overall peak, reserved and device total.
+    size_t best = 1;
+    for (size_t i = 1; i < 4; ++i)
+        if (est.phases[i].peakAllocatedBytes > est.phases[best].peakAllocatedBytes)
+            best = i;
+    est.peakPhase = est.phases[best].phase;
+    est.peak = est.phases[best].atPeak;
+    est.peakAllocatedBytes = est.phases[best].peakAllocatedBytes;
+    const double slackFraction = opt.allocatorSlackFraction > 0 ? opt.allocatorSlackFraction : defaultSlackFraction();
+    const int64_t slack = static_cast<int64_t>(std::llround(static_cast<double>(est.peakAllocatedBytes) * slackFraction));
+    est.peak[C::AllocatorSlack] = slack;
+    est.peakReservedBytes = checkedAdd(est.peakAllocatedBytes, slack);
+    est.peak[C::CudaContext] = opt.cudaContextBytes;
+    est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, opt.cudaContextBytes);
+
+    // Notes on mechanisms the user may not expect.
+    if (!x.full)
+        x.notes.push_back("PEFT keeps LoRA adapters in fp32 and casts each adapter's input to fp32; those copies "
+                          "are saved for backward");
+    if (x.amp)
+        x.notes.push_back("autocast keeps a bf16 copy of every Linear weight until backward, and the residual "
+                          "stream stays fp32");
+    std::sort(x.notes.begin(), x.notes.end());
+    x.notes.erase(std::unique(x.notes.begin(), x.notes.end()), x.notes.end());
+    est.notes = x.notes;
+    return est;
+}
+
+} // namespace headroom

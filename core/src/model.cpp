@@ -1,0 +1,374 @@
+#include "headroom/model.h"
+
+#include "headroom/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+namespace headroom {
+
+using nlohmann::json;
+
+namespace {
+
+std::string show(const json &v)
+{
+    return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+int64_t requireInt(const json &c, const std::string &key, const std::string &ctx)
+{
+    if (!c.contains(key) || c.at(key).is_null())
+        throw InputError(ctx + "." + key, "(missing)", "required field is missing");
+    const json &v = c.at(key);
+    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<int64_t>(v.get<double>())))
+        throw InputError(ctx + "." + key, show(v), "must be a whole number");
+    const auto n = v.get<int64_t>();
+    if (n <= 0)
+        throw InputError(ctx + "." + key, show(v), "must be positive");
+    return n;
+}
+
+int64_t optionalInt(const json &c, const std::string &key, int64_t fallback, const std::string &ctx)
+{
+    if (!c.contains(key) || c.at(key).is_null())
+        return fallback;
+    return requireInt(c, key, ctx);
+}
+
+bool optionalBool(const json &c, const std::string &key, bool fallback, const std::string &ctx)
+{
+    if (!c.contains(key) || c.at(key).is_null())
+        return fallback;
+    if (!c.at(key).is_boolean())
+        throw InputError(ctx + "." + key, show(c.at(key)), "must be true or false");
+    return c.at(key).get<bool>();
+}
+
+std::string optionalString(const json &c, const std::string &key, const std::string &fallback, const std::string &ctx)
+{
+    if (!c.contains(key) || c.at(key).is_null())
+        return fallback;
+    if (!c.at(key).is_string())
+        throw InputError(ctx + "." + key, show(c.at(key)), "must be a string");
+    return c.at(key).get<std::string>();
+}
+
+// How many tensors an activation function saves for backward, in units of its input.
+// SiLU, GELU and gelu_pytorch_tanh are single ATen ops that save their input; HF's gelu_new
+// (NewGELUActivation) is written as Python ops: pow saves x, tanh saves its output, and the
+// final product saves both its factors.
+int activationSaved(const std::string &act)
+{
+    if (act == "gelu_new" || act == "gelu_fast")
+        return 4;
+    return 1;
+}
+
+const std::vector<std::string> kTypes = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+                                         "gemma", "gemma2", "phi3", "gpt_neox", "gpt2"};
+
+} // namespace
+
+std::vector<std::string> supportedModelTypes()
+{
+    return kTypes;
+}
+
+void ModelArch::validate() const
+{
+    auto positive = [&](const char *field, int64_t v) {
+        if (v <= 0)
+            throw InputError(std::string("model.") + field, std::to_string(v), "must be positive");
+    };
+    positive("hidden_size", hiddenSize);
+    positive("num_hidden_layers", numLayers);
+    positive("num_attention_heads", numHeads);
+    positive("num_key_value_heads", numKvHeads);
+    positive("head_dim", headDim);
+    positive("intermediate_size", intermediateSize);
+    positive("vocab_size", vocabSize);
+    if (numHeads % numKvHeads != 0)
+        throw InputError("model.num_key_value_heads", std::to_string(numKvHeads),
+                         "must divide num_attention_heads (" + std::to_string(numHeads) + ")");
+    const int64_t limit = int64_t(1) << 24;
+    for (auto [f, v] : {std::pair{"hidden_size", hiddenSize}, {"intermediate_size", intermediateSize},
+                        {"num_hidden_layers", numLayers}, {"vocab_size", vocabSize}}) {
+        if (v > limit)
+            throw InputError(std::string("model.") + f, std::to_string(v), "is implausibly large (limit 16777216)");
+    }
+    if (isMoe() && (expertsPerToken <= 0 || expertsPerToken > numExperts))
+        throw InputError("model.num_experts_per_tok", std::to_string(expertsPerToken),
+                         "must be between 1 and the number of experts (" + std::to_string(numExperts) + ")");
+}
+
+ModelArch modelFromHfConfig(const json &c, const std::string &id)
+{
+    const std::string ctx = "config";
+    if (!c.is_object())
+        throw InputError(ctx, show(c).substr(0, 40), "a Hugging Face config.json must be a JSON object");
+    if (!c.contains("model_type"))
+        throw InputError("config.model_type", "(missing)", "required field is missing");
+    ModelArch m;
+    m.modelType = optionalString(c, "model_type", "", ctx);
+    m.id = id;
+    m.name = id;
+    const std::string &t = m.modelType;
+    if (std::find(kTypes.begin(), kTypes.end(), t) == kTypes.end()) {
+        std::string list;
+        for (const auto &k : kTypes)
+            list += (list.empty() ? "" : ", ") + k;
+        throw InputError("config.model_type", t, "unsupported model type (supported: " + list + ")");
+    }
+
+    if (t == "gpt2") {
+        m.hiddenSize = requireInt(c, "n_embd", ctx);
+        m.numLayers = requireInt(c, "n_layer", ctx);
+        m.numHeads = requireInt(c, "n_head", ctx);
+        m.numKvHeads = m.numHeads;
+        m.intermediateSize = optionalInt(c, "n_inner", 4 * m.hiddenSize, ctx);
+        m.vocabSize = requireInt(c, "vocab_size", ctx);
+        m.maxPositions = optionalInt(c, "n_positions", 1024, ctx);
+        m.learnedPositions = true;
+        m.tiedEmbeddings = optionalBool(c, "tie_word_embeddings", true, ctx);
+        m.mlp = MlpKind::Plain;
+        m.norm = NormKind::LayerNorm;
+        m.qkvBias = m.oBias = m.mlpBias = true;
+        m.activation = optionalString(c, "activation_function", "gelu_new", ctx);
+    } else {
+        m.hiddenSize = requireInt(c, "hidden_size", ctx);
+        m.numLayers = requireInt(c, "num_hidden_layers", ctx);
+        m.numHeads = requireInt(c, "num_attention_heads", ctx);
+        m.numKvHeads = optionalInt(c, "num_key_value_heads", m.numHeads, ctx);
+        m.intermediateSize = requireInt(c, "intermediate_size", ctx);
+        m.vocabSize = requireInt(c, "vocab_size", ctx);
+        m.maxPositions = optionalInt(c, "max_position_embeddings", 2048, ctx);
+        const bool gemmaLike = t == "gemma" || t == "gemma2";
+        m.tiedEmbeddings = optionalBool(c, "tie_word_embeddings", gemmaLike, ctx);
+        m.activation = optionalString(c, "hidden_act", "silu", ctx);
+        if (gemmaLike)
+            m.activation = optionalString(c, "hidden_activation", "gelu_pytorch_tanh", ctx);
+        if (t == "llama") {
+            m.qkvBias = m.oBias = optionalBool(c, "attention_bias", false, ctx);
+            m.mlpBias = optionalBool(c, "mlp_bias", false, ctx);
+        } else if (t == "qwen2" || t == "qwen2_moe") {
+            m.qkvBias = true; // Qwen2Attention hard-codes bias=True on q/k/v, none on o_proj
+        } else if (t == "qwen3") {
+            m.qkvBias = m.oBias = optionalBool(c, "attention_bias", false, ctx);
+            m.qkNorm = true;
+        } else if (t == "gpt_neox") {
+            m.qkvBias = m.oBias = optionalBool(c, "attention_bias", true, ctx);
+            m.mlpBias = true;
+            m.mlp = MlpKind::Plain;
+            m.norm = NormKind::LayerNorm;
+            m.activation = optionalString(c, "hidden_act", "gelu", ctx);
+        }
+        if (t == "gemma2") {
+            m.normsPerLayer = 4;
+            if (c.contains("final_logit_softcapping") && c.at("final_logit_softcapping").is_number())
+                m.finalLogitSoftcap = c.at("final_logit_softcapping").get<double>();
+        }
+        if (t == "mixtral") {
+            m.numExperts = requireInt(c, "num_local_experts", ctx);
+            m.expertsPerToken = requireInt(c, "num_experts_per_tok", ctx);
+            m.expertIntermediateSize = m.intermediateSize;
+        } else if (t == "qwen2_moe") {
+            m.numExperts = requireInt(c, "num_experts", ctx);
+            m.expertsPerToken = requireInt(c, "num_experts_per_tok", ctx);
+            m.expertIntermediateSize = requireInt(c, "moe_intermediate_size", ctx);
+            m.sharedExpertIntermediateSize = optionalInt(c, "shared_expert_intermediate_size", 0, ctx);
+            m.sharedExpertGate = m.sharedExpertIntermediateSize > 0;
+        }
+    }
+    m.headDim = optionalInt(c, "head_dim", 0, ctx);
+    if (m.headDim == 0) {
+        if (m.hiddenSize % m.numHeads != 0)
+            throw InputError("config.num_attention_heads", std::to_string(m.numHeads),
+                             "does not divide hidden_size (" + std::to_string(m.hiddenSize) + ") and no head_dim is given");
+        m.headDim = m.hiddenSize / m.numHeads;
+    }
+    m.activationSavedTensors = activationSaved(m.activation);
+    m.validate();
+    return m;
+}
+
+ModelArch modelFromHfConfigFile(const std::string &path)
+{
+    std::ifstream in(path);
+    if (!in)
+        throw InputError("model", path, "cannot open the file");
+    json j;
+    try {
+        j = json::parse(in);
+    } catch (const json::parse_error &e) {
+        throw InputError("model", path, std::string("is not valid JSON (") + e.what() + ")");
+    }
+    // A Headroom preset wraps the HF config; a plain config.json is the config itself.
+    if (j.is_object() && j.contains("config") && j.contains("headroom"))
+        return modelArchFromJson(j);
+    ModelArch m = modelFromHfConfig(j, path);
+    return m;
+}
+
+std::vector<ParamTensor> parameterInventory(const ModelArch &m)
+{
+    std::vector<ParamTensor> p;
+    const int64_t h = m.hiddenSize, L = m.numLayers, d = m.headDim;
+    const int64_t qOut = m.numHeads * d, kvOut = m.numKvHeads * d;
+    const int64_t normTensors = m.norm == NormKind::LayerNorm ? 2 : 1; // weight (+ bias)
+    auto add = [&](std::string module, int64_t rows, int64_t cols, int64_t count, bool linear = false) {
+        p.push_back({std::move(module), rows, cols, count, linear});
+    };
+    add("embed_tokens", m.vocabSize, h, 1);
+    if (m.learnedPositions)
+        add("embed_positions", m.maxPositions, h, 1);
+    add("q_proj", qOut, h, L, true);
+    add("k_proj", kvOut, h, L, true);
+    add("v_proj", kvOut, h, L, true);
+    add("o_proj", h, qOut, L, true);
+    if (m.qkvBias) {
+        add("q_proj.bias", qOut, 1, L);
+        add("k_proj.bias", kvOut, 1, L);
+        add("v_proj.bias", kvOut, 1, L);
+    }
+    if (m.oBias)
+        add("o_proj.bias", h, 1, L);
+    if (m.qkNorm) {
+        add("q_norm", d, 1, L);
+        add("k_norm", d, 1, L);
+    }
+    if (m.isMoe()) {
+        const int64_t E = m.numExperts, Ie = m.expertIntermediateSize;
+        add("router", E, h, L);
+        add("gate_proj", Ie, h, L * E, true);
+        add("up_proj", Ie, h, L * E, true);
+        add("down_proj", h, Ie, L * E, true);
+        if (m.sharedExpertIntermediateSize > 0) {
+            const int64_t Is = m.sharedExpertIntermediateSize;
+            add("shared_expert.gate_proj", Is, h, L, true);
+            add("shared_expert.up_proj", Is, h, L, true);
+            add("shared_expert.down_proj", h, Is, L, true);
+        }
+        if (m.sharedExpertGate)
+            add("shared_expert_gate", 1, h, L);
+    } else {
+        const int64_t I = m.intermediateSize;
+        if (m.mlp == MlpKind::Gated)
+            add("gate_proj", I, h, L, true);
+        add("up_proj", I, h, L, true);
+        add("down_proj", h, I, L, true);
+        if (m.mlpBias) {
+            if (m.mlp == MlpKind::Gated)
+                add("gate_proj.bias", I, 1, L);
+            add("up_proj.bias", I, 1, L);
+            add("down_proj.bias", h, 1, L);
+        }
+    }
+    add("layer_norms", h, 1, L * m.normsPerLayer * normTensors);
+    add("final_norm", h, 1, normTensors);
+    if (!m.tiedEmbeddings)
+        add("lm_head", m.vocabSize, h, 1);
+    return p;
+}
+
+int64_t parameterCount(const ModelArch &m)
+{
+    int64_t n = 0;
+    for (const auto &t : parameterInventory(m))
+        n = checkedAdd(n, checkedMul(t.numel(), t.count));
+    return n;
+}
+
+json toJson(const ModelArch &m)
+{
+    json j = {{"id", m.id},
+              {"name", m.name},
+              {"model_type", m.modelType},
+              {"hidden_size", m.hiddenSize},
+              {"num_hidden_layers", m.numLayers},
+              {"num_attention_heads", m.numHeads},
+              {"num_key_value_heads", m.numKvHeads},
+              {"head_dim", m.headDim},
+              {"intermediate_size", m.intermediateSize},
+              {"vocab_size", m.vocabSize},
+              {"max_position_embeddings", m.maxPositions},
+              {"tie_word_embeddings", m.tiedEmbeddings},
+              {"learned_positions", m.learnedPositions},
+              {"mlp", m.mlp == MlpKind::Gated ? "gated" : "plain"},
+              {"norm", m.norm == NormKind::RMSNorm ? "rmsnorm" : "layernorm"},
+              {"qkv_bias", m.qkvBias},
+              {"o_bias", m.oBias},
+              {"mlp_bias", m.mlpBias},
+              {"qk_norm", m.qkNorm},
+              {"norms_per_layer", m.normsPerLayer},
+              {"activation", m.activation},
+              {"final_logit_softcapping", m.finalLogitSoftcap},
+              {"num_experts", m.numExperts},
+              {"num_experts_per_tok", m.expertsPerToken},
+              {"expert_intermediate_size", m.expertIntermediateSize},
+              {"shared_expert_intermediate_size", m.sharedExpertIntermediateSize},
+              {"shared_expert_gate", m.sharedExpertGate},
+              {"parameters", parameterCount(m)}};
+    return j;
+}
+
+ModelArch modelArchFromJson(const json &j)
+{
+    // A preset file {"headroom": {...}, "config": {...HF...}} or Headroom's own flat form.
+    if (j.is_object() && j.contains("config") && j.contains("headroom")) {
+        const json &meta = j.at("headroom");
+        ModelArch m = modelFromHfConfig(j.at("config"), meta.value("id", std::string{}));
+        m.name = meta.value("name", m.id);
+        m.publishedParams = meta.value("published_params", int64_t{0});
+        return m;
+    }
+    const std::string ctx = "model";
+    if (!j.is_object())
+        throw InputError(ctx, show(j).substr(0, 40), "must be a JSON object");
+    ModelArch m;
+    m.id = optionalString(j, "id", "", ctx);
+    m.name = optionalString(j, "name", m.id, ctx);
+    m.modelType = optionalString(j, "model_type", "llama", ctx);
+    m.hiddenSize = requireInt(j, "hidden_size", ctx);
+    m.numLayers = requireInt(j, "num_hidden_layers", ctx);
+    m.numHeads = requireInt(j, "num_attention_heads", ctx);
+    m.numKvHeads = optionalInt(j, "num_key_value_heads", m.numHeads, ctx);
+    m.headDim = optionalInt(j, "head_dim", m.hiddenSize / m.numHeads, ctx);
+    m.intermediateSize = requireInt(j, "intermediate_size", ctx);
+    m.vocabSize = requireInt(j, "vocab_size", ctx);
+    m.maxPositions = optionalInt(j, "max_position_embeddings", 2048, ctx);
+    m.tiedEmbeddings = optionalBool(j, "tie_word_embeddings", false, ctx);
+    m.learnedPositions = optionalBool(j, "learned_positions", false, ctx);
+    const std::string mlp = optionalString(j, "mlp", "gated", ctx);
+    if (mlp != "gated" && mlp != "plain")
+        throw InputError("model.mlp", mlp, "must be gated or plain");
+    m.mlp = mlp == "gated" ? MlpKind::Gated : MlpKind::Plain;
+    const std::string norm = optionalString(j, "norm", "rmsnorm", ctx);
+    if (norm != "rmsnorm" && norm != "layernorm")
+        throw InputError("model.norm", norm, "must be rmsnorm or layernorm");
+    m.norm = norm == "rmsnorm" ? NormKind::RMSNorm : NormKind::LayerNorm;
+    m.qkvBias = optionalBool(j, "qkv_bias", false, ctx);
+    m.oBias = optionalBool(j, "o_bias", false, ctx);
+    m.mlpBias = optionalBool(j, "mlp_bias", false, ctx);
+    m.qkNorm = optionalBool(j, "qk_norm", false, ctx);
+    m.normsPerLayer = static_cast<int>(optionalInt(j, "norms_per_layer", 2, ctx));
+    m.activation = optionalString(j, "activation", "silu", ctx);
+    m.activationSavedTensors = activationSaved(m.activation);
+    if (j.contains("final_logit_softcapping") && j.at("final_logit_softcapping").is_number())
+        m.finalLogitSoftcap = j.at("final_logit_softcapping").get<double>();
+    auto zeroOk = [&](const char *k) {
+        return j.contains(k) && j.at(k).is_number_integer() ? j.at(k).get<int64_t>() : int64_t{0};
+    };
+    m.numExperts = zeroOk("num_experts");
+    m.expertsPerToken = zeroOk("num_experts_per_tok");
+    m.expertIntermediateSize = zeroOk("expert_intermediate_size");
+    m.sharedExpertIntermediateSize = zeroOk("shared_expert_intermediate_size");
+    m.sharedExpertGate = optionalBool(j, "shared_expert_gate", false, ctx);
+    m.validate();
+    return m;
+}
+
+} // namespace headroom

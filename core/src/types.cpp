@@ -1,0 +1,150 @@
+#include "headroom/types.h"
+
+#include "headroom/error.h"
+
+#include <utility>
+
+namespace headroom {
+
+namespace {
+
+template<typename E, size_t N>
+E parseEnum(std::string_view s, const std::pair<E, std::string_view> (&table)[N], const std::string &field)
+{
+    for (const auto &[e, name] : table)
+        if (name == s)
+            return e;
+    std::string accepted;
+    for (const auto &[e, name] : table)
+        accepted += (accepted.empty() ? "" : ", ") + std::string(name);
+    throw InputError(field, std::string(s), "unknown value (accepted: " + accepted + ")");
+}
+
+template<typename E, size_t N>
+std::string_view nameOf(E e, const std::pair<E, std::string_view> (&table)[N])
+{
+    for (const auto &[v, name] : table)
+        if (v == e)
+            return name;
+    return "?";
+}
+
+const std::pair<Precision, std::string_view> kPrecisions[] = {{Precision::FP32, "fp32"},
+                                                               {Precision::BF16, "bf16"},
+                                                               {Precision::FP16, "fp16"},
+                                                               {Precision::AmpBF16, "amp-bf16"},
+                                                               {Precision::AmpFP16, "amp-fp16"}};
+const std::pair<Optimizer, std::string_view> kOptimizers[] = {{Optimizer::AdamW, "adamw"},
+                                                               {Optimizer::AdamW8bit, "adamw-8bit"},
+                                                               {Optimizer::SGD, "sgd"},
+                                                               {Optimizer::SGDMomentum, "sgd-momentum"},
+                                                               {Optimizer::Adafactor, "adafactor"},
+                                                               {Optimizer::Lion, "lion"}};
+const std::pair<OptimizerImpl, std::string_view> kImpls[] = {
+    {OptimizerImpl::Foreach, "foreach"}, {OptimizerImpl::Fused, "fused"}, {OptimizerImpl::ForLoop, "for-loop"}};
+const std::pair<FineTune, std::string_view> kFineTunes[] = {
+    {FineTune::Full, "full"}, {FineTune::LoRA, "lora"}, {FineTune::QLoRA, "qlora"}};
+const std::pair<Attention, std::string_view> kAttentions[] = {{Attention::SDPA, "sdpa"}, {Attention::Eager, "eager"}};
+const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights, "weights"},
+                                                              {Category::Gradients, "gradients"},
+                                                              {Category::OptimizerState, "optimizer_state"},
+                                                              {Category::Activations, "activations"},
+                                                              {Category::Logits, "logits"},
+                                                              {Category::Temporaries, "temporaries"},
+                                                              {Category::Communication, "communication"},
+                                                              {Category::AllocatorSlack, "allocator_slack"},
+                                                              {Category::CudaContext, "cuda_context"}};
+const std::pair<Phase, std::string_view> kPhases[] = {{Phase::AfterLoad, "after_load"},
+                                                       {Phase::Forward, "forward"},
+                                                       {Phase::Backward, "backward"},
+                                                       {Phase::Optimizer, "optimizer"}};
+
+} // namespace
+
+std::string_view toString(Precision e) { return nameOf(e, kPrecisions); }
+std::string_view toString(Optimizer e) { return nameOf(e, kOptimizers); }
+std::string_view toString(OptimizerImpl e) { return nameOf(e, kImpls); }
+std::string_view toString(FineTune e) { return nameOf(e, kFineTunes); }
+std::string_view toString(Attention e) { return nameOf(e, kAttentions); }
+std::string_view toString(Category e) { return nameOf(e, kCategories); }
+std::string_view toString(Phase e) { return nameOf(e, kPhases); }
+
+Precision parsePrecision(std::string_view s, const std::string &f) { return parseEnum(s, kPrecisions, f); }
+Optimizer parseOptimizer(std::string_view s, const std::string &f) { return parseEnum(s, kOptimizers, f); }
+OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &f) { return parseEnum(s, kImpls, f); }
+FineTune parseFineTune(std::string_view s, const std::string &f) { return parseEnum(s, kFineTunes, f); }
+Attention parseAttention(std::string_view s, const std::string &f) { return parseEnum(s, kAttentions, f); }
+Category parseCategory(std::string_view s, const std::string &f) { return parseEnum(s, kCategories, f); }
+Phase parsePhase(std::string_view s, const std::string &f) { return parseEnum(s, kPhases, f); }
+
+std::string_view describe(Category c)
+{
+    switch (c) {
+    case Category::Weights: return "The model's parameters as stored on the GPU (quantized for QLoRA).";
+    case Category::Gradients: return "One gradient per trainable parameter, filled during backward.";
+    case Category::OptimizerState: return "What the optimizer keeps between steps, e.g. AdamW's two moments.";
+    case Category::Activations: return "Tensors the forward pass saves for backward, growing with batch x sequence.";
+    case Category::Logits: return "The lm-head output and HF's fp32 loss buffers, batch x sequence x vocabulary.";
+    case Category::Temporaries: return "Short-lived buffers: optimizer-step scratch, backward grads in flight, cuBLAS workspace.";
+    case Category::Communication: return "Buffers for collectives between GPUs (DDP buckets, ZeRO gathers, NCCL).";
+    case Category::AllocatorSlack: return "Memory PyTorch's caching allocator has reserved but not handed out.";
+    case Category::CudaContext: return "The CUDA context, cuBLAS and kernels: memory used outside PyTorch's allocator.";
+    }
+    return "";
+}
+
+int parameterBytes(Precision p)
+{
+    return (p == Precision::BF16 || p == Precision::FP16) ? 2 : 4;
+}
+
+int computeBytes(Precision p)
+{
+    return p == Precision::FP32 ? 4 : 2;
+}
+
+bool isAmp(Precision p)
+{
+    return p == Precision::AmpBF16 || p == Precision::AmpFP16;
+}
+
+void TrainingConfig::validate() const
+{
+    auto range = [](const char *field, int64_t v, int64_t lo, int64_t hi) {
+        if (v < lo || v > hi)
+            throw InputError(field, std::to_string(v),
+                             "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    };
+    range("batch", microBatch, 1, 1 << 20);
+    range("seq", seqLen, 1, 1 << 24);
+    range("grad_accum", gradAccum, 1, 1 << 20);
+    range("gpus", worldSize, 1, 1 << 16);
+    range("zero", zeroStage, 0, 3);
+    if (finetune != FineTune::Full) {
+        range("lora_rank", lora.rank, 1, 1 << 16);
+        if (lora.targets.empty())
+            throw InputError("lora_targets", "(empty)", "LoRA needs at least one target module");
+        if (!(lora.dropout >= 0.0 && lora.dropout < 1.0))
+            throw InputError("lora_dropout", std::to_string(lora.dropout), "must be in [0, 1)");
+    }
+    if (finetune == FineTune::QLoRA && (precision == Precision::FP32))
+        throw InputError("precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16");
+}
+
+int64_t checkedMul(int64_t a, int64_t b)
+{
+    int64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r))
+        throw InputError("size", std::to_string(a) + " x " + std::to_string(b), "byte count overflows 64 bits");
+    return r;
+}
+
+int64_t checkedAdd(int64_t a, int64_t b)
+{
+    int64_t r = 0;
+    if (__builtin_add_overflow(a, b, &r))
+        throw InputError("size", std::to_string(a) + " + " + std::to_string(b), "byte count overflows 64 bits");
+    return r;
+}
+
+} // namespace headroom
