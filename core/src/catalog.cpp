@@ -39,7 +39,9 @@ const std::vector<GpuSpec> &gpuCatalog()
                 GpuSpec s;
                 s.id = g.at("id").get<std::string>();
                 s.name = g.at("name").get<std::string>();
-                s.memoryBytes = static_cast<int64_t>(std::llround(g.at("memory_gib").get<double>() * 1073741824.0));
+                s.memoryBytes = g.contains("memory_bytes")
+                                    ? g.at("memory_bytes").get<int64_t>()
+                                    : static_cast<int64_t>(std::llround(g.at("memory_gib").get<double>() * 1073741824.0));
                 s.arch = g.value("arch", "");
                 s.bf16 = g.value("bf16", true);
                 v.push_back(s);

@@ -1,0 +1,35 @@
+#pragma once
+// The boundary between the Torch-free driver (probe_main.cpp) and the Torch code (probe_torch.cpp).
+
+#include "headroom/measurement.h"
+
+#include <atomic>
+#include <functional>
+
+namespace headroom::probe {
+
+enum ExitCode { Ok = 0, BadRequest = 2, OutOfMemory = 3, NoDevice = 4, Internal = 5 };
+
+struct Options
+{
+    std::string snapshotPath; // --snapshot: allocator segments and blocks at the end of forward (CUDA)
+    std::string allocConf;    // --alloc-conf: PYTORCH_CUDA_ALLOC_CONF
+};
+
+struct Callbacks
+{
+    std::function<void(int step, Phase phase, double fraction)> progress;
+    const std::atomic<bool> *stop = nullptr; // set by SIGTERM / SIGINT
+};
+
+struct Outcome
+{
+    ExitCode code = Ok;
+    bool stopped = false;
+    std::string message;
+    Measurement measurement;
+};
+
+Outcome run(const ProbeRequest &request, const Options &options, const Callbacks &callbacks);
+
+} // namespace headroom::probe

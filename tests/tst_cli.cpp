@@ -1,0 +1,120 @@
+// headroom-cli as a user runs it: real process, real files.
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+struct Run
+{
+    int code = -1;
+    QString out, err;
+};
+Run cli(const QStringList &args)
+{
+    QProcess p;
+    p.start(QStringLiteral(HEADROOM_CLI), args);
+    p.waitForFinished(60000);
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
+} // namespace
+
+class TestCli : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void headlineEstimateJson()
+    {
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("llama-3.1-8b"),
+                           QStringLiteral("--finetune"), QStringLiteral("lora"), QStringLiteral("--lora-rank"),
+                           QStringLiteral("16"), QStringLiteral("--batch"), QStringLiteral("4"), QStringLiteral("--seq"),
+                           QStringLiteral("2048"), QStringLiteral("--precision"), QStringLiteral("bf16"),
+                           QStringLiteral("--json")});
+        QCOMPARE(r.code, 0);
+        const auto j = nlohmann::json::parse(r.out.toStdString());
+        QCOMPARE(j.at("schema_version").get<int>(), 1);
+        QVERIFY(j.at("peak").at("allocated_bytes").get<int64_t>() > 90LL * 1000 * 1000 * 1000);
+        QVERIFY(j.at("breakdown").at("activations").get<int64_t>() > 0);
+        QCOMPARE(j.at("verdict").at("status").get<std::string>(), std::string("oom")); // on the default H100 80 GB
+    }
+    void readableTable()
+    {
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("qwen2.5-0.5b")});
+        QCOMPARE(r.code, 0);
+        QVERIFY(r.out.contains(QStringLiteral("activations")));
+        QVERIFY(r.out.contains(QStringLiteral("FITS")));
+    }
+    void badInputExitsTwoNamingTheFlag_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("mentions");
+        auto est = [](std::initializer_list<const char *> extra) {
+            QStringList l{QStringLiteral("estimate")};
+            for (const char *e : extra)
+                l << QString::fromLatin1(e);
+            return l;
+        };
+        QTest::addRow("zero batch") << est({"--batch", "0"}) << "--batch = 0";
+        QTest::addRow("negative batch") << est({"--batch", "-4"}) << "--batch = -4";
+        QTest::addRow("absurd seq") << est({"--seq", "1000000000000"}) << "--seq = 1000000000000";
+        QTest::addRow("non-numeric") << est({"--seq", "long"}) << "--seq = long";
+        QTest::addRow("unknown precision") << est({"--precision", "fp8"}) << "--precision = fp8";
+        QTest::addRow("unknown optimizer") << est({"--optimizer", "adam"}) << "--optimizer = adam";
+        QTest::addRow("unknown model") << est({"--model", "llama-9"}) << "--model = llama-9";
+        QTest::addRow("unknown gpu") << est({"--gpu", "h900"}) << "--gpu = h900";
+        QTest::addRow("bad reserve") << est({"--reserve", "1.5"}) << "--reserve = 1.5";
+        QTest::addRow("bad zero") << est({"--zero", "4"}) << "--zero = 4";
+        QTest::addRow("bad target") << est({"--finetune", "lora", "--lora-targets", "q_proj,zz"}) << "lora_targets = zz";
+        QTest::addRow("malformed config")
+            << est({"--model", HEADROOM_SOURCE_DIR "/tests/data/configs/malformed.json"}) << "not valid JSON";
+        QTest::addRow("unknown model_type")
+            << est({"--model", HEADROOM_SOURCE_DIR "/tests/data/configs/unknown_type.json"}) << "model_type = bert";
+        QTest::addRow("overflow") << est({"--model", "gemma-2-27b", "--batch", "1048576", "--seq", "16777216"})
+                                  << "overflows 64 bits";
+        QTest::addRow("unknown flag") << est({"--bogus"}) << "--bogus";
+        QTest::addRow("no subcommand") << QStringList{} << "subcommand";
+        QTest::addRow("sweep format") << QStringList{QStringLiteral("sweep"), QStringLiteral("--format"),
+                                                     QStringLiteral("xml")}
+                                      << "--format = xml";
+    }
+    void badInputExitsTwoNamingTheFlag()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(QString, mentions);
+        const Run r = cli(args);
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(mentions), qPrintable(r.err));
+        QCOMPARE(r.err.count(QLatin1Char('\n')), 1); // one line
+    }
+    void sweepTables()
+    {
+        const Run md = cli({QStringLiteral("sweep"), QStringLiteral("--model"), QStringLiteral("llama-3.2-1b"),
+                            QStringLiteral("--seq"), QStringLiteral("512,1024,2048"), QStringLiteral("--batch"),
+                            QStringLiteral("1,4,8"), QStringLiteral("--grad-checkpointing"), QStringLiteral("both")});
+        QCOMPARE(md.code, 0);
+        QCOMPARE(md.out.count(QLatin1Char('\n')), 2 + 18);
+        const Run csv = cli({QStringLiteral("sweep"), QStringLiteral("--seq"), QStringLiteral("512,1024"),
+                             QStringLiteral("--format"), QStringLiteral("csv")});
+        QCOMPARE(csv.code, 0);
+        QVERIFY(csv.out.startsWith(QStringLiteral("config,batch,seq,grad_checkpointing,what_grows,")));
+    }
+    void solversAndCatalogs()
+    {
+        const Run b = cli({QStringLiteral("max-batch"), QStringLiteral("--model"), QStringLiteral("llama-3.1-8b"),
+                           QStringLiteral("--finetune"), QStringLiteral("lora"), QStringLiteral("--gpu"),
+                           QStringLiteral("h200")});
+        QCOMPARE(b.code, 0);
+        QVERIFY(b.out.trimmed().toLongLong() >= 1);
+        const Run s = cli({QStringLiteral("max-seq"), QStringLiteral("--model"), QStringLiteral("llama-3.1-8b"),
+                           QStringLiteral("--finetune"), QStringLiteral("qlora"), QStringLiteral("--gpu"),
+                           QStringLiteral("rtx-4090")});
+        QCOMPARE(s.code, 0);
+        QVERIFY(s.out.trimmed().toLongLong() > 1024);
+        QVERIFY(cli({QStringLiteral("models")}).out.contains(QStringLiteral("mixtral-8x7b")));
+        QVERIFY(cli({QStringLiteral("gpus")}).out.contains(QStringLiteral("rtx-4060ti-16")));
+        QCOMPARE(cli({QStringLiteral("--help")}).code, 0);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

@@ -1,0 +1,219 @@
+// Properties of the estimator that hold for any model: mechanisms, not numbers.
+#include "headroom/budget.h"
+#include "headroom/catalog.h"
+#include "headroom/error.h"
+#include "headroom/estimator.h"
+
+#include <QtTest>
+
+using namespace headroom;
+
+namespace {
+TrainingConfig base()
+{
+    TrainingConfig c;
+    c.precision = Precision::BF16;
+    c.microBatch = 4;
+    c.seqLen = 1024;
+    return c;
+}
+int64_t peak(const char *model, const TrainingConfig &c)
+{
+    return estimate(findModelPreset(model), c).peakAllocatedBytes;
+}
+} // namespace
+
+class TestEstimator : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void activationsDependOnTokensNotShape()
+    {
+        TrainingConfig a = base(), b = base();
+        a.microBatch = 1;
+        a.seqLen = 4096;
+        b.microBatch = 8;
+        b.seqLen = 512;
+        QCOMPARE(peak("llama-3.2-1b", a), peak("llama-3.2-1b", b));
+        QCOMPARE(peak("llama-3.2-1b", a), peak("llama-3.2-1b", base()));
+    }
+    void eagerAttentionGrowsQuadratically()
+    {
+        TrainingConfig a = base();
+        a.attention = Attention::Eager;
+        a.microBatch = 1;
+        TrainingConfig b = a;
+        b.seqLen = 4 * a.seqLen;
+        const auto &m = findModelPreset("llama-2-7b");
+        const int64_t actA = estimate(m, a).phase(Phase::Forward).atPeak[Category::Activations];
+        const int64_t actB = estimate(m, b).phase(Phase::Forward).atPeak[Category::Activations];
+        QVERIFY2(actB > 8 * actA, "seq x4 with materialised scores costs far more than x4");
+    }
+    void checkpointingLowersTheForwardPeak()
+    {
+        TrainingConfig c = base();
+        const auto &m = findModelPreset("llama-3.1-8b");
+        const int64_t off = estimate(m, c).phase(Phase::Forward).peakAllocatedBytes;
+        c.gradCheckpointing = true;
+        QVERIFY(estimate(m, c).phase(Phase::Forward).peakAllocatedBytes < off);
+    }
+    void loraKeepsOnlyAdapterState()
+    {
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        const Estimate e = estimate(findModelPreset("llama-3.1-8b"), c);
+        QVERIFY(e.params.trainable < e.params.total / 100);
+        QCOMPARE(e.params.optimizerStateBytes, 2 * 4 * e.params.trainable); // fp32 adapters, two moments
+    }
+    void qloraStoresHalfAByte()
+    {
+        TrainingConfig c = base();
+        c.finetune = FineTune::QLoRA;
+        const auto &m = findModelPreset("llama-2-7b");
+        const Estimate e = estimate(m, c);
+        // Linear weights at ~0.516 byte/param (NF4 + double-quantized absmax), the rest bf16.
+        const double perParam = double(e.params.weightBytes) / double(e.params.total);
+        QVERIFY2(perParam > 0.5 && perParam < 0.65, qPrintable(QString::number(perParam)));
+    }
+    void optimizerStateBytes_data()
+    {
+        QTest::addColumn<int>("optimizer");
+        QTest::addColumn<double>("bytesPerParam"); // bf16 parameters
+        QTest::addRow("adamw") << int(Optimizer::AdamW) << 4.0;
+        QTest::addRow("sgd") << int(Optimizer::SGD) << 0.0;
+        QTest::addRow("sgd-momentum") << int(Optimizer::SGDMomentum) << 2.0;
+        QTest::addRow("lion") << int(Optimizer::Lion) << 2.0;
+        QTest::addRow("adamw-8bit") << int(Optimizer::AdamW8bit) << 2.03;
+    }
+    void optimizerStateBytes()
+    {
+        QFETCH(int, optimizer);
+        QFETCH(double, bytesPerParam);
+        TrainingConfig c = base();
+        c.optimizer = Optimizer(optimizer);
+        const Estimate e = estimate(findModelPreset("llama-2-7b"), c);
+        QVERIFY(qAbs(double(e.params.optimizerStateBytes) / double(e.params.total) - bytesPerParam) < 0.02);
+    }
+    void zeroShardsPerRank()
+    {
+        TrainingConfig c = base();
+        c.precision = Precision::AmpBF16;
+        const auto &m = findModelPreset("llama-3.1-8b");
+        const Estimate one = estimate(m, c);
+        c.worldSize = 4;
+        int64_t previous = INT64_MAX, previousStep = INT64_MAX;
+        for (int stage : {1, 2, 3}) {
+            c.zeroStage = stage;
+            const Estimate e = estimate(m, c);
+            // The backward peak can sit before any gradient exists, so stage 2 may equal stage 1 there;
+            // the optimizer step, which holds gradients and state, shrinks at every stage.
+            QVERIFY2(e.peakAllocatedBytes <= previous, "no ZeRO stage costs more");
+            QVERIFY2(e.phase(Phase::Optimizer).peakAllocatedBytes < previousStep, "each stage shards more");
+            previous = e.peakAllocatedBytes;
+            previousStep = e.phase(Phase::Optimizer).peakAllocatedBytes;
+        }
+        QVERIFY(previous < one.peakAllocatedBytes / 2);
+    }
+    void overflowIsAnErrorNotAWrap()
+    {
+        TrainingConfig c = base();
+        c.microBatch = 1 << 20;
+        c.seqLen = 1 << 24;
+        QVERIFY_THROWS_EXCEPTION(InputError, estimate(findModelPreset("gemma-2-27b"), c));
+    }
+    void unknownLoraTargetIsNamed()
+    {
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        c.lora.targets = {"q_proj", "qq_proj"};
+        try {
+            estimate(findModelPreset("llama-2-7b"), c);
+            QFAIL("expected InputError");
+        } catch (const InputError &e) {
+            QCOMPARE(QString::fromStdString(e.value()), QStringLiteral("qq_proj"));
+        }
+    }
+    void verdictBands()
+    {
+        const Estimate e = estimate(findModelPreset("llama-3.1-8b"), base());
+        GpuSpec g = customGpu(double(e.deviceTotalBytes) / 1073741824.0 * 1.2);
+        QVERIFY(judge(e, g).fit == Fit::Fits);
+        g = customGpu(double(e.deviceTotalBytes) / 1073741824.0 * 1.05);
+        QVERIFY(judge(e, g).fit == Fit::Tight);
+        g = customGpu(double(e.deviceTotalBytes) / 1073741824.0 * 0.9);
+        QVERIFY(judge(e, g).fit == Fit::OOM);
+    }
+    void recommendationsAreOrderedAndSave()
+    {
+        TrainingConfig c = base();
+        c.microBatch = 8;
+        c.seqLen = 4096;
+        const auto recs = recommend(findModelPreset("llama-3.1-8b"), c, findGpu("h100-80"));
+        QVERIFY(recs.size() >= 4);
+        for (size_t i = 1; i < recs.size(); ++i)
+            QVERIFY2(int(recs[i - 1].group) <= int(recs[i].group), "dynamic, then static, then sharding");
+        for (const auto &r : recs)
+            QVERIFY(r.savingBytes > 0);
+        QCOMPARE(QString::fromStdString(recs.front().id), QStringLiteral("micro-batch"));
+    }
+    void solversFindTheEdge()
+    {
+        const auto &m = findModelPreset("llama-3.1-8b");
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        const GpuSpec &gpu = findGpu("h100-80");
+        const int64_t b = maxMicroBatch(m, c, gpu);
+        QVERIFY(b >= 1);
+        c.microBatch = b;
+        QVERIFY(judge(estimate(m, c), gpu).fit == Fit::Fits);
+        c.microBatch = b + 1;
+        QVERIFY(judge(estimate(m, c), gpu).fit != Fit::Fits);
+        c.microBatch = 1;
+        const int64_t s = maxSeqLen(m, c, gpu);
+        c.seqLen = s;
+        QVERIFY(judge(estimate(m, c), gpu).fit == Fit::Fits);
+        c.seqLen = s + 1;
+        QVERIFY(judge(estimate(m, c), gpu).fit != Fit::Fits);
+    }
+    void sweepReportsWhatGrows()
+    {
+        const auto rows = sweep(findModelPreset("llama-3.2-1b"), base(), findGpu("a100-80"), {512, 1024, 2048}, {1, 4},
+                                {false, true});
+        QCOMPARE(rows.size(), size_t(12));
+        QCOMPARE(QString::fromStdString(rows[0].grows), QStringLiteral("baseline"));
+        QCOMPARE(QString::fromStdString(rows[1].grows), QStringLiteral("seq x2"));
+        const QString md = QString::fromStdString(sweepMarkdown(rows));
+        QVERIFY(md.startsWith(QStringLiteral("| config | what grows | peak allocated | peak reserved | fits? |")));
+        size_t seen = 0;
+        sweep(findModelPreset("llama-3.2-1b"), base(), findGpu("a100-80"), {512, 1024, 2048}, {1, 4}, {false, true}, 0.1,
+              [&](size_t done, size_t) {
+                  seen = done;
+                  return done < 3;
+              });
+        QCOMPARE(seen, size_t(3)); // cancelled by the callback
+    }
+    void everyPresetEstimates_data()
+    {
+        QTest::addColumn<QString>("id");
+        for (const auto &m : modelPresets())
+            QTest::addRow("%s", m.id.c_str()) << QString::fromStdString(m.id);
+    }
+    void everyPresetEstimates()
+    {
+        QFETCH(QString, id);
+        for (FineTune f : {FineTune::Full, FineTune::LoRA, FineTune::QLoRA})
+            for (Precision p : {Precision::BF16, Precision::AmpBF16}) {
+                TrainingConfig c = base();
+                c.finetune = f;
+                c.precision = p;
+                const Estimate e = estimate(findModelPreset(id.toStdString()), c);
+                QVERIFY(e.peakAllocatedBytes >= e.params.weightBytes);
+                QVERIFY(e.deviceTotalBytes > e.peakReservedBytes);
+                for (auto b : e.peak.bytes)
+                    QVERIFY(b >= 0);
+            }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestEstimator)
+#include "tst_estimator.moc"

@@ -1,0 +1,92 @@
+// Architecture import and exact parameter counts.
+#include "headroom/catalog.h"
+#include "headroom/error.h"
+#include "headroom/model.h"
+
+#include <QtTest>
+
+using namespace headroom;
+
+class TestModel : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void presetCountsMatchPublished_data()
+    {
+        QTest::addColumn<QString>("id");
+        for (const auto &m : modelPresets())
+            QTest::addRow("%s", m.id.c_str()) << QString::fromStdString(m.id);
+    }
+    void presetCountsMatchPublished()
+    {
+        QFETCH(QString, id);
+        const ModelArch &m = findModelPreset(id.toStdString());
+        QVERIFY2(m.publishedParams > 0, "every preset records its published count");
+        QCOMPARE(parameterCount(m), m.publishedParams);
+    }
+    void requiredPresetsExist_data()
+    {
+        QTest::addColumn<QString>("id");
+        for (const char *id : {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b",
+                               "llama-3.2-3b", "mistral-7b", "mixtral-8x7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
+                               "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b",
+                               "phi-3-mini", "gpt2"})
+            QTest::addRow("%s", id) << QString::fromLatin1(id);
+    }
+    void requiredPresetsExist()
+    {
+        QFETCH(QString, id);
+        QCOMPARE(QString::fromStdString(findModelPreset(id.toStdString()).id), id);
+    }
+    void importsPlainHfConfig()
+    {
+        const ModelArch m = resolveModel(QFINDTESTDATA("data/configs/tinyllama_1.1b.json").toStdString());
+        QCOMPARE(m.numKvHeads, int64_t(4));
+        QCOMPARE(m.headDim, int64_t(64));
+        QCOMPARE(parameterCount(m), int64_t(1100048384)); // TinyLlama-1.1B's published count
+    }
+    void badConfigsNameTheField_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("mentions");
+        QTest::addRow("unknown model_type") << "data/configs/unknown_type.json" << "config.model_type = bert";
+        QTest::addRow("missing vocab") << "data/configs/missing_vocab.json" << "config.vocab_size";
+        QTest::addRow("malformed") << "data/configs/malformed.json" << "not valid JSON";
+        QTest::addRow("negative layers") << "data/configs/negative_layers.json" << "config.num_hidden_layers = -3";
+        QTest::addRow("string hidden") << "data/configs/string_hidden.json" << "config.hidden_size = 4096";
+        QTest::addRow("missing file") << "data/configs/nope.json" << "cannot open";
+    }
+    void badConfigsNameTheField()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, mentions);
+        const QString path = QStringLiteral(HEADROOM_SOURCE_DIR "/tests/") + file;
+        try {
+            resolveModel(path.toStdString());
+            QFAIL("expected an InputError");
+        } catch (const InputError &e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains(mentions), e.what());
+        }
+    }
+    void unknownPresetListsKnownIds()
+    {
+        try {
+            findModelPreset("llama-9");
+            QFAIL("expected an InputError");
+        } catch (const InputError &e) {
+            QCOMPARE(QString::fromStdString(e.field()), QStringLiteral("model"));
+            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("llama-3.1-8b")));
+        }
+    }
+    void gpuCatalogHasTheCards()
+    {
+        QVERIFY(gpuCatalog().size() >= 15);
+        for (const char *id : {"t4", "v100-16", "v100-32", "a10", "a100-40", "a100-80", "l4", "l40s", "rtx-3090", "rtx-4090",
+                               "rtx-5090", "h100-80", "h200", "b200", "mi300x", "rtx-4060ti-16"})
+            QVERIFY2(findGpu(id).memoryBytes > 10LL * 1073741824, id);
+        QCOMPARE(findGpu("h200").memoryBytes, int64_t(150754820096)); // read by NVML on the H200
+    }
+};
+
+QTEST_GUILESS_MAIN(TestModel)
+#include "tst_model.moc"

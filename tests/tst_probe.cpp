@@ -1,0 +1,223 @@
+// headroom-probe end to end in CPU mode: the real executable, real request files, tiny models.
+#include "headroom/catalog.h"
+#include "headroom/estimator.h"
+#include "headroom/measurement.h"
+
+#include <QtTest>
+
+#include <csignal>
+
+using namespace headroom;
+using nlohmann::json;
+
+namespace {
+
+ModelArch tiny()
+{
+    ModelArch m;
+    m.id = "tiny";
+    m.name = "tiny llama";
+    m.modelType = "llama";
+    m.hiddenSize = 64;
+    m.numLayers = 2;
+    m.numHeads = 4;
+    m.numKvHeads = 2;
+    m.headDim = 16;
+    m.intermediateSize = 128;
+    m.vocabSize = 256;
+    m.maxPositions = 512;
+    return m;
+}
+
+struct ProbeRun
+{
+    int code = -1;
+    std::vector<json> events;
+    QString err;
+};
+
+ProbeRun runProbe(const ProbeRequest &req, const QStringList &extra = {})
+{
+    QTemporaryFile f;
+    f.open();
+    f.write(QByteArray::fromStdString(toJson(req).dump()));
+    f.flush();
+    QProcess p;
+    p.start(QStringLiteral(HEADROOM_PROBE),
+            QStringList{QStringLiteral("--request"), f.fileName(), QStringLiteral("--device"), QStringLiteral("cpu")}
+                << extra);
+    p.waitForFinished(120000);
+    ProbeRun r;
+    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    for (const QByteArray &line : p.readAllStandardOutput().split('\n'))
+        if (!line.trimmed().isEmpty())
+            r.events.push_back(json::parse(line.toStdString()));
+    return r;
+}
+
+Measurement resultOf(const ProbeRun &r)
+{
+    if (r.events.empty() || r.events.back().value("event", "") != "result")
+        throw std::runtime_error("no result: " + r.err.toStdString());
+    return measurementFromJson(r.events.back());
+}
+
+ProbeRequest request(FineTune ft = FineTune::Full, bool ckpt = false)
+{
+    ProbeRequest r;
+    r.model = tiny();
+    r.config.precision = Precision::FP32;
+    r.config.finetune = ft;
+    r.config.microBatch = 2;
+    r.config.seqLen = 64;
+    r.config.gradCheckpointing = ckpt;
+    r.device = "cpu";
+    return r;
+}
+
+} // namespace
+
+class TestProbe : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void phasesArriveInOrder()
+    {
+        const ProbeRun r = runProbe(request());
+        QCOMPARE(r.code, 0);
+        std::vector<std::pair<int, std::string>> seen;
+        for (const auto &e : r.events)
+            if (e.at("event") == "progress" && e.at("fraction").get<double>() < 1.0)
+                seen.emplace_back(e.at("step").get<int>(), e.at("phase").get<std::string>());
+        QCOMPARE(seen.size(), size_t(9)); // 1 warm-up + 2 measured steps x 3 phases
+        const char *names[] = {"forward", "backward", "optimizer"};
+        for (size_t i = 0; i < seen.size(); ++i) {
+            QCOMPARE(seen[i].first, int(i / 3));
+            QCOMPARE(QString::fromStdString(seen[i].second), QString::fromLatin1(names[i % 3]));
+        }
+        const Measurement m = resultOf(r);
+        QCOMPARE(QString::fromStdString(m.device), QStringLiteral("cpu"));
+        QVERIFY(m.steady(Phase::Backward).has_value());
+        QVERIFY(m.peakAllocatedBytes > 0);
+    }
+    void weightsAreExactParameterBytes()
+    {
+        const Measurement m = resultOf(runProbe(request()));
+        QCOMPARE(m.attribution[Category::Weights], parameterCount(tiny()) * 4);
+        QCOMPARE(m.attribution[Category::OptimizerState], parameterCount(tiny()) * 4 * 2 + int64_t(4) * 0 +
+                                                              m.attribution[Category::OptimizerState] -
+                                                              parameterCount(tiny()) * 8); // step scalars aside
+        QVERIFY(m.attribution[Category::OptimizerState] >= parameterCount(tiny()) * 8);
+    }
+    void loraTrainsOnlyAdapters()
+    {
+        const Measurement m = resultOf(runProbe(request(FineTune::LoRA)));
+        const Estimate e = estimate(tiny(), request(FineTune::LoRA).config);
+        // AdamW state for fp32 adapters only: two moments, plus one step scalar per adapter tensor.
+        const int64_t adapterTensors = 2 * 7 * tiny().numLayers;
+        QCOMPARE(m.attribution[Category::OptimizerState], 2 * 4 * e.params.trainable + 4 * adapterTensors);
+        QCOMPARE(m.attribution[Category::Weights], e.params.weightBytes);
+    }
+    void checkpointingLowersForwardPeak()
+    {
+        ProbeRequest a = request(), b = request(FineTune::Full, true);
+        a.config.seqLen = b.config.seqLen = 256;
+        const auto off = resultOf(runProbe(a)).steady(Phase::Forward)->peakAllocatedBytes;
+        const auto on = resultOf(runProbe(b)).steady(Phase::Forward)->peakAllocatedBytes;
+        QVERIFY2(on < off, qPrintable(QStringLiteral("%1 vs %2").arg(on).arg(off)));
+    }
+    void qloraWeightsAreNf4()
+    {
+        ProbeRequest r = request(FineTune::QLoRA);
+        r.config.precision = Precision::BF16;
+        const Measurement m = resultOf(runProbe(r));
+        const Estimate e = estimate(tiny(), r.config);
+        QCOMPARE(m.attribution[Category::Weights], e.params.weightBytes); // exact NF4 + absmax formula
+        // Same adapters as bf16 LoRA; the 4-bit base makes the difference.
+        ProbeRequest lora = request(FineTune::LoRA);
+        lora.config.precision = Precision::BF16;
+        const Measurement ml = resultOf(runProbe(lora));
+        QVERIFY(m.attribution[Category::Weights] < ml.attribution[Category::Weights]);
+    }
+    void badRequestsExitTwo_data()
+    {
+        QTest::addColumn<QString>("patch");
+        QTest::addColumn<QString>("field");
+        QTest::addRow("schema") << R"({"schema_version": 7})" << "request.schema_version";
+        QTest::addRow("batch") << R"({"config": {"micro_batch": 0}})" << "config.micro_batch";
+        QTest::addRow("precision") << R"({"config": {"precision": "fp4"}})" << "config.precision";
+        QTest::addRow("hidden") << R"({"model": {"hidden_size": -1}})" << "model.hidden_size";
+        QTest::addRow("device") << R"({"device": "tpu"})" << "request.device";
+        QTest::addRow("targets") << R"({"config": {"finetune": "lora", "lora": {"targets": ["nope"]}}})"
+                                 << "lora_targets";
+    }
+    void badRequestsExitTwo()
+    {
+        QFETCH(QString, patch);
+        QFETCH(QString, field);
+        json j = toJson(request());
+        j.merge_patch(json::parse(patch.toStdString()));
+        QTemporaryFile f;
+        f.open();
+        f.write(QByteArray::fromStdString(j.dump()));
+        f.flush();
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f.fileName()});
+        p.waitForFinished(60000);
+        QCOMPARE(p.exitCode(), 2);
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(err.contains(field), qPrintable(err));
+    }
+    void garbageRequestExitsTwo()
+    {
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_PROBE), {});
+        p.waitForStarted();
+        p.write("{not json");
+        p.closeWriteChannel();
+        p.waitForFinished(60000);
+        QCOMPARE(p.exitCode(), 2);
+    }
+    void sigtermStopsWithinASecond()
+    {
+        ProbeRequest r = request();
+        r.model.hiddenSize = 256;
+        r.model.intermediateSize = 1024;
+        r.model.numLayers = 8;
+        r.config.seqLen = 512;
+        r.steps = 1000;
+        QTemporaryFile f;
+        f.open();
+        f.write(QByteArray::fromStdString(toJson(r).dump()));
+        f.flush();
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f.fileName()});
+        QVERIFY(p.waitForReadyRead(60000)); // the first progress event
+        QElapsedTimer t;
+        t.start();
+        ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
+        QVERIFY(p.waitForFinished(5000));
+        QVERIFY2(t.elapsed() < 1500, qPrintable(QString::number(t.elapsed())));
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 128 + SIGTERM);
+    }
+    void cudaRequestWithoutGpuSaysNoDevice()
+    {
+        ProbeRequest r = request();
+        r.device = "cuda";
+        QTemporaryFile f;
+        f.open();
+        f.write(QByteArray::fromStdString(toJson(r).dump()));
+        f.flush();
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f.fileName()});
+        p.waitForFinished(60000);
+#if !HEADROOM_TEST_HAVE_CUDA
+        QCOMPARE(p.exitCode(), 4);
+#endif
+    }
+};
+
+QTEST_GUILESS_MAIN(TestProbe)
+#include "tst_probe.moc"
