@@ -3,6 +3,8 @@
 // median |error| <= 3%, max <= 10% on peak allocated, and no case under-estimated by more than 5%.
 #include "hfreference.h"
 
+#include "headroom/measurement.h"
+
 #include <QtTest>
 
 #include <algorithm>
@@ -62,6 +64,28 @@ private Q_SLOTS:
         std::ofstream(HEADROOM_DOCS_OUT "/accuracy_table.md") << table;
         QVERIFY2(median <= 0.03, "median |error| on peak allocated must be <= 3%");
         QVERIFY2(worst <= 0.10, "max |error| on peak allocated must be <= 10%");
+    }
+    // Golden GPU results: headroom-probe (CUDA LibTorch 2.11) on the H200, next to HF on the same card.
+    // Each parses strictly, round-trips, and is within 2% of HF's peak allocated.
+    void probeGoldenMatchesHf()
+    {
+        std::ifstream in(QFINDTESTDATA("data/probe_h200.json").toStdString());
+        const auto doc = nlohmann::json::parse(in);
+        const auto cases = testing::loadHfReference(QFINDTESTDATA("data/hf_reference_h200.json").toStdString());
+        size_t checked = 0;
+        for (const auto &r : doc.at("results")) {
+            const Measurement m = measurementFromJson(r.at("probe"));
+            QCOMPARE(toJson(measurementFromJson(toJson(m))), toJson(m));
+            QCOMPARE(QString::fromStdString(m.device), QStringLiteral("cuda"));
+            const std::string name = r.at("name").get<std::string>();
+            auto hf = std::find_if(cases.begin(), cases.end(), [&](const auto &c) { return c.name == name; });
+            QVERIFY2(hf != cases.end(), name.c_str());
+            const double err = double(m.peakAllocatedBytes - hf->peakAllocated()) / double(hf->peakAllocated());
+            QVERIFY2(std::abs(err) <= 0.02, qPrintable(QString::fromStdString(name) + QStringLiteral(": ") +
+                                                       QString::number(100 * err) + QStringLiteral("%")));
+            ++checked;
+        }
+        QVERIFY(checked >= 12);
     }
 };
 
