@@ -12,7 +12,6 @@ enum ExitCode { Ok = 0, BadRequest = 2, OutOfMemory = 3, NoDevice = 4, Internal 
 
 struct Options
 {
-    std::string snapshotPath; // --snapshot: allocator segments and blocks at the end of forward (CUDA)
     std::string allocConf;    // --alloc-conf: PYTORCH_CUDA_ALLOC_CONF
 };
 

@@ -53,13 +53,12 @@ int main(int argc, char **argv)
 {
     CLI::App app{"headroom-probe: measure one training step's memory, phase by phase"};
     app.set_version_flag("--version", std::string("headroom-probe ") + HEADROOM_VERSION);
-    std::string requestPath, outPath, device, snapshot, allocConf;
+    std::string requestPath, outPath, device, allocConf;
     int steps = 0;
     app.add_option("--request", requestPath, "Request JSON file (default: read stdin)");
     app.add_option("--steps", steps, "Measured steps after one warm-up step (default 2)");
     app.add_option("--device", device, "auto | cuda | cpu (overrides the request)");
     app.add_option("--out", outPath, "Also write the result JSON to this file");
-    app.add_option("--snapshot", snapshot, "Write the allocator's segments and blocks (CUDA) to this file");
     app.add_option("--alloc-conf", allocConf, "PYTORCH_CUDA_ALLOC_CONF, e.g. expandable_segments:True");
     try {
         app.parse(argc, argv);
@@ -117,7 +116,7 @@ int main(int argc, char **argv)
     cb.progress = [](int step, Phase phase, double fraction) {
         emit({{"event", "progress"}, {"step", step}, {"phase", toString(phase)}, {"fraction", fraction}});
     };
-    probe::Options opts{snapshot, allocConf};
+    probe::Options opts{allocConf};
     probe::Outcome out;
     try {
         out = probe::run(request, opts, cb);

@@ -764,7 +764,7 @@ Params countParams(const Ctx &x)
 
 double defaultSlackFraction()
 {
-    // Median of (peak reserved - peak allocated) / peak allocated over the 30 HF runs in
+    // Median of (peak reserved - peak allocated) / peak allocated over the first 30 HF runs in
     // tests/data/hf_reference_h200.json (range 1.8% to 40%): fragmentation is path dependent.
     return 0.061;
 }
