@@ -72,13 +72,16 @@ int64_t largestFitting(int64_t lo, int64_t hi, const Set &fitsAt)
 
 } // namespace
 
-int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
-                      const EstimatorOptions &opt)
+namespace {
+// The largest value of one field (set through `apply`) in [1, hi] whose device total fits.
+template<typename Apply>
+int64_t solve(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+              const EstimatorOptions &opt, int64_t hi, Apply apply)
 {
     const int64_t usable = judge(estimate(m, c, opt), gpu, reserve).usableBytes;
-    return largestFitting(1, 1 << 20, [&](int64_t b) {
+    return largestFitting(1, hi, [&](int64_t v) {
         TrainingConfig t = c;
-        t.microBatch = b;
+        apply(t, v);
         try {
             return need(m, t, opt) <= usable;
         } catch (const InputError &) {
@@ -86,20 +89,18 @@ int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec
         }
     });
 }
+} // namespace
+
+int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+                      const EstimatorOptions &opt)
+{
+    return solve(m, c, gpu, reserve, opt, 1 << 20, [](TrainingConfig &t, int64_t v) { t.microBatch = v; });
+}
 
 int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
                   const EstimatorOptions &opt)
 {
-    const int64_t usable = judge(estimate(m, c, opt), gpu, reserve).usableBytes;
-    return largestFitting(1, 1 << 24, [&](int64_t s) {
-        TrainingConfig t = c;
-        t.seqLen = s;
-        try {
-            return need(m, t, opt) <= usable;
-        } catch (const InputError &) {
-            return false;
-        }
-    });
+    return solve(m, c, gpu, reserve, opt, 1 << 24, [](TrainingConfig &t, int64_t v) { t.seqLen = v; });
 }
 
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,

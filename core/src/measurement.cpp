@@ -32,6 +32,16 @@ double optNumber(const json &j, const char *key, const std::string &ctx)
     return j.at(key).get<double>();
 }
 
+void requireSchema(const json &j, const std::string &ctx)
+{
+    if (!j.is_object())
+        throw InputError(ctx, show(j).substr(0, 40), "must be a JSON object");
+    const int64_t v = requireInt64(j, "schema_version", ctx, 1, 1000);
+    if (v != kSchemaVersion)
+        throw InputError(ctx + ".schema_version", std::to_string(v),
+                         "unsupported (this build reads " + std::to_string(kSchemaVersion) + ")");
+}
+
 constexpr int64_t kMaxBytes = int64_t(1) << 56; // 64 PiB: anything larger is garbage
 
 } // namespace
@@ -51,10 +61,7 @@ ProbeRequest probeRequestFromJson(const json &j)
     const std::string ctx = "request";
     if (!j.is_object())
         throw InputError(ctx, show(j).substr(0, 40), "must be a JSON object");
-    const int64_t v = requireInt64(j, "schema_version", ctx, 1, 1000);
-    if (v != kSchemaVersion)
-        throw InputError(ctx + ".schema_version", std::to_string(v),
-                         "unsupported (this build reads " + std::to_string(kSchemaVersion) + ")");
+    requireSchema(j, ctx);
     ProbeRequest r;
     r.model = modelArchFromJson(requireField(j, "model", ctx));
     r.config = trainingConfigFromJson(requireField(j, "config", ctx));
@@ -132,10 +139,7 @@ Measurement measurementFromJson(const json &j)
     const std::string ctx = "result";
     if (!j.is_object())
         throw InputError(ctx, show(j).substr(0, 40), "must be a JSON object");
-    const int64_t v = requireInt64(j, "schema_version", ctx, 1, 1000);
-    if (v != kSchemaVersion)
-        throw InputError(ctx + ".schema_version", std::to_string(v),
-                         "unsupported (this build reads " + std::to_string(kSchemaVersion) + ")");
+    requireSchema(j, ctx);
     Measurement m;
     m.device = optString(j, "device", ctx);
     if (m.device != "cuda" && m.device != "cpu")
