@@ -114,6 +114,28 @@ private Q_SLOTS:
         }
         QVERIFY(previous < one.peakAllocatedBytes / 2);
     }
+    void backwardAccountsForEveryGradient_data()
+    {
+        QTest::addColumn<QString>("id");
+        QTest::addColumn<int>("finetune");
+        for (const char *id : {"llama-2-7b", "qwen2.5-0.5b", "gpt2", "pythia-2.8b", "mixtral-8x7b"})
+            for (FineTune f : {FineTune::Full, FineTune::LoRA})
+                QTest::addRow("%s/%s", id, std::string(toString(f)).c_str()) << QString::fromLatin1(id) << int(f);
+    }
+    void backwardAccountsForEveryGradient()
+    {
+        QFETCH(QString, id);
+        QFETCH(int, finetune);
+        TrainingConfig c = base();
+        c.finetune = FineTune(finetune);
+        const Estimate e = estimate(findModelPreset(id.toStdString()), c);
+        // At the optimizer step every gradient the backward pass made is alive, and nothing else is.
+        // The ledger rounds each of its allocations (one per layer, four around the head) to 512 bytes.
+        const auto &m = findModelPreset(id.toStdString());
+        const int64_t diff = e.phase(Phase::Optimizer).atPeak[Category::Gradients] - e.params.gradientBytes;
+        QVERIFY2(diff >= 0 && diff < 512 * (m.numLayers + 4), qPrintable(QString::number(diff)));
+        QCOMPARE(e.phase(Phase::Optimizer).atPeak[Category::Activations], int64_t(0));
+    }
     void overflowIsAnErrorNotAWrap()
     {
         TrainingConfig c = base();

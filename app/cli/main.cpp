@@ -198,7 +198,6 @@ int main(int argc, char **argv)
     app.set_version_flag("--version", std::string("headroom-cli ") + HEADROOM_VERSION);
     app.require_subcommand(1);
     Flags f;
-    std::string sweepSeq = "512,1024,2048", sweepBatch = "1";
 
     auto *est = app.add_subcommand("estimate", "Estimate one configuration's peak memory");
     addTrainingFlags(est, f, false);
@@ -220,8 +219,6 @@ int main(int argc, char **argv)
     models->add_flag("--json", modelsJson, "JSON output");
     auto *gpus = app.add_subcommand("gpus", "List the GPU catalog");
     gpus->add_flag("--json", gpusJson, "JSON output");
-    (void)sweepSeq;
-    (void)sweepBatch;
 
     try {
         app.parse(argc, argv);

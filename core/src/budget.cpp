@@ -108,7 +108,6 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
 {
     std::vector<Recommendation> out;
     const Estimate base = estimate(m, c, opt);
-    const Verdict v0 = judge(base, gpu, reserve);
     auto consider = [&](RecommendationGroup g, std::string id, std::string title, std::string cost, TrainingConfig t) {
         const Estimate e = estimate(m, t, opt);
         const int64_t saving = base.deviceTotalBytes - e.deviceTotalBytes;
@@ -192,7 +191,6 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                      " GPUs",
                  t);
     }
-    (void)v0;
     return out;
 }
 

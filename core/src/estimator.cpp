@@ -501,7 +501,6 @@ int64_t mlp(Ledger &L, Ctx &x, Input &in, int64_t inter, bool grad)
     const C keep = grad ? C::Activations : C::Temporaries;
     const int64_t n = checkedMul(in.tokens, inter) * x.c;
     const int extraAct = x.m.activationSavedTensors - 1; // gelu_new keeps intermediate products
-    Ctx sub = x;
     if (x.m.mlp == MlpKind::Gated) {
         linear(L, x, ModGate, in, inter, grad); // g
         linear(L, x, ModUp, in, inter, grad);   // u
@@ -543,7 +542,6 @@ LayerCost layerForward(Ctx &x, bool gradIn, bool grad)
     const int64_t stream = x.tok(x.h) * x.r;
     L.alloc(C::Temporaries, stream);
     const Breakdown start = L.current();
-    const int64_t startTotal = L.total();
     L.resetPeak();
 
     bool streamSaved = false;
@@ -565,11 +563,10 @@ LayerCost layerForward(Ctx &x, bool gradIn, bool grad)
     const int64_t qe = rope(L, x, qb, x.qOut);
     const int64_t ke = rope(L, x, kb, x.kvOut);
     bool outSaved = false;
-    const int64_t attnOut = attention(L, x, qe, ke, v, grad, outSaved);
+    attention(L, x, qe, ke, v, grad, outSaved);
     Input ao{x.T, x.qOut, x.c, false};
     const int64_t o = linear(L, x, ModO, ao, x.h, grad);
     ao.saved = ao.saved || outSaved;
-    (void)attnOut;
     releaseInput(L, ao, grad);
     // Residual add: a new stream tensor; the old one lives on only if a norm saved it.
     L.alloc(C::Temporaries, stream);
@@ -623,9 +620,7 @@ LayerCost layerForward(Ctx &x, bool gradIn, bool grad)
 
     LayerCost cost;
     cost.keep = minus(L.current(), start);
-    Breakdown peak = L.atPeak();
-    cost.excursion = minus(peak, start);
-    (void)startTotal;
+    cost.excursion = minus(L.atPeak(), start);
     return cost;
 }
 
@@ -633,8 +628,10 @@ struct Params
 {
     ParamSummary summary;
     int64_t layerGradBytes = 0;   // gradients one decoder layer produces
-    int64_t embedGradBytes = 0;   // embedding (and learned positions)
-    int64_t lmHeadGradBytes = 0;  // untied lm_head
+    int64_t embedGradBytes = 0;     // token embedding (the lm_head's too when tied)
+    int64_t positionGradBytes = 0;  // learned positions (GPT-2)
+    int64_t lmHeadGradBytes = 0;    // untied lm_head
+    int64_t finalNormGradBytes = 0;
     int64_t stepTemporaryBytes = 0;
     int64_t largestLayerParamBytes = 0; // for ZeRO-3 gathers
 };
@@ -655,10 +652,12 @@ Params countParams(const Ctx &x)
     auto &S = P.summary;
     const auto &cfg = x.cfg;
     const int p = x.p;
-    const int stateBytesPerElem = p; // optimizer state dtype follows the parameter (torch.optim)
     int64_t trainableBytesForState = 0;
     int64_t layerParamBytes = 0;
-    auto addTrainable = [&](int64_t numel, int bytes, int64_t count, bool inLayer) {
+    // One trainable tensor class: `count` tensors of rows x cols, stored in `bytes` per value (the
+    // optimizer state follows the parameter's dtype in torch.optim).
+    auto addTrainable = [&](int64_t rows, int64_t cols, int bytes, int64_t count, bool inLayer) {
+        const int64_t numel = checkedMul(rows, cols);
         const int64_t n = checkedMul(numel, count);
         S.trainable = checkedAdd(S.trainable, n);
         S.gradientBytes = checkedAdd(S.gradientBytes, checkedMul(n, bytes));
@@ -682,12 +681,12 @@ Params countParams(const Ctx &x)
                 state = checkedMul(n, 8);
             break;
         case Optimizer::Adafactor:
-            (void)0;
+            // torch.optim.Adafactor: row and column variances for matrices, full variance for vectors.
+            state = checkedMul(checkedMul(cols > 1 ? rows + cols : rows, bytes), count);
             break;
         }
         S.optimizerStateBytes = checkedAdd(S.optimizerStateBytes, state);
     };
-    int64_t largestLinear = 0;
     for (const auto &t : parameterInventory(x.m)) {
         const int64_t n = checkedMul(t.numel(), t.count);
         S.total = checkedAdd(S.total, n);
@@ -695,21 +694,13 @@ Params countParams(const Ctx &x)
                              t.module != "final_norm" && t.module != "lm_head";
         if (inLayer)
             layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(t.numel(), p), t.count / x.m.numLayers));
-        if (t.decoderLinear)
-            largestLinear = std::max(largestLinear, t.numel());
         // Weights
         if (x.qlora && t.decoderLinear)
             S.weightBytes = checkedAdd(S.weightBytes, checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count));
         else
             S.weightBytes = checkedAdd(S.weightBytes, checkedMul(n, p));
-        if (x.full) {
-            addTrainable(t.numel(), p, t.count, inLayer);
-            if (cfg.optimizer == Optimizer::Adafactor) {
-                // torch.optim.Adafactor: row and column variances for matrices, full variance for vectors.
-                const int64_t st = t.cols > 1 ? t.rows + t.cols : t.rows;
-                S.optimizerStateBytes = checkedAdd(S.optimizerStateBytes, checkedMul(checkedMul(st, p), t.count));
-            }
-        }
+        if (x.full)
+            addTrainable(t.rows, t.cols, p, t.count, inLayer);
     }
     if (!x.full) {
         // LoRA adapters on every targeted Linear: A (r x in) and B (out x r), fp32.
@@ -722,21 +713,20 @@ Params countParams(const Ctx &x)
             const bool expertMod = mod == ModGate || mod == ModUp || mod == ModDown;
             const int64_t count = checkedMul(L, expertMod ? experts : 1);
             const int64_t inF = x.inFeatures(Module(mod)), outF = x.outFeatures(Module(mod));
-            for (int64_t numel : {checkedMul(r, inF), checkedMul(outF, r)}) {
+            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}}) {
+                const int64_t numel = checkedMul(rows, cols);
                 S.total = checkedAdd(S.total, checkedMul(numel, count));
                 S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, count), x.loraBytes));
-                addTrainable(numel, x.loraBytes, count, true);
-                if (cfg.optimizer == Optimizer::Adafactor)
-                    S.optimizerStateBytes = checkedAdd(S.optimizerStateBytes,
-                                                       checkedMul(checkedMul(numel == r * inF ? r + inF : outF + r, 4), count));
+                addTrainable(rows, cols, x.loraBytes, count, true);
             }
         }
     }
     if (x.full) {
         P.embedGradBytes = checkedMul(checkedMul(x.V, x.h), p);
         if (x.m.learnedPositions)
-            P.embedGradBytes = checkedAdd(P.embedGradBytes, checkedMul(checkedMul(x.m.maxPositions, x.h), p));
+            P.positionGradBytes = checkedMul(checkedMul(x.m.maxPositions, x.h), p);
         P.lmHeadGradBytes = x.m.tiedEmbeddings ? 0 : checkedMul(checkedMul(x.V, x.h), p);
+        P.finalNormGradBytes = checkedMul(checkedMul(x.h, x.m.norm == NormKind::LayerNorm ? 2 : 1), p);
     }
     P.largestLayerParamBytes = layerParamBytes;
     // Optimizer-step temporaries.
@@ -757,8 +747,6 @@ Params countParams(const Ctx &x)
         P.stepTemporaryBytes = 0;
         break;
     }
-    (void)stateBytesPerElem;
-    (void)largestLinear;
     return P;
 }
 
@@ -785,10 +773,9 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
 
     // Sharding (ZeRO / FSDP): each rank holds 1/N of the state (stage >= 1), of the gradients
     // (stage >= 2) and of the weights (stage 3).
-    auto shard = [N](int64_t v) { return (v + N - 1) / N; };
-    const int64_t weights = zero >= 3 ? shard(P.summary.weightBytes) : P.summary.weightBytes;
-    const int64_t state = zero >= 1 ? shard(P.summary.optimizerStateBytes) : P.summary.optimizerStateBytes;
-    const int64_t gradScale = zero >= 2 ? N : 1;
+    auto perRank = [N, zero](int fromStage, int64_t v) { return zero >= fromStage ? (v + N - 1) / N : v; };
+    const int64_t weights = perRank(3, P.summary.weightBytes);
+    const int64_t state = perRank(1, P.summary.optimizerStateBytes);
     int64_t comm = 0;
     if (N > 1) {
         if (zero == 0)
@@ -831,8 +818,10 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         G.alloc(C::Temporaries, stream);
         G.free(C::Temporaries, stream);
     }
-    if (cfg.attention == Attention::Eager) // HF builds one (b, 1, s, s) additive causal mask per forward
-        G.alloc(C::Temporaries, checkedMul(checkedMul(x.b, x.s), x.s) * x.c);
+    // HF builds one (b, 1, s, s) additive causal mask per forward for eager attention.
+    const int64_t eagerMask =
+        cfg.attention == Attention::Eager ? checkedMul(checkedMul(checkedMul(x.b, x.s), x.s), x.c) : 0;
+    G.alloc(C::Temporaries, eagerMask);
     G.probe(first.excursion);
     G.add(firstKeep);
     if (L > 1) {
@@ -877,8 +866,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     H.free(C::Logits, logits); // the output object (and its logits) is dropped before backward
     G.probe(H.atPeak());
     G.add(H.current());
-    if (cfg.attention == Attention::Eager)
-        G.free(C::Temporaries, checkedMul(checkedMul(x.b, x.s), x.s) * x.c);
+    G.free(C::Temporaries, eagerMask);
     G.free(C::Temporaries, stream); // the final hidden state
     est.phases[1].phase = Phase::Forward;
     est.phases[1].peakAllocatedBytes = G.peak();
@@ -901,19 +889,19 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     }
     G.alloc(C::Temporaries, x.tok(x.h) * x.c); // lm_head backward: grad of the final hidden state
     if (headTrainable) {
-        // The lm_head's weight gradient; tied, it is the embedding's gradient, summed into later.
-        const int64_t g = model.tiedEmbeddings ? P.embedGradBytes : P.lmHeadGradBytes;
-        G.alloc(C::Gradients, zero >= 2 ? shard(g) : g);
+        // The lm_head's weight gradient (tied: the embedding's, summed into later), then the final norm's.
+        G.alloc(C::Gradients, perRank(2, model.tiedEmbeddings ? P.embedGradBytes : P.lmHeadGradBytes));
+        G.alloc(C::Gradients, perRank(2, P.finalNormGradBytes));
     }
     G.free(C::Logits, cl < 4 ? logits : logprobs); // the gradient of the logits is consumed
     G.free(C::Activations, H.current()[C::Activations]); // final norm's saved tensors go
 
     // Decoder layers, top to bottom.
-    const int64_t layerGrads = zero >= 2 ? shard(P.layerGradBytes) : P.layerGradBytes;
+    const int64_t layerGrads = perRank(2, P.layerGradBytes);
     const int64_t I = model.isMoe() ? checkedMul(model.expertIntermediateSize, model.expertsPerToken)
                                     : model.intermediateSize;
-    auto backwardExcursion = [&](const LayerCost &fwd) {
-        (void)fwd;
+    // A layer's backward excursion depends on shapes alone, so it is the same for every layer.
+    const Breakdown layerBackward = [&] {
         Breakdown e;
         // MLP backward: grad_a and grad_u of the product live together, with the gradient of the
         // layer's output and input in flight; LoRA adds the gradient of the fp32 input cast.
@@ -937,24 +925,24 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
             return withKeep.total() >= re.total() ? withKeep : re;
         }
         return e;
-    };
+    }();
     Breakdown net;
     net[C::Activations] = -restKeep[C::Activations];
     net[C::Gradients] = layerGrads;
     Breakdown net0 = net;
     net0[C::Activations] = -firstKeep[C::Activations];
     if (L > 1) {
-        G.probe(backwardExcursion(rest));
+        G.probe(layerBackward);
         G.add(net, L - 2);
-        G.probe(backwardExcursion(rest));
+        G.probe(layerBackward);
         G.add(net);
     }
-    G.probe(backwardExcursion(first));
+    G.probe(layerBackward);
     G.add(net0);
     // Embedding backward (embedding_dense_backward). Tied: AccumulateGrad sums into the lm_head's
     // gradient out of place, so the new gradient and the sum coexist with the old one.
     if (x.full) {
-        const int64_t eg = zero >= 2 ? shard(P.embedGradBytes) : P.embedGradBytes;
+        const int64_t eg = perRank(2, P.embedGradBytes);
         if (model.tiedEmbeddings) {
             G.alloc(C::Temporaries, eg);
             G.alloc(C::Temporaries, eg);
@@ -962,6 +950,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         } else {
             G.alloc(C::Gradients, eg);
         }
+        G.alloc(C::Gradients, perRank(2, P.positionGradBytes));
     }
     if (comm > 0 && zero <= 2) {
         G.alloc(C::Communication, comm);
@@ -974,13 +963,12 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
 
     // ---- Optimizer step: state, gradients and the step's temporaries.
     G.resetPeak();
-    const int64_t stepTemp = zero >= 1 ? shard(P.stepTemporaryBytes) : P.stepTemporaryBytes;
+    const int64_t stepTemp = perRank(1, P.stepTemporaryBytes);
     G.alloc(C::Temporaries, stepTemp);
     G.free(C::Temporaries, stepTemp);
     est.phases[3].phase = Phase::Optimizer;
     est.phases[3].peakAllocatedBytes = G.peak();
     est.phases[3].atPeak = G.atPeak();
-    (void)gradScale;
 
     // ---- Overall peak, reserved and device total.
     size_t best = 1;
