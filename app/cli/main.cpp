@@ -111,6 +111,21 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     return c;
 }
 
+// What every budget subcommand starts from, resolved from its flags.
+struct Budget
+{
+    ModelArch model;
+    TrainingConfig config;
+    GpuSpec gpu;
+    double reserve = 0.1;
+};
+
+Budget resolveBudget(const Flags &f, bool listsAllowed)
+{
+    return {resolveModel(f.model, "--model"), buildConfig(f, listsAllowed), findGpu(f.gpu, "--gpu"),
+            parseFraction("--reserve", f.reserve)};
+}
+
 void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
 {
     cmd->add_option("--model", f.model, "Preset id (see `models`) or path to a Hugging Face config.json")
@@ -263,10 +278,7 @@ int main(int argc, char **argv)
             return 0;
         }
         if (*est) {
-            const ModelArch m = resolveModel(f.model, "--model");
-            const TrainingConfig c = buildConfig(f, false);
-            const GpuSpec &gpu = findGpu(f.gpu, "--gpu");
-            const double reserve = parseFraction("--reserve", f.reserve);
+            const auto [m, c, gpu, reserve] = resolveBudget(f, false);
             const Estimate e = estimate(m, c);
             const auto recs = recommend(m, c, gpu, reserve);
             if (f.json)
@@ -276,10 +288,7 @@ int main(int argc, char **argv)
             return 0;
         }
         if (*sw) {
-            const ModelArch m = resolveModel(fs.model, "--model");
-            const TrainingConfig c = buildConfig(fs, true);
-            const GpuSpec &gpu = findGpu(fs.gpu, "--gpu");
-            const double reserve = parseFraction("--reserve", fs.reserve);
+            const auto [m, c, gpu, reserve] = resolveBudget(fs, true);
             const auto seqs = parseIntegerList("--seq", fs.seq, 1, 1 << 24);
             const auto batches = parseIntegerList("--batch", fs.batch, 1, 1 << 20);
             std::vector<bool> ckpt;
@@ -299,11 +308,7 @@ int main(int argc, char **argv)
             return 0;
         }
         if (*mb || *ms) {
-            Flags &ff = *mb ? fb : fq;
-            const ModelArch m = resolveModel(ff.model, "--model");
-            const TrainingConfig c = buildConfig(ff, false);
-            const GpuSpec &gpu = findGpu(ff.gpu, "--gpu");
-            const double reserve = parseFraction("--reserve", ff.reserve);
+            const auto [m, c, gpu, reserve] = resolveBudget(*mb ? fb : fq, false);
             const int64_t n = *mb ? maxMicroBatch(m, c, gpu, reserve) : maxSeqLen(m, c, gpu, reserve);
             if (n == 0) {
                 std::printf("none: even %s 1 does not fit %s with a %.0f%% reserve\n", *mb ? "batch" : "seq",
