@@ -10,11 +10,6 @@ namespace headroom::probe {
 
 enum ExitCode { Ok = 0, BadRequest = 2, OutOfMemory = 3, NoDevice = 4, Internal = 5 };
 
-struct Options
-{
-    std::string allocConf;    // --alloc-conf: PYTORCH_CUDA_ALLOC_CONF
-};
-
 struct Callbacks
 {
     std::function<void(int step, Phase phase, double fraction)> progress;
@@ -29,6 +24,6 @@ struct Outcome
     Measurement measurement;
 };
 
-Outcome run(const ProbeRequest &request, const Options &options, const Callbacks &callbacks);
+Outcome run(const ProbeRequest &request, const Callbacks &callbacks);
 
 } // namespace headroom::probe

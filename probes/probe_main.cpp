@@ -116,10 +116,9 @@ int main(int argc, char **argv)
     cb.progress = [](int step, Phase phase, double fraction) {
         emit({{"event", "progress"}, {"step", step}, {"phase", toString(phase)}, {"fraction", fraction}});
     };
-    probe::Options opts{allocConf};
     probe::Outcome out;
     try {
-        out = probe::run(request, opts, cb);
+        out = probe::run(request, cb);
     } catch (const std::exception &e) {
         return fail(probe::Internal, std::string("internal error: ") + e.what());
     }

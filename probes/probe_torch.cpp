@@ -322,7 +322,7 @@ struct Net
     std::vector<Layer> layers;
     std::vector<Tensor> trainable;
     int64_t weightBytes = 0;
-    std::array<bool, 7> loraOn{};
+    std::array<bool, kLinearModuleCount> loraOn{};
 
     Net(const ModelArch &model, const TrainingConfig &config, torch::Device dev)
         : m(model)
@@ -338,18 +338,8 @@ struct Net
                                                                                          : torch::kBFloat16;
         full = c.finetune == FineTune::Full;
         qlora = c.finetune == FineTune::QLoRA;
-        const std::map<std::string, std::vector<int>> alias = {
-            {"q_proj", {0}}, {"k_proj", {1}}, {"v_proj", {2}}, {"o_proj", {3}}, {"gate_proj", {4}}, {"up_proj", {5}},
-            {"down_proj", {6}}, {"all-linear", {0, 1, 2, 3, 4, 5, 6}}, {"qkv_proj", {0, 1, 2}},
-            {"gate_up_proj", {4, 5}}};
         if (!full)
-            for (const auto &t : c.lora.targets) {
-                auto it = alias.find(t);
-                if (it == alias.end())
-                    throw InputError("lora_targets", t, "unknown module for the probe");
-                for (int i : it->second)
-                    loraOn[i] = true;
-            }
+            loraOn = loraTargetMask(c.lora.targets);
         nf4Code = torch::from_blob(const_cast<float *>(kNf4), {16}, torch::kFloat).to(device);
         build();
     }
@@ -366,7 +356,7 @@ struct Net
         return t;
     }
 
-    Linear linear(int64_t in, int64_t out, bool bias, int slot)
+    Linear linear(int64_t in, int64_t out, bool bias, LinearModule module)
     {
         Linear l;
         l.in = in;
@@ -390,7 +380,7 @@ struct Net
         }
         if (bias)
             l.bias = qlora ? param({out}, false, false) : param({out});
-        if (!full && slot >= 0 && loraOn[static_cast<size_t>(slot)]) {
+        if (!full && loraOn[static_cast<size_t>(module)]) {
             auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
             const int64_t r = c.lora.rank;
             l.loraA = torch::empty({r, in}, f32).uniform_(-1.0 / std::sqrt(double(in)), 1.0 / std::sqrt(double(in)));
@@ -409,9 +399,9 @@ struct Net
     {
         Mlp p;
         if (m.mlp == MlpKind::Gated)
-            p.gate = linear(m.hiddenSize, inter, m.mlpBias, 4);
-        p.up = linear(m.hiddenSize, inter, m.mlpBias, 5);
-        p.down = linear(inter, m.hiddenSize, m.mlpBias, 6);
+            p.gate = linear(m.hiddenSize, inter, m.mlpBias, LinearModule::Gate);
+        p.up = linear(m.hiddenSize, inter, m.mlpBias, LinearModule::Up);
+        p.down = linear(inter, m.hiddenSize, m.mlpBias, LinearModule::Down);
         return p;
     }
 
@@ -430,10 +420,10 @@ struct Net
                 L.norm1b = param({h}, false);
                 L.norm2b = param({h}, false);
             }
-            L.q = linear(h, qOut, m.qkvBias, 0);
-            L.k = linear(h, kvOut, m.qkvBias, 1);
-            L.v = linear(h, kvOut, m.qkvBias, 2);
-            L.o = linear(qOut, h, m.oBias, 3);
+            L.q = linear(h, qOut, m.qkvBias, LinearModule::Q);
+            L.k = linear(h, kvOut, m.qkvBias, LinearModule::K);
+            L.v = linear(h, kvOut, m.qkvBias, LinearModule::V);
+            L.o = linear(qOut, h, m.oBias, LinearModule::O);
             if (m.qkNorm) {
                 L.qNorm = param({m.headDim}, true);
                 L.kNorm = param({m.headDim}, true);
@@ -846,7 +836,6 @@ void optimizerStep(const TrainingConfig &c, std::vector<Tensor> &params, Optimiz
             Tensor gf = g[i].to(torch::kFloat).view({-1});
             Tensor ea, eb;
             if (st.aMax[i].defined()) {
-                const int64_t n = params[i].numel();
                 ea = (st.a[i].to(torch::kFloat) / 127.5 - 1).view({-1});
                 eb = (st.b[i].to(torch::kFloat) / 255.0).view({-1});
                 ea = ea.mul_(beta1).add_(gf, 1 - beta1);
@@ -855,7 +844,6 @@ void optimizerStep(const TrainingConfig &c, std::vector<Tensor> &params, Optimiz
                 params[i].view({-1}).add_(upd.to(params[i].scalar_type()), -lr);
                 st.a[i].copy_(((ea.clamp(-1, 1) + 1) * 127.5).to(torch::kUInt8));
                 st.b[i].copy_((eb.clamp(0, 1) * 255.0).to(torch::kUInt8));
-                (void)n;
             } else {
                 st.a[i].mul_(beta1).add_(g[i].to(torch::kFloat), 1 - beta1);
                 st.b[i].mul_(beta2).addcmul_(g[i].to(torch::kFloat), g[i].to(torch::kFloat), 1 - beta2);
@@ -908,7 +896,7 @@ int64_t requestedFromMessage(const std::string &msg)
 
 } // namespace
 
-Outcome run(const ProbeRequest &request, const Options &options, const Callbacks &cb)
+Outcome run(const ProbeRequest &request, const Callbacks &cb)
 {
     Outcome out;
     const auto tStart = Clock::now();
@@ -950,7 +938,6 @@ Outcome run(const ProbeRequest &request, const Options &options, const Callbacks
         cudaFree(nullptr); // create the context now, so its time is init time
     }
 #endif
-    (void)options;
     M.initSeconds = since(tStart);
     const torch::Device device(cuda ? torch::kCUDA : torch::kCPU);
     const Meter meter(cuda);
@@ -1056,14 +1043,13 @@ Outcome run(const ProbeRequest &request, const Options &options, const Callbacks
         A[Category::OptimizerState] = stateBytes;
         const int64_t resident = beforeForward; // weights + state + workspaces at the start of a step
         const int64_t acts = std::max<int64_t>(0, keptAfterForward - logprobs);
-        int64_t rest = M.peakAllocatedBytes - net.weightBytes - stateBytes;
         if (M.peakPhase == Phase::Optimizer) {
             A[Category::Gradients] = gradBytes;
         } else if (M.peakPhase == Phase::Backward && M.peakAllocatedBytes - resident <= gradBytes + acts / 4) {
             A[Category::Gradients] = gradBytes; // the peak came at the end of backward
         } else {
             A[Category::Activations] = acts;
-            A[Category::Logits] = std::min(rest - acts, std::max<int64_t>(0, M.peakAllocatedBytes - resident - acts));
+            A[Category::Logits] = std::max<int64_t>(0, M.peakAllocatedBytes - resident - acts);
         }
         int64_t named = 0;
         for (Category cat : {Category::Weights, Category::OptimizerState, Category::Gradients, Category::Activations,

@@ -116,17 +116,16 @@ Breakdown minus(const Breakdown &a, const Breakdown &b)
     return r;
 }
 
-enum Module { ModQ, ModK, ModV, ModO, ModGate, ModUp, ModDown, ModuleCount };
-
-// LoRA target names as users write them, including the fused modules of some families.
-const std::map<std::string, std::vector<Module>> kTargetAliases = {
-    {"q_proj", {ModQ}},         {"k_proj", {ModK}},           {"v_proj", {ModV}},
-    {"o_proj", {ModO}},         {"gate_proj", {ModGate}},     {"up_proj", {ModUp}},
-    {"down_proj", {ModDown}},   {"qkv_proj", {ModQ, ModK, ModV}},   {"query_key_value", {ModQ, ModK, ModV}},
-    {"c_attn", {ModQ, ModK, ModV}},   {"dense", {ModO}},            {"gate_up_proj", {ModGate, ModUp}},
-    {"c_fc", {ModUp}},          {"fc1", {ModUp}},             {"fc2", {ModDown}},
-    {"dense_h_to_4h", {ModUp}}, {"dense_4h_to_h", {ModDown}}, {"w1", {ModGate}},
-    {"w3", {ModUp}},            {"w2", {ModDown}},            {"all-linear", {ModQ, ModK, ModV, ModO, ModGate, ModUp, ModDown}},
+// Array indices for the linear modules, in LinearModule's order (loraTargetMask's mask).
+enum Module {
+    ModQ = int(LinearModule::Q),
+    ModK = int(LinearModule::K),
+    ModV = int(LinearModule::V),
+    ModO = int(LinearModule::O),
+    ModGate = int(LinearModule::Gate),
+    ModUp = int(LinearModule::Up),
+    ModDown = int(LinearModule::Down),
+    ModuleCount = kLinearModuleCount
 };
 
 struct Ctx
@@ -163,19 +162,8 @@ struct Ctx
         p = parameterBytes(config.precision);
         full = config.finetune == FineTune::Full;
         qlora = config.finetune == FineTune::QLoRA;
-        if (!full) {
-            for (const auto &t : config.lora.targets) {
-                auto it = kTargetAliases.find(t);
-                if (it == kTargetAliases.end()) {
-                    std::string list;
-                    for (const auto &[k, v] : kTargetAliases)
-                        list += (list.empty() ? "" : ", ") + k;
-                    throw InputError("lora_targets", t, "unknown module (known: " + list + ")");
-                }
-                for (Module mod : it->second)
-                    lora[mod] = true;
-            }
-        }
+        if (!full)
+            lora = loraTargetMask(config.lora.targets); // indexed like Module
     }
     int64_t tok(int64_t bytesPerToken) const { return checkedMul(T, bytesPerToken); }
     int64_t inFeatures(Module mod) const

@@ -2,6 +2,7 @@
 
 #include "headroom/error.h"
 
+#include <map>
 #include <utility>
 
 namespace headroom {
@@ -91,6 +92,35 @@ std::string_view describe(Category c)
     case Category::CudaContext: return "The CUDA context, cuBLAS and kernels: memory used outside PyTorch's allocator.";
     }
     return "";
+}
+
+std::array<bool, kLinearModuleCount> loraTargetMask(const std::vector<std::string> &targets)
+{
+    using M = LinearModule;
+    // Including the fused modules of some families (Phi-3, GPT-2, GPT-NeoX, Mixtral experts).
+    static const std::map<std::string, std::vector<M>> aliases = {
+        {"q_proj", {M::Q}},          {"k_proj", {M::K}},            {"v_proj", {M::V}},
+        {"o_proj", {M::O}},          {"gate_proj", {M::Gate}},      {"up_proj", {M::Up}},
+        {"down_proj", {M::Down}},    {"qkv_proj", {M::Q, M::K, M::V}}, {"query_key_value", {M::Q, M::K, M::V}},
+        {"c_attn", {M::Q, M::K, M::V}}, {"dense", {M::O}},          {"gate_up_proj", {M::Gate, M::Up}},
+        {"c_fc", {M::Up}},           {"fc1", {M::Up}},              {"fc2", {M::Down}},
+        {"dense_h_to_4h", {M::Up}},  {"dense_4h_to_h", {M::Down}},  {"w1", {M::Gate}},
+        {"w3", {M::Up}},             {"w2", {M::Down}},
+        {"all-linear", {M::Q, M::K, M::V, M::O, M::Gate, M::Up, M::Down}},
+    };
+    std::array<bool, kLinearModuleCount> mask{};
+    for (const auto &t : targets) {
+        auto it = aliases.find(t);
+        if (it == aliases.end()) {
+            std::string list;
+            for (const auto &[name, mods] : aliases)
+                list += (list.empty() ? "" : ", ") + name;
+            throw InputError("lora_targets", t, "unknown module (known: " + list + ")");
+        }
+        for (M m : it->second)
+            mask[static_cast<size_t>(m)] = true;
+    }
+    return mask;
 }
 
 int parameterBytes(Precision p)

@@ -60,6 +60,13 @@ int parameterBytes(Precision p); // storage of weights, gradients and optimizer 
 int computeBytes(Precision p);   // activations
 bool isAmp(Precision p);
 
+// The Linear layers of a decoder layer, in this order wherever a mask of them is used.
+enum class LinearModule { Q, K, V, O, Gate, Up, Down };
+constexpr int kLinearModuleCount = 7;
+// LoRA targets as users write them (q_proj, qkv_proj, c_attn, w1, all-linear, ...) mapped to the
+// modules they adapt. Throws InputError("lora_targets", name) for an unknown name.
+std::array<bool, kLinearModuleCount> loraTargetMask(const std::vector<std::string> &targets);
+
 struct LoraConfig
 {
     int rank = 16;
