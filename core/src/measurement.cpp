@@ -32,16 +32,6 @@ double optNumber(const json &j, const char *key, const std::string &ctx)
     return j.at(key).get<double>();
 }
 
-void requireSchema(const json &j, const std::string &ctx)
-{
-    if (!j.is_object())
-        throw InputError(ctx, show(j).substr(0, 40), "must be a JSON object");
-    const int64_t v = requireInt64(j, "schema_version", ctx, 1, 1000);
-    if (v != kSchemaVersion)
-        throw InputError(ctx + ".schema_version", std::to_string(v),
-                         "unsupported (this build reads " + std::to_string(kSchemaVersion) + ")");
-}
-
 constexpr int64_t kMaxBytes = int64_t(1) << 56; // 64 PiB: anything larger is garbage
 
 } // namespace

@@ -35,6 +35,36 @@ int64_t requireInt64(const json &obj, const std::string &key, const std::string 
     return n;
 }
 
+void requireSchema(const json &j, const std::string &ctx)
+{
+    if (!j.is_object())
+        throw InputError(ctx, show(j).substr(0, 40), "must be a JSON object");
+    const int64_t v = requireInt64(j, "schema_version", ctx, 1, 1000);
+    if (v != kSchemaVersion)
+        throw InputError(ctx + ".schema_version", std::to_string(v),
+                         "unsupported (this build reads " + std::to_string(kSchemaVersion) + ")");
+}
+
+json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxBytes, int maxDepth)
+{
+    if (text.size() > maxBytes)
+        throw InputError(ctx, std::to_string(text.size()) + " bytes",
+                         "too large (the limit is " + std::to_string(maxBytes) + " bytes)");
+    // nlohmann's parser recurses per nesting level; a hostile file of a million '[' would
+    // overflow the stack, so the callback refuses deep nesting before the recursion gets there.
+    const auto limitDepth = [&](int depth, json::parse_event_t, json &) {
+        if (depth > maxDepth)
+            throw InputError(ctx, "nesting depth " + std::to_string(depth),
+                             "nested deeper than " + std::to_string(maxDepth) + " levels");
+        return true;
+    };
+    try {
+        return json::parse(text, limitDepth);
+    } catch (const json::parse_error &e) {
+        throw InputError(ctx, "(" + std::to_string(text.size()) + " bytes)", std::string("not valid JSON: ") + e.what());
+    }
+}
+
 json toJson(const TrainingConfig &c)
 {
     return {{"precision", toString(c.precision)},

@@ -94,6 +94,33 @@ std::string_view describe(Category c)
     return "";
 }
 
+std::string_view label(Category c)
+{
+    switch (c) {
+    case Category::Weights: return "Weights";
+    case Category::Gradients: return "Gradients";
+    case Category::OptimizerState: return "Optimizer state";
+    case Category::Activations: return "Activations";
+    case Category::Logits: return "Logits";
+    case Category::Temporaries: return "Temporaries";
+    case Category::Communication: return "Communication";
+    case Category::AllocatorSlack: return "Allocator slack";
+    case Category::CudaContext: return "CUDA context";
+    }
+    return "";
+}
+
+std::string_view label(Phase p)
+{
+    switch (p) {
+    case Phase::AfterLoad: return "After load";
+    case Phase::Forward: return "Forward peak";
+    case Phase::Backward: return "Backward peak";
+    case Phase::Optimizer: return "Optimizer peak";
+    }
+    return "";
+}
+
 std::array<bool, kLinearModuleCount> loraTargetMask(const std::vector<std::string> &targets)
 {
     using M = LinearModule;

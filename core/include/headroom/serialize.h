@@ -24,6 +24,10 @@ nlohmann::json estimateDocument(const ModelArch &m, const TrainingConfig &c, con
 
 // Helpers for readers of untrusted JSON.
 const nlohmann::json &requireField(const nlohmann::json &obj, const std::string &key, const std::string &ctx);
+void requireSchema(const nlohmann::json &obj, const std::string &ctx); // schema_version == kSchemaVersion
+// Parses text from outside (a sheet, a probe's output) with a size and nesting limit.
+nlohmann::json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxBytes = 64u << 20,
+                              int maxDepth = 64);
 int64_t requireInt64(const nlohmann::json &obj, const std::string &key, const std::string &ctx, int64_t lo, int64_t hi);
 
 } // namespace headroom

@@ -46,6 +46,8 @@ std::string_view toString(Attention);
 std::string_view toString(Category);
 std::string_view toString(Phase);
 std::string_view describe(Category); // one sentence for tooltips and docs
+std::string_view label(Category);    // "Optimizer state": for tables and legends
+std::string_view label(Phase);       // "Backward peak"
 
 // Parsers throw InputError naming `field` and the value, and listing what is accepted.
 Precision parsePrecision(std::string_view s, const std::string &field = "precision");

@@ -1,0 +1,128 @@
+#include "breakdownmodel.h"
+
+#include "qtutil.h"
+
+#include <QLocale>
+
+using namespace headroom;
+
+int64_t BreakdownModel::Bar::total() const
+{
+    int64_t t = 0;
+    for (int64_t b : bytes)
+        t += b;
+    return t;
+}
+
+BreakdownModel::BreakdownModel(QObject *parent)
+    : QAbstractTableModel(parent)
+{
+}
+
+namespace {
+
+BreakdownModel::Bar barOf(const QString &label, bool measured, const Breakdown &b)
+{
+    BreakdownModel::Bar bar{label, measured, {}};
+    for (int i = 0; i < kCategoryCount; ++i)
+        bar.bytes[static_cast<size_t>(i)] = b.bytes[static_cast<size_t>(i)];
+    return bar;
+}
+
+} // namespace
+
+void BreakdownModel::setContent(const Report &report, const Measurement *measured, Unit units, View view)
+{
+    beginResetModel();
+    m_units = units;
+    m_view = view;
+    m_bars.clear();
+    if (report.error.empty()) {
+        const Estimate &e = report.estimate;
+        if (view == View::Step) {
+            m_bars.push_back(barOf(tr("Estimated"), false, e.peak));
+            if (measured)
+                m_bars.push_back(barOf(tr("Measured"), true, measuredBreakdown(*measured)));
+        } else {
+            // The estimator's slack is a fixed fraction of the peak allocated (estimator.cpp), so a
+            // phase's slack scales with that phase's allocation; the context is the same throughout.
+            const double slackFraction = e.peakAllocatedBytes > 0
+                                             ? static_cast<double>(e.peak[Category::AllocatorSlack]) /
+                                                   static_cast<double>(e.peakAllocatedBytes)
+                                             : 0.0;
+            for (Phase p : kAllPhases) {
+                Breakdown b = e.phase(p).atPeak;
+                b[Category::AllocatorSlack] =
+                    static_cast<int64_t>(slackFraction * static_cast<double>(e.phase(p).peakAllocatedBytes));
+                b[Category::CudaContext] = e.peak[Category::CudaContext];
+                m_bars.push_back(barOf(qs(label(p)) + tr("\nestimated"), false, b));
+                const auto mp = measured ? measured->steady(p) : std::nullopt;
+                if (mp) {
+                    Bar bar{qs(label(p)) + tr("\nmeasured"), true, {}};
+                    bar.bytes[kUnattributedRow] = mp->peakAllocatedBytes;
+                    bar.bytes[static_cast<size_t>(Category::AllocatorSlack)] =
+                        std::max<int64_t>(0, mp->peakReservedBytes - mp->peakAllocatedBytes);
+                    bar.bytes[static_cast<size_t>(Category::CudaContext)] = measured->cudaContextBytes;
+                    m_bars.push_back(bar);
+                }
+            }
+        }
+    }
+    endResetModel();
+}
+
+int BreakdownModel::rowCount(const QModelIndex &parent) const
+{
+    return parent.isValid() ? 0 : kCategoryCount + 1;
+}
+
+int BreakdownModel::columnCount(const QModelIndex &parent) const
+{
+    return parent.isValid() ? 0 : static_cast<int>(m_bars.size());
+}
+
+QString BreakdownModel::rowLabel(int row)
+{
+    if (row == kUnattributedRow)
+        return tr("Measured (not split by category)");
+    return qs(label(kAllCategories[static_cast<size_t>(row)]));
+}
+
+QVariant BreakdownModel::data(const QModelIndex &index, int role) const
+{
+    if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
+        return {};
+    const Bar &bar = m_bars[static_cast<size_t>(index.column())];
+    const int64_t bytes = bar.bytes[static_cast<size_t>(index.row())];
+    switch (role) {
+    case Qt::DisplayRole:
+        return qs(formatBytes(bytes, m_units, 2));
+    case Qt::ToolTipRole: {
+        const QString meaning = index.row() == kUnattributedRow
+                                    ? tr("The probe measured this phase's peak allocation as a whole.")
+                                    : qs(describe(kAllCategories[static_cast<size_t>(index.row())]));
+        return tr("%1, %2: %3 (%4 bytes)\n%5")
+            .arg(rowLabel(index.row()), QString(bar.label).replace(QLatin1Char('\n'), QLatin1Char(' ')),
+                 qs(formatBytes(bytes, m_units, 3)), QLocale().toString(static_cast<qlonglong>(bytes)), meaning);
+    }
+    case Qt::TextAlignmentRole:
+        return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+    case BytesRole:
+        return static_cast<qlonglong>(bytes);
+    case MeasuredRole:
+        return bar.measured;
+    case CategoryRole:
+        return index.row();
+    default:
+        return {};
+    }
+}
+
+QVariant BreakdownModel::headerData(int section, Qt::Orientation o, int role) const
+{
+    if (role != Qt::DisplayRole)
+        return {};
+    if (o == Qt::Vertical)
+        return section >= 0 && section <= kUnattributedRow ? rowLabel(section) : QVariant();
+    return section >= 0 && section < columnCount() ? m_bars[static_cast<size_t>(section)].label : QVariant();
+}

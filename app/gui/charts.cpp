@@ -1,0 +1,327 @@
+#include "charts.h"
+
+#include <QAreaSeries>
+#include <QBarCategoryAxis>
+#include <QBarSet>
+#include <QCategoryAxis>
+#include <QChart>
+#include <QChartView>
+#include <QCursor>
+#include <QLegendMarker>
+#include <QLineSeries>
+#include <QScatterSeries>
+#include <QStackedBarSeries>
+#include <QToolTip>
+#include <QValueAxis>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+using namespace headroom;
+
+QColor categoryColor(int row)
+{
+    static const QColor colors[] = {
+        QColor(0x4e, 0x79, 0xa7), // weights
+        QColor(0xf2, 0x8e, 0x2b), // gradients
+        QColor(0xe1, 0x57, 0x59), // optimizer state
+        QColor(0x76, 0xb7, 0xb2), // activations
+        QColor(0x59, 0xa1, 0x4f), // logits
+        QColor(0xed, 0xc9, 0x48), // temporaries
+        QColor(0xb0, 0x7a, 0xa1), // communication
+        QColor(0xba, 0xb0, 0xac), // allocator slack
+        QColor(0x9c, 0x75, 0x5f), // cuda context
+        QColor(0x5a, 0x5a, 0x5a), // measured, not split
+    };
+    return row >= 0 && row < static_cast<int>(std::size(colors)) ? colors[row] : QColor(Qt::gray);
+}
+
+namespace {
+
+QChartView *makeView(QChart *chart, QWidget *parent)
+{
+    chart->setAnimationOptions(QChart::NoAnimation); // repaint within a frame of a slider move
+    chart->setMargins(QMargins(4, 4, 4, 4));
+    chart->legend()->setAlignment(Qt::AlignRight);
+    auto *view = new QChartView(chart, parent);
+    view->setRenderHint(QPainter::Antialiasing);
+    view->setMinimumSize(360, 260);
+    auto *layout = new QVBoxLayout(parent);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(view);
+    return view;
+}
+
+double niceCeiling(double v)
+{
+    if (v <= 0)
+        return 1;
+    const double p = std::pow(10.0, std::floor(std::log10(v)));
+    for (double m : {1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0})
+        if (m * p >= v)
+            return m * p;
+    return 10 * p;
+}
+
+QPixmap renderView(QChartView *view, const QSize &size)
+{
+    if (!size.isValid())
+        return view->grab();
+    const QSize old = view->size();
+    view->resize(size);
+    QPixmap p = view->grab();
+    view->resize(old);
+    return p;
+}
+
+} // namespace
+
+BreakdownChart::BreakdownChart(QWidget *parent)
+    : QWidget(parent)
+    , m_chart(new QChart)
+    , m_view(makeView(m_chart, this))
+    , m_bars(new QStackedBarSeries)
+    , m_axisX(new QBarCategoryAxis)
+    , m_axisLineX(new QValueAxis)
+    , m_axisY(new QValueAxis)
+    , m_capacity(new QLineSeries)
+    , m_usable(new QLineSeries)
+    , m_reserveBand(new QAreaSeries(m_capacity, m_usable))
+{
+    for (int row = 0; row <= BreakdownModel::kUnattributedRow; ++row) {
+        auto *set = new QBarSet(BreakdownModel::rowLabel(row));
+        set->setColor(categoryColor(row));
+        set->setBorderColor(categoryColor(row).darker(140));
+        set->setSelectedColor(categoryColor(row).darker(135)); // measured bars are a shade darker
+        m_bars->append(set);
+        m_sets.push_back(set);
+        connect(set, &QBarSet::hovered, this, [this, row](bool on, int column) {
+            if (!on || !m_model) {
+                QToolTip::hideText();
+                return;
+            }
+            QToolTip::showText(QCursor::pos(), m_model->data(m_model->index(row, column), Qt::ToolTipRole).toString(),
+                               m_view);
+        });
+    }
+    m_bars->setBarWidth(0.6);
+    m_chart->addSeries(m_bars);
+    m_chart->addAxis(m_axisX, Qt::AlignBottom);
+    m_chart->addAxis(m_axisY, Qt::AlignLeft);
+    m_bars->attachAxis(m_axisX);
+    m_bars->attachAxis(m_axisY);
+
+    QPen capPen(QColor(0xb3, 0x26, 0x1e));
+    capPen.setWidth(2);
+    capPen.setStyle(Qt::DashLine);
+    m_reserveBand->setName(tr("Reserve"));
+    m_reserveBand->setColor(QColor(0xb3, 0x26, 0x1e, 40));
+    m_reserveBand->setBorderColor(Qt::transparent);
+    m_chart->addSeries(m_reserveBand);
+    m_capacity->setPen(capPen);
+    m_chart->addSeries(m_capacity);
+    m_chart->addAxis(m_axisLineX, Qt::AlignBottom);
+    m_axisLineX->setVisible(false);
+    for (QAbstractSeries *s : {static_cast<QAbstractSeries *>(m_reserveBand), static_cast<QAbstractSeries *>(m_capacity)}) {
+        s->attachAxis(m_axisLineX);
+        s->attachAxis(m_axisY);
+    }
+}
+
+void BreakdownChart::setModel(BreakdownModel *model)
+{
+    m_model = model;
+    connect(model, &QAbstractItemModel::modelReset, this, &BreakdownChart::refresh);
+    connect(model, &QAbstractItemModel::dataChanged, this, &BreakdownChart::refresh);
+    refresh();
+}
+
+void BreakdownChart::setCapacity(int64_t capacityBytes, int64_t usableBytes, const QString &gpuName)
+{
+    const QString name = tr("%1 capacity").arg(gpuName);
+    if (capacityBytes == m_capacityBytes && usableBytes == m_usableBytes && name == m_capacity->name())
+        return;
+    m_capacityBytes = capacityBytes;
+    m_usableBytes = usableBytes;
+    m_capacity->setName(name);
+    refresh();
+}
+
+void BreakdownChart::refresh()
+{
+    if (!m_model)
+        return;
+    const Unit u = m_model->units();
+    const int columns = m_model->columnCount();
+    QStringList labels;
+    for (int c = 0; c < columns; ++c)
+        labels << m_model->headerData(c, Qt::Horizontal).toString();
+    if (m_axisX->categories() != labels) {
+        m_axisX->clear();
+        m_axisX->append(labels);
+    }
+    double top = toUnit(m_capacityBytes, u);
+    std::vector<double> totals(static_cast<size_t>(columns), 0.0);
+    for (int row = 0; row < m_model->rowCount(); ++row) {
+        QList<qreal> values;
+        bool any = false;
+        for (int c = 0; c < columns; ++c) {
+            const auto bytes = m_model->data(m_model->index(row, c), BreakdownModel::BytesRole).toLongLong();
+            values << toUnit(bytes, u);
+            totals[static_cast<size_t>(c)] += values.back();
+            any = any || bytes != 0;
+        }
+        QBarSet *set = m_sets[static_cast<size_t>(row)];
+        if (set->count() != values.size()) {
+            set->remove(0, set->count());
+            set->append(values);
+        } else {
+            for (int c = 0; c < columns; ++c)
+                if (set->at(c) != values[c])
+                    set->replace(c, values[c]);
+        }
+        set->deselectAllBars();
+        for (int c = 0; c < columns; ++c)
+            if (m_model->data(m_model->index(row, c), BreakdownModel::MeasuredRole).toBool())
+                set->selectBar(c);
+        const auto markers = m_chart->legend()->markers(m_bars);
+        if (row < markers.size())
+            markers[row]->setVisible(any);
+    }
+    for (double t : totals)
+        top = std::max(top, t);
+    m_axisY->setRange(0, niceCeiling(top * 1.05));
+    m_axisY->setTitleText(QString::fromLatin1(u == Unit::GiB ? "GiB" : "GB"));
+    m_axisY->setLabelFormat(QStringLiteral("%.0f"));
+    const double lo = -0.5, hi = std::max(columns, 1) - 0.5;
+    m_axisLineX->setRange(lo, hi);
+    const double cap = toUnit(m_capacityBytes, u), usable = toUnit(m_usableBytes, u);
+    m_capacity->replace(QList<QPointF>{{lo, cap}, {hi, cap}});
+    m_usable->replace(QList<QPointF>{{lo, usable}, {hi, usable}});
+}
+
+QList<qreal> BreakdownChart::values(int row) const
+{
+    QList<qreal> v;
+    const QBarSet *set = m_sets.at(static_cast<size_t>(row));
+    for (int i = 0; i < set->count(); ++i)
+        v << set->at(i);
+    return v;
+}
+
+QStringList BreakdownChart::barLabels() const
+{
+    return m_axisX->categories();
+}
+
+qreal BreakdownChart::capacityLine() const
+{
+    return m_capacity->count() > 0 ? m_capacity->at(0).y() : 0.0;
+}
+
+QPixmap BreakdownChart::toPixmap(const QSize &size) const
+{
+    return renderView(m_view, size);
+}
+
+ScalingChart::ScalingChart(const QString &title, const QString &xTitle, QWidget *parent)
+    : QWidget(parent)
+    , m_chart(new QChart)
+    , m_view(makeView(m_chart, this))
+    , m_xTitle(xTitle)
+{
+    m_chart->setTitle(title);
+    m_chart->legend()->setAlignment(Qt::AlignBottom);
+}
+
+namespace {
+
+QString shortCount(int64_t v)
+{
+    if (v >= 1024 && v % 1024 == 0)
+        return QString::number(v / 1024) + QLatin1Char('k');
+    return QString::number(v);
+}
+
+double log2d(int64_t v)
+{
+    return std::log2(static_cast<double>(v));
+}
+
+} // namespace
+
+void ScalingChart::setContent(const std::vector<ScalingCurve> &curves, int64_t current, int64_t capacityBytes,
+                              Unit units)
+{
+    m_chart->removeAllSeries();
+    const auto oldAxes = m_chart->axes();
+    for (QAbstractAxis *a : oldAxes) {
+        m_chart->removeAxis(a);
+        delete a;
+    }
+    // x is log2 of the variable, labelled with the variable itself (128, 256, ... 4k, 8k).
+    auto *x = new QCategoryAxis;
+    x->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
+    x->setTitleText(m_xTitle);
+    auto *y = new QValueAxis;
+    y->setTitleText(QString::fromLatin1(units == Unit::GiB ? "GiB on the device" : "GB on the device"));
+    y->setLabelFormat(QStringLiteral("%.0f"));
+    m_chart->addAxis(x, Qt::AlignBottom);
+    m_chart->addAxis(y, Qt::AlignLeft);
+    int64_t xmin = 0, xmax = 0;
+    for (const ScalingCurve &c : curves) {
+        auto *s = new QLineSeries;
+        s->setName(c.name);
+        QPen pen(c.checkpointing ? QColor(0x59, 0xa1, 0x4f) : QColor(0x4e, 0x79, 0xa7));
+        pen.setWidth(2);
+        s->setPen(pen);
+        for (const auto &[xv, bytes] : c.points) {
+            s->append(log2d(xv), toUnit(bytes, units));
+            xmin = xmin == 0 ? xv : std::min(xmin, xv);
+            xmax = std::max(xmax, xv);
+        }
+        m_chart->addSeries(s);
+        s->attachAxis(x);
+        s->attachAxis(y);
+    }
+    if (xmin == 0)
+        return;
+    for (int64_t v = xmin; v <= xmax; v *= 2)
+        x->append(shortCount(v), log2d(v));
+    const double cap = toUnit(capacityBytes, units);
+    auto *capLine = new QLineSeries;
+    capLine->setName(tr("capacity"));
+    QPen capPen(QColor(0xb3, 0x26, 0x1e));
+    capPen.setStyle(Qt::DashLine);
+    capPen.setWidth(2);
+    capLine->setPen(capPen);
+    capLine->append(log2d(xmin), cap);
+    capLine->append(log2d(xmax), cap);
+    m_chart->addSeries(capLine);
+    capLine->attachAxis(x);
+    capLine->attachAxis(y);
+    auto *marker = new QScatterSeries;
+    marker->setName(tr("current"));
+    marker->setMarkerSize(9);
+    marker->setColor(Qt::black);
+    for (const ScalingCurve &c : curves)
+        for (const auto &[xv, bytes] : c.points)
+            if (xv == current)
+                marker->append(log2d(xv), toUnit(bytes, units));
+    m_chart->addSeries(marker);
+    marker->attachAxis(x);
+    marker->attachAxis(y);
+    x->setRange(log2d(xmin), log2d(xmax));
+    // Clip at twice the card so the capacity line stays readable; what is above does not fit.
+    y->setRange(0, niceCeiling(cap * 2.0));
+}
+
+int ScalingChart::seriesCount() const
+{
+    return static_cast<int>(m_chart->series().size());
+}
+
+QPixmap ScalingChart::toPixmap(const QSize &size) const
+{
+    return renderView(m_view, size);
+}

@@ -1,0 +1,72 @@
+#pragma once
+
+// All Qt Charts code lives here (Qt Charts is deprecated from Qt 6.10 in favour of Qt Graphs;
+// STYLE.md point 5). Panels see two widgets and never a chart type.
+
+#include "breakdownmodel.h"
+#include "session.h"
+
+#include <QWidget>
+
+class QChart;
+class QChartView;
+class QBarSet;
+class QStackedBarSeries;
+class QBarCategoryAxis;
+class QValueAxis;
+class QLineSeries;
+class QAreaSeries;
+
+QColor categoryColor(int row); // one colour per BreakdownModel row, shared with legends elsewhere
+
+// Stacked bars read from a BreakdownModel, with the card's capacity as a line and the reserve
+// as a band below it.
+class BreakdownChart : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit BreakdownChart(QWidget *parent = nullptr);
+    void setModel(BreakdownModel *model);
+    void setCapacity(int64_t capacityBytes, int64_t usableBytes, const QString &gpuName);
+
+    // What the chart draws, in the model's units: bar values of one row (category), for tests.
+    QList<qreal> values(int row) const;
+    QStringList barLabels() const;
+    qreal capacityLine() const; // in units
+    QPixmap toPixmap(const QSize &size = {}) const;
+
+private:
+    void refresh();
+
+    BreakdownModel *m_model = nullptr;
+    QChart *m_chart;
+    QChartView *m_view;
+    QStackedBarSeries *m_bars;
+    std::vector<QBarSet *> m_sets; // one per model row, fixed
+    QBarCategoryAxis *m_axisX;
+    QValueAxis *m_axisLineX;
+    QValueAxis *m_axisY;
+    QLineSeries *m_capacity;
+    QLineSeries *m_usable;
+    QAreaSeries *m_reserveBand;
+    int64_t m_capacityBytes = 0;
+    int64_t m_usableBytes = 0;
+};
+
+// Peak against one variable (sequence length or batch) on a log2 axis, one line per curve,
+// with the capacity line and a marker at the current value.
+class ScalingChart : public QWidget
+{
+    Q_OBJECT
+public:
+    ScalingChart(const QString &title, const QString &xTitle, QWidget *parent = nullptr);
+    void setContent(const std::vector<ScalingCurve> &curves, int64_t current, int64_t capacityBytes,
+                    headroom::Unit units);
+    int seriesCount() const;
+    QPixmap toPixmap(const QSize &size = {}) const;
+
+private:
+    QChart *m_chart;
+    QChartView *m_view;
+    QString m_xTitle;
+};

@@ -1,0 +1,371 @@
+#include "configpanel.h"
+
+#include "qtutil.h"
+
+#include "headroom/catalog.h"
+#include "headroom/error.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QCompleter>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSignalBlocker>
+#include <QSlider>
+#include <QSpinBox>
+
+#include <cmath>
+
+using namespace headroom;
+
+namespace {
+
+// Steps by doubling and halving, as batch and sequence length are usually explored.
+class PowerOfTwoSpinBox : public QSpinBox
+{
+public:
+    using QSpinBox::QSpinBox;
+    void stepBy(int steps) override
+    {
+        int v = value();
+        for (; steps > 0; --steps)
+            v = v >= maximum() / 2 ? maximum() : v * 2;
+        for (; steps < 0; ++steps)
+            v = std::max(minimum(), v / 2);
+        setValue(v);
+    }
+};
+
+int log2Floor(int64_t v)
+{
+    int k = 0;
+    while ((int64_t(1) << (k + 1)) <= v)
+        ++k;
+    return k;
+}
+
+template<typename Enum, size_t N>
+QComboBox *enumCombo(const char *name, const std::array<std::pair<Enum, const char *>, N> &items, QWidget *parent)
+{
+    auto *c = new QComboBox(parent);
+    c->setObjectName(QLatin1String(name));
+    for (const auto &[value, text] : items)
+        c->addItem(QString::fromUtf8(text), static_cast<int>(value));
+    return c;
+}
+
+void setComboData(QComboBox *c, int value)
+{
+    const QSignalBlocker block(c);
+    c->setCurrentIndex(std::max(0, c->findData(value)));
+}
+
+} // namespace
+
+ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
+    : QWidget(parent)
+    , m_session(session)
+    , m_models(modelPresets())
+{
+    auto *outer = new QVBoxLayout(this);
+
+    // Model
+    auto *modelBox = new QGroupBox(tr("Model"), this);
+    auto *modelLayout = new QVBoxLayout(modelBox);
+    m_model = new QComboBox(modelBox);
+    m_model->setObjectName(QStringLiteral("model"));
+    m_model->setEditable(true);
+    m_model->setInsertPolicy(QComboBox::NoInsert);
+    m_model->completer()->setFilterMode(Qt::MatchContains);
+    m_model->completer()->setCompletionMode(QCompleter::PopupCompletion);
+    m_model->setToolTip(tr("Type to search the presets, or import a Hugging Face config.json (also by drag and drop)"));
+    for (size_t i = 0; i < m_models.size(); ++i)
+        m_model->addItem(qs(m_models[i].name), static_cast<int>(i));
+    auto *importButton = new QPushButton(tr("Import config.json…"), modelBox);
+    importButton->setObjectName(QStringLiteral("importConfig"));
+    connect(importButton, &QPushButton::clicked, this, &ConfigPanel::importConfigRequested);
+    m_modelInfo = new QLabel(modelBox);
+    m_modelInfo->setObjectName(QStringLiteral("modelInfo"));
+    m_modelInfo->setWordWrap(true);
+    m_modelInfo->setStyleSheet(QStringLiteral("color: palette(mid)"));
+    modelLayout->addWidget(m_model);
+    modelLayout->addWidget(importButton);
+    modelLayout->addWidget(m_modelInfo);
+    outer->addWidget(modelBox);
+
+    // Training
+    auto *trainBox = new QGroupBox(tr("Training"), this);
+    auto *form = new QFormLayout(trainBox);
+    m_finetune = enumCombo("finetune",
+                           std::array<std::pair<FineTune, const char *>, 3>{
+                               {{FineTune::Full, "Full fine-tuning"}, {FineTune::LoRA, "LoRA"}, {FineTune::QLoRA, "QLoRA (NF4)"}}},
+                           trainBox);
+    m_loraRank = new QSpinBox(trainBox);
+    m_loraRank->setObjectName(QStringLiteral("loraRank"));
+    m_loraRank->setRange(1, 1024);
+    m_loraTargets = new QLineEdit(trainBox);
+    m_loraTargets->setObjectName(QStringLiteral("loraTargets"));
+    m_loraTargets->setToolTip(tr("Comma-separated module names as PEFT takes them: q_proj, v_proj, … or all-linear"));
+    m_doubleQuant = new QCheckBox(tr("Double quantization"), trainBox);
+    m_doubleQuant->setObjectName(QStringLiteral("doubleQuant"));
+    m_precision = enumCombo("precision",
+                            std::array<std::pair<Precision, const char *>, 5>{{{Precision::BF16, "bf16"},
+                                                                               {Precision::AmpBF16, "amp-bf16 (autocast)"},
+                                                                               {Precision::FP16, "fp16"},
+                                                                               {Precision::AmpFP16, "amp-fp16 (autocast)"},
+                                                                               {Precision::FP32, "fp32"}}},
+                            trainBox);
+    m_optimizer = enumCombo("optimizer",
+                            std::array<std::pair<Optimizer, const char *>, 6>{{{Optimizer::AdamW, "AdamW"},
+                                                                               {Optimizer::AdamW8bit, "AdamW 8-bit"},
+                                                                               {Optimizer::SGD, "SGD"},
+                                                                               {Optimizer::SGDMomentum, "SGD + momentum"},
+                                                                               {Optimizer::Adafactor, "Adafactor"},
+                                                                               {Optimizer::Lion, "Lion"}}},
+                            trainBox);
+    m_optimizerImpl = enumCombo("optimizerImpl",
+                                std::array<std::pair<OptimizerImpl, const char *>, 3>{
+                                    {{OptimizerImpl::Foreach, "foreach (PyTorch default)"},
+                                     {OptimizerImpl::Fused, "fused"},
+                                     {OptimizerImpl::ForLoop, "for-loop"}}},
+                                trainBox);
+    m_attention = enumCombo("attention",
+                            std::array<std::pair<Attention, const char *>, 2>{
+                                {{Attention::SDPA, "SDPA (flash / mem-efficient)"}, {Attention::Eager, "eager"}}},
+                            trainBox);
+    m_checkpointing = new QCheckBox(tr("Gradient checkpointing"), trainBox);
+    m_checkpointing->setObjectName(QStringLiteral("checkpointing"));
+    form->addRow(tr("Mode"), m_finetune);
+    form->addRow(tr("LoRA rank"), m_loraRank);
+    form->addRow(tr("Targets"), m_loraTargets);
+    form->addRow(QString(), m_doubleQuant);
+    form->addRow(tr("Precision"), m_precision);
+    form->addRow(tr("Optimizer"), m_optimizer);
+    form->addRow(tr("Implementation"), m_optimizerImpl);
+    form->addRow(tr("Attention"), m_attention);
+    form->addRow(QString(), m_checkpointing);
+    m_loraOnly = {m_loraRank, m_loraTargets, form->labelForField(m_loraRank), form->labelForField(m_loraTargets)};
+    outer->addWidget(trainBox);
+
+    // Shape
+    auto *shapeBox = new QGroupBox(tr("Batch"), this);
+    auto *shape = new QFormLayout(shapeBox);
+    const auto sliderRow = [&](const char *name, int lo, int hi, QSlider *&slider, QSpinBox *&spin) {
+        slider = new QSlider(Qt::Horizontal, shapeBox);
+        slider->setObjectName(QLatin1String(name) + QStringLiteral("Slider"));
+        slider->setRange(log2Floor(lo), log2Floor(hi));
+        slider->setPageStep(1);
+        slider->setTickPosition(QSlider::TicksBelow);
+        spin = new PowerOfTwoSpinBox(shapeBox);
+        spin->setObjectName(QLatin1String(name));
+        spin->setRange(lo, hi);
+        spin->setMinimumWidth(80);
+        auto *row = new QHBoxLayout;
+        row->addWidget(slider, 1);
+        row->addWidget(spin);
+        return row;
+    };
+    shape->addRow(tr("Micro-batch"), sliderRow("microBatch", 1, 1024, m_batchSlider, m_batch));
+    shape->addRow(tr("Sequence"), sliderRow("seqLen", 128, 131072, m_seqSlider, m_seq));
+    m_gradAccum = new QSpinBox(shapeBox);
+    m_gradAccum->setObjectName(QStringLiteral("gradAccum"));
+    m_gradAccum->setRange(1, 4096);
+    m_gradAccum->setToolTip(tr("Accumulation does not change the peak; it keeps the effective batch when the micro-batch shrinks."));
+    shape->addRow(tr("Grad. accumulation"), m_gradAccum);
+    outer->addWidget(shapeBox);
+
+    // Hardware
+    auto *hwBox = new QGroupBox(tr("GPUs"), this);
+    auto *hw = new QFormLayout(hwBox);
+    m_gpu = new QComboBox(hwBox);
+    m_gpu->setObjectName(QStringLiteral("gpu"));
+    for (const GpuSpec &g : gpuCatalog())
+        m_gpu->addItem(tr("%1 (%2)").arg(qs(g.name), qs(formatBytes(g.memoryBytes, Unit::GiB, 0))), qs(g.id));
+    m_gpu->addItem(tr("Custom capacity…"), QStringLiteral("custom"));
+    m_customGiB = new QDoubleSpinBox(hwBox);
+    m_customGiB->setObjectName(QStringLiteral("customGiB"));
+    m_customGiB->setRange(1, 4096);
+    m_customGiB->setDecimals(1);
+    m_customGiB->setSuffix(QStringLiteral(" GiB"));
+    m_gpuCount = new QSpinBox(hwBox);
+    m_gpuCount->setObjectName(QStringLiteral("gpuCount"));
+    m_gpuCount->setRange(1, 4096);
+    m_zero = new QComboBox(hwBox);
+    m_zero->setObjectName(QStringLiteral("zeroStage"));
+    m_zero->addItem(tr("0 · data parallel (DDP)"), 0);
+    m_zero->addItem(tr("1 · shard optimizer state"), 1);
+    m_zero->addItem(tr("2 · + shard gradients"), 2);
+    m_zero->addItem(tr("3 · + shard weights (FSDP)"), 3);
+    m_reserve = new QSpinBox(hwBox);
+    m_reserve->setObjectName(QStringLiteral("reserve"));
+    m_reserve->setRange(0, 50);
+    m_reserve->setSuffix(QStringLiteral(" %"));
+    m_reserve->setToolTip(tr("Keep 10–15% of the card free (SEEDS.md): fragmentation and other processes need it."));
+    hw->addRow(tr("GPU"), m_gpu);
+    hw->addRow(tr("Capacity"), m_customGiB);
+    hw->addRow(tr("GPU count"), m_gpuCount);
+    hw->addRow(tr("ZeRO stage"), m_zero);
+    hw->addRow(tr("Reserve"), m_reserve);
+    outer->addWidget(hwBox);
+    m_problem = new QLabel(this);
+    m_problem->setObjectName(QStringLiteral("configProblem"));
+    m_problem->setWordWrap(true);
+    m_problem->setStyleSheet(QStringLiteral("color: #b3261e"));
+    m_problem->hide();
+    outer->addWidget(m_problem);
+    outer->addStretch(1);
+
+    // Each control edits one field.
+    connect(m_model, qOverload<int>(&QComboBox::activated), this, [this](int i) {
+        const int idx = m_model->itemData(i).toInt();
+        if (idx >= 0 && idx < static_cast<int>(m_models.size()))
+            edit([&](Scenario &s) { s.model = m_models[static_cast<size_t>(idx)]; });
+    });
+    const auto onCombo = [this](QComboBox *c, auto apply) {
+        connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this,
+                [this, c, apply](int) { edit([&](Scenario &s) { apply(s, c->currentData().toInt()); }); });
+    };
+    onCombo(m_finetune, [](Scenario &s, int v) { s.config.finetune = static_cast<FineTune>(v); });
+    onCombo(m_precision, [](Scenario &s, int v) { s.config.precision = static_cast<Precision>(v); });
+    onCombo(m_optimizer, [](Scenario &s, int v) { s.config.optimizer = static_cast<Optimizer>(v); });
+    onCombo(m_optimizerImpl, [](Scenario &s, int v) { s.config.optimizerImpl = static_cast<OptimizerImpl>(v); });
+    onCombo(m_attention, [](Scenario &s, int v) { s.config.attention = static_cast<Attention>(v); });
+    onCombo(m_zero, [](Scenario &s, int v) { s.config.zeroStage = v; });
+    connect(m_loraRank, qOverload<int>(&QSpinBox::valueChanged), this,
+            [this](int v) { edit([&](Scenario &s) { s.config.lora.rank = v; }); });
+    connect(m_loraTargets, &QLineEdit::editingFinished, this, [this] {
+        std::vector<std::string> targets;
+        for (const QString &t : m_loraTargets->text().split(QLatin1Char(','), Qt::SkipEmptyParts))
+            targets.push_back(t.trimmed().toStdString());
+        try {
+            loraTargetMask(targets);
+            m_loraTargets->setStyleSheet(QString());
+            edit([&](Scenario &s) { s.config.lora.targets = targets; });
+        } catch (const InputError &e) {
+            m_loraTargets->setStyleSheet(QStringLiteral("border: 1px solid #b3261e"));
+            m_problem->setText(qs(e.what()));
+            m_problem->show();
+        }
+    });
+    connect(m_doubleQuant, &QCheckBox::toggled, this, [this](bool on) { edit([&](Scenario &s) { s.config.lora.doubleQuant = on; }); });
+    connect(m_checkpointing, &QCheckBox::toggled, this,
+            [this](bool on) { edit([&](Scenario &s) { s.config.gradCheckpointing = on; }); });
+    connect(m_batchSlider, &QSlider::valueChanged, this, [this](int k) { m_batch->setValue(1 << k); });
+    connect(m_seqSlider, &QSlider::valueChanged, this, [this](int k) { m_seq->setValue(1 << k); });
+    connect(m_batch, qOverload<int>(&QSpinBox::valueChanged), this,
+            [this](int v) { edit([&](Scenario &s) { s.config.microBatch = v; }); });
+    connect(m_seq, qOverload<int>(&QSpinBox::valueChanged), this, [this](int v) { edit([&](Scenario &s) { s.config.seqLen = v; }); });
+    connect(m_gradAccum, qOverload<int>(&QSpinBox::valueChanged), this,
+            [this](int v) { edit([&](Scenario &s) { s.config.gradAccum = v; }); });
+    connect(m_gpuCount, qOverload<int>(&QSpinBox::valueChanged), this,
+            [this](int v) { edit([&](Scenario &s) { s.config.worldSize = v; }); });
+    connect(m_reserve, qOverload<int>(&QSpinBox::valueChanged), this,
+            [this](int v) { edit([&](Scenario &s) { s.reserve = v / 100.0; }); });
+    const auto applyGpu = [this] {
+        const QString id = m_gpu->currentData().toString();
+        edit([&](Scenario &s) {
+            s.gpu = id == QLatin1String("custom") ? customGpu(m_customGiB->value()) : findGpu(id.toStdString());
+        });
+    };
+    connect(m_gpu, qOverload<int>(&QComboBox::currentIndexChanged), this, applyGpu);
+    connect(m_customGiB, qOverload<double>(&QDoubleSpinBox::valueChanged), this, applyGpu);
+
+    connect(session, &Session::scenarioChanged, this, &ConfigPanel::syncFromSession);
+    connect(session, &Session::reportReady, this, [this] {
+        const std::string &err = m_session->report().error;
+        m_problem->setVisible(!err.empty());
+        m_problem->setText(qs(err));
+    });
+    syncFromSession();
+}
+
+void ConfigPanel::edit(const std::function<void(Scenario &)> &change)
+{
+    Scenario s = m_session->scenario();
+    try {
+        change(s);
+    } catch (const InputError &e) {
+        m_problem->setText(qs(e.what()));
+        m_problem->show();
+        return;
+    }
+    m_session->setScenario(s);
+}
+
+int ConfigPanel::modelIndex(const ModelArch &m)
+{
+    const auto key = toJson(m);
+    for (size_t i = 0; i < m_models.size(); ++i)
+        if (m_models[i].id == m.id && toJson(m_models[i]) == key)
+            return static_cast<int>(i);
+    m_models.push_back(m);
+    m_model->addItem(qs(m.name.empty() ? m.id : m.name) + tr(" (imported)"), static_cast<int>(m_models.size() - 1));
+    return static_cast<int>(m_models.size() - 1);
+}
+
+void ConfigPanel::addImportedModel(const ModelArch &m)
+{
+    modelIndex(m);
+    Scenario s = m_session->scenario();
+    s.model = m;
+    m_session->applyScenario(s, tr("Import %1").arg(qs(m.name)));
+}
+
+void ConfigPanel::updateVisibility()
+{
+    const FineTune ft = m_session->scenario().config.finetune;
+    for (QWidget *w : std::as_const(m_loraOnly))
+        if (w)
+            w->setEnabled(ft != FineTune::Full);
+    m_doubleQuant->setEnabled(ft == FineTune::QLoRA);
+    m_optimizerImpl->setEnabled(m_session->scenario().config.optimizer == Optimizer::AdamW);
+    m_customGiB->setEnabled(m_session->scenario().gpu.id == "custom");
+    m_zero->setEnabled(m_session->scenario().config.worldSize > 1);
+}
+
+void ConfigPanel::syncFromSession()
+{
+    const Scenario &s = m_session->scenario();
+    const TrainingConfig &c = s.config;
+    const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_batchSlider,
+                                  m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve};
+    std::vector<std::unique_ptr<QSignalBlocker>> blocks;
+    for (QObject *o : all)
+        blocks.push_back(std::make_unique<QSignalBlocker>(o));
+    m_model->setCurrentIndex(m_model->findData(modelIndex(s.model)));
+    m_modelInfo->setText(tr("%1 · %2 layers · hidden %3 · vocab %4 · %5 B parameters")
+                             .arg(qs(s.model.modelType))
+                             .arg(s.model.numLayers)
+                             .arg(s.model.hiddenSize)
+                             .arg(s.model.vocabSize)
+                             .arg(static_cast<double>(parameterCount(s.model)) / 1e9, 0, 'f', 2));
+    setComboData(m_finetune, static_cast<int>(c.finetune));
+    setComboData(m_precision, static_cast<int>(c.precision));
+    setComboData(m_optimizer, static_cast<int>(c.optimizer));
+    setComboData(m_optimizerImpl, static_cast<int>(c.optimizerImpl));
+    setComboData(m_attention, static_cast<int>(c.attention));
+    setComboData(m_zero, c.zeroStage);
+    m_loraRank->setValue(c.lora.rank);
+    QStringList targets;
+    for (const auto &t : c.lora.targets)
+        targets << qs(t);
+    m_loraTargets->setText(targets.join(QStringLiteral(", ")));
+    m_doubleQuant->setChecked(c.lora.doubleQuant);
+    m_checkpointing->setChecked(c.gradCheckpointing);
+    m_batch->setValue(static_cast<int>(c.microBatch));
+    m_batchSlider->setValue(log2Floor(c.microBatch));
+    m_seq->setValue(static_cast<int>(c.seqLen));
+    m_seqSlider->setValue(log2Floor(c.seqLen));
+    m_gradAccum->setValue(static_cast<int>(c.gradAccum));
+    const int gpuIndex = m_gpu->findData(qs(s.gpu.id));
+    m_gpu->setCurrentIndex(gpuIndex >= 0 ? gpuIndex : m_gpu->count() - 1);
+    m_customGiB->setValue(toUnit(s.gpu.memoryBytes, Unit::GiB));
+    m_gpuCount->setValue(c.worldSize);
+    m_reserve->setValue(static_cast<int>(std::lround(s.reserve * 100)));
+    updateVisibility();
+}

@@ -1,0 +1,60 @@
+#pragma once
+
+#include "session.h"
+
+#include <QWidget>
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QSlider;
+class QSpinBox;
+
+// Every knob of the scenario. Each control edits its one field of the session's scenario at
+// once; the panel follows the session when undo, a recommendation or a sheet changes it.
+class ConfigPanel : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit ConfigPanel(Session *session, QWidget *parent = nullptr);
+
+    // Adds an imported model to the list and selects it (undoable).
+    void addImportedModel(const headroom::ModelArch &m);
+
+signals:
+    void importConfigRequested();
+
+private:
+    void syncFromSession();
+    void edit(const std::function<void(headroom::Scenario &)> &change);
+    int modelIndex(const headroom::ModelArch &m);
+    void updateVisibility();
+
+    Session *m_session;
+    std::vector<headroom::ModelArch> m_models;
+    QComboBox *m_model;
+    QLabel *m_modelInfo;
+    QComboBox *m_precision;
+    QComboBox *m_optimizer;
+    QComboBox *m_optimizerImpl;
+    QComboBox *m_finetune;
+    QSpinBox *m_loraRank;
+    QLineEdit *m_loraTargets;
+    QCheckBox *m_doubleQuant;
+    QComboBox *m_attention;
+    QCheckBox *m_checkpointing;
+    QSlider *m_batchSlider;
+    QSpinBox *m_batch;
+    QSlider *m_seqSlider;
+    QSpinBox *m_seq;
+    QSpinBox *m_gradAccum;
+    QComboBox *m_gpu;
+    QDoubleSpinBox *m_customGiB;
+    QSpinBox *m_gpuCount;
+    QComboBox *m_zero;
+    QSpinBox *m_reserve;
+    QLabel *m_problem;
+    QList<QWidget *> m_loraOnly;
+};

@@ -1,0 +1,115 @@
+// headroom: the desktop explorer. `headroom --screenshot FILE.png` renders the window offscreen
+// and exits, for docs and tests.
+
+#include "chartpanel.h"
+#include "mainwindow.h"
+#include "session.h"
+#include "settings.h"
+
+#include "headroom/catalog.h"
+#include "headroom/config.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QIcon>
+#include <QTimer>
+
+#include <cstdio>
+#include <cstring>
+
+using namespace headroom;
+
+namespace {
+
+int fail(const QString &message)
+{
+    std::fprintf(stderr, "headroom: %s\n", qPrintable(message));
+    return 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    // A screenshot needs no display; choose the offscreen platform before Qt picks one.
+    for (int i = 1; i < argc; ++i)
+        if (std::strcmp(argv[i], "--screenshot") == 0 && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+            qputenv("QT_QPA_PLATFORM", "offscreen");
+
+    QApplication app(argc, argv);
+    Q_INIT_RESOURCE(headroom); // the icon lives in the headroom_app static library
+    QApplication::setOrganizationName(QStringLiteral("Headroom"));
+    QApplication::setApplicationName(QStringLiteral("headroom"));
+    QApplication::setApplicationVersion(QStringLiteral(HEADROOM_VERSION));
+    QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/headroom.svg")));
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral("Headroom: how much GPU memory a training run needs, estimated and measured."));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    const QCommandLineOption screenshot(QStringLiteral("screenshot"), QStringLiteral("Render the window to FILE.png and exit."),
+                                        QStringLiteral("FILE.png"));
+    const QCommandLineOption model(QStringLiteral("model"), QStringLiteral("Model preset id or config.json path."),
+                                   QStringLiteral("ID"));
+    const QCommandLineOption config(QStringLiteral("config"),
+                                    QStringLiteral("Open a budget sheet (or a config.json) at start."), QStringLiteral("sheet.json"));
+    const QCommandLineOption measurement(QStringLiteral("measurement"),
+                                         QStringLiteral("Import a probe result (may be repeated)."), QStringLiteral("result.json"));
+    const QCommandLineOption tab(QStringLiteral("tab"), QStringLiteral("breakdown | scaling | measurements"),
+                                 QStringLiteral("TAB"), QStringLiteral("breakdown"));
+    const QCommandLineOption view(QStringLiteral("view"), QStringLiteral("step | phases (the breakdown chart)"),
+                                  QStringLiteral("VIEW"), QStringLiteral("step"));
+    const QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size for --screenshot, e.g. 1400x900."),
+                                  QStringLiteral("WxH"), QStringLiteral("1400x900"));
+    parser.addOptions({screenshot, model, config, measurement, tab, view, size});
+    parser.process(app);
+
+    Session session;
+    const bool shooting = parser.isSet(screenshot);
+    if (!shooting) { // screenshots are reproducible: they never depend on the last session
+        const Settings settings;
+        if (const auto last = settings.lastScenario())
+            session.setScenario(*last);
+        session.setUnits(settings.units());
+    }
+    MainWindow window(&session);
+    if (parser.isSet(model)) {
+        try {
+            Scenario s = session.scenario();
+            s.model = resolveModel(parser.value(model).toStdString(), "--model");
+            session.setScenario(s);
+        } catch (const std::exception &e) {
+            return fail(QString::fromUtf8(e.what()));
+        }
+    }
+    for (const QString &path : parser.values(config) + parser.values(measurement))
+        if (const QString problem = window.openFile(path); !problem.isEmpty())
+            return fail(problem);
+    const QString tabName = parser.value(tab);
+    if (tabName == QLatin1String("scaling"))
+        window.showTab(MainWindow::Tab::Scaling);
+    else if (tabName == QLatin1String("measurements"))
+        window.showTab(MainWindow::Tab::Measurements);
+    else if (tabName != QLatin1String("breakdown"))
+        return fail(QStringLiteral("--tab = %1: must be breakdown, scaling or measurements").arg(tabName));
+    if (parser.value(view) == QLatin1String("phases"))
+        window.chartPanel()->setView(BreakdownModel::View::Phases);
+    else if (parser.value(view) != QLatin1String("step"))
+        return fail(QStringLiteral("--view = %1: must be step or phases").arg(parser.value(view)));
+
+    if (shooting) {
+        const QStringList wh = parser.value(size).split(QLatin1Char('x'));
+        const int w = wh.size() == 2 ? wh[0].toInt() : 0, h = wh.size() == 2 ? wh[1].toInt() : 0;
+        if (w < 320 || h < 240 || w > 8000 || h > 8000)
+            return fail(QStringLiteral("--size = %1: must be WxH between 320x240 and 8000x8000").arg(parser.value(size)));
+        window.resize(w, h);
+        window.show();
+        session.recomputeNow();
+        QCoreApplication::processEvents(); // lay out and paint once
+        if (!window.grab().save(parser.value(screenshot)))
+            return fail(QStringLiteral("--screenshot = %1: cannot write the image").arg(parser.value(screenshot)));
+        return 0;
+    }
+    window.show();
+    return QApplication::exec();
+}

@@ -1,0 +1,231 @@
+#include "mainwindow.h"
+
+#include "chartpanel.h"
+#include "charts.h"
+#include "configpanel.h"
+#include "measurebar.h"
+#include "measurementspanel.h"
+#include "qtutil.h"
+#include "recommendationspanel.h"
+#include "scalingpanel.h"
+#include "settings.h"
+#include "settingsdialog.h"
+#include "sheetio.h"
+#include "verdictbanner.h"
+
+#include "headroom/config.h"
+#include "headroom/error.h"
+
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QScrollArea>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+using namespace headroom;
+
+MainWindow::MainWindow(Session *session, QWidget *parent)
+    : QMainWindow(parent)
+    , m_session(session)
+    , m_config(new ConfigPanel(session, this))
+    , m_verdict(new VerdictBanner(session, this))
+    , m_chart(new ChartPanel(session, this))
+    , m_measure(new MeasureBar(session, this))
+    , m_recommendations(new RecommendationsPanel(session, this))
+    , m_scaling(new ScalingPanel(session, this))
+    , m_measurements(new MeasurementsPanel(session, this))
+    , m_tabs(new QTabWidget(this))
+{
+    setWindowIcon(QIcon(QStringLiteral(":/icons/headroom.svg")));
+    setAcceptDrops(true);
+
+    auto *scroll = new QScrollArea(this);
+    scroll->setWidget(m_config);
+    scroll->setWidgetResizable(true);
+    scroll->setMinimumWidth(340);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+
+    auto *breakdown = new QSplitter(Qt::Vertical, this);
+    auto *top = new QWidget(breakdown);
+    auto *topLayout = new QVBoxLayout(top);
+    topLayout->setContentsMargins(0, 0, 0, 0);
+    topLayout->addWidget(m_chart, 1);
+    topLayout->addWidget(m_measure);
+    breakdown->addWidget(top);
+    breakdown->addWidget(m_recommendations);
+    breakdown->setStretchFactor(0, 3);
+    breakdown->setStretchFactor(1, 1);
+    m_tabs->addTab(breakdown, tr("Breakdown"));
+    m_tabs->addTab(m_scaling, tr("Scaling"));
+    m_tabs->addTab(m_measurements, tr("Measurements"));
+
+    auto *right = new QWidget(this);
+    auto *rightLayout = new QVBoxLayout(right);
+    rightLayout->addWidget(m_verdict);
+    rightLayout->addWidget(m_tabs, 1);
+    auto *split = new QSplitter(Qt::Horizontal, this);
+    split->addWidget(scroll);
+    split->addWidget(right);
+    split->setStretchFactor(1, 1);
+    setCentralWidget(split);
+
+    connect(m_config, &ConfigPanel::importConfigRequested, this,
+            [this] { openInteractively(tr("Import a Hugging Face config.json"), tr("JSON (*.json)")); });
+    connect(m_measurements, &MeasurementsPanel::importRequested, this,
+            [this] { openInteractively(tr("Import a probe result"), tr("Probe results (*.json *.jsonl);;All files (*)")); });
+    connect(session, &Session::measurementsChanged, this, [this] {
+        m_tabs->setTabText(2, tr("Measurements (%1)").arg(m_session->measurements().size()));
+    });
+    connect(session, &Session::reportReady, this, &MainWindow::updateTitle);
+    buildMenus();
+    statusBar()->showMessage(tr("Drop a config.json, a probe result or a sheet anywhere in the window."));
+    resize(1400, 900);
+    updateTitle();
+}
+
+void MainWindow::buildMenus()
+{
+    QMenu *file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open…"), QKeySequence::Open, this, [this] {
+        openInteractively(tr("Open a sheet, a probe result or a config.json"), tr("JSON (*.json *.jsonl);;All files (*)"));
+    });
+    file->addAction(tr("&Save sheet"), QKeySequence::Save, this, [this] {
+        QString path = m_sheetPath;
+        if (path.isEmpty())
+            path = QFileDialog::getSaveFileName(this, tr("Save budget sheet"), QStringLiteral("budget.json"),
+                                                tr("JSON sheet (*.json)"));
+        if (!path.isEmpty())
+            reportProblem(exportTo(path));
+    });
+    file->addAction(tr("&Export…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export budget sheet"), QStringLiteral("budget.pdf"),
+                                                          sheetio::filterString());
+        if (!path.isEmpty())
+            reportProblem(exportTo(path));
+    });
+    file->addSeparator();
+    file->addAction(tr("Import &config.json…"), this,
+                    [this] { openInteractively(tr("Import a Hugging Face config.json"), tr("JSON (*.json)")); });
+    file->addAction(tr("Import &measurement…"), this, [this] {
+        openInteractively(tr("Import a probe result"), tr("Probe results (*.json *.jsonl);;All files (*)"));
+    });
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu *edit = menuBar()->addMenu(tr("&Edit"));
+    QAction *undo = m_session->undoStack()->createUndoAction(this, tr("&Undo"));
+    undo->setShortcut(QKeySequence::Undo);
+    QAction *redo = m_session->undoStack()->createRedoAction(this, tr("&Redo"));
+    redo->setShortcut(QKeySequence::Redo);
+    edit->addAction(undo);
+    edit->addAction(redo);
+    edit->addAction(tr("Copy scaling table"), m_scaling, &ScalingPanel::copyTable);
+
+    QMenu *measure = menuBar()->addMenu(tr("&Measure"));
+    measure->addAction(tr("Measure &now"), QKeySequence(Qt::CTRL | Qt::Key_M), m_measure, &MeasureBar::measure);
+    measure->addAction(tr("Measure on the &CPU"), m_measure, [this] { m_measure->measureOn(QStringLiteral("cpu")); });
+    measure->addAction(tr("&Cancel"), m_measure, &MeasureBar::cancel);
+    measure->addSeparator();
+    measure->addAction(tr("&Settings…"), this, [this] { SettingsDialog(this).exec(); });
+
+    QMenu *help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About Headroom"), this, [this] {
+        QMessageBox::about(this, tr("About Headroom"),
+                           tr("<b>Headroom %1</b><br>GPU memory budgets for training runs, estimated op by op and "
+                              "measured by a real step.")
+                               .arg(QStringLiteral(HEADROOM_VERSION)));
+    });
+}
+
+void MainWindow::openInteractively(const QString &caption, const QString &filter)
+{
+    const QString path = QFileDialog::getOpenFileName(this, caption, QString(), filter);
+    if (!path.isEmpty())
+        reportProblem(openFile(path));
+}
+
+void MainWindow::reportProblem(const QString &problem)
+{
+    if (problem.isEmpty())
+        return;
+    statusBar()->showMessage(problem, 10000);
+    QMessageBox::warning(this, tr("Headroom"), problem);
+}
+
+QString MainWindow::openFile(const QString &path)
+{
+    try {
+        switch (sheetio::sniff(path)) {
+        case sheetio::FileKind::Sheet:
+            m_session->restore(sheetio::readSheet(path));
+            m_sheetPath = path;
+            break;
+        case sheetio::FileKind::Measurement:
+            m_session->addMeasurement(sheetio::readMeasurement(path));
+            break;
+        case sheetio::FileKind::ModelConfig:
+            m_config->addImportedModel(sheetio::readModelConfig(path));
+            break;
+        }
+    } catch (const std::exception &e) {
+        return tr("Cannot open %1: %2").arg(QFileInfo(path).fileName(), qs(e.what()));
+    }
+    statusBar()->showMessage(tr("Opened %1").arg(QFileInfo(path).fileName()), 5000);
+    return {};
+}
+
+QString MainWindow::exportTo(const QString &path)
+{
+    const auto format = sheetio::formatFor(path);
+    if (!format)
+        return tr("Cannot export to %1: use .pdf, .html, .md, .csv, .json or .png").arg(QFileInfo(path).fileName());
+    m_session->recomputeNow(); // the sheet describes exactly what is on screen
+    const QString problem = sheetio::exportSheet(path, *format, m_session->toSheet(), m_chart->chart()->toPixmap(QSize(900, 520)));
+    if (problem.isEmpty()) {
+        if (*format == sheetio::Format::Json)
+            m_sheetPath = path;
+        statusBar()->showMessage(tr("Saved %1").arg(QFileInfo(path).fileName()), 5000);
+    }
+    return problem;
+}
+
+void MainWindow::showTab(Tab t)
+{
+    m_tabs->setCurrentIndex(static_cast<int>(t));
+}
+
+void MainWindow::updateTitle()
+{
+    setWindowTitle(tr("%1 — Headroom").arg(qs(m_session->scenario().model.name)));
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent *e)
+{
+    const auto urls = e->mimeData()->urls();
+    if (!urls.isEmpty() && urls.first().isLocalFile())
+        e->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent *e)
+{
+    for (const QUrl &url : e->mimeData()->urls())
+        if (url.isLocalFile())
+            reportProblem(openFile(url.toLocalFile()));
+}
+
+void MainWindow::closeEvent(QCloseEvent *e)
+{
+    Settings s;
+    s.setLastScenario(m_session->scenario());
+    s.setUnits(m_session->units());
+    m_measure->cancel();
+    QMainWindow::closeEvent(e);
+}

@@ -1,0 +1,162 @@
+#include "measurebar.h"
+
+#include "qtutil.h"
+#include "settings.h"
+
+#include <QComboBox>
+#include <QElapsedTimer>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QVBoxLayout>
+
+using namespace headroom;
+
+MeasureBar::MeasureBar(Session *session, QWidget *parent)
+    : QWidget(parent)
+    , m_session(session)
+    , m_measure(new QPushButton(tr("Measure now"), this))
+    , m_device(new QComboBox(this))
+    , m_progress(new QProgressBar(this))
+    , m_cancel(new QPushButton(tr("Cancel"), this))
+    , m_status(new QLabel(this))
+    , m_cpuInstead(new QPushButton(tr("Run on the CPU instead"), this))
+{
+    m_measure->setObjectName(QStringLiteral("measureNow"));
+    m_measure->setToolTip(tr("Run one real training step of this configuration with headroom-probe and overlay the result"));
+    m_device->setObjectName(QStringLiteral("probeDevice"));
+    m_device->addItem(tr("GPU if present"), QStringLiteral("auto"));
+    m_device->addItem(tr("GPU (CUDA)"), QStringLiteral("cuda"));
+    m_device->addItem(tr("CPU"), QStringLiteral("cpu"));
+    m_device->setCurrentIndex(std::max(0, m_device->findData(Settings().probeDevice())));
+    m_progress->setObjectName(QStringLiteral("probeProgress"));
+    m_progress->setRange(0, 1000);
+    m_progress->setTextVisible(false);
+    m_progress->setMaximumWidth(180);
+    m_cancel->setObjectName(QStringLiteral("cancelProbe"));
+    m_status->setObjectName(QStringLiteral("probeStatus"));
+    m_status->setWordWrap(true);
+    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_cpuInstead->setObjectName(QStringLiteral("cpuInstead"));
+    m_cpuInstead->hide();
+
+    auto *row = new QHBoxLayout(this);
+    row->setContentsMargins(0, 0, 0, 0);
+    row->addWidget(m_measure);
+    row->addWidget(m_device);
+    row->addWidget(m_progress);
+    row->addWidget(m_cancel);
+    row->addWidget(m_status, 1);
+    row->addWidget(m_cpuInstead);
+    setRunning(false);
+
+    connect(m_measure, &QPushButton::clicked, this, &MeasureBar::measure);
+    connect(m_cancel, &QPushButton::clicked, this, &MeasureBar::cancel);
+    connect(m_cpuInstead, &QPushButton::clicked, this, [this] { measureOn(QStringLiteral("cpu")); });
+    connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this,
+            [this](int) { Settings().setProbeDevice(m_device->currentData().toString()); });
+
+    connect(&m_runner, &ProbeRunner::progress, this, [this](double f, const QString &what) {
+        m_progress->setValue(static_cast<int>(f * 1000));
+        showStatus(tr("Measuring: %1…").arg(what), nullptr);
+    });
+    connect(&m_runner, &ProbeRunner::finished, this, [this](const Measurement &m) {
+        setRunning(false);
+        const Unit u = m_session->units();
+        if (m.oom)
+            showStatus(tr("Out of memory in %1 at %2 on %3 — shown as a result in Measurements.")
+                           .arg(qs(toString(m.oom->phase)), qs(formatBytes(m.oom->inUseBytes, u, 1)), qs(m.deviceName)),
+                       "#b3261e");
+        else
+            showStatus(tr("Measured on %1 in %2 s: peak allocated %3 (%4).")
+                           .arg(qs(m.deviceName))
+                           .arg(m.wallSeconds, 0, 'f', 1)
+                           .arg(qs(formatBytes(m.peakAllocatedBytes, u, 2)), qs(toString(m.peakPhase))),
+                       "#14532d");
+        m_session->addMeasurement(m);
+    });
+    connect(&m_runner, &ProbeRunner::failed, this, [this](const QString &message, int code) {
+        setRunning(false);
+        showStatus(message, "#b3261e");
+        m_cpuInstead->setVisible(code == 4); // no usable GPU: CPU mode still measures the step
+    });
+    connect(&m_runner, &ProbeRunner::stopped, this, [this] {
+        setRunning(false);
+        showStatus(tr("Stopped."), nullptr);
+    });
+}
+
+QString MeasureBar::statusText() const
+{
+    return m_status->text();
+}
+
+void MeasureBar::showStatus(const QString &text, const char *color)
+{
+    m_status->setText(text);
+    m_status->setStyleSheet(color ? QStringLiteral("color: %1").arg(QLatin1String(color)) : QString());
+}
+
+void MeasureBar::setRunning(bool running)
+{
+    m_measure->setEnabled(!running);
+    m_device->setEnabled(!running);
+    m_cancel->setEnabled(running);
+    m_progress->setVisible(running);
+    if (running)
+        m_cpuInstead->hide();
+}
+
+void MeasureBar::measure()
+{
+    measureOn(m_device->currentData().toString());
+}
+
+void MeasureBar::measureOn(const QString &device)
+{
+    if (m_runner.isRunning())
+        return;
+    if (!m_session->report().error.empty()) {
+        showStatus(tr("Fix the configuration first: %1").arg(qs(m_session->report().error)), "#b3261e");
+        return;
+    }
+    const Settings settings;
+    ProbeRunner::Options o;
+    o.prefix = settings.probePrefix();
+    o.device = device;
+    o.steps = settings.probeSteps();
+    o.timeoutSeconds = settings.probeTimeoutSeconds();
+    o.allocConf = settings.probeAllocConf();
+    if (o.prefix.isEmpty()) {
+        QStringList searched;
+        o.program = ProbeRunner::locateProbe(settings.probePath(), &searched);
+        if (o.program.isEmpty()) {
+            showStatus(tr("headroom-probe was not found (looked at %1). Set its path in Settings, or $HEADROOM_PROBE. "
+                          "It is built with LibTorch; see the README.")
+                           .arg(searched.join(QStringLiteral(", "))),
+                       "#b3261e");
+            return;
+        }
+    } else {
+        // Remote: the path is the remote machine's, or the probe is on its PATH.
+        o.program = settings.probePath().isEmpty() ? QStringLiteral("headroom-probe") : settings.probePath();
+    }
+    ProbeRequest request;
+    request.model = m_session->scenario().model;
+    request.config = m_session->scenario().config;
+    request.steps = o.steps;
+    request.device = device.toStdString();
+    if (m_runner.start(request, o)) {
+        setRunning(true);
+        showStatus(device == QLatin1String("cpu")
+                       ? tr("Measuring on the CPU (the whole model runs in this machine's memory)…")
+                       : tr("Measuring…"),
+                   nullptr);
+    }
+}
+
+void MeasureBar::cancel()
+{
+    m_runner.cancel();
+}

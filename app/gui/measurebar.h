@@ -1,0 +1,40 @@
+#pragma once
+
+#include "proberunner.h"
+#include "session.h"
+
+#include <QWidget>
+
+class QComboBox;
+class QLabel;
+class QProgressBar;
+class QPushButton;
+
+// "Measure now": runs the probe on the current scenario, shows progress, and adds the result
+// to the session. Failures are shown inline; the app never waits on the probe.
+class MeasureBar : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit MeasureBar(Session *session, QWidget *parent = nullptr);
+    ProbeRunner *runner() { return &m_runner; }
+    QString statusText() const;
+
+public slots:
+    void measure();
+    void measureOn(const QString &device); // auto | cuda | cpu
+    void cancel();
+
+private:
+    void setRunning(bool running);
+    void showStatus(const QString &text, const char *color);
+
+    Session *m_session;
+    ProbeRunner m_runner;
+    QPushButton *m_measure;
+    QComboBox *m_device;
+    QProgressBar *m_progress;
+    QPushButton *m_cancel;
+    QLabel *m_status;
+    QPushButton *m_cpuInstead;
+};

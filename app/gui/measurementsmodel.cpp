@@ -1,0 +1,98 @@
+#include "measurementsmodel.h"
+
+#include "qtutil.h"
+
+#include <QColor>
+
+using namespace headroom;
+
+MeasurementsModel::MeasurementsModel(Session *session, QObject *parent)
+    : QAbstractTableModel(parent)
+    , m_session(session)
+{
+    connect(session, &Session::measurementsChanged, this, [this] {
+        beginResetModel();
+        endResetModel();
+    });
+    connect(session, &Session::unitsChanged, this, [this] {
+        if (rowCount() > 0)
+            emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
+    });
+}
+
+int MeasurementsModel::rowCount(const QModelIndex &parent) const
+{
+    return parent.isValid() ? 0 : static_cast<int>(m_session->measurements().size());
+}
+
+int MeasurementsModel::columnCount(const QModelIndex &parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
+{
+    if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
+        return {};
+    const size_t row = static_cast<size_t>(index.row());
+    const Measurement &m = m_session->measurements()[row];
+    const auto &est = m_session->measurementEstimates()[row];
+    const Unit u = m_session->units();
+    const auto phaseCell = [&](Phase p) -> QVariant {
+        const auto s = m.steady(p);
+        return s ? qs(formatBytes(s->peakAllocatedBytes, u, 2)) : QStringLiteral("—");
+    };
+    if (role == Qt::DisplayRole) {
+        switch (index.column()) {
+        case Model: return qs(m.model.name.empty() ? m.model.id : m.model.name);
+        case Config: return qs(summarize(m.config));
+        case Device: return qs(m.deviceName.empty() ? m.device : m.deviceName);
+        case AfterLoad: return phaseCell(Phase::AfterLoad);
+        case Forward: return phaseCell(Phase::Forward);
+        case Backward: return phaseCell(Phase::Backward);
+        case Optimizer: return phaseCell(Phase::Optimizer);
+        case Peak: return qs(formatBytes(m.peakAllocatedBytes, u, 2));
+        case Estimated: return est ? qs(formatBytes(est->peakAllocatedBytes, u, 2)) : QStringLiteral("—");
+        case Error: return est ? QString::asprintf("%+.1f%%", measuredError(m, *est) * 100.0) : QStringLiteral("—");
+        case Result:
+            return m.oom ? tr("OOM in %1 at %2").arg(qs(toString(m.oom->phase)), qs(formatBytes(m.oom->inUseBytes, u, 1)))
+                         : tr("ok");
+        }
+    } else if (role == Qt::ToolTipRole) {
+        return tr("%1 on %2, %3\nLibTorch %4, Headroom %5, %6")
+            .arg(qs(m.model.name), qs(m.deviceName), qs(m.driver), qs(m.torchVersion), qs(m.headroomVersion),
+                 qs(m.createdAt));
+    } else if (role == Qt::ForegroundRole) {
+        if (index.column() == Result && m.oom)
+            return QColor(0xb3, 0x26, 0x1e);
+        if (index.column() == Error && est && std::abs(measuredError(m, *est)) > 0.05)
+            return QColor(0xa1, 0x5c, 0x00);
+    } else if (role == Qt::TextAlignmentRole && index.column() >= AfterLoad && index.column() <= Error) {
+        return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+    } else if (role == Qt::UserRole && index.column() == Peak) {
+        return static_cast<qlonglong>(m.peakAllocatedBytes);
+    }
+    return {};
+}
+
+QVariant MeasurementsModel::headerData(int section, Qt::Orientation o, int role) const
+{
+    if (role != Qt::DisplayRole)
+        return {};
+    if (o == Qt::Vertical)
+        return section + 1;
+    switch (section) {
+    case Model: return tr("Model");
+    case Config: return tr("Configuration");
+    case Device: return tr("Device");
+    case AfterLoad: return tr("After load");
+    case Forward: return tr("Forward");
+    case Backward: return tr("Backward");
+    case Optimizer: return tr("Optimizer");
+    case Peak: return tr("Peak allocated");
+    case Estimated: return tr("Estimated");
+    case Error: return tr("Error");
+    case Result: return tr("Result");
+    }
+    return {};
+}

@@ -1,0 +1,51 @@
+#include "measurementspanel.h"
+
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QItemSelectionModel>
+#include <QLabel>
+#include <QPushButton>
+#include <QTableView>
+#include <QVBoxLayout>
+
+MeasurementsPanel::MeasurementsPanel(Session *session, QWidget *parent)
+    : QWidget(parent)
+    , m_session(session)
+    , m_model(session)
+    , m_view(new QTableView(this))
+{
+    auto *layout = new QVBoxLayout(this);
+    auto *head = new QHBoxLayout;
+    head->addWidget(new QLabel(tr("<b>Probe runs</b> — select one to overlay it on the breakdown. "
+                                  "Error is measured against the estimate of the same configuration."),
+                               this),
+                    1);
+    auto *importButton = new QPushButton(tr("Import measurement…"), this);
+    importButton->setObjectName(QStringLiteral("importMeasurement"));
+    head->addWidget(importButton);
+    layout->addLayout(head);
+    m_view->setObjectName(QStringLiteral("measurements"));
+    m_view->setModel(&m_model);
+    m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_view->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_view->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_view->horizontalHeader()->setStretchLastSection(true);
+    m_view->setAlternatingRowColors(true);
+    layout->addWidget(m_view);
+
+    connect(importButton, &QPushButton::clicked, this, &MeasurementsPanel::importRequested);
+    connect(m_view->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
+        const auto rows = m_view->selectionModel()->selectedRows();
+        m_session->selectMeasurement(rows.isEmpty() ? -1 : rows.first().row());
+    });
+    const auto follow = [this] {
+        const int sel = m_session->selectedIndex();
+        const QSignalBlocker block(m_view->selectionModel());
+        m_view->clearSelection();
+        if (sel >= 0)
+            m_view->selectRow(sel);
+        m_view->viewport()->update();
+    };
+    connect(session, &Session::selectionChanged, this, follow);
+    connect(session, &Session::measurementsChanged, this, follow);
+}

@@ -1,0 +1,232 @@
+#include "proberunner.h"
+
+#include "qtutil.h"
+
+#include "headroom/error.h"
+#include "headroom/serialize.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QStandardPaths>
+
+#include <cstdio>
+
+using namespace headroom;
+using nlohmann::json;
+
+ProbeRunner::ProbeRunner(QObject *parent)
+    : QObject(parent)
+{
+    m_timeout.setSingleShot(true);
+    m_killTimer.setSingleShot(true);
+    connect(&m_timeout, &QTimer::timeout, this, [this] {
+        m_timedOut = true;
+        if (m_process)
+            m_process->kill();
+    });
+    connect(&m_killTimer, &QTimer::timeout, this, [this] {
+        if (m_process)
+            m_process->kill(); // the probe honours SIGTERM within a second; this is the backstop
+    });
+}
+
+ProbeRunner::~ProbeRunner()
+{
+    if (m_process) {
+        m_process->disconnect(this);
+        m_process->kill();
+        m_process->waitForFinished(2000);
+    }
+}
+
+QString ProbeRunner::locateProbe(const QString &configured, QStringList *searched)
+{
+    QStringList candidates;
+    const QString env = qEnvironmentVariable("HEADROOM_PROBE");
+    if (!env.isEmpty())
+        candidates << env;
+    if (!configured.isEmpty())
+        candidates << configured;
+    const QString appDir = QCoreApplication::applicationDirPath();
+    candidates << appDir + QStringLiteral("/headroom-probe")                  // installed side by side
+               << appDir + QStringLiteral("/../probes/headroom-probe")        // build tree: build/x/app
+               << appDir + QStringLiteral("/../../probes/headroom-probe")     // build tree: build/x/app/gui
+               << appDir + QStringLiteral("/../libexec/headroom/headroom-probe");
+    const QString onPath = QStandardPaths::findExecutable(QStringLiteral("headroom-probe"));
+    if (!onPath.isEmpty())
+        candidates << onPath;
+    if (searched)
+        *searched = candidates;
+    for (const QString &c : std::as_const(candidates)) {
+        const QFileInfo fi(c);
+        if (fi.isFile() && fi.isExecutable())
+            return QDir::cleanPath(fi.absoluteFilePath());
+    }
+    return {};
+}
+
+QStringList ProbeRunner::commandLine(const Options &o)
+{
+    QStringList cmd = o.prefix;
+    cmd << o.program << QStringLiteral("--request") << QStringLiteral("-") << QStringLiteral("--device") << o.device
+        << QStringLiteral("--steps") << QString::number(o.steps);
+    if (!o.allocConf.isEmpty())
+        cmd << QStringLiteral("--alloc-conf") << o.allocConf;
+    return cmd;
+}
+
+bool ProbeRunner::isRunning() const
+{
+    return m_process != nullptr;
+}
+
+bool ProbeRunner::start(const ProbeRequest &request, const Options &options)
+{
+    if (m_process)
+        return false;
+    m_buffer.clear();
+    m_stderr.clear();
+    m_result.reset();
+    m_errorMessage.clear();
+    m_garbage.clear();
+    m_cancelled = m_timedOut = false;
+    m_timeoutSeconds = options.timeoutSeconds;
+
+    QStringList cmd = commandLine(options);
+    const QString program = cmd.takeFirst();
+    m_process = new QProcess(this);
+    connect(m_process, &QProcess::readyReadStandardOutput, this, &ProbeRunner::onStdout);
+    connect(m_process, &QProcess::readyReadStandardError, this, [this] {
+        const QByteArray chunk = m_process->readAllStandardError();
+        std::fwrite(chunk.constData(), 1, static_cast<size_t>(chunk.size()), stderr); // forward, as hotspot does
+        m_stderr += chunk;
+        if (m_stderr.size() > 65536)
+            m_stderr = m_stderr.right(65536);
+    });
+    connect(m_process, &QProcess::finished, this, &ProbeRunner::onFinished);
+    connect(m_process, &QProcess::errorOccurred, this, [this, program](QProcess::ProcessError e) {
+        if (e != QProcess::FailedToStart)
+            return; // crashes and kills arrive through finished()
+        const QString why = m_process->errorString();
+        m_process->deleteLater();
+        m_process = nullptr;
+        m_timeout.stop();
+        emit failed(tr("Could not start the probe (%1): %2").arg(program, why), -1);
+    });
+    m_process->start(program, cmd);
+    if (!m_process)
+        return false; // failed to start, already reported
+    m_process->write(QByteArray::fromStdString(toJson(request).dump()));
+    m_process->closeWriteChannel();
+    m_timeout.start(options.timeoutSeconds * 1000);
+    emit progress(0.0, tr("starting"));
+    return true;
+}
+
+void ProbeRunner::cancel()
+{
+    if (!m_process || m_cancelled)
+        return;
+    m_cancelled = true;
+    m_process->terminate();
+    m_killTimer.start(1500);
+}
+
+void ProbeRunner::onStdout()
+{
+    m_buffer += m_process->readAllStandardOutput();
+    for (qsizetype nl; (nl = m_buffer.indexOf('\n')) >= 0;) {
+        const QByteArray line = m_buffer.left(nl).trimmed();
+        m_buffer.remove(0, nl + 1);
+        if (!line.isEmpty())
+            handleLine(line);
+    }
+    if (m_buffer.size() > (32 << 20)) { // no line is that long; this is not our protocol
+        if (m_garbage.isEmpty())
+            m_garbage = QString::fromUtf8(m_buffer.left(80));
+        m_buffer.clear();
+    }
+}
+
+void ProbeRunner::handleLine(const QByteArray &line)
+{
+    json j;
+    try {
+        j = parseUntrusted(line.toStdString(), "probe output", 32u << 20);
+    } catch (const InputError &) {
+        if (m_garbage.isEmpty())
+            m_garbage = QString::fromUtf8(line.left(80));
+        return;
+    }
+    const std::string event = j.is_object() && j.contains("event") && j.at("event").is_string()
+                                  ? j.at("event").get<std::string>()
+                                  : std::string();
+    if (event == "progress") {
+        const double fraction = j.value("fraction", 0.0);
+        emit progress(std::clamp(fraction, 0.0, 1.0),
+                      tr("step %1 · %2").arg(j.value("step", 0)).arg(qs(j.value("phase", std::string()))));
+    } else if (event == "result") {
+        try {
+            m_result = measurementFromJson(j);
+        } catch (const InputError &e) {
+            m_errorMessage = tr("The probe's result is malformed: %1").arg(qs(e.what()));
+        }
+    } else if (event == "error") {
+        m_errorMessage = qs(j.value("message", std::string("(no message)")));
+    } else if (event != "stopped" && m_garbage.isEmpty()) {
+        m_garbage = QString::fromUtf8(line.left(80));
+    }
+}
+
+QString ProbeRunner::stderrTail() const
+{
+    const QString text = QString::fromUtf8(m_stderr).trimmed();
+    const auto lines = text.split(QLatin1Char('\n'));
+    return lines.mid(std::max<qsizetype>(0, lines.size() - 3)).join(QStringLiteral(" / "));
+}
+
+void ProbeRunner::onFinished(int exitCode, QProcess::ExitStatus status)
+{
+    onStdout();
+    if (!m_buffer.trimmed().isEmpty())
+        handleLine(m_buffer.trimmed());
+    m_timeout.stop();
+    m_killTimer.stop();
+    m_process->deleteLater();
+    m_process = nullptr;
+
+    if (m_cancelled) {
+        emit stopped();
+        return;
+    }
+    if (m_timedOut) {
+        emit failed(tr("The probe did not finish within %1 s and was stopped.").arg(m_timeoutSeconds), -1);
+        return;
+    }
+    if (status == QProcess::CrashExit) {
+        emit failed(tr("The probe crashed. %1").arg(stderrTail()), -1);
+        return;
+    }
+    if ((exitCode == 0 || exitCode == 3) && m_result) {
+        emit finished(*m_result); // exit 3 carries an OOM result: a finding, not an error
+        return;
+    }
+    const QString detail = !m_errorMessage.isEmpty() ? m_errorMessage : stderrTail();
+    switch (exitCode) {
+    case 2: emit failed(tr("The probe refused the request: %1").arg(detail), exitCode); return;
+    case 4: emit failed(tr("No usable GPU for the probe: %1").arg(detail), exitCode); return;
+    case 5: emit failed(tr("The probe hit an internal error: %1").arg(detail), exitCode); return;
+    default: break;
+    }
+    if (!m_garbage.isEmpty()) {
+        emit failed(tr("The probe's output is not the Headroom protocol (exit code %1): \"%2\"")
+                        .arg(exitCode)
+                        .arg(m_garbage),
+                    exitCode);
+        return;
+    }
+    emit failed(exitCode == 0 ? tr("The probe exited without a result.")
+                              : tr("The probe exited with code %1: %2").arg(exitCode).arg(detail),
+                exitCode);
+}

@@ -1,0 +1,63 @@
+#pragma once
+
+#include "headroom/measurement.h"
+
+#include <QObject>
+#include <QProcess>
+#include <QTimer>
+
+#include <optional>
+
+// Runs headroom-probe through QProcess and turns its JSON-lines protocol
+// (docs/probe-protocol.md) into typed signals. Never blocks; the GUI survives any probe.
+class ProbeRunner : public QObject
+{
+    Q_OBJECT
+public:
+    struct Options
+    {
+        QString program;    // the probe; with a prefix, its path on the remote side
+        QStringList prefix; // e.g. {"ssh", "gpu-box"} or {"srun", "--gpus=1"}: arguments, no shell
+        QString device = QStringLiteral("auto");
+        int steps = 2;
+        int timeoutSeconds = 600;
+        QString allocConf; // PYTORCH_CUDA_ALLOC_CONF for the probe
+    };
+
+    explicit ProbeRunner(QObject *parent = nullptr);
+    ~ProbeRunner() override;
+
+    // $HEADROOM_PROBE, then the configured path, then next to this executable (installed or in
+    // the build tree), then PATH. Empty if none; `searched` lists where it looked.
+    static QString locateProbe(const QString &configured, QStringList *searched = nullptr);
+    // The program and arguments that start() runs, for display and tests.
+    static QStringList commandLine(const Options &o);
+
+    bool start(const headroom::ProbeRequest &request, const Options &options);
+    void cancel(); // SIGTERM, then kill; reported as stopped(), not as a failure
+    bool isRunning() const;
+
+signals:
+    void progress(double fraction, const QString &what);
+    void finished(const headroom::Measurement &m); // success, or an out-of-memory result
+    void failed(const QString &message, int exitCode); // exitCode -1: crashed / did not start
+    void stopped();
+
+private:
+    void onStdout();
+    void onFinished(int exitCode, QProcess::ExitStatus status);
+    void handleLine(const QByteArray &line);
+    QString stderrTail() const;
+
+    QProcess *m_process = nullptr;
+    QTimer m_timeout;
+    QTimer m_killTimer;
+    QByteArray m_buffer;
+    QByteArray m_stderr;
+    std::optional<headroom::Measurement> m_result;
+    QString m_errorMessage;
+    QString m_garbage; // the first line that was not protocol
+    bool m_cancelled = false;
+    bool m_timedOut = false;
+    int m_timeoutSeconds = 0;
+};

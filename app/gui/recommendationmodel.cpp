@@ -1,0 +1,76 @@
+#include "recommendationmodel.h"
+
+#include "qtutil.h"
+
+#include <QColor>
+
+using namespace headroom;
+
+RecommendationModel::RecommendationModel(QObject *parent)
+    : QAbstractTableModel(parent)
+{
+}
+
+void RecommendationModel::setContent(const std::vector<Recommendation> &recs, Unit units)
+{
+    beginResetModel();
+    m_recs = recs;
+    m_units = units;
+    endResetModel();
+}
+
+const Recommendation *RecommendationModel::at(int row) const
+{
+    return row >= 0 && row < rowCount() ? &m_recs[static_cast<size_t>(row)] : nullptr;
+}
+
+int RecommendationModel::rowCount(const QModelIndex &parent) const
+{
+    return parent.isValid() ? 0 : static_cast<int>(m_recs.size());
+}
+
+int RecommendationModel::columnCount(const QModelIndex &parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant RecommendationModel::data(const QModelIndex &index, int role) const
+{
+    if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
+        return {};
+    const Recommendation &r = m_recs[static_cast<size_t>(index.row())];
+    if (role == Qt::DisplayRole) {
+        switch (index.column()) {
+        case Change: return qs(r.title);
+        case Kind:
+            return r.group == RecommendationGroup::Dynamic  ? tr("1 · dynamic")
+                   : r.group == RecommendationGroup::Static ? tr("2 · static")
+                                                            : tr("3 · sharding");
+        case Saves: return tr("−%1").arg(qs(formatBytes(r.savingBytes, m_units, 1)));
+        case Cost: return qs(r.cost);
+        case FitsAfter: return r.fitsAfter ? tr("fits") : tr("not yet");
+        }
+    } else if (role == Qt::ToolTipRole) {
+        return tr("%1\nSaves %2 per GPU; cost: %3.\nDouble-click or press Apply to use it; Undo restores.")
+            .arg(qs(r.title), qs(formatBytes(r.savingBytes, m_units, 2)), qs(r.cost));
+    } else if (role == Qt::ForegroundRole && index.column() == FitsAfter) {
+        return r.fitsAfter ? QColor(0x1b, 0x7f, 0x3b) : QColor(0x80, 0x80, 0x80);
+    } else if (role == Qt::UserRole && index.column() == Saves) {
+        return static_cast<qlonglong>(r.savingBytes);
+    }
+    return {};
+}
+
+QVariant RecommendationModel::headerData(int section, Qt::Orientation o, int role) const
+{
+    if (role != Qt::DisplayRole || o != Qt::Horizontal)
+        return {};
+    switch (section) {
+    case Change: return tr("Change");
+    case Kind: return tr("Order");
+    case Saves: return tr("Saves");
+    case Cost: return tr("Cost");
+    case FitsAfter: return tr("After");
+    }
+    return {};
+}

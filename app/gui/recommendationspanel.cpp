@@ -1,0 +1,64 @@
+#include "recommendationspanel.h"
+
+#include "qtutil.h"
+
+#include <QAction>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QTableView>
+#include <QVBoxLayout>
+
+RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
+    : QWidget(parent)
+    , m_session(session)
+    , m_view(new QTableView(this))
+{
+    auto *layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    auto *head = new QHBoxLayout;
+    auto *title = new QLabel(tr("<b>What to change</b> — dynamic peak first, then the static base, then sharding"), this);
+    auto *applyButton = new QPushButton(tr("Apply"), this);
+    applyButton->setObjectName(QStringLiteral("applyRecommendation"));
+    auto *undoButton = new QPushButton(tr("Undo"), this);
+    undoButton->setObjectName(QStringLiteral("undo"));
+    undoButton->setEnabled(false);
+    head->addWidget(title, 1);
+    head->addWidget(applyButton);
+    head->addWidget(undoButton);
+    layout->addLayout(head);
+
+    m_view->setObjectName(QStringLiteral("recommendations"));
+    m_view->setModel(&m_model);
+    m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_view->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_view->verticalHeader()->hide();
+    m_view->horizontalHeader()->setSectionResizeMode(RecommendationModel::Change, QHeaderView::Stretch);
+    m_view->horizontalHeader()->setSectionResizeMode(RecommendationModel::Cost, QHeaderView::ResizeToContents);
+    m_view->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_view->setAlternatingRowColors(true);
+    layout->addWidget(m_view);
+
+    connect(m_view, &QTableView::doubleClicked, this, [this](const QModelIndex &i) { apply(i.row()); });
+    connect(applyButton, &QPushButton::clicked, this, [this] {
+        const auto rows = m_view->selectionModel()->selectedRows();
+        apply(rows.isEmpty() ? 0 : rows.first().row());
+    });
+    connect(undoButton, &QPushButton::clicked, session->undoStack(), &QUndoStack::undo);
+    connect(session->undoStack(), &QUndoStack::canUndoChanged, undoButton, &QPushButton::setEnabled);
+    const auto refresh = [this] { m_model.setContent(m_session->report().recommendations, m_session->units()); };
+    connect(session, &Session::reportReady, this, refresh);
+    connect(session, &Session::unitsChanged, this, refresh);
+    refresh();
+}
+
+void RecommendationsPanel::apply(int row)
+{
+    const headroom::Recommendation *r = m_model.at(row);
+    if (!r)
+        return;
+    headroom::Scenario s = m_session->scenario();
+    s.config = r->config;
+    m_session->applyScenario(s, qs(r->title));
+}

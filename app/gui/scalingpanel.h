@@ -1,0 +1,27 @@
+#pragma once
+
+#include "scalingmodel.h"
+#include "session.h"
+
+#include <QWidget>
+
+class ScalingChart;
+
+// Peak against sequence length and batch, with and without checkpointing, and the SEEDS.md
+// scaling table, copyable as Markdown.
+class ScalingPanel : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit ScalingPanel(Session *session, QWidget *parent = nullptr);
+    ScalingModel *model() { return &m_model; }
+    ScalingChart *seqChart() { return m_seqChart; }
+    void copyTable();
+
+private:
+    void refresh();
+    Session *m_session;
+    ScalingModel m_model;
+    ScalingChart *m_seqChart;
+    ScalingChart *m_batchChart;
+};

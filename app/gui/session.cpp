@@ -1,0 +1,208 @@
+#include "session.h"
+
+#include <QtConcurrent/QtConcurrentRun>
+
+using namespace headroom;
+
+namespace {
+
+class ScenarioCommand : public QUndoCommand
+{
+public:
+    ScenarioCommand(Session *s, Scenario before, Scenario after, const QString &text)
+        : QUndoCommand(text)
+        , m_session(s)
+        , m_before(std::move(before))
+        , m_after(std::move(after))
+    {
+    }
+    void undo() override { m_session->setScenario(m_before); }
+    void redo() override { m_session->setScenario(m_after); }
+
+private:
+    Session *m_session;
+    Scenario m_before, m_after;
+};
+
+std::vector<int64_t> powersOfTwo(int64_t lo, int64_t hi)
+{
+    std::vector<int64_t> v;
+    for (int64_t x = lo; x <= hi; x *= 2)
+        v.push_back(x);
+    return v;
+}
+
+// The SEEDS.md scaling groups around the current configuration: seq x1/2 .. x2, batch x1/2 .. x2,
+// and checkpointing off/on, each row with what it costs against the previous one.
+void scalingTable(const Scenario &s, ScalingData &out)
+{
+    const TrainingConfig &base = s.config;
+    const auto group = [&](const QString &name, std::vector<int64_t> seqs, std::vector<int64_t> batches,
+                           std::vector<bool> ckpt) {
+        const auto rows = sweep(s.model, base, s.gpu, seqs, batches, ckpt, s.reserve);
+        for (size_t i = 0; i < rows.size(); ++i)
+            out.table.push_back({name, rows[i],
+                                 i == 0 ? 0 : rows[i].estimate.deviceTotalBytes - rows[i - 1].estimate.deviceTotalBytes});
+    };
+    std::vector<int64_t> seqs;
+    for (int64_t L = std::max<int64_t>(128, base.seqLen / 4); L <= base.seqLen * 2; L *= 2)
+        seqs.push_back(L);
+    std::vector<int64_t> batches;
+    for (int64_t b = std::max<int64_t>(1, base.microBatch / 4); b <= base.microBatch * 2; b *= 2)
+        batches.push_back(b);
+    group(QStringLiteral("seq"), seqs, {}, {});
+    group(QStringLiteral("batch"), {}, batches, {});
+    group(QStringLiteral("checkpointing"), {}, {}, {false, true});
+}
+
+} // namespace
+
+Session::Session(QObject *parent)
+    : QObject(parent)
+    , m_scenario(defaultScenario())
+{
+    connect(&m_watcher, &QFutureWatcher<Computed>::finished, this, [this] {
+        m_running = false;
+        land(m_watcher.result());
+        if (m_pending)
+            launch();
+    });
+    launch();
+}
+
+Session::~Session()
+{
+    m_watcher.waitForFinished();
+}
+
+Session::Computed Session::compute(quint64 generation, const Scenario &s)
+{
+    Computed c;
+    c.generation = generation;
+    c.report = buildReport(s);
+    if (!c.report.error.empty())
+        return c;
+    const int64_t seqMax = std::min<int64_t>(131072, std::max<int64_t>(s.model.maxPositions, 128));
+    for (bool ckpt : {false, true}) {
+        const QString name = ckpt ? QStringLiteral("checkpointing on") : QStringLiteral("checkpointing off");
+        ScalingCurve seq{name, ckpt, {}}, batch{name, ckpt, {}};
+        TrainingConfig cfg = s.config;
+        cfg.gradCheckpointing = ckpt;
+        for (int64_t L : powersOfTwo(128, seqMax)) {
+            cfg.seqLen = L;
+            seq.points.emplace_back(L, estimate(s.model, cfg).deviceTotalBytes);
+        }
+        cfg.seqLen = s.config.seqLen;
+        for (int64_t b : powersOfTwo(1, 1024)) {
+            cfg.microBatch = b;
+            batch.points.emplace_back(b, estimate(s.model, cfg).deviceTotalBytes);
+        }
+        c.scaling.bySeq.push_back(std::move(seq));
+        c.scaling.byBatch.push_back(std::move(batch));
+    }
+    scalingTable(s, c.scaling);
+    return c;
+}
+
+void Session::launch()
+{
+    if (m_running) {
+        m_pending = true; // the running job's result will be stale; run again when it lands
+        return;
+    }
+    m_pending = false;
+    m_running = true;
+    m_watcher.setFuture(QtConcurrent::run(&Session::compute, m_generation, m_scenario));
+}
+
+void Session::land(Computed c)
+{
+    if (c.generation != m_generation)
+        return; // a newer scenario is on its way
+    m_report = std::move(c.report);
+    m_scaling = std::move(c.scaling);
+    emit reportReady();
+}
+
+void Session::recomputeNow()
+{
+    m_watcher.waitForFinished();
+    m_running = false;
+    m_pending = false;
+    land(compute(m_generation, m_scenario));
+}
+
+void Session::setScenario(const Scenario &s)
+{
+    if (s == m_scenario && m_generation > 0)
+        return;
+    m_scenario = s;
+    ++m_generation;
+    emit scenarioChanged();
+    launch();
+}
+
+void Session::applyScenario(const Scenario &s, const QString &what)
+{
+    if (s == m_scenario)
+        return;
+    m_undo.push(new ScenarioCommand(this, m_scenario, s, what));
+}
+
+void Session::setUnits(Unit u)
+{
+    if (u == m_units)
+        return;
+    m_units = u;
+    emit unitsChanged();
+}
+
+void Session::addMeasurement(const Measurement &m)
+{
+    m_measurements.push_back(m);
+    try {
+        m_measurementEstimates.emplace_back(estimate(m.model, m.config));
+    } catch (const std::exception &) {
+        m_measurementEstimates.emplace_back(std::nullopt); // e.g. a model this build cannot estimate
+    }
+    emit measurementsChanged();
+    selectMeasurement(static_cast<int>(m_measurements.size()) - 1);
+}
+
+void Session::selectMeasurement(int index)
+{
+    if (index < -1 || index >= static_cast<int>(m_measurements.size()))
+        index = -1;
+    if (index == m_selected)
+        return;
+    m_selected = index;
+    emit selectionChanged();
+}
+
+const Measurement *Session::selectedMeasurement() const
+{
+    return m_selected >= 0 ? &m_measurements[static_cast<size_t>(m_selected)] : nullptr;
+}
+
+Sheet Session::toSheet() const
+{
+    Sheet s;
+    s.scenario = m_scenario;
+    s.units = m_units;
+    s.measurements = m_measurements;
+    s.selectedMeasurement = m_selected;
+    return s;
+}
+
+void Session::restore(const Sheet &sheet)
+{
+    m_selected = -1;
+    m_measurements.clear();
+    m_measurementEstimates.clear();
+    for (const auto &m : sheet.measurements)
+        addMeasurement(m);
+    emit measurementsChanged();
+    selectMeasurement(sheet.selectedMeasurement);
+    setUnits(sheet.units);
+    applyScenario(sheet.scenario, tr("Open sheet"));
+}

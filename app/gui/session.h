@@ -1,0 +1,102 @@
+#pragma once
+
+#include "headroom/sheet.h"
+
+#include <QFutureWatcher>
+#include <QObject>
+#include <QUndoStack>
+
+#include <optional>
+
+// What the Scaling tab shows: peak against sequence length and batch, with and without
+// checkpointing, and the scaling table of ../shared/SEEDS.md.
+struct ScalingCurve
+{
+    QString name;
+    bool checkpointing = false;
+    std::vector<std::pair<int64_t, int64_t>> points; // (x, device total bytes)
+};
+
+struct ScalingData
+{
+    std::vector<ScalingCurve> bySeq;
+    std::vector<ScalingCurve> byBatch;
+    struct Row
+    {
+        QString group; // "seq", "batch", "checkpointing"
+        headroom::SweepRow row;
+        int64_t deltaBytes = 0; // against the previous row of the group (device total)
+    };
+    std::vector<Row> table;
+};
+
+// The shared state of the explorer: the scenario, its latest report, measurements and undo.
+// Recomputation runs off the GUI thread; every request is stamped and only the latest lands
+// (STYLE.md point 4).
+class Session : public QObject
+{
+    Q_OBJECT
+public:
+    explicit Session(QObject *parent = nullptr);
+    ~Session() override;
+
+    const headroom::Scenario &scenario() const { return m_scenario; }
+    // Direct edits from the controls; not on the undo stack.
+    void setScenario(const headroom::Scenario &s);
+    // Named, undoable changes: a recommendation, an import, an opened sheet.
+    void applyScenario(const headroom::Scenario &s, const QString &what);
+    QUndoStack *undoStack() { return &m_undo; }
+
+    // The report for the latest scenario once it has landed (see isComputing()).
+    const headroom::Report &report() const { return m_report; }
+    const ScalingData &scaling() const { return m_scaling; }
+    bool isComputing() const { return m_running; }
+    quint64 generation() const { return m_generation; }
+    // Computes the current scenario on this thread and applies it; for screenshots and tests.
+    void recomputeNow();
+
+    headroom::Unit units() const { return m_units; }
+    void setUnits(headroom::Unit u);
+
+    const std::vector<headroom::Measurement> &measurements() const { return m_measurements; }
+    // The estimate for each measurement's own configuration, to compute its error.
+    const std::vector<std::optional<headroom::Estimate>> &measurementEstimates() const { return m_measurementEstimates; }
+    void addMeasurement(const headroom::Measurement &m); // and selects it
+    void selectMeasurement(int index);                   // -1: none
+    int selectedIndex() const { return m_selected; }
+    const headroom::Measurement *selectedMeasurement() const;
+
+    headroom::Sheet toSheet() const;
+    void restore(const headroom::Sheet &sheet);
+
+signals:
+    void scenarioChanged(); // at once, so the controls follow undo and recommendations
+    void reportReady();     // the report for the latest scenario has landed
+    void unitsChanged();
+    void measurementsChanged();
+    void selectionChanged();
+
+private:
+    struct Computed
+    {
+        quint64 generation = 0;
+        headroom::Report report;
+        ScalingData scaling;
+    };
+    static Computed compute(quint64 generation, const headroom::Scenario &s);
+    void launch();
+    void land(Computed c);
+
+    headroom::Scenario m_scenario;
+    headroom::Report m_report;
+    ScalingData m_scaling;
+    quint64 m_generation = 0;
+    bool m_running = false;
+    bool m_pending = false;
+    QFutureWatcher<Computed> m_watcher;
+    QUndoStack m_undo;
+    headroom::Unit m_units = headroom::Unit::GiB;
+    std::vector<headroom::Measurement> m_measurements;
+    std::vector<std::optional<headroom::Estimate>> m_measurementEstimates;
+    int m_selected = -1;
+};

@@ -1,0 +1,99 @@
+#include "settings.h"
+
+#include "qtutil.h"
+
+using namespace headroom;
+
+QString Settings::probePath() const
+{
+    return m_settings.value(QLatin1String(kProbePath)).toString();
+}
+
+void Settings::setProbePath(const QString &path)
+{
+    m_settings.setValue(QLatin1String(kProbePath), path);
+}
+
+QStringList Settings::probePrefix() const
+{
+    return m_settings.value(QLatin1String(kProbePrefix)).toStringList();
+}
+
+void Settings::setProbePrefix(const QStringList &prefix)
+{
+    m_settings.setValue(QLatin1String(kProbePrefix), prefix);
+}
+
+QString Settings::probeDevice() const
+{
+    const QString d = m_settings.value(QLatin1String(kProbeDevice), QStringLiteral("auto")).toString();
+    return d == QLatin1String("cuda") || d == QLatin1String("cpu") ? d : QStringLiteral("auto");
+}
+
+void Settings::setProbeDevice(const QString &device)
+{
+    m_settings.setValue(QLatin1String(kProbeDevice), device);
+}
+
+int Settings::probeSteps() const
+{
+    return std::clamp(m_settings.value(QLatin1String(kProbeSteps), 2).toInt(), 1, 100);
+}
+
+void Settings::setProbeSteps(int steps)
+{
+    m_settings.setValue(QLatin1String(kProbeSteps), steps);
+}
+
+int Settings::probeTimeoutSeconds() const
+{
+    return std::clamp(m_settings.value(QLatin1String(kProbeTimeout), 600).toInt(), 5, 86400);
+}
+
+void Settings::setProbeTimeoutSeconds(int seconds)
+{
+    m_settings.setValue(QLatin1String(kProbeTimeout), seconds);
+}
+
+QString Settings::probeAllocConf() const
+{
+    return m_settings.value(QLatin1String(kProbeAllocConf)).toString();
+}
+
+void Settings::setProbeAllocConf(const QString &conf)
+{
+    m_settings.setValue(QLatin1String(kProbeAllocConf), conf);
+}
+
+Unit Settings::units() const
+{
+    return m_settings.value(QLatin1String(kUnits)).toString() == QLatin1String("GB") ? Unit::GB : Unit::GiB;
+}
+
+void Settings::setUnits(Unit u)
+{
+    m_settings.setValue(QLatin1String(kUnits), qs(toString(u)));
+}
+
+std::optional<Scenario> Settings::lastScenario() const
+{
+    const QByteArray text = m_settings.value(QLatin1String(kLastScenario)).toByteArray();
+    if (text.isEmpty())
+        return std::nullopt;
+    try {
+        return sheetFromText(text.toStdString()).scenario;
+    } catch (const std::exception &) {
+        return std::nullopt; // an older or damaged entry: start from the default
+    }
+}
+
+void Settings::setLastScenario(const Scenario &s)
+{
+    Sheet sheet;
+    sheet.scenario = s;
+    try {
+        m_settings.setValue(QLatin1String(kLastScenario), QByteArray::fromStdString(toJson(sheet).dump()));
+    } catch (const std::exception &) {
+        // a scenario that cannot be estimated is not worth restoring
+    }
+}

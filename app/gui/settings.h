@@ -1,0 +1,46 @@
+#pragma once
+
+#include "headroom/sheet.h"
+
+#include <QSettings>
+#include <QStringList>
+
+#include <optional>
+
+// Every persisted setting, with its key in one place (STYLE.md point 14).
+class Settings
+{
+public:
+    static constexpr const char *kProbePath = "probe/path";
+    static constexpr const char *kProbePrefix = "probe/prefix";
+    static constexpr const char *kProbeDevice = "probe/device";
+    static constexpr const char *kProbeSteps = "probe/steps";
+    static constexpr const char *kProbeTimeout = "probe/timeout_s";
+    static constexpr const char *kProbeAllocConf = "probe/alloc_conf";
+    static constexpr const char *kUnits = "ui/units";
+    static constexpr const char *kLastScenario = "session/last_scenario";
+
+    QString probePath() const;      // empty: find it (see ProbeRunner::locateProbe)
+    void setProbePath(const QString &path);
+    // A launcher to run the probe through, e.g. {"ssh", "gpu-box"}: an argument list, never a shell string.
+    QStringList probePrefix() const;
+    void setProbePrefix(const QStringList &prefix);
+    QString probeDevice() const; // auto | cuda | cpu
+    void setProbeDevice(const QString &device);
+    int probeSteps() const;
+    void setProbeSteps(int steps);
+    int probeTimeoutSeconds() const;
+    void setProbeTimeoutSeconds(int seconds);
+    QString probeAllocConf() const;
+    void setProbeAllocConf(const QString &conf);
+
+    headroom::Unit units() const;
+    void setUnits(headroom::Unit u);
+
+    // The last configuration, as a sheet without measurements; nullopt if absent or unreadable.
+    std::optional<headroom::Scenario> lastScenario() const;
+    void setLastScenario(const headroom::Scenario &s);
+
+private:
+    mutable QSettings m_settings;
+};

@@ -1,0 +1,79 @@
+#include "settingsdialog.h"
+
+#include "proberunner.h"
+#include "settings.h"
+
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProcess>
+#include <QPushButton>
+#include <QSpinBox>
+
+SettingsDialog::SettingsDialog(QWidget *parent)
+    : QDialog(parent)
+    , m_path(new QLineEdit(this))
+    , m_prefix(new QLineEdit(this))
+    , m_device(new QComboBox(this))
+    , m_steps(new QSpinBox(this))
+    , m_timeout(new QSpinBox(this))
+    , m_allocConf(new QLineEdit(this))
+{
+    setWindowTitle(tr("Headroom settings"));
+    const Settings s;
+    auto *form = new QFormLayout(this);
+    auto *pathRow = new QHBoxLayout;
+    m_path->setText(s.probePath());
+    m_path->setPlaceholderText(ProbeRunner::locateProbe(QString()).isEmpty() ? tr("not found; set the path")
+                                                                              : ProbeRunner::locateProbe(QString()));
+    auto *browse = new QPushButton(tr("Browse…"), this);
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString f = QFileDialog::getOpenFileName(this, tr("headroom-probe"));
+        if (!f.isEmpty())
+            m_path->setText(f);
+    });
+    pathRow->addWidget(m_path, 1);
+    pathRow->addWidget(browse);
+    form->addRow(tr("Probe executable"), pathRow);
+    m_prefix->setText(s.probePrefix().join(QLatin1Char(' ')));
+    m_prefix->setPlaceholderText(tr("e.g. ssh gpu-box   ·   srun --gpus=1   ·   docker exec trainer"));
+    form->addRow(tr("Run through"), m_prefix);
+    form->addRow(QString(), new QLabel(tr("<small>The prefix is split into arguments (quotes group words) and never "
+                                          "passed to a shell. With a prefix, the path above is the remote one.</small>"),
+                                       this));
+    m_device->addItem(tr("GPU if present"), QStringLiteral("auto"));
+    m_device->addItem(tr("GPU (CUDA)"), QStringLiteral("cuda"));
+    m_device->addItem(tr("CPU"), QStringLiteral("cpu"));
+    m_device->setCurrentIndex(std::max(0, m_device->findData(s.probeDevice())));
+    form->addRow(tr("Device"), m_device);
+    m_steps->setRange(1, 100);
+    m_steps->setValue(s.probeSteps());
+    form->addRow(tr("Measured steps"), m_steps);
+    m_timeout->setRange(5, 86400);
+    m_timeout->setSuffix(QStringLiteral(" s"));
+    m_timeout->setValue(s.probeTimeoutSeconds());
+    form->addRow(tr("Timeout"), m_timeout);
+    m_allocConf->setText(s.probeAllocConf());
+    m_allocConf->setPlaceholderText(QStringLiteral("expandable_segments:True"));
+    form->addRow(tr("PYTORCH_CUDA_ALLOC_CONF"), m_allocConf);
+    auto *buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
+    connect(buttons, &QDialogButtonBox::accepted, this, &SettingsDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, this, &SettingsDialog::reject);
+    form->addRow(buttons);
+}
+
+void SettingsDialog::accept()
+{
+    Settings s;
+    s.setProbePath(m_path->text().trimmed());
+    s.setProbePrefix(QProcess::splitCommand(m_prefix->text()));
+    s.setProbeDevice(m_device->currentData().toString());
+    s.setProbeSteps(m_steps->value());
+    s.setProbeTimeoutSeconds(m_timeout->value());
+    s.setProbeAllocConf(m_allocConf->text().trimmed());
+    QDialog::accept();
+}

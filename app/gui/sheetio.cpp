@@ -1,0 +1,189 @@
+#include "sheetio.h"
+
+#include "headroom/error.h"
+#include "headroom/serialize.h"
+
+#include <QBuffer>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QPdfWriter>
+#include <QSaveFile>
+#include <QTextDocument>
+#include <QUrl>
+
+using namespace headroom;
+using nlohmann::json;
+
+namespace sheetio {
+
+namespace {
+
+constexpr qint64 kMaxFileBytes = 64 << 20;
+
+std::string readText(const QString &path, const std::string &field)
+{
+    const QFileInfo fi(path);
+    if (!fi.exists())
+        throw InputError(field, path.toStdString(), "no such file");
+    if (!fi.isFile())
+        throw InputError(field, path.toStdString(), "not a regular file");
+    if (fi.size() > kMaxFileBytes)
+        throw InputError(field, path.toStdString(),
+                         "too large (" + std::to_string(fi.size()) + " bytes; the limit is 64 MiB)");
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly))
+        throw InputError(field, path.toStdString(), "cannot be read: " + f.errorString().toStdString());
+    return f.readAll().toStdString();
+}
+
+QByteArray pngBytes(const QPixmap &chart)
+{
+    QByteArray bytes;
+    QBuffer buffer(&bytes);
+    buffer.open(QIODevice::WriteOnly);
+    chart.save(&buffer, "PNG");
+    return bytes;
+}
+
+} // namespace
+
+std::optional<Format> formatFor(const QString &path)
+{
+    const QString ext = QFileInfo(path).suffix().toLower();
+    if (ext == QLatin1String("json"))
+        return Format::Json;
+    if (ext == QLatin1String("html") || ext == QLatin1String("htm"))
+        return Format::Html;
+    if (ext == QLatin1String("md") || ext == QLatin1String("markdown"))
+        return Format::Markdown;
+    if (ext == QLatin1String("csv"))
+        return Format::Csv;
+    if (ext == QLatin1String("pdf"))
+        return Format::Pdf;
+    if (ext == QLatin1String("png"))
+        return Format::Png;
+    return std::nullopt;
+}
+
+QString filterString()
+{
+    return QStringLiteral("PDF (*.pdf);;HTML (*.html);;Markdown (*.md);;CSV (*.csv);;JSON sheet (*.json);;Chart image (*.png)");
+}
+
+QString writeAtomic(const QString &path, const QByteArray &bytes)
+{
+    QSaveFile f(path);
+    if (!f.open(QIODevice::WriteOnly))
+        return QObject::tr("Cannot write %1: %2").arg(path, f.errorString());
+    if (f.write(bytes) != bytes.size()) {
+        f.cancelWriting();
+        return QObject::tr("Cannot write %1: %2").arg(path, f.errorString());
+    }
+    if (!f.commit())
+        return QObject::tr("Cannot save %1: %2").arg(path, f.errorString());
+    return {};
+}
+
+QString exportSheet(const QString &path, Format format, const Sheet &sheet, const QPixmap &chart)
+{
+    QByteArray bytes;
+    try {
+        switch (format) {
+        case Format::Json: bytes = QByteArray::fromStdString(toJson(sheet).dump(2) + "\n"); break;
+        case Format::Markdown: bytes = QByteArray::fromStdString(sheetMarkdown(sheet)); break;
+        case Format::Csv: bytes = QByteArray::fromStdString(sheetCsv(sheet)); break;
+        case Format::Html: {
+            const std::string src = chart.isNull() ? std::string()
+                                                   : "data:image/png;base64," + pngBytes(chart).toBase64().toStdString();
+            bytes = QByteArray::fromStdString(sheetHtml(sheet, src));
+            break;
+        }
+        case Format::Png: bytes = pngBytes(chart); break;
+        case Format::Pdf: {
+            QTextDocument doc;
+            const QUrl chartUrl(QStringLiteral("headroom-chart.png"));
+            if (!chart.isNull())
+                doc.addResource(QTextDocument::ImageResource, chartUrl, chart.toImage());
+            doc.setHtml(QString::fromStdString(sheetHtml(sheet, chart.isNull() ? std::string() : "headroom-chart.png")));
+            QBuffer buffer(&bytes);
+            buffer.open(QIODevice::WriteOnly);
+            QPdfWriter writer(&buffer);
+            writer.setTitle(QStringLiteral("GPU memory budget: ") + QString::fromStdString(sheet.scenario.model.name));
+            writer.setCreator(QStringLiteral("Headroom"));
+            writer.setPageSize(QPageSize(QPageSize::A4));
+            writer.setPageMargins(QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter);
+            doc.print(&writer);
+            break;
+        }
+        }
+    } catch (const std::exception &e) {
+        return QObject::tr("Cannot export: %1").arg(QString::fromStdString(e.what()));
+    }
+    if (bytes.isEmpty())
+        return QObject::tr("Nothing to write to %1").arg(path);
+    return writeAtomic(path, bytes);
+}
+
+FileKind sniff(const QString &path)
+{
+    json j;
+    try {
+        j = parseUntrusted(readText(path, "file"), "file");
+    } catch (const InputError &) {
+        return FileKind::Measurement; // JSON lines from a probe's stdout; readMeasurement will judge
+    }
+    if (j.is_object() && j.value("kind", std::string()) == "headroom_sheet")
+        return FileKind::Sheet;
+    if (j.is_object() && (j.value("event", std::string()) == "result" || j.contains("phases")))
+        return FileKind::Measurement;
+    return FileKind::ModelConfig;
+}
+
+Sheet readSheet(const QString &path)
+{
+    return sheetFromText(readText(path, "sheet"));
+}
+
+Measurement readMeasurement(const QString &path)
+{
+    const std::string text = readText(path, "measurement");
+    try {
+        return measurementFromJson(parseUntrusted(text, "measurement"));
+    } catch (const InputError &whole) {
+        // Maybe the probe's stdout: JSON lines, the result last.
+        const QList<QByteArray> lines = QByteArray::fromStdString(text).trimmed().split('\n');
+        if (lines.size() < 2)
+            throw;
+        for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+            if (it->trimmed().isEmpty())
+                continue;
+            json j;
+            try {
+                j = parseUntrusted(it->trimmed().toStdString(), "measurement");
+            } catch (const InputError &) {
+                throw whole;
+            }
+            if (j.is_object() && j.value("event", std::string()) == "result")
+                return measurementFromJson(j);
+            if (j.is_object() && j.value("event", std::string()) == "error")
+                throw InputError("measurement", path.toStdString(),
+                                 "the probe reported an error, not a result: " + j.value("message", std::string()));
+        }
+        throw InputError("measurement", path.toStdString(), "no {\"event\":\"result\"} line in the file");
+    }
+}
+
+ModelArch readModelConfig(const QString &path)
+{
+    const json j = parseUntrusted(readText(path, "config.json"), "config.json");
+    ModelArch m = j.is_object() && j.contains("headroom") ? modelArchFromJson(j)
+                                                          : modelFromHfConfig(j, QFileInfo(path).absoluteFilePath().toStdString());
+    const QFileInfo fi(path);
+    if (m.name.empty() || m.name == m.id) // a checkpoint's config.json is named after its folder
+        m.name = (fi.fileName() == QLatin1String("config.json") ? fi.dir().dirName() : fi.completeBaseName()).toStdString();
+    m.validate();
+    return m;
+}
+
+} // namespace sheetio

@@ -1,0 +1,75 @@
+#include "verdictbanner.h"
+
+#include "qtutil.h"
+
+#include "headroom/serialize.h"
+
+using namespace headroom;
+
+VerdictBanner::VerdictBanner(Session *session, QWidget *parent)
+    : QLabel(parent)
+    , m_session(session)
+{
+    setObjectName(QStringLiteral("verdict"));
+    setWordWrap(true);
+    setTextFormat(Qt::RichText);
+    setMargin(8);
+    connect(session, &Session::reportReady, this, &VerdictBanner::refresh);
+    connect(session, &Session::unitsChanged, this, &VerdictBanner::refresh);
+    connect(session, &Session::selectionChanged, this, &VerdictBanner::refresh);
+    refresh();
+}
+
+QString VerdictBanner::text(const Report &r, const Measurement *m, Unit u, const Scenario &current)
+{
+    if (!r.error.empty())
+        return tr("<b>Cannot estimate this configuration.</b> %1").arg(qs(r.error).toHtmlEscaped());
+    const Verdict &v = r.verdict;
+    const QString word = v.fit == Fit::Fits ? tr("Fits") : v.fit == Fit::Tight ? tr("Tight") : tr("Out of memory");
+    const double pct = std::abs(v.headroomFraction()) * 100.0;
+    QString t = tr("<b>%1</b> — peak %2 of %3, %4% %5 on %6")
+                    .arg(word, qs(formatBytes(v.neededBytes, u, 1)), qs(formatBytes(v.capacityBytes, u, 1)))
+                    .arg(pct, 0, 'f', 1)
+                    .arg(v.headroomBytes() >= 0 ? tr("headroom") : tr("over the card"))
+                    .arg(qs(r.scenario.gpu.name).toHtmlEscaped());
+    if (r.scenario.config.worldSize > 1)
+        t += tr(" (per GPU, %1 GPUs, ZeRO-%2)").arg(r.scenario.config.worldSize).arg(r.scenario.config.zeroStage);
+    if (v.fit == Fit::Tight)
+        t += tr(" — inside the %1% reserve").arg(std::lround(v.reserve * 100));
+    t += QLatin1Char('.');
+    if (m) {
+        if (m->oom) {
+            t += tr("<br>Measured: <b>OOM in %1 at %2</b> on %3.")
+                     .arg(qs(toString(m->oom->phase)), qs(formatBytes(m->oom->inUseBytes, u, 1)),
+                          qs(m->deviceName).toHtmlEscaped());
+        } else {
+            const bool same = toJson(m->config) == toJson(current.config) && m->model.id == current.model.id;
+            const double err = same ? measuredError(*m, r.estimate) : 0.0;
+            t += tr("<br>Measured on %1: peak allocated %2").arg(qs(m->deviceName).toHtmlEscaped(),
+                                                                   qs(formatBytes(m->peakAllocatedBytes, u, 2)));
+            if (!same)
+                t += tr(" — for %1, not the current configuration.").arg(qs(summarize(m->config)).toHtmlEscaped());
+            else if (std::abs(err) > 0.05)
+                t += tr(" — <b>differs from the estimate by %1%</b>.").arg(err * 100.0, 0, 'f', 1);
+            else
+                t += tr(", %1% from the estimate.").arg(err * 100.0, 0, 'f', 1);
+        }
+    }
+    return t;
+}
+
+void VerdictBanner::refresh()
+{
+    const Report &r = m_session->report();
+    setText(text(r, m_session->selectedMeasurement(), m_session->units(), m_session->scenario()));
+    const char *bg = !r.error.empty()                ? "#fde7e9"
+                     : r.verdict.fit == Fit::Fits  ? "#e3f4e8"
+                     : r.verdict.fit == Fit::Tight ? "#fff1d6"
+                                                   : "#fde7e9";
+    const char *fg = !r.error.empty()                ? "#8c1d18"
+                     : r.verdict.fit == Fit::Fits  ? "#14532d"
+                     : r.verdict.fit == Fit::Tight ? "#7a4500"
+                                                   : "#8c1d18";
+    setStyleSheet(QStringLiteral("QLabel { background: %1; color: %2; border-radius: 4px; font-size: 11pt; }")
+                      .arg(QLatin1String(bg), QLatin1String(fg)));
+}

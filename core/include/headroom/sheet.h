@@ -1,0 +1,80 @@
+#pragma once
+
+#include "headroom/budget.h"
+#include "headroom/measurement.h"
+
+#include <nlohmann/json.hpp>
+
+namespace headroom {
+
+enum class Unit { GiB, GB };
+std::string_view toString(Unit u);
+Unit parseUnit(std::string_view s, const std::string &field = "units");
+double toUnit(int64_t bytes, Unit u);
+std::string formatBytes(int64_t bytes, Unit u, int decimals = 1);
+
+// Everything a user set up: the budget sheet is this state as one JSON document, and opening the
+// sheet restores it (STYLE.md point 14). Derived numbers are recomputed, never trusted from a file.
+struct Scenario
+{
+    ModelArch model;
+    TrainingConfig config;
+    GpuSpec gpu;
+    double reserve = 0.10;
+
+    bool operator==(const Scenario &o) const;
+    bool operator!=(const Scenario &o) const { return !(*this == o); }
+};
+
+// The default the app and scripts/run open on: Llama-3.1-8B, LoRA r16, batch 4 x 2048, bf16, H100 80 GB.
+Scenario defaultScenario();
+
+// Everything derived from a Scenario: what the GUI shows and what a sheet prints.
+struct Report
+{
+    Scenario scenario;
+    Estimate estimate;
+    Verdict verdict;
+    std::vector<Recommendation> recommendations;
+    std::vector<std::pair<GpuSpec, Verdict>> otherCards; // common cards, same configuration
+    std::string error; // non-empty when the scenario cannot be estimated (the InputError text)
+};
+Report buildReport(const Scenario &s);
+// Cards a sheet judges the configuration on besides the chosen one.
+const std::vector<std::string> &commonCardIds();
+
+struct Sheet
+{
+    Scenario scenario;
+    Unit units = Unit::GiB;
+    std::vector<Measurement> measurements;
+    int selectedMeasurement = -1; // index into measurements, -1 for none
+    std::string createdAt;        // ISO 8601 UTC; filled when written
+};
+
+nlohmann::json toJson(const GpuSpec &g);
+GpuSpec gpuFromJson(const nlohmann::json &j, const std::string &ctx = "gpu");
+
+// The JSON sheet: the state plus the derived report and provenance, for people and tools.
+nlohmann::json toJson(const Sheet &s);
+// Strict: every problem throws InputError naming the field ("sheet.config.micro_batch").
+Sheet sheetFromJson(const nlohmann::json &j);
+Sheet sheetFromText(const std::string &text);
+
+// Human forms of the same sheet. `chartImageSrc` (optional): an img src for the chart, e.g. a data: URL.
+std::string sheetMarkdown(const Sheet &s);
+std::string sheetCsv(const Sheet &s);
+std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {});
+
+// Difference of measured against estimated device total, as a fraction of the estimate.
+double measuredError(const Measurement &m, const Estimate &e);
+
+} // namespace headroom
+
+namespace headroom {
+// "LoRA r16, bf16, adamw (foreach), batch 4 x 2048, sdpa": one line for tables and titles.
+std::string summarize(const TrainingConfig &c);
+// A measurement's device picture: its attribution plus the allocator's slack (reserved -
+// allocated) and the CUDA context, so it stacks like an estimate.
+Breakdown measuredBreakdown(const Measurement &m);
+} // namespace headroom

@@ -1,0 +1,484 @@
+#include "headroom/sheet.h"
+
+#include "headroom/config.h"
+#include "headroom/error.h"
+#include "headroom/serialize.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+
+namespace headroom {
+
+using nlohmann::json;
+
+std::string_view toString(Unit u)
+{
+    return u == Unit::GiB ? "GiB" : "GB";
+}
+
+Unit parseUnit(std::string_view s, const std::string &field)
+{
+    if (s == "GiB")
+        return Unit::GiB;
+    if (s == "GB")
+        return Unit::GB;
+    throw InputError(field, std::string(s), "must be GiB or GB");
+}
+
+double toUnit(int64_t bytes, Unit u)
+{
+    return static_cast<double>(bytes) / (u == Unit::GiB ? 1073741824.0 : 1e9);
+}
+
+std::string formatBytes(int64_t bytes, Unit u, int decimals)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f %s", decimals, toUnit(bytes, u), u == Unit::GiB ? "GiB" : "GB");
+    return buf;
+}
+
+bool Scenario::operator==(const Scenario &o) const
+{
+    return toJson(model) == toJson(o.model) && toJson(config) == toJson(o.config) && gpu.id == o.gpu.id &&
+           gpu.memoryBytes == o.gpu.memoryBytes && reserve == o.reserve;
+}
+
+Scenario defaultScenario()
+{
+    Scenario s;
+    s.model = findModelPreset("llama-3.1-8b");
+    s.config.finetune = FineTune::LoRA;
+    s.config.lora.rank = 16;
+    s.config.microBatch = 4;
+    s.config.seqLen = 2048;
+    s.config.precision = Precision::BF16;
+    s.gpu = findGpu("h100-80");
+    return s;
+}
+
+const std::vector<std::string> &commonCardIds()
+{
+    static const std::vector<std::string> ids = {"rtx-4090", "l40s", "a100-40", "a100-80", "h100-80", "h200", "b200"};
+    return ids;
+}
+
+Report buildReport(const Scenario &s)
+{
+    Report r;
+    r.scenario = s;
+    try {
+        r.estimate = estimate(s.model, s.config);
+        r.verdict = judge(r.estimate, s.gpu, s.reserve);
+        r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve);
+        for (const auto &id : commonCardIds()) {
+            const GpuSpec &g = findGpu(id);
+            r.otherCards.emplace_back(g, judge(r.estimate, g, s.reserve));
+        }
+    } catch (const InputError &e) {
+        r.error = e.what();
+    }
+    return r;
+}
+
+std::string summarize(const TrainingConfig &c)
+{
+    std::ostringstream o;
+    if (c.finetune == FineTune::Full)
+        o << "full";
+    else
+        o << (c.finetune == FineTune::LoRA ? "LoRA r" : "QLoRA r") << c.lora.rank;
+    o << ", " << toString(c.precision) << ", " << toString(c.optimizer);
+    if (c.optimizer == Optimizer::AdamW)
+        o << " (" << toString(c.optimizerImpl) << ")";
+    o << ", batch " << c.microBatch << " x " << c.seqLen;
+    if (c.gradAccum > 1)
+        o << " (accum " << c.gradAccum << ")";
+    if (c.gradCheckpointing)
+        o << ", checkpointing";
+    o << ", " << toString(c.attention);
+    if (c.worldSize > 1)
+        o << ", " << c.worldSize << " GPUs ZeRO-" << c.zeroStage;
+    return o.str();
+}
+
+Breakdown measuredBreakdown(const Measurement &m)
+{
+    Breakdown b = m.attribution;
+    b[Category::AllocatorSlack] = std::max<int64_t>(0, m.peakReservedBytes - m.peakAllocatedBytes);
+    b[Category::CudaContext] = m.cudaContextBytes;
+    return b;
+}
+
+double measuredError(const Measurement &m, const Estimate &e)
+{
+    if (e.peakAllocatedBytes <= 0)
+        return 0.0;
+    return static_cast<double>(m.peakAllocatedBytes - e.peakAllocatedBytes) / static_cast<double>(e.peakAllocatedBytes);
+}
+
+json toJson(const GpuSpec &g)
+{
+    return {{"id", g.id}, {"name", g.name}, {"memory_bytes", g.memoryBytes}};
+}
+
+GpuSpec gpuFromJson(const json &j, const std::string &ctx)
+{
+    const json &idv = requireField(j, "id", ctx);
+    if (!idv.is_string())
+        throw InputError(ctx + ".id", idv.dump(), "must be a string");
+    const std::string id = idv.get<std::string>();
+    const int64_t bytes = requireInt64(j, "memory_bytes", ctx, 1, int64_t(1) << 50);
+    for (const GpuSpec &g : gpuCatalog())
+        if (g.id == id && g.memoryBytes == bytes)
+            return g;
+    GpuSpec g;
+    g.id = id.empty() ? "custom" : id;
+    g.name = j.contains("name") && j.at("name").is_string() ? j.at("name").get<std::string>() : "Custom GPU";
+    g.memoryBytes = bytes;
+    return g;
+}
+
+namespace {
+
+std::string nowIso()
+{
+    char buf[32];
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+const Measurement *selected(const Sheet &s)
+{
+    if (s.selectedMeasurement >= 0 && s.selectedMeasurement < static_cast<int>(s.measurements.size()))
+        return &s.measurements[static_cast<size_t>(s.selectedMeasurement)];
+    return nullptr;
+}
+
+json provenance(const Sheet &s, const std::string &createdAt)
+{
+    const Measurement *m = selected(s);
+    return {{"headroom_version", HEADROOM_VERSION},
+            {"created_at", createdAt},
+            {"gpu_name", m ? m->deviceName : s.scenario.gpu.name},
+            {"measured", m != nullptr},
+            {"driver", m ? m->driver : ""},
+            {"torch_version", m ? m->torchVersion : ""},
+            {"estimator", "headroom core " HEADROOM_VERSION}};
+}
+
+} // namespace
+
+json toJson(const Sheet &s)
+{
+    const Report r = buildReport(s.scenario);
+    if (!r.error.empty())
+        throw InputError("sheet", "configuration", r.error);
+    const std::string createdAt = s.createdAt.empty() ? nowIso() : s.createdAt;
+    json cards = json::array();
+    for (const auto &[g, v] : r.otherCards)
+        cards.push_back(toJson(v, g));
+    json recs = json::array();
+    for (const auto &rec : r.recommendations)
+        recs.push_back(toJson(rec));
+    json ms = json::array();
+    for (const auto &m : s.measurements)
+        ms.push_back(toJson(m));
+    return {{"schema_version", kSchemaVersion},
+            {"kind", "headroom_sheet"},
+            {"provenance", provenance(s, createdAt)},
+            {"model", toJson(s.scenario.model)},
+            {"config", toJson(s.scenario.config)},
+            {"gpu", toJson(s.scenario.gpu)},
+            {"reserve", s.scenario.reserve},
+            {"units", toString(s.units)},
+            {"estimate", toJson(r.estimate)},
+            {"verdict", toJson(r.verdict, s.scenario.gpu)},
+            {"other_cards", cards},
+            {"recommendations", recs},
+            {"measurements", ms},
+            {"selected_measurement", s.selectedMeasurement}};
+}
+
+Sheet sheetFromJson(const json &j)
+{
+    const std::string ctx = "sheet";
+    requireSchema(j, ctx);
+    const json &kind = requireField(j, "kind", ctx);
+    if (kind != "headroom_sheet")
+        throw InputError(ctx + ".kind", kind.dump(), "must be \"headroom_sheet\" (is this a budget sheet?)");
+    // Every sub-reader names its own field; prefix them so the user knows where in the sheet.
+    const auto within = [&](const std::string &prefix, auto &&read) {
+        try {
+            return read();
+        } catch (const InputError &e) {
+            throw InputError(ctx + "." + prefix + ": " + e.field(), e.value(),
+                             std::string(e.what()).substr(e.field().size() + e.value().size() + 5));
+        }
+    };
+    Sheet s;
+    s.scenario.model = within("model", [&] { return modelArchFromJson(requireField(j, "model", ctx)); });
+    within("model", [&] {
+        s.scenario.model.validate();
+        return 0;
+    });
+    s.scenario.config = within("config", [&] { return trainingConfigFromJson(requireField(j, "config", ctx)); });
+    within("config", [&] {
+        s.scenario.config.validate();
+        return 0;
+    });
+    s.scenario.gpu = gpuFromJson(requireField(j, "gpu", ctx), ctx + ".gpu");
+    const json &reserve = requireField(j, "reserve", ctx);
+    if (!reserve.is_number() || !(reserve.get<double>() >= 0.0 && reserve.get<double>() < 0.9))
+        throw InputError(ctx + ".reserve", reserve.dump(), "must be a number in [0, 0.9)");
+    s.scenario.reserve = reserve.get<double>();
+    if (j.contains("units")) {
+        if (!j.at("units").is_string())
+            throw InputError(ctx + ".units", j.at("units").dump(), "must be GiB or GB");
+        s.units = parseUnit(j.at("units").get<std::string>(), ctx + ".units");
+    }
+    if (j.contains("measurements")) {
+        const json &ms = j.at("measurements");
+        if (!ms.is_array() || ms.size() > 10000)
+            throw InputError(ctx + ".measurements", ms.is_array() ? std::to_string(ms.size()) + " entries" : ms.dump(),
+                             "must be an array of at most 10000 probe results");
+        for (size_t i = 0; i < ms.size(); ++i)
+            s.measurements.push_back(within("measurements[" + std::to_string(i) + "]",
+                                            [&] { return measurementFromJson(ms[i]); }));
+    }
+    if (j.contains("selected_measurement")) {
+        s.selectedMeasurement = static_cast<int>(requireInt64(j, "selected_measurement", ctx, -1,
+                                                              static_cast<int64_t>(s.measurements.size()) - 1));
+    }
+    if (j.contains("provenance") && j.at("provenance").is_object())
+        s.createdAt = j.at("provenance").value("created_at", std::string{});
+    return s;
+}
+
+Sheet sheetFromText(const std::string &text)
+{
+    return sheetFromJson(parseUntrusted(text, "sheet"));
+}
+
+namespace {
+
+std::string pct(double f)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%+.1f%%", f * 100.0);
+    return buf;
+}
+
+std::string escapeHtml(const std::string &s)
+{
+    std::string o;
+    for (char c : s) {
+        switch (c) {
+        case '&': o += "&amp;"; break;
+        case '<': o += "&lt;"; break;
+        case '>': o += "&gt;"; break;
+        case '"': o += "&quot;"; break;
+        default: o += c;
+        }
+    }
+    return o;
+}
+
+// One table, written either as Markdown or as HTML, so both sheets carry the same content.
+struct Table
+{
+    std::string title;
+    std::vector<std::string> header;
+    std::vector<std::vector<std::string>> rows;
+};
+
+std::vector<Table> sheetTables(const Sheet &s, const Report &r)
+{
+    const Unit u = s.units;
+    const Measurement *m = selected(s);
+    const auto fmt = [&](int64_t b) { return formatBytes(b, u, 2); };
+    std::vector<Table> t;
+
+    Table cfg{"Configuration", {"Setting", "Value"}, {}};
+    const TrainingConfig &c = s.scenario.config;
+    cfg.rows = {{"Model", s.scenario.model.name + " (" + s.scenario.model.id + ")"},
+                {"Parameters", std::to_string(r.estimate.params.total)},
+                {"Trainable parameters", std::to_string(r.estimate.params.trainable)},
+                {"Fine-tuning", std::string(toString(c.finetune)) +
+                                    (c.finetune == FineTune::Full ? "" : " rank " + std::to_string(c.lora.rank))},
+                {"Precision", std::string(toString(c.precision))},
+                {"Optimizer", std::string(toString(c.optimizer)) + " (" + std::string(toString(c.optimizerImpl)) + ")"},
+                {"Micro-batch x sequence", std::to_string(c.microBatch) + " x " + std::to_string(c.seqLen)},
+                {"Gradient accumulation", std::to_string(c.gradAccum)},
+                {"Gradient checkpointing", c.gradCheckpointing ? "on" : "off"},
+                {"Attention", std::string(toString(c.attention))},
+                {"GPUs, ZeRO stage", std::to_string(c.worldSize) + ", " + std::to_string(c.zeroStage)},
+                {"GPU", s.scenario.gpu.name + " (" + fmt(s.scenario.gpu.memoryBytes) + ")"},
+                {"Reserve", std::to_string(static_cast<int>(std::lround(s.scenario.reserve * 100))) + "%"}};
+    t.push_back(cfg);
+
+    Table bd{"Breakdown at the peak (" + std::string(label(r.estimate.peakPhase)) + ")",
+             {"Category", "Estimated", "Measured"}, {}};
+    const Breakdown mb = m ? measuredBreakdown(*m) : Breakdown{};
+    for (Category cat : kAllCategories)
+        bd.rows.push_back({std::string(label(cat)), fmt(r.estimate.peak[cat]), m ? fmt(mb[cat]) : "-"});
+    bd.rows.push_back({"Peak allocated", fmt(r.estimate.peakAllocatedBytes), m ? fmt(m->peakAllocatedBytes) : "-"});
+    bd.rows.push_back({"Peak reserved", fmt(r.estimate.peakReservedBytes), m ? fmt(m->peakReservedBytes) : "-"});
+    bd.rows.push_back({"Device total", fmt(r.estimate.deviceTotalBytes), m ? fmt(m->deviceTotalBytes()) : "-"});
+    t.push_back(bd);
+
+    Table ph{"Phases (peak allocated)", {"Phase", "Estimated", "Measured"}, {}};
+    for (Phase p : kAllPhases) {
+        const auto mp = m ? m->steady(p) : std::nullopt;
+        ph.rows.push_back({std::string(label(p)), fmt(r.estimate.phase(p).peakAllocatedBytes),
+                           mp ? fmt(mp->peakAllocatedBytes) : "-"});
+    }
+    t.push_back(ph);
+
+    Table cards{"Verdict by card", {"GPU", "Memory", "Needed", "Verdict", "Headroom"}, {}};
+    const auto cardRow = [&](const GpuSpec &g, const Verdict &v) {
+        return std::vector<std::string>{g.name, fmt(v.capacityBytes), fmt(v.neededBytes), std::string(toString(v.fit)),
+                                        pct(v.headroomFraction())};
+    };
+    cards.rows.push_back(cardRow(s.scenario.gpu, r.verdict));
+    cards.rows.back()[0] += " (chosen)";
+    for (const auto &[g, v] : r.otherCards)
+        if (g.id != s.scenario.gpu.id)
+            cards.rows.push_back(cardRow(g, v));
+    t.push_back(cards);
+
+    Table recs{"Recommendations (in this order)", {"#", "Change", "Kind", "Saves", "Cost", "Fits after"}, {}};
+    int i = 1;
+    for (const auto &rec : r.recommendations)
+        recs.rows.push_back({std::to_string(i++), rec.title, std::string(toString(rec.group)), fmt(rec.savingBytes),
+                             rec.cost, rec.fitsAfter ? "yes" : "no"});
+    t.push_back(recs);
+
+    if (!s.measurements.empty()) {
+        Table runs{"Measurements", {"#", "Device", "Configuration", "Peak allocated", "Error vs estimate", "Result"}, {}};
+        int k = 1;
+        for (const auto &mm : s.measurements) {
+            std::string err = "-";
+            try {
+                err = pct(measuredError(mm, estimate(mm.model, mm.config)));
+            } catch (const InputError &) {
+            }
+            runs.rows.push_back({std::to_string(k++), mm.deviceName, mm.model.name + ", " + summarize(mm.config),
+                                 fmt(mm.peakAllocatedBytes), err, mm.oom ? "OOM in " + std::string(toString(mm.oom->phase)) : "ok"});
+        }
+        t.push_back(runs);
+    }
+
+    const json prov = provenance(s, s.createdAt.empty() ? nowIso() : s.createdAt);
+    Table pv{"Provenance", {"Item", "Value"}, {}};
+    pv.rows = {{"Headroom version", prov["headroom_version"]},
+               {"Created", prov["created_at"]},
+               {"GPU", prov["gpu_name"]},
+               {"Driver", m ? m->driver : "(not measured)"},
+               {"Probe LibTorch", m ? m->torchVersion : "(not measured)"}};
+    t.push_back(pv);
+    return t;
+}
+
+std::string verdictLine(const Sheet &s, const Report &r)
+{
+    std::ostringstream o;
+    const Verdict &v = r.verdict;
+    o << (v.fit == Fit::Fits ? "Fits" : v.fit == Fit::Tight ? "Tight" : "Out of memory") << ": peak "
+      << formatBytes(v.neededBytes, s.units, 1) << " of " << formatBytes(v.capacityBytes, s.units, 0) << ", "
+      << pct(v.headroomFraction()).substr(v.headroomFraction() >= 0 ? 1 : 0) << " headroom on "
+      << s.scenario.gpu.name << " (reserve " << std::lround(s.scenario.reserve * 100) << "%).";
+    return o.str();
+}
+
+} // namespace
+
+std::string sheetMarkdown(const Sheet &s)
+{
+    const Report r = buildReport(s.scenario);
+    if (!r.error.empty())
+        throw InputError("sheet", "configuration", r.error);
+    std::ostringstream o;
+    o << "# GPU memory budget: " << s.scenario.model.name << "\n\n**" << verdictLine(s, r) << "**\n";
+    for (const Table &t : sheetTables(s, r)) {
+        o << "\n## " << t.title << "\n\n|";
+        for (const auto &h : t.header)
+            o << " " << h << " |";
+        o << "\n|";
+        for (size_t i = 0; i < t.header.size(); ++i)
+            o << (i == 0 ? "---|" : "---:|");
+        o << "\n";
+        for (const auto &row : t.rows) {
+            o << "|";
+            for (const auto &cell : row)
+                o << " " << cell << " |";
+            o << "\n";
+        }
+    }
+    return o.str();
+}
+
+std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc)
+{
+    const Report r = buildReport(s.scenario);
+    if (!r.error.empty())
+        throw InputError("sheet", "configuration", r.error);
+    std::ostringstream o;
+    const char *color = r.verdict.fit == Fit::Fits ? "#1b7f3b" : r.verdict.fit == Fit::Tight ? "#a15c00" : "#b3261e";
+    o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>GPU memory budget: "
+      << escapeHtml(s.scenario.model.name) << "</title>\n<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
+         "table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px}"
+         "td:not(:first-child){text-align:right}th{background:#eee}</style></head><body>\n"
+      << "<h1>GPU memory budget: " << escapeHtml(s.scenario.model.name) << "</h1>\n<p style=\"color:" << color
+      << ";font-weight:bold\">" << escapeHtml(verdictLine(s, r)) << "</p>\n";
+    if (!chartImageSrc.empty())
+        o << "<p><img alt=\"breakdown chart\" width=\"640\" src=\"" << escapeHtml(chartImageSrc) << "\"></p>\n";
+    for (const Table &t : sheetTables(s, r)) {
+        o << "<h2>" << escapeHtml(t.title) << "</h2>\n<table cellspacing=\"0\" cellpadding=\"3\" border=\"1\"><tr>";
+        for (const auto &h : t.header)
+            o << "<th>" << escapeHtml(h) << "</th>";
+        o << "</tr>\n";
+        for (const auto &row : t.rows) {
+            o << "<tr>";
+            for (const auto &cell : row)
+                o << "<td>" << escapeHtml(cell) << "</td>";
+            o << "</tr>\n";
+        }
+        o << "</table>\n";
+    }
+    o << "</body></html>\n";
+    return o.str();
+}
+
+std::string sheetCsv(const Sheet &s)
+{
+    const Report r = buildReport(s.scenario);
+    if (!r.error.empty())
+        throw InputError("sheet", "configuration", r.error);
+    const Measurement *m = selected(s);
+    const Breakdown mb = m ? measuredBreakdown(*m) : Breakdown{};
+    std::ostringstream o;
+    o << "section,name,estimated_bytes,measured_bytes\n";
+    const auto row = [&](const char *section, std::string_view name, int64_t est, std::optional<int64_t> meas) {
+        o << section << "," << name << "," << est << "," << (meas ? std::to_string(*meas) : "") << "\n";
+    };
+    for (Category c : kAllCategories)
+        row("category", toString(c), r.estimate.peak[c], m ? std::optional<int64_t>(mb[c]) : std::nullopt);
+    for (Phase p : kAllPhases) {
+        const auto mp = m ? m->steady(p) : std::nullopt;
+        row("phase", toString(p), r.estimate.phase(p).peakAllocatedBytes,
+            mp ? std::optional<int64_t>(mp->peakAllocatedBytes) : std::nullopt);
+    }
+    row("total", "peak_allocated", r.estimate.peakAllocatedBytes, m ? std::optional<int64_t>(m->peakAllocatedBytes) : std::nullopt);
+    row("total", "peak_reserved", r.estimate.peakReservedBytes, m ? std::optional<int64_t>(m->peakReservedBytes) : std::nullopt);
+    row("total", "device_total", r.estimate.deviceTotalBytes, m ? std::optional<int64_t>(m->deviceTotalBytes()) : std::nullopt);
+    for (const auto &[g, v] : r.otherCards)
+        row("card_headroom", g.id, v.headroomBytes(), std::nullopt);
+    return o.str();
+}
+
+} // namespace headroom
