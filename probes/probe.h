@@ -14,6 +14,7 @@ struct Callbacks
 {
     std::function<void(int step, Phase phase, double fraction)> progress;
     const std::atomic<bool> *stop = nullptr; // set by SIGTERM / SIGINT
+    bool snapshot = false; // --snapshot: capture the live allocator blocks nearest the peak
 };
 
 struct Outcome
@@ -22,6 +23,7 @@ struct Outcome
     bool stopped = false;
     std::string message;
     Measurement measurement;
+    nlohmann::json snapshot; // null unless Callbacks::snapshot (docs/probe-protocol.md)
 };
 
 Outcome run(const ProbeRequest &request, const Callbacks &callbacks);

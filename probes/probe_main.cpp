@@ -47,19 +47,31 @@ int fail(int code, const std::string &message, const std::string &field = {})
     return code;
 }
 
+bool writeAtomically(const std::string &path, const json &j)
+{
+    {
+        std::ofstream f(path + ".tmp");
+        f << j.dump(1) << "\n";
+        if (!f)
+            return false;
+    }
+    return std::rename((path + ".tmp").c_str(), path.c_str()) == 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     CLI::App app{"headroom-probe: measure one training step's memory, phase by phase"};
     app.set_version_flag("--version", std::string("headroom-probe ") + HEADROOM_VERSION);
-    std::string requestPath, outPath, device, allocConf;
+    std::string requestPath, outPath, device, allocConf, snapshotPath;
     int steps = 0;
     app.add_option("--request", requestPath, "Request JSON file (default: read stdin)");
     app.add_option("--steps", steps, "Measured steps after one warm-up step (default 2)");
     app.add_option("--device", device, "auto | cuda | cpu (overrides the request)");
     app.add_option("--out", outPath, "Also write the result JSON to this file");
     app.add_option("--alloc-conf", allocConf, "PYTORCH_CUDA_ALLOC_CONF, e.g. expandable_segments:True");
+    app.add_option("--snapshot", snapshotPath, "Write the allocator's live blocks nearest the peak to this JSON file");
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
@@ -113,6 +125,7 @@ int main(int argc, char **argv)
 
     probe::Callbacks cb;
     cb.stop = &g_stop;
+    cb.snapshot = !snapshotPath.empty();
     cb.progress = [](int step, Phase phase, double fraction) {
         emit({{"event", "progress"}, {"step", step}, {"phase", toString(phase)}, {"fraction", fraction}});
     };
@@ -130,13 +143,10 @@ int main(int argc, char **argv)
         return fail(out.code, out.message);
     json result = toJson(out.measurement);
     emit(result);
-    if (!outPath.empty()) {
-        std::ofstream f(outPath + ".tmp");
-        f << result.dump(1) << "\n";
-        f.close();
-        if (!f || std::rename((outPath + ".tmp").c_str(), outPath.c_str()) != 0)
-            return fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
-    }
+    if (!outPath.empty() && !writeAtomically(outPath, result))
+        return fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
+    if (!snapshotPath.empty() && !out.snapshot.is_null() && !writeAtomically(snapshotPath, out.snapshot))
+        return fail(probe::Internal, "--snapshot = " + snapshotPath + ": cannot write the file");
     if (out.code == probe::OutOfMemory)
         std::fprintf(stderr, "headroom-probe: %s\n", out.message.c_str());
     return out.code;

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -78,6 +79,15 @@ public:
 #endif
     int64_t current() const { return m_current.load(); }
     int64_t peak() const { return m_peak.load(); }
+    std::vector<int64_t> liveBlockBytes() const
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        std::vector<int64_t> v;
+        v.reserve(m_live.size());
+        for (const auto &kv : m_live)
+            v.push_back(kv.second.bytes);
+        return v;
+    }
     void resetPeak() { m_peak.store(m_current.load()); }
 
 private:
@@ -183,6 +193,97 @@ public:
 
 private:
     bool m_cuda;
+};
+
+// ---------------------------------------------------------------- --snapshot
+// The allocator's live blocks at the sampled moment with the most bytes allocated. Samples are
+// taken at every decoder-layer boundary in forward and in backward (MarkFn), and at the phase
+// ends, so the chosen one is within one layer's transients of the true peak; the result says
+// both numbers.
+class SnapshotRecorder
+{
+public:
+    SnapshotRecorder(const Meter &meter, bool cuda)
+        : m_meter(meter)
+        , m_cuda(cuda)
+    {
+    }
+    void sample(const std::string &where)
+    {
+        m_meter.sync();
+        const int64_t allocated = m_meter.read().allocated;
+        if (allocated <= m_best)
+            return;
+        m_best = allocated;
+        m_where = where;
+        m_blocks = nlohmann::json::array();
+        m_segments = nlohmann::json::array();
+        std::vector<int64_t> sizes;
+#if HEADROOM_HAVE_CUDA
+        if (m_cuda) {
+            const auto snap = c10::cuda::CUDACachingAllocator::snapshot();
+            for (const auto &seg : snap.segments) {
+                int64_t live = 0, count = 0;
+                for (const auto &b : seg.blocks)
+                    if (b.allocated) {
+                        sizes.push_back(b.size);
+                        live += b.size;
+                        ++count;
+                    }
+                m_segments.push_back({{"total_bytes", seg.total_size},
+                                      {"allocated_bytes", live},
+                                      {"blocks", seg.blocks.size()},
+                                      {"allocated_blocks", count},
+                                      {"pool", seg.is_large ? "large" : "small"}});
+            }
+        }
+#endif
+        if (!m_cuda)
+            sizes = cpuTracker()->liveBlockBytes();
+        std::sort(sizes.rbegin(), sizes.rend());
+        m_liveBlocks = static_cast<int64_t>(sizes.size());
+        for (size_t i = 0; i < sizes.size() && i < 64; ++i)
+            m_blocks.push_back(sizes[i]);
+    }
+    nlohmann::json result(int64_t stepPeak) const
+    {
+        return {{"schema_version", kSchemaVersion},
+                {"kind", "probe_snapshot"},
+                {"device", m_cuda ? "cuda" : "cpu"},
+                {"taken_at", m_where},
+                {"allocated_bytes", m_best},
+                {"step_peak_allocated_bytes", stepPeak},
+                {"live_blocks", m_liveBlocks},
+                {"largest_block_bytes", m_blocks},
+                {"segments", m_segments}};
+    }
+
+private:
+    const Meter &m_meter;
+    bool m_cuda;
+    int64_t m_best = -1;
+    int64_t m_liveBlocks = 0;
+    std::string m_where;
+    nlohmann::json m_blocks = nlohmann::json::array(), m_segments = nlohmann::json::array();
+};
+
+// Identity in forward; samples the recorder on the way through, forward and backward.
+struct MarkFn : public torch::autograd::Function<MarkFn>
+{
+    static Tensor forward(torch::autograd::AutogradContext *ctx, Tensor x, int64_t recorder, int64_t layer)
+    {
+        ctx->saved_data["recorder"] = recorder;
+        ctx->saved_data["layer"] = layer;
+        reinterpret_cast<SnapshotRecorder *>(recorder)->sample("forward, after layer " + std::to_string(layer));
+        return x.view_as(x);
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads)
+    {
+        reinterpret_cast<SnapshotRecorder *>(ctx->saved_data["recorder"].toInt())
+            ->sample("backward, into layer " + std::to_string(ctx->saved_data["layer"].toInt()));
+        return {grads[0], Tensor(), Tensor()};
+    }
 };
 
 // ---------------------------------------------------------------- autocast
@@ -629,6 +730,7 @@ struct Step
     Net &net;
     Tensor ids, labels;
     std::vector<LayerCall> calls;
+    SnapshotRecorder *recorder = nullptr; // set for the step that --snapshot samples
 
     Tensor forward()
     {
@@ -665,6 +767,8 @@ struct Step
                 x = CheckpointFn::apply(x, reinterpret_cast<int64_t>(&calls.back()));
             else
                 x = net.layerForward(i, x, cos, sin, mask);
+            if (recorder && x.requires_grad())
+                x = MarkFn::apply(x, reinterpret_cast<int64_t>(recorder), static_cast<int64_t>(i));
         }
         x = net.norm(x, net.finalNorm, net.finalNormB);
         Tensor logits = torch::linear(x, net.lmHead.defined() ? net.lmHead : net.embed);
@@ -944,7 +1048,9 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
 
     Phase current = Phase::Forward;
     int currentStep = 0;
+    SnapshotRecorder recorder(meter, cuda);
     try {
+        current = Phase::AfterLoad; // an OOM while building the model is an OOM "after load"
         const auto tBuild = Clock::now();
         torch::manual_seed(0);
         Net net(request.model, request.config, device);
@@ -992,6 +1098,8 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
                         p.mutable_grad() = Tensor();
                     continue; // zero_grad is not a phase of its own in the result
                 }
+                // --snapshot samples the last measured step; the markers allocate nothing.
+                step.recorder = cb.snapshot && k == total - 1 ? &recorder : nullptr;
                 if (current == Phase::Forward) {
                     beforeForward = before;
                     loss = step.forward();
@@ -1001,6 +1109,8 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
                 } else {
                     optimizerStep(request.config, net.trainable, opt);
                 }
+                if (step.recorder)
+                    step.recorder->sample(std::string("end of ") + std::string(toString(current)));
                 meter.sync();
                 const Stats st = meter.read();
                 if (current == Phase::Forward)
@@ -1060,6 +1170,13 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
             auto last = M.phases.back();
             M.cudaContextBytes = std::max<int64_t>(0, last.deviceUsedBytes - last.reservedBytes);
         }
+        if (cb.snapshot) {
+            int64_t lastStepPeak = 0;
+            for (const auto &pm : M.phases)
+                if (pm.step == total - 1)
+                    lastStepPeak = std::max(lastStepPeak, pm.peakAllocatedBytes);
+            out.snapshot = recorder.result(lastStepPeak);
+        }
     } catch (const InputError &e) {
         out.code = BadRequest;
         out.message = e.what();
@@ -1073,7 +1190,9 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
         r.step = currentStep;
         r.phase = current;
         r.requestedBytes = requestedFromMessage(msg);
-        r.inUseBytes = meter.read().allocated;
+        // The tensors are gone by now (unwinding freed them), but the phase's peak counter still
+        // holds what was in use when the failing request came.
+        r.inUseBytes = meter.read().allocatedPeak;
         r.message = msg.substr(0, msg.find('\n'));
         M.oom = r;
         out.message = "out of memory in " + std::string(toString(current)) + " of step " + std::to_string(currentStep) +

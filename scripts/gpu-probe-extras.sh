@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# On the GPU machine: build headroom-probe against PyTorch's CUDA LibTorch, then exercise what
+# the validation run does not: the default scenario with --out and --snapshot (the README's
+# measured overlay), --alloc-conf expandable_segments:True, and an out-of-memory step.
+# Results land under $OUT (or ./out).
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+t0=$(date +%s.%N)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEADROOM_BUILD_GUI=OFF -DHEADROOM_BUILD_TESTS=OFF \
+      -DHEADROOM_BUILD_BENCH=OFF -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+      > "$OUT/build.log" 2>&1 && cmake --build build-gpu --target headroom-probe >> "$OUT/build.log" 2>&1
+rc=$?; echo "build rc=$rc in $(python3 -c "import time;print(round(time.time()-$t0,1))") s"
+if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
+PROBE=build-gpu/probes/headroom-probe
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+
+request() { # model finetune precision batch seq ckpt optimizer
+    python3 - "$@" <<'PY'
+import json, sys
+m, ft, prec, b, s, ck, opt = sys.argv[1:8]
+preset = json.load(open(f"resources/models/{m}.json"))
+print(json.dumps({"schema_version": 1, "kind": "probe_request", "model": preset, "steps": 2, "device": "cuda",
+  "config": {"precision": prec, "optimizer": opt, "optimizer_impl": "foreach", "finetune": ft, "micro_batch": int(b),
+             "seq_len": int(s), "grad_checkpointing": ck == "on", "attention": "sdpa",
+             "lora": {"rank": 16, "alpha": 32, "dropout": 0.0,
+                      "targets": ["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]}}}))
+PY
+}
+probe() { # name request-args... -- probe-args...
+    local name=$1; shift
+    local args=(); while [ "$1" != "--" ]; do args+=("$1"); shift; done; shift
+    request "${args[@]}" > "$OUT/$name.request.json"
+    local t=$(date +%s.%N)
+    $PROBE --request "$OUT/$name.request.json" --out "$OUT/$name.result.json" "$@" > "$OUT/$name.stdout" 2> "$OUT/$name.stderr"
+    local rc=$?
+    echo "$name rc=$rc wall=$(python3 -c "import time;print(round(time.time()-$t,2))")s $(tail -c 300 "$OUT/$name.stderr" | tr '\n' ' ')"
+}
+probe default llama-3.1-8b lora bf16 4 2048 off adamw -- --snapshot "$OUT/default.snapshot.json"
+probe default-expandable llama-3.1-8b lora bf16 4 2048 off adamw -- --alloc-conf expandable_segments:True
+probe full-1b llama-3.2-1b full bf16 4 1024 off adamw -- --snapshot "$OUT/full-1b.snapshot.json"
+probe full-1b-expandable llama-3.2-1b full bf16 4 1024 off adamw -- --alloc-conf expandable_segments:True
+probe oom-8b-full llama-3.1-8b full bf16 16 4096 off adamw --
+probe oom-70b-load llama-3.1-70b full bf16 1 1024 off adamw --
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+G = 2**30
+print(f"{'case':22} {'peak alloc':>11} {'peak resv':>10} {'context':>8} {'phase':>9}  oom")
+for n in ["default", "default-expandable", "full-1b", "full-1b-expandable", "oom-8b-full", "oom-70b-load"]:
+    p = os.path.join(out, n + ".result.json")
+    if not os.path.exists(p):
+        lines = [l for l in open(os.path.join(out, n + ".stdout")).read().splitlines() if l.strip()]
+        print(n, "no result file; last line:", lines[-1][:200] if lines else "(none)"); continue
+    r = json.load(open(p))
+    pk = r["peak"]
+    print(f"{n:22} {pk['allocated_bytes']/G:11.2f} {pk['reserved_bytes']/G:10.2f} {pk['cuda_context_bytes']/G:8.2f} {pk['phase']:>9}  {json.dumps(r['oom'])[:160]}")
+for n in ["default", "full-1b"]:
+    p = os.path.join(out, n + ".snapshot.json")
+    if os.path.exists(p):
+        s = json.load(open(p))
+        print(n, "snapshot:", s["taken_at"], round(s["allocated_bytes"]/G, 2), "of step peak",
+              round(s["step_peak_allocated_bytes"]/G, 2), "GiB;", s["live_blocks"], "live blocks,", len(s["segments"]), "segments")
+PY
