@@ -37,11 +37,9 @@ int main(int argc, char **argv)
             qputenv("QT_QPA_PLATFORM", "offscreen");
 
     QApplication app(argc, argv);
-    Q_INIT_RESOURCE(headroom); // the icon lives in the headroom_app static library
     QApplication::setOrganizationName(QStringLiteral("Headroom"));
     QApplication::setApplicationName(QStringLiteral("headroom"));
     QApplication::setApplicationVersion(QStringLiteral(HEADROOM_VERSION));
-    QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/headroom.svg")));
 
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("Headroom: how much GPU memory a training run needs, estimated and measured."));

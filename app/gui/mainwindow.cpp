@@ -32,6 +32,11 @@
 
 using namespace headroom;
 
+static void initResources()
+{
+    Q_INIT_RESOURCE(headroom); // the icon lives in the headroom_app static library
+}
+
 MainWindow::MainWindow(Session *session, QWidget *parent)
     : QMainWindow(parent)
     , m_session(session)
@@ -44,6 +49,7 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     , m_measurements(new MeasurementsPanel(session, this))
     , m_tabs(new QTabWidget(this))
 {
+    initResources();
     setWindowIcon(QIcon(QStringLiteral(":/icons/headroom.svg")));
     setAcceptDrops(true);
 

@@ -133,10 +133,11 @@ FileKind sniff(const QString &path)
     } catch (const InputError &) {
         return FileKind::Measurement; // JSON lines from a probe's stdout; readMeasurement will judge
     }
-    if (j.is_object() && j.value("kind", std::string()) == "headroom_sheet")
-        return FileKind::Sheet;
     if (j.is_object() && (j.value("event", std::string()) == "result" || j.contains("phases")))
         return FileKind::Measurement;
+    // Anything else with a schema version is one of ours; the sheet reader says what is wrong with it.
+    if (j.is_object() && (j.contains("schema_version") || j.contains("kind")) && !j.contains("model_type"))
+        return FileKind::Sheet;
     return FileKind::ModelConfig;
 }
 

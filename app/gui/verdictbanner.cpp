@@ -20,7 +20,7 @@ VerdictBanner::VerdictBanner(Session *session, QWidget *parent)
     refresh();
 }
 
-QString VerdictBanner::text(const Report &r, const Measurement *m, Unit u, const Scenario &current)
+QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, const Scenario &current)
 {
     if (!r.error.empty())
         return tr("<b>Cannot estimate this configuration.</b> %1").arg(qs(r.error).toHtmlEscaped());
@@ -61,7 +61,7 @@ QString VerdictBanner::text(const Report &r, const Measurement *m, Unit u, const
 void VerdictBanner::refresh()
 {
     const Report &r = m_session->report();
-    setText(text(r, m_session->selectedMeasurement(), m_session->units(), m_session->scenario()));
+    setText(compose(r, m_session->selectedMeasurement(), m_session->units(), m_session->scenario()));
     const char *bg = !r.error.empty()                ? "#fde7e9"
                      : r.verdict.fit == Fit::Fits  ? "#e3f4e8"
                      : r.verdict.fit == Fit::Tight ? "#fff1d6"

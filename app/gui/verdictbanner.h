@@ -11,7 +11,7 @@ class VerdictBanner : public QLabel
 public:
     explicit VerdictBanner(Session *session, QWidget *parent = nullptr);
     // The text for a report and an optional measurement; also used by --screenshot and tests.
-    static QString text(const headroom::Report &r, const headroom::Measurement *m, headroom::Unit u,
+    static QString compose(const headroom::Report &r, const headroom::Measurement *m, headroom::Unit u,
                         const headroom::Scenario &current);
 
 private:

@@ -69,7 +69,8 @@ std::optional<PhaseMeasurement> Measurement::steady(Phase p) const
 {
     std::optional<PhaseMeasurement> best;
     for (const auto &m : phases) {
-        if (m.phase != p || m.step < warmupSteps)
+        // after_load happens once, before the warm-up step; every other phase is steady after it.
+        if (m.phase != p || (p != Phase::AfterLoad && m.step < warmupSteps))
             continue;
         if (!best || m.peakAllocatedBytes > best->peakAllocatedBytes)
             best = m;

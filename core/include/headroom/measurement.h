@@ -68,7 +68,8 @@ struct Measurement
     std::string note;
 
     int64_t deviceTotalBytes() const { return peakReservedBytes + cudaContextBytes; }
-    // The steady-state peak of one phase (max over measured steps); nullopt if never measured.
+    // The steady-state peak of one phase (max over measured steps; after_load is measured once,
+    // before the warm-up); nullopt if never measured.
     std::optional<PhaseMeasurement> steady(Phase p) const;
 };
 

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# On the GPU machine: out-of-memory results for the tests (the GUI shows them as results).
+# Builds the probe as gpu-probe-extras.sh does, and packs everything into $OUT/results.tar.gz.
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"; W=$(mktemp -d)
+cd "$(dirname "$0")/.."
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEADROOM_BUILD_GUI=OFF -DHEADROOM_BUILD_TESTS=OFF \
+      -DHEADROOM_BUILD_BENCH=OFF -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+      > "$W/build.log" 2>&1 && cmake --build build-gpu --target headroom-probe >> "$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
+req() { python3 -c "
+import json,sys
+m,ft,b,s=sys.argv[1:5]
+print(json.dumps({'schema_version':1,'kind':'probe_request','model':json.load(open(f'resources/models/{m}.json')),'steps':2,'device':'cuda',
+ 'config':{'precision':'bf16','optimizer':'adamw','finetune':ft,'micro_batch':int(b),'seq_len':int(s)}}))" "$@"; }
+for c in "llama8b-full-b16s4096-oom llama-3.1-8b full 16 4096" "llama70b-full-b1s1024-oom llama-3.1-70b full 1 1024" \
+         "llama1b-full-b4s1024 llama-3.2-1b full 4 1024"; do
+    set -- $c; n=$1; shift
+    req "$@" > "$W/$n.request.json"
+    build-gpu/probes/headroom-probe --request "$W/$n.request.json" --out "$W/$n.result.json" --snapshot "$W/$n.snapshot.json" \
+        > "$W/$n.stdout" 2> "$W/$n.stderr"; echo "$n rc=$? $(tail -c 200 "$W/$n.stderr")"
+done
+tar -C "$W" -czf "$OUT/results.tar.gz" . && ls -la "$OUT"

@@ -1,0 +1,31 @@
+#pragma once
+// Shared by the widget tests: offscreen Qt, isolated settings, and waiting for the session.
+
+#include "session.h"
+
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QtTest>
+
+inline void isolateSettings()
+{
+    QStandardPaths::setTestModeEnabled(true); // QSettings go to ~/.qttest, never the user's
+    QCoreApplication::setOrganizationName(QStringLiteral("HeadroomTests"));
+    QCoreApplication::setApplicationName(QStringLiteral("headroom-tests"));
+    QSettings().clear();
+}
+
+// Waits until the report for the session's latest scenario has landed.
+inline bool settle(Session &s, int timeoutMs = 10000)
+{
+    QElapsedTimer t;
+    t.start();
+    while (s.isComputing() && t.elapsed() < timeoutMs)
+        QTest::qWait(5);
+    return !s.isComputing();
+}
+
+inline QString testData(const char *rel)
+{
+    return QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/") + QLatin1String(rel);
+}

@@ -1,0 +1,343 @@
+// The explorer's window as a user drives it: real widgets, offscreen; every control must move the
+// chart to exactly what core computes.
+#include "chartpanel.h"
+#include "charts.h"
+#include "configpanel.h"
+#include "guitestutil.h"
+#include "mainwindow.h"
+#include "recommendationspanel.h"
+#include "sheetio.h"
+#include "verdictbanner.h"
+
+#include "headroom/catalog.h"
+#include "headroom/serialize.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMimeData>
+#include <QSlider>
+#include <QSpinBox>
+
+#include <functional>
+
+using namespace headroom;
+
+Q_DECLARE_METATYPE(std::function<void(MainWindow &)>)
+Q_DECLARE_METATYPE(std::function<bool(const Scenario &)>)
+
+namespace {
+
+// The chart's stacked values against core's estimate of the session's scenario, category by category.
+void compareChartWithCore(MainWindow &w, Session &s)
+{
+    QVERIFY(settle(s));
+    const Estimate e = estimate(s.scenario().model, s.scenario().config);
+    const Verdict v = judge(e, s.scenario().gpu, s.scenario().reserve);
+    BreakdownChart *chart = w.chartPanel()->chart();
+    for (int row = 0; row < kCategoryCount; ++row) {
+        const QList<qreal> values = chart->values(row);
+        QVERIFY2(!values.isEmpty(), "the chart has no estimated bar");
+        QCOMPARE(values[0], toUnit(e.peak[kAllCategories[size_t(row)]], s.units()));
+    }
+    QCOMPARE(chart->capacityLine(), toUnit(v.capacityBytes, s.units()));
+}
+
+template<typename W>
+W *child(MainWindow &w, const char *name)
+{
+    W *c = w.findChild<W *>(QLatin1String(name));
+    if (!c)
+        qFatal("no widget named %s", name);
+    return c;
+}
+
+} // namespace
+
+class TestGui : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() { isolateSettings(); }
+
+    void opensOnTheDefaultScenario()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        compareChartWithCore(w, s);
+        QCOMPARE(s.scenario().model.id, std::string("llama-3.1-8b"));
+        const QString verdict = w.verdictBanner()->text();
+        QVERIFY2(verdict.contains(QStringLiteral("Out of memory")), qPrintable(verdict)); // 8B LoRA b4x2048 on 80 GB
+        QVERIFY(verdict.contains(QStringLiteral("of 79.2 GiB")));
+    }
+
+    void everyControlMovesTheChart_data()
+    {
+        QTest::addColumn<std::function<void(MainWindow &)>>("act");
+        QTest::addColumn<std::function<bool(const Scenario &)>>("changed");
+        using Act = std::function<void(MainWindow &)>;
+        using Check = std::function<bool(const Scenario &)>;
+        QTest::addRow("micro-batch spin") << Act([](MainWindow &w) { child<QSpinBox>(w, "microBatch")->setValue(2); })
+                                          << Check([](const Scenario &s) { return s.config.microBatch == 2; });
+        QTest::addRow("micro-batch slider") << Act([](MainWindow &w) { child<QSlider>(w, "microBatchSlider")->setValue(4); })
+                                            << Check([](const Scenario &s) { return s.config.microBatch == 16; });
+        QTest::addRow("sequence slider") << Act([](MainWindow &w) { child<QSlider>(w, "seqLenSlider")->setValue(10); })
+                                         << Check([](const Scenario &s) { return s.config.seqLen == 1024; });
+        QTest::addRow("sequence spin") << Act([](MainWindow &w) { child<QSpinBox>(w, "seqLen")->setValue(3000); })
+                                       << Check([](const Scenario &s) { return s.config.seqLen == 3000; });
+        QTest::addRow("checkpointing") << Act([](MainWindow &w) { child<QCheckBox>(w, "checkpointing")->setChecked(true); })
+                                       << Check([](const Scenario &s) { return s.config.gradCheckpointing; });
+        const auto combo = [](const char *name, int value) {
+            return Act([name, value](MainWindow &w) {
+                auto *c = child<QComboBox>(w, name);
+                c->setCurrentIndex(c->findData(value));
+            });
+        };
+        QTest::addRow("precision") << combo("precision", int(Precision::FP32))
+                                   << Check([](const Scenario &s) { return s.config.precision == Precision::FP32; });
+        QTest::addRow("finetune full") << combo("finetune", int(FineTune::Full))
+                                       << Check([](const Scenario &s) { return s.config.finetune == FineTune::Full; });
+        QTest::addRow("finetune qlora") << combo("finetune", int(FineTune::QLoRA))
+                                        << Check([](const Scenario &s) { return s.config.finetune == FineTune::QLoRA; });
+        QTest::addRow("optimizer") << combo("optimizer", int(Optimizer::Adafactor))
+                                   << Check([](const Scenario &s) { return s.config.optimizer == Optimizer::Adafactor; });
+        QTest::addRow("optimizer impl") << combo("optimizerImpl", int(OptimizerImpl::ForLoop))
+                                        << Check([](const Scenario &s) { return s.config.optimizerImpl == OptimizerImpl::ForLoop; });
+        QTest::addRow("attention") << combo("attention", int(Attention::Eager))
+                                   << Check([](const Scenario &s) { return s.config.attention == Attention::Eager; });
+        QTest::addRow("lora rank") << Act([](MainWindow &w) { child<QSpinBox>(w, "loraRank")->setValue(64); })
+                                   << Check([](const Scenario &s) { return s.config.lora.rank == 64; });
+        QTest::addRow("lora targets") << Act([](MainWindow &w) {
+            auto *e = child<QLineEdit>(w, "loraTargets");
+            e->setText(QStringLiteral("q_proj, v_proj"));
+            emit e->editingFinished();
+        }) << Check([](const Scenario &s) { return s.config.lora.targets == std::vector<std::string>{"q_proj", "v_proj"}; });
+        QTest::addRow("gpu") << Act([](MainWindow &w) {
+            auto *c = child<QComboBox>(w, "gpu");
+            c->setCurrentIndex(c->findData(QStringLiteral("h200")));
+        }) << Check([](const Scenario &s) { return s.gpu.id == "h200"; });
+        QTest::addRow("custom capacity") << Act([](MainWindow &w) {
+            auto *c = child<QComboBox>(w, "gpu");
+            c->setCurrentIndex(c->findData(QStringLiteral("custom")));
+            child<QDoubleSpinBox>(w, "customGiB")->setValue(96.0);
+        }) << Check([](const Scenario &s) { return s.gpu.id == "custom" && s.gpu.memoryBytes == 96LL * 1073741824; });
+        QTest::addRow("gpu count and zero") << Act([](MainWindow &w) {
+            child<QSpinBox>(w, "gpuCount")->setValue(8);
+            auto *z = child<QComboBox>(w, "zeroStage");
+            z->setCurrentIndex(z->findData(3));
+        }) << Check([](const Scenario &s) { return s.config.worldSize == 8 && s.config.zeroStage == 3; });
+        QTest::addRow("reserve") << Act([](MainWindow &w) { child<QSpinBox>(w, "reserve")->setValue(15); })
+                                 << Check([](const Scenario &s) { return s.reserve == 0.15; });
+        QTest::addRow("grad accumulation") << Act([](MainWindow &w) { child<QSpinBox>(w, "gradAccum")->setValue(8); })
+                                           << Check([](const Scenario &s) { return s.config.gradAccum == 8; });
+        QTest::addRow("model") << Act([](MainWindow &w) {
+            auto *c = child<QComboBox>(w, "model");
+            const int i = c->findText(QStringLiteral("Qwen2.5 0.5B"), Qt::MatchContains);
+            QVERIFY(i >= 0);
+            c->setCurrentIndex(i);
+            emit c->activated(i);
+        }) << Check([](const Scenario &s) { return s.model.id == "qwen2.5-0.5b"; });
+    }
+    void everyControlMovesTheChart()
+    {
+        QFETCH(std::function<void(MainWindow &)>, act);
+        QFETCH(std::function<bool(const Scenario &)>, changed);
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        const Scenario before = s.scenario();
+        act(w);
+        QVERIFY2(changed(s.scenario()), "the control did not change its field");
+        QVERIFY(s.scenario() != before);
+        compareChartWithCore(w, s);
+    }
+
+    void unitsAndPhases()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        auto *units = child<QComboBox>(w, "units");
+        units->setCurrentIndex(units->findText(QStringLiteral("GB")));
+        QVERIFY(s.units() == Unit::GB);
+        compareChartWithCore(w, s);
+        const Estimate e = estimate(s.scenario().model, s.scenario().config);
+        w.chartPanel()->setView(BreakdownModel::View::Phases);
+        QCOMPARE(w.chartPanel()->chart()->barLabels().size(), 4);
+        for (int p = 0; p < 4; ++p)
+            QCOMPARE(w.chartPanel()->chart()->values(int(Category::Activations))[p],
+                     toUnit(e.phases[size_t(p)].atPeak[Category::Activations], Unit::GB));
+    }
+
+    void recommendationAppliesAndUndoes()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        const Scenario before = s.scenario();
+        const Recommendation first = s.report().recommendations.at(0);
+        w.recommendationsPanel()->apply(0);
+        QVERIFY(settle(s));
+        QCOMPARE(toJson(s.scenario().config), toJson(first.config));
+        compareChartWithCore(w, s);
+        QVERIFY(s.undoStack()->canUndo());
+        s.undoStack()->undo();
+        QVERIFY(s.scenario() == before);
+        compareChartWithCore(w, s);
+        // The controls follow the undo.
+        QCOMPARE(child<QSpinBox>(w, "microBatch")->value(), int(before.config.microBatch));
+    }
+
+    void importsAHuggingFaceConfig()
+    {
+        Session s;
+        MainWindow w(&s);
+        QCOMPARE(w.openFile(testData("configs/tinyllama_1.1b.json")), QString());
+        QCOMPARE(s.scenario().model.hiddenSize, 2048);
+        QCOMPARE(s.scenario().model.numLayers, 22);
+        compareChartWithCore(w, s);
+        s.undoStack()->undo();
+        QCOMPARE(s.scenario().model.id, std::string("llama-3.1-8b"));
+    }
+
+    void refusesBadConfigsNamingTheField_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("mentions");
+        QTest::addRow("malformed") << QStringLiteral("configs/malformed.json") << QStringLiteral("not valid JSON");
+        QTest::addRow("missing vocab") << QStringLiteral("configs/missing_vocab.json") << QStringLiteral("vocab_size");
+        QTest::addRow("negative layers") << QStringLiteral("configs/negative_layers.json") << QStringLiteral("num_hidden_layers");
+        QTest::addRow("unknown type") << QStringLiteral("configs/unknown_type.json") << QStringLiteral("model_type");
+        QTest::addRow("no such file") << QStringLiteral("configs/nope.json") << QStringLiteral("no such file");
+    }
+    void refusesBadConfigsNamingTheField()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, mentions);
+        Session s;
+        MainWindow w(&s);
+        QVERIFY(settle(s));
+        const Scenario before = s.scenario();
+        const QString problem = w.openFile(testData(file.toUtf8().constData()));
+        QVERIFY2(problem.contains(mentions), qPrintable(problem));
+        QVERIFY(s.scenario() == before);
+    }
+
+    void dropsAFileOnTheWindow()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QMimeData mime;
+        mime.setUrls({QUrl::fromLocalFile(testData("h200/llama8b-lora16-b4s2048.result.json"))});
+        QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&w, &enter);
+        QVERIFY(enter.isAccepted());
+        QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&w, &drop);
+        QCOMPARE(s.measurements().size(), size_t(1));
+        QCOMPARE(s.selectedIndex(), 0);
+    }
+
+    void measuredOverlayAndBanner()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QCOMPARE(w.openFile(testData("h200/llama8b-lora16-b4s2048.result.json")), QString());
+        QVERIFY(settle(s));
+        const Measurement &m = s.measurements().at(0);
+        const Breakdown mb = measuredBreakdown(m);
+        QCOMPARE(w.chartPanel()->chart()->barLabels(), QStringList({QStringLiteral("Estimated"), QStringLiteral("Measured")}));
+        for (int row = 0; row < kCategoryCount; ++row)
+            QCOMPARE(w.chartPanel()->chart()->values(row)[1], toUnit(mb[kAllCategories[size_t(row)]], Unit::GiB));
+        const QString banner = w.verdictBanner()->text();
+        QVERIFY2(banner.contains(QStringLiteral("Measured on NVIDIA H200")), qPrintable(banner));
+        QVERIFY2(banner.contains(QStringLiteral("from the estimate")), qPrintable(banner)); // within 5%
+        s.selectMeasurement(-1);
+        QCOMPARE(w.chartPanel()->chart()->barLabels(), QStringList({QStringLiteral("Estimated")}));
+    }
+
+    void bannerSaysWhenMeasurementDisagrees()
+    {
+        Measurement m = sheetio::readMeasurement(testData("h200/llama8b-lora16-b4s2048.result.json"));
+        const Report r = buildReport([&] {
+            Scenario sc = defaultScenario();
+            sc.model = m.model;
+            sc.config = m.config;
+            return sc;
+        }());
+        m.peakAllocatedBytes = static_cast<int64_t>(double(r.estimate.peakAllocatedBytes) * 1.08);
+        const QString t = VerdictBanner::compose(r, &m, Unit::GiB, r.scenario);
+        QVERIFY2(t.contains(QStringLiteral("differs from the estimate by 8.0%")), qPrintable(t));
+    }
+
+    void commandLine_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<int>("code");
+        QTest::addColumn<QString>("mentions");
+        QTest::addRow("version") << QStringList{QStringLiteral("--version")} << 0 << QStringLiteral("headroom 0.");
+        QTest::addRow("help") << QStringList{QStringLiteral("--help")} << 0 << QStringLiteral("--screenshot");
+        QTest::addRow("bad model") << QStringList{QStringLiteral("--screenshot"), QStringLiteral("x.png"),
+                                                  QStringLiteral("--model"), QStringLiteral("llama-9")}
+                                   << 2 << QStringLiteral("--model = llama-9");
+        QTest::addRow("bad tab") << QStringList{QStringLiteral("--screenshot"), QStringLiteral("x.png"),
+                                                QStringLiteral("--tab"), QStringLiteral("nope")}
+                                 << 2 << QStringLiteral("--tab = nope");
+        QTest::addRow("bad sheet") << QStringList{QStringLiteral("--screenshot"), QStringLiteral("x.png"),
+                                                  QStringLiteral("--config"), testData("sheets/wrong_kind.json")}
+                                   << 2 << QStringLiteral("sheet.kind");
+    }
+    void commandLine()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(int, code);
+        QFETCH(QString, mentions);
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_GUI), args);
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitCode(), code);
+        const QString all = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
+        QVERIFY2(all.contains(mentions), qPrintable(all));
+    }
+
+    void screenshot_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addRow("main") << QStringList{};
+        QTest::addRow("scaling") << QStringList{QStringLiteral("--tab"), QStringLiteral("scaling")};
+        QTest::addRow("measured, phases")
+            << QStringList{QStringLiteral("--measurement"), testData("h200/llama8b-lora16-b4s2048.result.json"),
+                           QStringLiteral("--view"), QStringLiteral("phases"), QStringLiteral("--model"),
+                           QStringLiteral("llama-3.2-1b"), QStringLiteral("--size"), QStringLiteral("1000x700")};
+    }
+    void screenshot()
+    {
+        QFETCH(QStringList, args);
+        QTemporaryDir dir;
+        const QString png = dir.filePath(QStringLiteral("shot.png"));
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_GUI), QStringList{QStringLiteral("--screenshot"), png} + args);
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitCode(), 0);
+        const QImage img(png);
+        QVERIFY(!img.isNull());
+        QVERIFY(img.width() >= 1000 && img.height() >= 700);
+        // Not a blank window: the chart paints many colours.
+        QSet<QRgb> colours;
+        for (int y = 0; y < img.height(); y += 7)
+            for (int x = 0; x < img.width(); x += 7)
+                colours.insert(img.pixel(x, y));
+        QVERIFY2(colours.size() > 20, qPrintable(QString::number(colours.size())));
+    }
+};
+
+QTEST_MAIN(TestGui)
+#include "tst_gui.moc"

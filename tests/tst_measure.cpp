@@ -1,0 +1,190 @@
+// "Measure now" end to end: the real headroom-probe in CPU mode on a tiny model, Cancel, and
+// probes that crash, print garbage, find no GPU or run out of memory. The app must survive all.
+#include "guitestutil.h"
+#include "mainwindow.h"
+#include "measurebar.h"
+#include "settings.h"
+
+#include <QComboBox>
+#include <QPushButton>
+
+using namespace headroom;
+
+namespace {
+
+void useProbe(const QString &path)
+{
+    qputenv("HEADROOM_PROBE", path.toUtf8());
+}
+
+// The tiny model of tests/data/configs, small enough for a CPU step in well under a second.
+void tinyScenario(Session &s, MainWindow &w)
+{
+    QCOMPARE(w.openFile(testData("configs/tiny_llama_test.json")), QString());
+    Scenario sc = s.scenario();
+    sc.config.finetune = FineTune::Full;
+    sc.config.microBatch = 2;
+    sc.config.seqLen = 128;
+    sc.config.precision = Precision::FP32;
+    s.setScenario(sc);
+    QVERIFY(settle(s));
+}
+
+bool waitIdle(MeasureBar *bar, int timeoutMs)
+{
+    QElapsedTimer t;
+    t.start();
+    while (bar->runner()->isRunning() && t.elapsed() < timeoutMs)
+        QTest::qWait(20);
+    return !bar->runner()->isRunning();
+}
+
+} // namespace
+
+class TestMeasure : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() { isolateSettings(); }
+    void init()
+    {
+        QSettings().clear();
+        Settings().setProbeDevice(QStringLiteral("cpu"));
+        useProbe(QStringLiteral(HEADROOM_PROBE));
+    }
+
+    void locatesTheProbe()
+    {
+        QStringList searched;
+        QCOMPARE(ProbeRunner::locateProbe(QString(), &searched), QFileInfo(QStringLiteral(HEADROOM_PROBE)).canonicalFilePath());
+        QCOMPARE(searched.first(), QStringLiteral(HEADROOM_PROBE)); // the environment wins
+        // A path that is not an executable is skipped for the next candidate (here: the build tree).
+        useProbe(testData("configs/tiny_llama_test.json"));
+        QCOMPARE(ProbeRunner::locateProbe(QStringLiteral("/nonexistent/headroom-probe")),
+                 QFileInfo(QStringLiteral(HEADROOM_PROBE)).canonicalFilePath());
+        useProbe(QStringLiteral(HEADROOM_PROBE));
+        // Arguments travel as a list: a prefix with spaces and quotes never meets a shell.
+        ProbeRunner::Options o;
+        o.prefix = QProcess::splitCommand(QStringLiteral("ssh -o \"ProxyJump a b\" gpu-box"));
+        o.program = QStringLiteral("/opt/headroom/bin/headroom-probe");
+        o.device = QStringLiteral("cuda");
+        const QStringList cmd = ProbeRunner::commandLine(o);
+        QCOMPARE(cmd.mid(0, 4), QStringList({QStringLiteral("ssh"), QStringLiteral("-o"), QStringLiteral("ProxyJump a b"),
+                                             QStringLiteral("gpu-box")}));
+        QVERIFY(cmd.contains(QStringLiteral("--request")) && cmd.contains(QStringLiteral("-")));
+    }
+
+    void measureNowOnTheCpu()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        tinyScenario(s, w);
+        QSignalSpy added(&s, &Session::measurementsChanged);
+        QSignalSpy progress(w.measureBar()->runner(), &ProbeRunner::progress);
+        w.findChild<QPushButton *>(QStringLiteral("measureNow"))->click();
+        QVERIFY(w.measureBar()->runner()->isRunning()); // the GUI did not wait
+        QVERIFY(added.wait(120000));
+        QVERIFY(progress.count() >= 3);
+        QCOMPARE(s.measurements().size(), size_t(1));
+        const Measurement &m = s.measurements()[0];
+        QCOMPARE(m.device, std::string("cpu"));
+        QCOMPARE(m.model.hiddenSize, 64);
+        QVERIFY(m.peakAllocatedBytes > 0);
+        QCOMPARE(s.selectedIndex(), 0);
+        QVERIFY2(w.measureBar()->statusText().startsWith(QStringLiteral("Measured on")), qPrintable(w.measureBar()->statusText()));
+        QVERIFY(waitIdle(w.measureBar(), 5000));
+    }
+
+    void cancelStops()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        tinyScenario(s, w);
+        Settings().setProbeSteps(100000 / 1000); // 100 steps: long enough to cancel
+        Scenario sc = s.scenario();
+        sc.config.seqLen = 512;
+        sc.config.microBatch = 8;
+        s.setScenario(sc);
+        QVERIFY(settle(s));
+        QSignalSpy progress(w.measureBar()->runner(), &ProbeRunner::progress);
+        QSignalSpy stopped(w.measureBar()->runner(), &ProbeRunner::stopped);
+        w.measureBar()->measure();
+        QVERIFY(progress.wait(60000));
+        QVERIFY(progress.wait(60000)); // a step is under way
+        QElapsedTimer t;
+        t.start();
+        w.findChild<QPushButton *>(QStringLiteral("cancelProbe"))->click();
+        QVERIFY(stopped.wait(5000));
+        QVERIFY2(t.elapsed() < 3000, "cancel took too long");
+        QCOMPARE(w.measureBar()->statusText(), QStringLiteral("Stopped."));
+        QVERIFY(s.measurements().empty());
+        QVERIFY(!w.measureBar()->runner()->isRunning());
+    }
+
+    void misbehavingProbes_data()
+    {
+        QTest::addColumn<QString>("probe");
+        QTest::addColumn<QString>("mentions");
+        QTest::addColumn<bool>("offersCpu");
+        QTest::addRow("crash") << testData("fake_probes/crash.sh") << QStringLiteral("crashed") << false;
+        QTest::addRow("garbage") << testData("fake_probes/garbage.sh") << QStringLiteral("not the Headroom protocol") << false;
+        QTest::addRow("no gpu") << testData("fake_probes/nogpu.sh") << QStringLiteral("No usable GPU") << true;
+    }
+    void misbehavingProbes()
+    {
+        QFETCH(QString, probe);
+        QFETCH(QString, mentions);
+        QFETCH(bool, offersCpu);
+        useProbe(probe);
+        Settings().setProbePath(QStringLiteral("/nonexistent/headroom-probe"));
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        tinyScenario(s, w);
+        QSignalSpy failed(w.measureBar()->runner(), &ProbeRunner::failed);
+        w.measureBar()->measure();
+        if (w.measureBar()->runner()->isRunning())
+            QVERIFY(failed.wait(30000));
+        const QString status = w.measureBar()->statusText();
+        QVERIFY2(status.contains(mentions), qPrintable(status));
+        QCOMPARE(w.findChild<QPushButton *>(QStringLiteral("cpuInstead"))->isVisibleTo(&w), offersCpu);
+        QVERIFY(s.measurements().empty());
+        // The app is alive and measures again with a working probe.
+        useProbe(QStringLiteral(HEADROOM_PROBE));
+        QSignalSpy added(&s, &Session::measurementsChanged);
+        if (offersCpu)
+            w.findChild<QPushButton *>(QStringLiteral("cpuInstead"))->click();
+        else
+            w.measureBar()->measure();
+        QVERIFY(added.wait(120000));
+        QCOMPARE(s.measurements().size(), size_t(1));
+        QVERIFY(waitIdle(w.measureBar(), 5000));
+    }
+
+    void outOfMemoryIsAResult()
+    {
+        // A remote H200 that ran out of memory, replayed through the runner as a remote probe would print it.
+        qputenv("HEADROOM_REPLAY", testData("h200/llama8b-full-b16s4096-oom.result.json").toUtf8());
+        qputenv("HEADROOM_REPLAY_CODE", "3");
+        useProbe(testData("fake_probes/replay.sh"));
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QSignalSpy added(&s, &Session::measurementsChanged);
+        w.measureBar()->measureOn(QStringLiteral("cuda"));
+        QVERIFY(added.wait(30000));
+        const Measurement &m = s.measurements().at(0);
+        QVERIFY(m.oom.has_value());
+        QVERIFY(m.oom->phase == Phase::Forward);
+        const QString status = w.measureBar()->statusText();
+        QVERIFY2(status.startsWith(QStringLiteral("Out of memory in forward at 138.6 GiB")), qPrintable(status));
+        QVERIFY2(w.verdictBanner() != nullptr, "banner");
+        qunsetenv("HEADROOM_REPLAY");
+        qunsetenv("HEADROOM_REPLAY_CODE");
+    }
+};
+
+QTEST_MAIN(TestMeasure)
+#include "tst_measure.moc"

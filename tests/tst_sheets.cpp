@@ -1,0 +1,218 @@
+// Budget sheets: every export parses, the JSON sheet restores the session, bad sheets are
+// refused naming the problem, and saves are atomic.
+#include "chartpanel.h"
+#include "guitestutil.h"
+#include "mainwindow.h"
+#include "sheetio.h"
+
+#include "charts.h"
+#include "headroom/error.h"
+#include "headroom/serialize.h"
+
+#include <QFile>
+
+using namespace headroom;
+
+namespace {
+
+QByteArray readAll(const QString &path)
+{
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+// A session with something in every part of the sheet: a non-default scenario, a measurement.
+void populate(Session &s, MainWindow &w)
+{
+    QCOMPARE(w.openFile(testData("h200/llama8b-lora16-b4s2048.result.json")), QString());
+    Scenario sc = s.scenario();
+    sc.gpu = findGpu("h200");
+    sc.reserve = 0.15;
+    s.setScenario(sc);
+    s.setUnits(Unit::GB);
+    QVERIFY(settle(s));
+}
+
+} // namespace
+
+class TestSheets : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() { isolateSettings(); }
+
+    void exportsParse_data()
+    {
+        QTest::addColumn<QString>("name");
+        QTest::addRow("json") << QStringLiteral("budget.json");
+        QTest::addRow("html") << QStringLiteral("budget.html");
+        QTest::addRow("markdown") << QStringLiteral("budget.md");
+        QTest::addRow("csv") << QStringLiteral("budget.csv");
+        QTest::addRow("pdf") << QStringLiteral("budget.pdf");
+        QTest::addRow("png") << QStringLiteral("chart.png");
+    }
+    void exportsParse()
+    {
+        QFETCH(QString, name);
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        populate(s, w);
+        QTemporaryDir dir;
+        const QString path = dir.filePath(name);
+        QCOMPARE(w.exportTo(path), QString());
+        const QByteArray bytes = readAll(path);
+        QVERIFY(!bytes.isEmpty());
+        const auto format = sheetio::formatFor(path);
+        QVERIFY(format);
+        switch (*format) {
+        case sheetio::Format::Json: {
+            const Sheet sheet = sheetio::readSheet(path); // round trip
+            QVERIFY(sheet.scenario == s.scenario());
+            QVERIFY(sheet.units == Unit::GB);
+            QCOMPARE(sheet.measurements.size(), size_t(1));
+            QCOMPARE(sheet.selectedMeasurement, 0);
+            QCOMPARE(toJson(sheet.measurements[0]), toJson(s.measurements()[0]));
+            const auto j = nlohmann::json::parse(bytes.toStdString());
+            QCOMPARE(j.at("provenance").at("gpu_name").get<std::string>(), std::string("NVIDIA H200"));
+            QCOMPARE(j.at("provenance").at("torch_version").get<std::string>(), std::string("2.11.0"));
+            QVERIFY(j.at("other_cards").size() >= 5);
+            QVERIFY(!j.at("recommendations").empty() || j.at("verdict").at("status") == "fits");
+            break;
+        }
+        case sheetio::Format::Csv: {
+            const QList<QByteArray> lines = bytes.trimmed().split('\n');
+            QCOMPARE(lines[0], QByteArray("section,name,estimated_bytes,measured_bytes"));
+            for (const QByteArray &l : lines)
+                QCOMPARE(l.count(','), 3);
+            QVERIFY(bytes.contains("category,activations,"));
+            QVERIFY(bytes.contains("phase,backward,"));
+            break;
+        }
+        case sheetio::Format::Pdf:
+            QVERIFY(bytes.startsWith("%PDF-"));
+            QVERIFY(bytes.count("/Type /Page\n") + bytes.count("/Type /Page ") + bytes.count("/Type /Page>") >= 1 ||
+                    bytes.contains("/Type /Page"));
+            QVERIFY(bytes.trimmed().endsWith("%%EOF"));
+            break;
+        case sheetio::Format::Html:
+            QVERIFY(bytes.contains("<table"));
+            QVERIFY(bytes.contains("data:image/png;base64,"));
+            QVERIFY(bytes.contains("NVIDIA H200"));
+            break;
+        case sheetio::Format::Markdown:
+            QVERIFY(bytes.startsWith("# GPU memory budget: Llama 3.1 8B"));
+            QVERIFY(bytes.contains("| Activations |"));
+            QVERIFY(bytes.contains("## Provenance"));
+            break;
+        case sheetio::Format::Png: {
+            QImage img;
+            QVERIFY(img.loadFromData(bytes, "PNG"));
+            QVERIFY(img.width() >= 600);
+            break;
+        }
+        }
+    }
+
+    void openingASheetRestoresTheSession()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("budget.json"));
+        Scenario saved;
+        {
+            Session s;
+            MainWindow w(&s);
+            populate(s, w);
+            saved = s.scenario();
+            QCOMPARE(w.exportTo(path), QString());
+        }
+        Session s;
+        MainWindow w(&s);
+        QVERIFY(settle(s));
+        QVERIFY(s.scenario() != saved);
+        QCOMPARE(w.openFile(path), QString());
+        QVERIFY(settle(s));
+        QVERIFY(s.scenario() == saved);
+        QVERIFY(s.units() == Unit::GB);
+        QCOMPARE(s.measurements().size(), size_t(1));
+        QCOMPARE(s.selectedIndex(), 0);
+        QCOMPARE(w.chartPanel()->chart()->barLabels().size(), 2); // estimated and measured
+    }
+
+    void refusesBadSheets_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("mentions");
+        QTest::addRow("wrong kind") << QStringLiteral("sheets/wrong_kind.json") << QStringLiteral("sheet.kind");
+        QTest::addRow("future schema") << QStringLiteral("sheets/future_schema.json") << QStringLiteral("sheet.schema_version = 7");
+        QTest::addRow("truncated") << QStringLiteral("sheets/truncated.json") << QStringLiteral("not valid JSON");
+        QTest::addRow("negative batch") << QStringLiteral("sheets/negative_batch.json") << QStringLiteral("micro_batch = -3");
+        QTest::addRow("unknown precision") << QStringLiteral("sheets/unknown_precision.json") << QStringLiteral("precision = fp8");
+        QTest::addRow("reserve") << QStringLiteral("sheets/reserve_out_of_range.json") << QStringLiteral("sheet.reserve = 5");
+        QTest::addRow("units") << QStringLiteral("sheets/bad_units.json") << QStringLiteral("units = furlongs");
+        QTest::addRow("selection") << QStringLiteral("sheets/selection_out_of_range.json") << QStringLiteral("selected_measurement = 3");
+        QTest::addRow("measurement") << QStringLiteral("sheets/bad_measurement.json") << QStringLiteral("sheet.measurements[0]");
+        QTest::addRow("absurd layers") << QStringLiteral("sheets/absurd_layers.json") << QStringLiteral("num_hidden_layers");
+        QTest::addRow("missing gpu") << QStringLiteral("sheets/missing_gpu.json") << QStringLiteral("sheet.gpu");
+        QTest::addRow("deep nesting") << QStringLiteral("sheets/deep_nesting.json") << QStringLiteral("nested deeper than 64");
+    }
+    void refusesBadSheets()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, mentions);
+        try {
+            sheetio::readSheet(testData(file.toUtf8().constData()));
+            QFAIL("the sheet was accepted");
+        } catch (const InputError &e) {
+            QVERIFY2(QString::fromStdString(e.what()).contains(mentions), e.what());
+        }
+        // Through the window: refused, and the session is untouched.
+        Session s;
+        MainWindow w(&s);
+        QVERIFY(settle(s));
+        const Scenario before = s.scenario();
+        const QString problem = w.openFile(testData(file.toUtf8().constData()));
+        QVERIFY(!problem.isEmpty());
+        QVERIFY(s.scenario() == before);
+        QVERIFY(s.measurements().empty());
+    }
+
+    void savesAreAtomic()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("budget.json"));
+        QCOMPARE(sheetio::writeAtomic(path, QByteArray("old sheet")), QString());
+        // A failed write (the target is a directory) leaves nothing half-written.
+        const QString asDir = dir.filePath(QStringLiteral("adir"));
+        QDir().mkpath(asDir);
+        QVERIFY(!sheetio::writeAtomic(asDir, QByteArray("x")).isEmpty());
+        QVERIFY(QFileInfo(asDir).isDir());
+        // Unknown extension: refused with a message, the old file kept.
+        Session s;
+        MainWindow w(&s);
+        const QString problem = w.exportTo(dir.filePath(QStringLiteral("budget.xlsx")));
+        QVERIFY2(problem.contains(QStringLiteral(".pdf")), qPrintable(problem));
+        QCOMPARE(readAll(path), QByteArray("old sheet"));
+        QCOMPARE(w.exportTo(path), QString());
+        QVERIFY(readAll(path).startsWith("{"));
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files).size(), 1); // no temporary left behind
+    }
+
+    void measurementFromProbeStdout()
+    {
+        // A user saved the probe's stdout (JSON lines) on a cluster node and imports it.
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("probe.jsonl"));
+        QByteArray lines = "{\"event\":\"progress\",\"step\":0,\"phase\":\"forward\",\"fraction\":0.0}\n";
+        lines += QByteArray::fromStdString(
+                     nlohmann::json::parse(readAll(testData("h200/llama8b-lora16-b4s2048.result.json")).toStdString()).dump()) +
+                 "\n";
+        QCOMPARE(sheetio::writeAtomic(path, lines), QString());
+        const Measurement m = sheetio::readMeasurement(path);
+        QCOMPARE(m.deviceName, std::string("NVIDIA H200"));
+        QCOMPARE(sheetio::sniff(path), sheetio::FileKind::Measurement);
+    }
+};
+
+QTEST_MAIN(TestSheets)
+#include "tst_sheets.moc"
