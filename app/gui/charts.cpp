@@ -7,6 +7,7 @@
 #include <QChart>
 #include <QChartView>
 #include <QCursor>
+#include <QBarLegendMarker>
 #include <QLegendMarker>
 #include <QLineSeries>
 #include <QScatterSeries>
@@ -88,13 +89,18 @@ BreakdownChart::BreakdownChart(QWidget *parent)
     , m_usable(new QLineSeries)
     , m_reserveBand(new QAreaSeries(m_capacity, m_usable))
 {
-    for (int row = 0; row <= BreakdownModel::kUnattributedRow; ++row) {
+    m_sets.resize(BreakdownModel::kUnattributedRow + 1);
+    // The unattributed measured total stacks first (at the bottom), under the measured slack and context.
+    std::vector<int> order = {BreakdownModel::kUnattributedRow};
+    for (int row = 0; row < BreakdownModel::kUnattributedRow; ++row)
+        order.push_back(row);
+    for (int row : order) {
         auto *set = new QBarSet(BreakdownModel::rowLabel(row));
         set->setColor(categoryColor(row));
         set->setBorderColor(categoryColor(row).darker(140));
         set->setSelectedColor(categoryColor(row).darker(135)); // measured bars are a shade darker
         m_bars->append(set);
-        m_sets.push_back(set);
+        m_sets[static_cast<size_t>(row)] = set;
         connect(set, &QBarSet::hovered, this, [this, row](bool on, int column) {
             if (!on || !m_model) {
                 QToolTip::hideText();
@@ -184,13 +190,14 @@ void BreakdownChart::refresh()
         for (int c = 0; c < columns; ++c)
             if (m_model->data(m_model->index(row, c), BreakdownModel::MeasuredRole).toBool())
                 set->selectBar(c);
-        const auto markers = m_chart->legend()->markers(m_bars);
-        if (row < markers.size())
-            markers[row]->setVisible(any);
+        for (QLegendMarker *marker : m_chart->legend()->markers(m_bars))
+            if (static_cast<QBarLegendMarker *>(marker)->barset() == set)
+                marker->setVisible(any);
     }
     for (double t : totals)
         top = std::max(top, t);
-    m_axisY->setRange(0, niceCeiling(top * 1.05));
+    m_axisY->setRange(0, std::max(top, 1.0) * 1.05);
+    m_axisY->applyNiceNumbers();
     m_axisY->setTitleText(QString::fromLatin1(u == Unit::GiB ? "GiB" : "GB"));
     m_axisY->setLabelFormat(QStringLiteral("%.0f"));
     const double lo = -0.5, hi = std::max(columns, 1) - 0.5;

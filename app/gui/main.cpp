@@ -49,6 +49,8 @@ int main(int argc, char **argv)
                                         QStringLiteral("FILE.png"));
     const QCommandLineOption model(QStringLiteral("model"), QStringLiteral("Model preset id or config.json path."),
                                    QStringLiteral("ID"));
+    const QCommandLineOption gpu(QStringLiteral("gpu"), QStringLiteral("GPU id from the catalog (see headroom-cli gpus)."),
+                                 QStringLiteral("ID"));
     const QCommandLineOption config(QStringLiteral("config"),
                                     QStringLiteral("Open a budget sheet (or a config.json) at start."), QStringLiteral("sheet.json"));
     const QCommandLineOption measurement(QStringLiteral("measurement"),
@@ -59,7 +61,7 @@ int main(int argc, char **argv)
                                   QStringLiteral("VIEW"), QStringLiteral("step"));
     const QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size for --screenshot, e.g. 1400x900."),
                                   QStringLiteral("WxH"), QStringLiteral("1400x900"));
-    parser.addOptions({screenshot, model, config, measurement, tab, view, size});
+    parser.addOptions({screenshot, model, gpu, config, measurement, tab, view, size});
     parser.process(app);
 
     Session session;
@@ -71,14 +73,15 @@ int main(int argc, char **argv)
         session.setUnits(settings.units());
     }
     MainWindow window(&session);
-    if (parser.isSet(model)) {
-        try {
-            Scenario s = session.scenario();
+    try {
+        Scenario s = session.scenario();
+        if (parser.isSet(model))
             s.model = resolveModel(parser.value(model).toStdString(), "--model");
-            session.setScenario(s);
-        } catch (const std::exception &e) {
-            return fail(QString::fromUtf8(e.what()));
-        }
+        if (parser.isSet(gpu))
+            s.gpu = findGpu(parser.value(gpu).toStdString(), "--gpu");
+        session.setScenario(s);
+    } catch (const std::exception &e) {
+        return fail(QString::fromUtf8(e.what()));
     }
     for (const QString &path : parser.values(config) + parser.values(measurement))
         if (const QString problem = window.openFile(path); !problem.isEmpty())

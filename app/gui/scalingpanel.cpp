@@ -55,8 +55,20 @@ ScalingPanel::ScalingPanel(Session *session, QWidget *parent)
     refresh();
 }
 
+void ScalingPanel::showEvent(QShowEvent *e)
+{
+    QWidget::showEvent(e);
+    if (m_dirty)
+        refresh();
+}
+
 void ScalingPanel::refresh()
 {
+    if (!isVisible()) {
+        m_dirty = true;
+        return;
+    }
+    m_dirty = false;
     const ScalingData &d = m_session->scaling();
     const auto &s = m_session->report().scenario;
     m_model.setContent(d, m_session->units());
@@ -66,5 +78,7 @@ void ScalingPanel::refresh()
 
 void ScalingPanel::copyTable()
 {
+    if (m_dirty) // the table is copied from the latest report even if the tab was never shown
+        m_model.setContent(m_session->scaling(), m_session->units());
     QApplication::clipboard()->setText(m_model.toMarkdown());
 }

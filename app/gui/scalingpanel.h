@@ -18,8 +18,12 @@ public:
     ScalingChart *seqChart() { return m_seqChart; }
     void copyTable();
 
+protected:
+    void showEvent(QShowEvent *e) override;
+
 private:
     void refresh();
+    bool m_dirty = true; // the charts are rebuilt when the tab is shown, not on every slider move
     Session *m_session;
     ScalingModel m_model;
     ScalingChart *m_seqChart;

@@ -70,6 +70,8 @@ void VerdictBanner::refresh()
                      : r.verdict.fit == Fit::Fits  ? "#14532d"
                      : r.verdict.fit == Fit::Tight ? "#7a4500"
                                                    : "#8c1d18";
-    setStyleSheet(QStringLiteral("QLabel { background: %1; color: %2; border-radius: 4px; font-size: 11pt; }")
-                      .arg(QLatin1String(bg), QLatin1String(fg)));
+    const QString style = QStringLiteral("QLabel { background: %1; color: %2; border-radius: 4px; font-size: 11pt; }")
+                              .arg(QLatin1String(bg), QLatin1String(fg));
+    if (style != styleSheet()) // re-polishing costs milliseconds; only when the verdict changes
+        setStyleSheet(style);
 }
