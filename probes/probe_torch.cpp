@@ -267,21 +267,46 @@ private:
     nlohmann::json m_blocks = nlohmann::json::array(), m_segments = nlohmann::json::array();
 };
 
-// Identity in forward; samples the recorder on the way through, forward and backward.
+// SIGTERM/SIGINT between layers: a phase of a large model can take seconds, and the protocol
+// promises a stop within one.
+struct StopRequested : std::runtime_error
+{
+    StopRequested()
+        : std::runtime_error("stopped")
+    {
+    }
+};
+
+// What MarkFn does at a layer boundary: sample for --snapshot, and honour a stop request.
+struct LayerMarker
+{
+    SnapshotRecorder *recorder = nullptr;
+    const std::atomic<bool> *stop = nullptr;
+    void at(const std::string &where) const
+    {
+        if (stop && stop->load())
+            throw StopRequested();
+        if (recorder)
+            recorder->sample(where);
+    }
+};
+
+// Identity after each decoder layer; calls the marker on the way through, forward and backward.
+// It allocates nothing (view_as), so measured peaks are the same with and without it.
 struct MarkFn : public torch::autograd::Function<MarkFn>
 {
-    static Tensor forward(torch::autograd::AutogradContext *ctx, Tensor x, int64_t recorder, int64_t layer)
+    static Tensor forward(torch::autograd::AutogradContext *ctx, Tensor x, int64_t marker, int64_t layer)
     {
-        ctx->saved_data["recorder"] = recorder;
+        ctx->saved_data["marker"] = marker;
         ctx->saved_data["layer"] = layer;
-        reinterpret_cast<SnapshotRecorder *>(recorder)->sample("forward, after layer " + std::to_string(layer));
+        reinterpret_cast<const LayerMarker *>(marker)->at("forward, after layer " + std::to_string(layer));
         return x.view_as(x);
     }
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                    torch::autograd::variable_list grads)
     {
-        reinterpret_cast<SnapshotRecorder *>(ctx->saved_data["recorder"].toInt())
-            ->sample("backward, into layer " + std::to_string(ctx->saved_data["layer"].toInt()));
+        reinterpret_cast<const LayerMarker *>(ctx->saved_data["marker"].toInt())
+            ->at("backward, into layer " + std::to_string(ctx->saved_data["layer"].toInt()));
         return {grads[0], Tensor(), Tensor()};
     }
 };
@@ -730,7 +755,7 @@ struct Step
     Net &net;
     Tensor ids, labels;
     std::vector<LayerCall> calls;
-    SnapshotRecorder *recorder = nullptr; // set for the step that --snapshot samples
+    LayerMarker marker; // its recorder is set for the step that --snapshot samples
 
     Tensor forward()
     {
@@ -767,8 +792,10 @@ struct Step
                 x = CheckpointFn::apply(x, reinterpret_cast<int64_t>(&calls.back()));
             else
                 x = net.layerForward(i, x, cos, sin, mask);
-            if (recorder && x.requires_grad())
-                x = MarkFn::apply(x, reinterpret_cast<int64_t>(recorder), static_cast<int64_t>(i));
+            if (x.requires_grad() && (marker.recorder || marker.stop))
+                x = MarkFn::apply(x, reinterpret_cast<int64_t>(&marker), static_cast<int64_t>(i));
+            else
+                marker.at("forward, after layer " + std::to_string(i));
         }
         x = net.norm(x, net.finalNorm, net.finalNormB);
         Tensor logits = torch::linear(x, net.lmHead.defined() ? net.lmHead : net.embed);
@@ -1056,7 +1083,7 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
         Net net(request.model, request.config, device);
         const int64_t b = request.config.microBatch, s = request.config.seqLen;
         auto longOpts = torch::TensorOptions().dtype(torch::kLong).device(device);
-        Step step{net, torch::randint(0, request.model.vocabSize, {b, s}, longOpts), {}, {}};
+        Step step{net, torch::randint(0, request.model.vocabSize, {b, s}, longOpts), {}, {}, {}};
         // ForCausalLMLoss: labels padded with ignore_index, shifted by one.
         step.labels = torch::constant_pad_nd(step.ids, {0, 1}, -100).slice(1, 1).contiguous().view({-1});
         meter.sync();
@@ -1099,7 +1126,8 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
                     continue; // zero_grad is not a phase of its own in the result
                 }
                 // --snapshot samples the last measured step; the markers allocate nothing.
-                step.recorder = cb.snapshot && k == total - 1 ? &recorder : nullptr;
+                step.marker.recorder = cb.snapshot && k == total - 1 ? &recorder : nullptr;
+                step.marker.stop = cb.stop;
                 if (current == Phase::Forward) {
                     beforeForward = before;
                     loss = step.forward();
@@ -1109,8 +1137,8 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
                 } else {
                     optimizerStep(request.config, net.trainable, opt);
                 }
-                if (step.recorder)
-                    step.recorder->sample(std::string("end of ") + std::string(toString(current)));
+                if (step.marker.recorder)
+                    step.marker.recorder->sample(std::string("end of ") + std::string(toString(current)));
                 meter.sync();
                 const Stats st = meter.read();
                 if (current == Phase::Forward)
@@ -1181,7 +1209,14 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb)
         out.code = BadRequest;
         out.message = e.what();
         return out;
+    } catch (const StopRequested &) {
+        out.stopped = true;
+        return out;
     } catch (const c10::Error &e) {
+        if (cb.stop && cb.stop->load()) { // the autograd engine rethrows MarkFn's StopRequested as c10::Error
+            out.stopped = true;
+            return out;
+        }
         const std::string msg = e.what_without_backtrace();
         if (!isOomMessage(msg))
             throw std::runtime_error(msg);

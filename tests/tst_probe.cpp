@@ -204,6 +204,56 @@ private Q_SLOTS:
         QCOMPARE(p.exitStatus(), QProcess::NormalExit);
         QCOMPARE(p.exitCode(), 128 + SIGTERM);
     }
+    void snapshotHoldsTheLiveBlocksNearThePeak()
+    {
+        QTemporaryDir dir;
+        const QString snap = dir.filePath(QStringLiteral("snap.json"));
+        const ProbeRun r = runProbe(request(), {QStringLiteral("--snapshot"), snap});
+        QCOMPARE(r.code, 0);
+        const Measurement m = resultOf(r);
+        QFile f(snap);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const json s = json::parse(f.readAll().toStdString());
+        QCOMPARE(s.at("kind").get<std::string>(), std::string("probe_snapshot"));
+        QCOMPARE(s.at("device").get<std::string>(), std::string("cpu"));
+        const int64_t at = s.at("allocated_bytes").get<int64_t>(), peak = s.at("step_peak_allocated_bytes").get<int64_t>();
+        QVERIFY(at > 0 && at <= peak);
+        QVERIFY(peak <= m.peakAllocatedBytes);
+        QVERIFY2(at >= peak / 2, "the sampled moment is far from the peak"); // one layer's transients at most
+        QVERIFY(at >= m.attribution[Category::Weights]);
+        const auto blocks = s.at("largest_block_bytes").get<std::vector<int64_t>>();
+        QVERIFY(!blocks.empty());
+        QVERIFY(std::is_sorted(blocks.rbegin(), blocks.rend()));
+        QVERIFY(s.at("live_blocks").get<int64_t>() >= int64_t(blocks.size()));
+        // Sampling allocates nothing: the measured peaks match a run without --snapshot.
+        const Measurement plain = resultOf(runProbe(request()));
+        QCOMPARE(plain.peakAllocatedBytes, m.peakAllocatedBytes);
+    }
+
+    // Regression for issue 3: the OOM's bytes in use were read after unwinding had freed the step.
+    void goldenOomResultsParse_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<qint64>("requested");
+        QTest::addRow("8B full b16x4096") << QStringLiteral("llama8b-full-b16s4096-oom") << qint64(512) * 1048576;
+        QTest::addRow("70B full b1x1024") << QStringLiteral("llama70b-full-b1s1024-oom") << qint64(32) * 1048576;
+    }
+    void goldenOomResultsParse()
+    {
+        QFETCH(QString, file);
+        QFETCH(qint64, requested);
+        QFile f(QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/h200/") + file + QStringLiteral(".result.json"));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const Measurement m = measurementFromJson(json::parse(f.readAll().toStdString()));
+        QVERIFY(m.oom.has_value());
+        QCOMPARE(m.oom->requestedBytes, requested);
+        QVERIFY(m.oom->phase == Phase::Forward);
+        // In use when it failed: within a request of the card (139.8 GiB on the H200).
+        QVERIFY(m.oom->inUseBytes > int64_t(130) << 30);
+        QVERIFY(m.oom->inUseBytes + m.oom->requestedBytes > m.phases.back().deviceTotalBytes - (int64_t(2) << 30));
+        QCOMPARE(toJson(measurementFromJson(toJson(m))), toJson(m)); // round trip
+    }
+
     void cudaRequestWithoutGpuSaysNoDevice()
     {
         ProbeRequest r = request();
