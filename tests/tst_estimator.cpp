@@ -114,6 +114,56 @@ private Q_SLOTS:
         }
         QVERIFY(previous < one.peakAllocatedBytes / 2);
     }
+    // The model states per rank at the optimizer step follow the ZeRO paper's formula (Rajbhandari
+    // et al. 2020, Figure 1): stage 1 divides the state by N, stage 2 also the gradients, stage 3
+    // also the weights. PyTorch AMP keeps fp32 weights and gradients (4 + 4 bytes) and AdamW two
+    // fp32 moments (K = 8); pure bf16 halves all three.
+    void zeroModelStatesFollowThePaper_data()
+    {
+        QTest::addColumn<int>("precision");
+        QTest::addColumn<int>("gpus");
+        QTest::addColumn<int>("stage");
+        QTest::addColumn<bool>("offload");
+        for (Precision p : {Precision::AmpBF16, Precision::BF16})
+            for (int n : {2, 8, 64})
+                for (int stage : {0, 1, 2, 3})
+                    for (bool off : {false, true})
+                        QTest::addRow("%s N=%d stage %d%s", std::string(toString(p)).c_str(), n, stage, off ? " offload" : "")
+                            << int(p) << n << stage << off;
+    }
+    void zeroModelStatesFollowThePaper()
+    {
+        QFETCH(int, precision);
+        QFETCH(int, gpus);
+        QFETCH(int, stage);
+        QFETCH(bool, offload);
+        TrainingConfig c = base();
+        c.precision = Precision(precision);
+        c.worldSize = gpus;
+        c.zeroStage = stage;
+        c.offloadOptimizer = offload;
+        const auto &m = findModelPreset("llama-3.2-1b");
+        const Estimate e = estimate(m, c);
+        const double psi = double(e.params.total);
+        const double p = Precision(precision) == Precision::AmpBF16 ? 4 : 2; // weight and gradient bytes
+        const double k = 2 * p;                                              // AdamW: exp_avg + exp_avg_sq
+        const double n = gpus;
+        const double weights = stage >= 3 ? p * psi / n : p * psi;
+        const double grads = stage >= 2 ? p * psi / n : p * psi;
+        const double state = offload ? 0.0 : stage >= 1 ? k * psi / n : k * psi;
+        const Breakdown &at = e.phase(Phase::Optimizer).atPeak;
+        // Tolerance: each shard is rounded up to whole bytes and the allocator's 512-byte blocks.
+        QVERIFY(qAbs(double(at[Category::Weights]) / weights - 1) < 1e-4);
+        QVERIFY(qAbs(double(at[Category::Gradients]) / grads - 1) < 1e-4);
+        if (offload) {
+            QCOMPARE(at[Category::OptimizerState], int64_t(0));
+            QVERIFY(qAbs(double(e.params.hostOptimizerStateBytes) / ((stage >= 1 ? k / n : k) * psi) - 1) < 1e-3);
+        } else {
+            // AdamW's per-parameter `step` scalars add a few hundred bytes.
+            QVERIFY(qAbs(double(at[Category::OptimizerState]) / state - 1) < 1e-3);
+        }
+    }
+
     void backwardAccountsForEveryGradient_data()
     {
         QTest::addColumn<QString>("id");

@@ -129,6 +129,8 @@ private Q_SLOTS:
             auto *z = child<QComboBox>(w, "zeroStage");
             z->setCurrentIndex(z->findData(3));
         }) << Check([](const Scenario &s) { return s.config.worldSize == 8 && s.config.zeroStage == 3; });
+        QTest::addRow("offload optimizer") << Act([](MainWindow &w) { child<QCheckBox>(w, "offloadOptimizer")->setChecked(true); })
+                                           << Check([](const Scenario &s) { return s.config.offloadOptimizer; });
         QTest::addRow("reserve") << Act([](MainWindow &w) { child<QSpinBox>(w, "reserve")->setValue(15); })
                                  << Check([](const Scenario &s) { return s.reserve == 0.15; });
         QTest::addRow("grad accumulation") << Act([](MainWindow &w) { child<QSpinBox>(w, "gradAccum")->setValue(8); })

@@ -31,6 +31,7 @@ struct Flags
     std::string seq = "2048";
     std::string gradAccum = "1";
     bool gradCheckpointing = false;
+    bool offloadOptimizer = false;
     std::string checkpointingList; // sweep: on | off | both
     std::string attention = "sdpa";
     std::string gpus = "1";
@@ -102,6 +103,7 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
                             : parseInteger("--seq", f.seq, 1, 1 << 24);
     c.gradAccum = parseInteger("--grad-accum", f.gradAccum, 1, 1 << 20);
     c.gradCheckpointing = f.gradCheckpointing;
+    c.offloadOptimizer = f.offloadOptimizer;
     c.attention = parseAttention(f.attention, "--attention");
     c.worldSize = static_cast<int>(parseInteger("--gpus", f.gpus, 1, 65536));
     c.zeroStage = static_cast<int>(parseInteger("--zero", f.zero, 0, 3));
@@ -146,6 +148,7 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
         cmd->add_option("--grad-checkpointing", f.checkpointingList, "on | off | both");
     else
         cmd->add_flag("--grad-checkpointing", f.gradCheckpointing, "Checkpoint every decoder layer");
+    cmd->add_flag("--offload-optimizer", f.offloadOptimizer, "Optimizer state and step on the CPU (ZeRO-Offload)");
     cmd->add_option("--attention", f.attention, "sdpa | eager")->capture_default_str();
     cmd->add_option("--gpus", f.gpus, "Data-parallel world size")->capture_default_str();
     cmd->add_option("--zero", f.zero, "ZeRO stage 0..3 (3 = FSDP full shard)")->capture_default_str();

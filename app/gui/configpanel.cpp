@@ -201,6 +201,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_zero->addItem(tr("1 · shard optimizer state"), 1);
     m_zero->addItem(tr("2 · + shard gradients"), 2);
     m_zero->addItem(tr("3 · + shard weights (FSDP)"), 3);
+    m_offload = new QCheckBox(tr("Optimizer state on the CPU (ZeRO-Offload)"), hwBox);
+    m_offload->setObjectName(QStringLiteral("offloadOptimizer"));
     m_reserve = new QSpinBox(hwBox);
     m_reserve->setObjectName(QStringLiteral("reserve"));
     m_reserve->setRange(0, 50);
@@ -210,6 +212,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     hw->addRow(tr("Capacity"), m_customGiB);
     hw->addRow(tr("GPU count"), m_gpuCount);
     hw->addRow(tr("ZeRO stage"), m_zero);
+    hw->addRow(QString(), m_offload);
     hw->addRow(tr("Reserve"), m_reserve);
     outer->addWidget(hwBox);
     m_problem = new QLabel(this);
@@ -253,6 +256,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
         }
     });
     connect(m_doubleQuant, &QCheckBox::toggled, this, [this](bool on) { edit([&](Scenario &s) { s.config.lora.doubleQuant = on; }); });
+    connect(m_offload, &QCheckBox::toggled, this,
+            [this](bool on) { edit([&](Scenario &s) { s.config.offloadOptimizer = on; }); });
     connect(m_checkpointing, &QCheckBox::toggled, this,
             [this](bool on) { edit([&](Scenario &s) { s.config.gradCheckpointing = on; }); });
     connect(m_batchSlider, &QSlider::valueChanged, this, [this](int k) { m_batch->setValue(1 << k); });
@@ -333,7 +338,7 @@ void ConfigPanel::syncFromSession()
     const Scenario &s = m_session->scenario();
     const TrainingConfig &c = s.config;
     const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_batchSlider,
-                                  m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve};
+                                  m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve, m_offload};
     std::vector<std::unique_ptr<QSignalBlocker>> blocks;
     for (QObject *o : all)
         blocks.push_back(std::make_unique<QSignalBlocker>(o));
@@ -357,6 +362,7 @@ void ConfigPanel::syncFromSession()
     m_loraTargets->setText(targets.join(QStringLiteral(", ")));
     m_doubleQuant->setChecked(c.lora.doubleQuant);
     m_checkpointing->setChecked(c.gradCheckpointing);
+    m_offload->setChecked(c.offloadOptimizer);
     m_batch->setValue(static_cast<int>(c.microBatch));
     m_batchSlider->setValue(log2Floor(c.microBatch));
     m_seq->setValue(static_cast<int>(c.seqLen));

@@ -54,6 +54,7 @@ private:
     QDoubleSpinBox *m_customGiB;
     QSpinBox *m_gpuCount;
     QComboBox *m_zero;
+    QCheckBox *m_offload;
     QSpinBox *m_reserve;
     QLabel *m_problem;
     QList<QWidget *> m_loraOnly;

@@ -172,6 +172,12 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
         consider(G::Static, "adamw-8bit", "8-bit AdamW (bitsandbytes)",
                  "blockwise-quantized state; needs bitsandbytes; usually matches AdamW", t);
     }
+    if (c.optimizer != Optimizer::SGD && !c.offloadOptimizer) {
+        TrainingConfig t = c;
+        t.offloadOptimizer = true;
+        consider(G::Static, "offload-optimizer", "Offload the optimizer state to the CPU (ZeRO-Offload)",
+                 "the optimizer step runs on the CPU: slower steps, PCIe traffic, and host RAM for the state", t);
+    }
     // 3. Sharding.
     if (c.zeroStage < 3 || c.worldSize < 8) {
         TrainingConfig t = c;

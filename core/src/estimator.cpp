@@ -13,6 +13,7 @@
 
 #include "headroom/error.h"
 
+#include <cstdio>
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -763,7 +764,10 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     // (stage >= 2) and of the weights (stage 3).
     auto perRank = [N, zero](int fromStage, int64_t v) { return zero >= fromStage ? (v + N - 1) / N : v; };
     const int64_t weights = perRank(3, P.summary.weightBytes);
-    const int64_t state = perRank(1, P.summary.optimizerStateBytes);
+    // ZeRO-Offload keeps the (sharded) optimizer state and its step on the host.
+    const int64_t state = cfg.offloadOptimizer ? 0 : perRank(1, P.summary.optimizerStateBytes);
+    if (cfg.offloadOptimizer)
+        est.params.hostOptimizerStateBytes = perRank(1, P.summary.optimizerStateBytes);
     int64_t comm = 0;
     if (N > 1) {
         if (zero == 0)
@@ -951,7 +955,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
 
     // ---- Optimizer step: state, gradients and the step's temporaries.
     G.resetPeak();
-    const int64_t stepTemp = perRank(1, P.stepTemporaryBytes);
+    const int64_t stepTemp = cfg.offloadOptimizer ? 0 : perRank(1, P.stepTemporaryBytes);
     G.alloc(C::Temporaries, stepTemp);
     G.free(C::Temporaries, stepTemp);
     est.phases[3].phase = Phase::Optimizer;
@@ -977,6 +981,13 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     if (!x.full)
         x.notes.push_back("PEFT keeps LoRA adapters in fp32 and casts each adapter's input to fp32; those copies "
                           "are saved for backward");
+    if (cfg.offloadOptimizer)
+    {
+        char gib[32];
+        std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(est.params.hostOptimizerStateBytes) / 1073741824.0);
+        x.notes.push_back(std::string("the optimizer state (") + gib +
+                          " per rank) and its step run on the CPU; the host needs that much pinned memory");
+    }
     if (x.amp)
         x.notes.push_back("autocast keeps a bf16 copy of every Linear weight until backward, and the residual "
                           "stream stays fp32");

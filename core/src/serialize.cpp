@@ -79,7 +79,8 @@ json toJson(const TrainingConfig &c)
             {"grad_checkpointing", c.gradCheckpointing},
             {"attention", toString(c.attention)},
             {"world_size", c.worldSize},
-            {"zero_stage", c.zeroStage}};
+            {"zero_stage", c.zeroStage},
+            {"offload_optimizer", c.offloadOptimizer}};
 }
 
 TrainingConfig trainingConfigFromJson(const json &j)
@@ -112,6 +113,11 @@ TrainingConfig trainingConfigFromJson(const json &j)
         c.worldSize = static_cast<int>(requireInt64(j, "world_size", ctx, 1, 1 << 16));
     if (j.contains("zero_stage"))
         c.zeroStage = static_cast<int>(requireInt64(j, "zero_stage", ctx, 0, 3));
+    if (j.contains("offload_optimizer")) {
+        if (!j.at("offload_optimizer").is_boolean())
+            throw InputError(ctx + ".offload_optimizer", show(j.at("offload_optimizer")), "must be true or false");
+        c.offloadOptimizer = j.at("offload_optimizer").get<bool>();
+    }
     if (j.contains("lora")) {
         const json &l = j.at("lora");
         const std::string lc = ctx + ".lora";

@@ -100,6 +100,8 @@ std::string summarize(const TrainingConfig &c)
     o << ", " << toString(c.attention);
     if (c.worldSize > 1)
         o << ", " << c.worldSize << " GPUs ZeRO-" << c.zeroStage;
+    if (c.offloadOptimizer)
+        o << ", optimizer on CPU";
     return o.str();
 }
 
@@ -317,6 +319,7 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
                 {"Gradient checkpointing", c.gradCheckpointing ? "on" : "off"},
                 {"Attention", std::string(toString(c.attention))},
                 {"GPUs, ZeRO stage", std::to_string(c.worldSize) + ", " + std::to_string(c.zeroStage)},
+                {"Optimizer state", c.offloadOptimizer ? "offloaded to the CPU" : "on the GPU"},
                 {"GPU", s.scenario.gpu.name + " (" + fmt(s.scenario.gpu.memoryBytes) + ")"},
                 {"Reserve", std::to_string(static_cast<int>(std::lround(s.scenario.reserve * 100))) + "%"}};
     t.push_back(cfg);

@@ -31,6 +31,7 @@ struct ParamSummary
     int64_t gradientBytes = 0;
     int64_t optimizerStateBytes = 0;
     int64_t largestTrainableBytes = 0;
+    int64_t hostOptimizerStateBytes = 0; // offloaded to the CPU (per rank), not on the GPU
 };
 
 // Constants that come from measurement rather than from an op. Defaults: H200, CUDA 13.0,

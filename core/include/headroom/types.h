@@ -92,6 +92,9 @@ struct TrainingConfig
     Attention attention = Attention::SDPA;
     int worldSize = 1;
     int zeroStage = 0;
+    // DeepSpeed offload_optimizer: cpu (ZeRO-Offload): the optimizer state and its step live on
+    // the host; the GPU keeps weights and gradients.
+    bool offloadOptimizer = false;
 
     int64_t tokens() const { return microBatch * seqLen; }
     // Throws InputError on the first out-of-range field.
