@@ -117,6 +117,13 @@ int main(int argc, char **argv)
         }
         request.model.validate();
         request.config.validate();
+        // One process, one device: several ranks (--nproc) and optimizer offload are issue #4.
+        if (request.config.worldSize != 1)
+            throw InputError("config.world_size", std::to_string(request.config.worldSize),
+                             "the probe measures one GPU; set world_size to 1 (several GPUs: not yet)");
+        if (request.config.offloadOptimizer)
+            throw InputError("config.offload_optimizer", "true",
+                             "the probe keeps the optimizer on the device; offload is estimated, not measured");
     } catch (const InputError &e) {
         return fail(probe::BadRequest, e.what(), e.field());
     } catch (const std::exception &e) {

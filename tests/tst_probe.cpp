@@ -159,6 +159,8 @@ private Q_SLOTS:
         QTest::addRow("device") << R"({"device": "tpu"})" << "request.device";
         QTest::addRow("targets") << R"({"config": {"finetune": "lora", "lora": {"targets": ["nope"]}}})"
                                  << "lora_targets";
+        QTest::addRow("world size") << R"({"config": {"world_size": 2, "zero_stage": 1}})" << "config.world_size";
+        QTest::addRow("offload") << R"({"config": {"offload_optimizer": true}})" << "config.offload_optimizer";
     }
     void badRequestsExitTwo()
     {
