@@ -4,9 +4,8 @@
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"; W=$(mktemp -d)
 cd "$(dirname "$0")/.."
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEADROOM_BUILD_GUI=OFF -DHEADROOM_BUILD_TESTS=OFF \
-      -DHEADROOM_BUILD_BENCH=OFF -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
-      > "$W/build.log" 2>&1 && cmake --build build-gpu --target headroom-probe >> "$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
+source scripts/gpu-build-probe.sh
+gpu_build_probe "$W/build.log" || exit 1
 req() { python3 -c "
 import json,sys
 m,ft,b,s=sys.argv[1:5]

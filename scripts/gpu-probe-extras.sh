@@ -7,12 +7,8 @@ set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
-t0=$(date +%s.%N)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEADROOM_BUILD_GUI=OFF -DHEADROOM_BUILD_TESTS=OFF \
-      -DHEADROOM_BUILD_BENCH=OFF -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
-      > "$OUT/build.log" 2>&1 && cmake --build build-gpu --target headroom-probe >> "$OUT/build.log" 2>&1
-rc=$?; echo "build rc=$rc in $(python3 -c "import time;print(round(time.time()-$t0,1))") s"
-if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit 1; fi
+source scripts/gpu-build-probe.sh
+gpu_build_probe "$OUT/build.log" || exit 1
 PROBE=build-gpu/probes/headroom-probe
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
 

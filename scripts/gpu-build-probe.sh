@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sourced by the GPU scripts: builds headroom-probe in build-gpu against PyTorch's CUDA LibTorch,
+# logging to $1. Returns non-zero (and prints the log's tail) when the build fails.
+gpu_build_probe() {
+    local log=$1 t0
+    t0=$(date +%s.%N)
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEADROOM_BUILD_GUI=OFF -DHEADROOM_BUILD_TESTS=OFF \
+          -DHEADROOM_BUILD_BENCH=OFF -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+          > "$log" 2>&1 && cmake --build build-gpu --target headroom-probe >> "$log" 2>&1
+    local rc=$?
+    echo "build rc=$rc in $(python3 -c "import time;print(round(time.time()-$t0,1))") s"
+    [ $rc -eq 0 ] || tail -40 "$log"
+    return $rc
+}
