@@ -6,6 +6,7 @@
 #include "guitestutil.h"
 #include "mainwindow.h"
 #include "recommendationspanel.h"
+#include "settings.h"
 #include "sheetio.h"
 #include "verdictbanner.h"
 
@@ -278,6 +279,26 @@ private Q_SLOTS:
         m.peakAllocatedBytes = static_cast<int64_t>(double(r.estimate.peakAllocatedBytes) * 1.08);
         const QString t = VerdictBanner::compose(r, &m, Unit::GiB, r.scenario);
         QVERIFY2(t.contains(QStringLiteral("differs from the estimate by 8.0%")), qPrintable(t));
+    }
+
+    void settingsPersistTheSession()
+    {
+        Scenario sc = defaultScenario();
+        sc.config.microBatch = 3;
+        sc.gpu = customGpu(48);
+        {
+            Session s;
+            MainWindow w(&s);
+            s.setScenario(sc);
+            s.setUnits(Unit::GB);
+            w.close(); // closing saves the last configuration and the units
+        }
+        const Settings settings;
+        QVERIFY(settings.lastScenario().has_value());
+        QVERIFY(*settings.lastScenario() == sc);
+        QVERIFY(settings.units() == Unit::GB);
+        QSettings().setValue(QLatin1String(Settings::kLastScenario), QByteArray("{not json"));
+        QVERIFY(!Settings().lastScenario().has_value()); // a damaged entry falls back to the default
     }
 
     void commandLine_data()
