@@ -34,8 +34,9 @@ RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
     m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_view->setSelectionMode(QAbstractItemView::SingleSelection);
     m_view->verticalHeader()->hide();
-    m_view->horizontalHeader()->setSectionResizeMode(RecommendationModel::Change, QHeaderView::Stretch);
-    m_view->horizontalHeader()->setSectionResizeMode(RecommendationModel::Cost, QHeaderView::ResizeToContents);
+    m_view->horizontalHeader()->setSectionResizeMode(RecommendationModel::Change, QHeaderView::ResizeToContents);
+    m_view->horizontalHeader()->setSectionResizeMode(RecommendationModel::Cost, QHeaderView::Stretch);
+    m_view->setWordWrap(false);
     m_view->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_view->setAlternatingRowColors(true);
     layout->addWidget(m_view);
