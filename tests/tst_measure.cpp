@@ -102,7 +102,7 @@ private Q_SLOTS:
         MainWindow w(&s);
         w.show();
         tinyScenario(s, w);
-        Settings().setProbeSteps(100000 / 1000); // 100 steps: long enough to cancel
+        Settings().setProbeSteps(100); // long enough to cancel
         Scenario sc = s.scenario();
         sc.config.seqLen = 512;
         sc.config.microBatch = 8;

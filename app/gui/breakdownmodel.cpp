@@ -52,14 +52,14 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
                                              : 0.0;
             static const char *const shortNames[] = {"Load", "Fwd", "Bwd", "Opt"};
             for (Phase p : kAllPhases) {
-                const bool pair = measured && measured->steady(p);
+                const auto mp = measured ? measured->steady(p) : std::nullopt;
+                const bool pair = mp.has_value();
                 const QString name = pair ? QLatin1String(shortNames[static_cast<int>(p)]) : qs(label(p)).section(QLatin1Char(' '), 0, 0);
                 Breakdown b = e.phase(p).atPeak;
                 b[Category::AllocatorSlack] =
                     static_cast<int64_t>(slackFraction * static_cast<double>(e.phase(p).peakAllocatedBytes));
                 b[Category::CudaContext] = e.peak[Category::CudaContext];
                 m_bars.push_back(barOf(pair ? name + tr(" est") : name, false, b));
-                const auto mp = measured ? measured->steady(p) : std::nullopt;
                 if (mp) {
                     Bar bar{name + tr(" meas"), true, {}};
                     bar.bytes[kUnattributedRow] = mp->peakAllocatedBytes;

@@ -168,6 +168,7 @@ void BreakdownChart::refresh()
     }
     double top = toUnit(m_capacityBytes, u);
     std::vector<double> totals(static_cast<size_t>(columns), 0.0);
+    const QList<QLegendMarker *> markers = m_chart->legend()->markers(m_bars);
     for (int row = 0; row < m_model->rowCount(); ++row) {
         QList<qreal> values;
         bool any = false;
@@ -190,7 +191,7 @@ void BreakdownChart::refresh()
         for (int c = 0; c < columns; ++c)
             if (m_model->data(m_model->index(row, c), BreakdownModel::MeasuredRole).toBool())
                 set->selectBar(c);
-        for (QLegendMarker *marker : m_chart->legend()->markers(m_bars))
+        for (QLegendMarker *marker : markers)
             if (static_cast<QBarLegendMarker *>(marker)->barset() == set)
                 marker->setVisible(any);
     }

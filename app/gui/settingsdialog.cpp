@@ -28,8 +28,8 @@ SettingsDialog::SettingsDialog(QWidget *parent)
     auto *form = new QFormLayout(this);
     auto *pathRow = new QHBoxLayout;
     m_path->setText(s.probePath());
-    m_path->setPlaceholderText(ProbeRunner::locateProbe(QString()).isEmpty() ? tr("not found; set the path")
-                                                                              : ProbeRunner::locateProbe(QString()));
+    const QString found = ProbeRunner::locateProbe(QString());
+    m_path->setPlaceholderText(found.isEmpty() ? tr("not found; set the path") : found);
     auto *browse = new QPushButton(tr("Browse…"), this);
     connect(browse, &QPushButton::clicked, this, [this] {
         const QString f = QFileDialog::getOpenFileName(this, tr("headroom-probe"));

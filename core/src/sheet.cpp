@@ -173,13 +173,20 @@ json provenance(const Sheet &s, const std::string &createdAt)
             {"estimator", "headroom core " HEADROOM_VERSION}};
 }
 
+// Every written form of a sheet needs the report; a scenario that cannot be estimated has none.
+Report reportOrThrow(const Scenario &s)
+{
+    Report r = buildReport(s);
+    if (!r.error.empty())
+        throw InputError("sheet", "configuration", r.error);
+    return r;
+}
+
 } // namespace
 
 json toJson(const Sheet &s)
 {
-    const Report r = buildReport(s.scenario);
-    if (!r.error.empty())
-        throw InputError("sheet", "configuration", r.error);
+    const Report r = reportOrThrow(s.scenario);
     const std::string createdAt = s.createdAt.empty() ? nowIso() : s.createdAt;
     json cards = json::array();
     for (const auto &[g, v] : r.otherCards)
@@ -218,20 +225,19 @@ Sheet sheetFromJson(const json &j)
         try {
             return read();
         } catch (const InputError &e) {
-            throw InputError(ctx + "." + prefix + ": " + e.field(), e.value(),
-                             std::string(e.what()).substr(e.field().size() + e.value().size() + 5));
+            throw InputError(ctx + "." + prefix + ": " + e.field(), e.value(), e.why());
         }
     };
     Sheet s;
-    s.scenario.model = within("model", [&] { return modelArchFromJson(requireField(j, "model", ctx)); });
-    within("model", [&] {
-        s.scenario.model.validate();
-        return 0;
+    s.scenario.model = within("model", [&] {
+        ModelArch m = modelArchFromJson(requireField(j, "model", ctx));
+        m.validate();
+        return m;
     });
-    s.scenario.config = within("config", [&] { return trainingConfigFromJson(requireField(j, "config", ctx)); });
-    within("config", [&] {
-        s.scenario.config.validate();
-        return 0;
+    s.scenario.config = within("config", [&] {
+        TrainingConfig c = trainingConfigFromJson(requireField(j, "config", ctx));
+        c.validate();
+        return c;
     });
     s.scenario.gpu = gpuFromJson(requireField(j, "gpu", ctx), ctx + ".gpu");
     const json &reserve = requireField(j, "reserve", ctx);
@@ -402,9 +408,7 @@ std::string verdictLine(const Sheet &s, const Report &r)
 
 std::string sheetMarkdown(const Sheet &s)
 {
-    const Report r = buildReport(s.scenario);
-    if (!r.error.empty())
-        throw InputError("sheet", "configuration", r.error);
+    const Report r = reportOrThrow(s.scenario);
     std::ostringstream o;
     o << "# GPU memory budget: " << s.scenario.model.name << "\n\n**" << verdictLine(s, r) << "**\n";
     for (const Table &t : sheetTables(s, r)) {
@@ -427,9 +431,7 @@ std::string sheetMarkdown(const Sheet &s)
 
 std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc)
 {
-    const Report r = buildReport(s.scenario);
-    if (!r.error.empty())
-        throw InputError("sheet", "configuration", r.error);
+    const Report r = reportOrThrow(s.scenario);
     std::ostringstream o;
     const char *color = r.verdict.fit == Fit::Fits ? "#1b7f3b" : r.verdict.fit == Fit::Tight ? "#a15c00" : "#b3261e";
     o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>GPU memory budget: "
@@ -459,9 +461,7 @@ std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc)
 
 std::string sheetCsv(const Sheet &s)
 {
-    const Report r = buildReport(s.scenario);
-    if (!r.error.empty())
-        throw InputError("sheet", "configuration", r.error);
+    const Report r = reportOrThrow(s.scenario);
     const Measurement *m = selected(s);
     const Breakdown mb = m ? measuredBreakdown(*m) : Breakdown{};
     std::ostringstream o;

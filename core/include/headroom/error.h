@@ -14,14 +14,17 @@ public:
         : std::runtime_error(field + " = " + value + ": " + why)
         , m_field(std::move(field))
         , m_value(std::move(value))
+        , m_why(why)
     {
     }
     const std::string &field() const { return m_field; }
     const std::string &value() const { return m_value; }
+    const std::string &why() const { return m_why; }
 
 private:
     std::string m_field;
     std::string m_value;
+    std::string m_why;
 };
 
 // Byte arithmetic that refuses to wrap: every size in the estimator goes through these.
