@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: out-of-memory results for the tests (the GUI shows them as results).
-# Builds the probe as gpu-probe-extras.sh does, and packs everything into $OUT/results.tar.gz.
+# Builds the probe, runs the two OOM cases and a 1B step with --snapshot, and packs everything into
+# $OUT/results.tar.gz (tests/data/h200/*-oom.result.json and llama1b-* come from this script).
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"; W=$(mktemp -d)
 cd "$(dirname "$0")/.."
