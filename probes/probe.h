@@ -26,6 +26,19 @@ struct Outcome
     nlohmann::json snapshot; // null unless Callbacks::snapshot (docs/probe-protocol.md)
 };
 
-Outcome run(const ProbeRequest &request, const Callbacks &callbacks);
+// One rank of a multi-process run (--nproc): the launcher starts one process per rank, and the
+// ranks rendezvous through c10d's TCPStore on 127.0.0.1:port (docs/probe-protocol.md).
+struct Dist
+{
+    bool enabled = false;
+    int rank = 0;
+    int worldSize = 1;
+    int port = 0;
+};
+
+// True if this build can run several ranks (c10d with Gloo, and NCCL on CUDA builds).
+bool distributedAvailable(std::string *why);
+
+Outcome run(const ProbeRequest &request, const Callbacks &callbacks, const Dist &dist = {});
 
 } // namespace headroom::probe

@@ -10,12 +10,27 @@
 
 #include <CLI/CLI.hpp>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <optional>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
+#include <sstream>
+#include <vector>
 
 using namespace headroom;
 using nlohmann::json;
@@ -58,6 +73,229 @@ bool writeAtomically(const std::string &path, const json &j)
     return std::rename((path + ".tmp").c_str(), path.c_str()) == 0;
 }
 
+// ---------------------------------------------------------------- --nproc: the launcher
+// One process per rank, each this executable with --rank. They rendezvous through c10d's
+// TCPStore on 127.0.0.1 (rank 0 serves it) and report JSON lines on their stdout, which the
+// launcher reads: rank 0's progress is passed on, and the ranks' results become one result.
+
+int freeLoopbackPort()
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+struct Child
+{
+    int rank = 0;
+    pid_t pid = -1;
+    int fd = -1;
+    std::string buffer;
+    bool done = false;
+    int status = 0;
+    std::optional<json> result;
+    std::optional<json> error;
+};
+
+// CUDA_VISIBLE_DEVICES for rank r: the r-th of the launcher's own list, else r.
+std::string visibleDeviceFor(int rank)
+{
+    const char *env = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (!env || !*env)
+        return std::to_string(rank);
+    std::vector<std::string> ids;
+    std::stringstream ss(env);
+    for (std::string id; std::getline(ss, id, ',');)
+        ids.push_back(id);
+    return rank < static_cast<int>(ids.size()) ? ids[static_cast<size_t>(rank)] : std::string("none");
+}
+
+int launch(int nproc, const ProbeRequest &request, const std::vector<std::string> &passOn, const std::string &outPath)
+{
+    // Keep NVLink multicast (NVLS) off in every rank; the environment is inherited.
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    char reqPath[] = "/tmp/headroom-probe-request-XXXXXX";
+    const int rfd = mkstemp(reqPath);
+    if (rfd < 0)
+        return fail(probe::Internal, "cannot write the request for the ranks to /tmp");
+    {
+        const std::string text = toJson(request).dump();
+        if (write(rfd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+            close(rfd);
+            unlink(reqPath);
+            return fail(probe::Internal, "cannot write the request for the ranks to /tmp");
+        }
+        close(rfd);
+    }
+    const int port = freeLoopbackPort();
+    if (port <= 0) {
+        unlink(reqPath);
+        return fail(probe::Internal, "no free TCP port on 127.0.0.1 for the ranks' rendezvous");
+    }
+    std::vector<Child> kids(static_cast<size_t>(nproc));
+    for (int r = 0; r < nproc; ++r) {
+        int fds[2];
+        if (pipe(fds) != 0)
+            return fail(probe::Internal, "cannot create a pipe for rank " + std::to_string(r));
+        std::vector<std::string> args = {"/proc/self/exe", "--request", reqPath, "--rank", std::to_string(r),
+                                         "--nproc", std::to_string(nproc), "--master-port", std::to_string(port)};
+        args.insert(args.end(), passOn.begin(), passOn.end());
+        const std::string visible = visibleDeviceFor(r);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], STDOUT_FILENO);
+            close(fds[0]);
+            close(fds[1]);
+            if (request.device != "cpu")
+                setenv("CUDA_VISIBLE_DEVICES", visible.c_str(), 1); // rank r sees its GPU as device 0
+            std::vector<char *> argv;
+            for (auto &a : args)
+                argv.push_back(a.data());
+            argv.push_back(nullptr);
+            execv("/proc/self/exe", argv.data());
+            _exit(127);
+        }
+        close(fds[1]);
+        fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK); // one quiet rank blocks no other
+        if (pid < 0) {
+            close(fds[0]);
+            return fail(probe::Internal, "cannot start rank " + std::to_string(r));
+        }
+        kids[static_cast<size_t>(r)] = Child{r, pid, fds[0], {}, false, 0, {}, {}};
+    }
+
+    // Read every rank until all have exited. A rank that fails leaves its peers waiting in a
+    // collective: they get SIGTERM, then SIGKILL after a grace period.
+    using Clock = std::chrono::steady_clock;
+    std::optional<Clock::time_point> killAt;
+    bool forwarded = false;
+    auto stopAll = [&](int grace_ms) {
+        for (auto &k : kids)
+            if (!k.done)
+                kill(k.pid, SIGTERM);
+        if (!killAt)
+            killAt = Clock::now() + std::chrono::milliseconds(grace_ms);
+    };
+    for (;;) {
+        std::vector<pollfd> pfds;
+        for (auto &k : kids)
+            if (k.fd >= 0)
+                pfds.push_back({k.fd, POLLIN, 0});
+        if (pfds.empty())
+            break;
+        poll(pfds.data(), pfds.size(), 100);
+        if (g_stop && !forwarded) {
+            forwarded = true;
+            stopAll(1000);
+        }
+        if (killAt && Clock::now() > *killAt)
+            for (auto &k : kids)
+                if (k.fd >= 0)
+                    kill(k.pid, SIGKILL);
+        for (auto &k : kids) {
+            if (k.fd < 0)
+                continue;
+            char buf[65536];
+            const ssize_t n = read(k.fd, buf, sizeof buf);
+            if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                continue;
+            if (n <= 0) {
+                close(k.fd);
+                k.fd = -1;
+                waitpid(k.pid, &k.status, 0);
+                k.done = true;
+                const bool ok = WIFEXITED(k.status) && (WEXITSTATUS(k.status) == probe::Ok ||
+                                                        WEXITSTATUS(k.status) == probe::OutOfMemory);
+                if (!ok)
+                    stopAll(2000);
+                continue;
+            }
+            k.buffer.append(buf, static_cast<size_t>(n));
+            for (size_t nl; (nl = k.buffer.find('\n')) != std::string::npos;) {
+                const std::string line = k.buffer.substr(0, nl);
+                k.buffer.erase(0, nl + 1);
+                json j;
+                try {
+                    j = json::parse(line);
+                } catch (const json::parse_error &) {
+                    continue; // not protocol output (a library's print); the rank's exit decides
+                }
+                const std::string ev = j.value("event", "");
+                if (ev == "progress" && k.rank == 0)
+                    emit(j);
+                else if (ev == "result")
+                    k.result = j;
+                else if (ev == "error")
+                    k.error = j;
+            }
+        }
+    }
+    unlink(reqPath);
+
+    if (g_stop) {
+        emit({{"event", "stopped"}, {"signal", g_signal.load()}});
+        return 128 + (g_signal.load() ? g_signal.load() : SIGTERM);
+    }
+    // An out-of-memory rank decides the outcome; its peers were stopped.
+    for (auto &k : kids)
+        if (k.result && k.result->contains("oom") && !k.result->at("oom").is_null()) {
+            json r = *k.result;
+            r["note"] = "rank " + std::to_string(k.rank) + " of " + std::to_string(nproc) +
+                        " ran out of memory; the other ranks were stopped. " + r.value("note", "");
+            emit(r);
+            if (!outPath.empty() && !writeAtomically(outPath, r))
+                return fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
+            return probe::OutOfMemory;
+        }
+    for (auto &k : kids) {
+        if (k.result)
+            continue;
+        int code = probe::Internal;
+        std::string why;
+        if (k.error) {
+            code = k.error->value("code", int(probe::Internal));
+            why = k.error->value("message", std::string("failed"));
+        } else if (WIFSIGNALED(k.status)) {
+            why = std::string("killed by signal ") + std::to_string(WTERMSIG(k.status)) + " (" +
+                  strsignal(WTERMSIG(k.status)) + ")";
+        } else {
+            why = "exited with status " + std::to_string(WEXITSTATUS(k.status)) + " without a result";
+        }
+        // A rank stopped because its peer failed says less than the peer: report the first cause.
+        bool peerFailedFirst = false;
+        for (auto &o : kids)
+            if (o.rank != k.rank && o.error && !k.error)
+                peerFailedFirst = true;
+        if (peerFailedFirst)
+            continue;
+        return fail(code, "rank " + std::to_string(k.rank) + ": " + why);
+    }
+    std::vector<Measurement> ranks;
+    try {
+        for (auto &k : kids)
+            ranks.push_back(measurementFromJson(*k.result));
+        const Measurement merged = mergeRanks(std::move(ranks));
+        const json result = toJson(merged);
+        emit(result);
+        if (!outPath.empty() && !writeAtomically(outPath, result))
+            return fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
+    } catch (const InputError &e) {
+        return fail(probe::Internal, std::string("the ranks' results do not agree: ") + e.what(), e.field());
+    }
+    return probe::Ok;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -65,13 +303,18 @@ int main(int argc, char **argv)
     CLI::App app{"headroom-probe: measure one training step's memory, phase by phase"};
     app.set_version_flag("--version", std::string("headroom-probe ") + HEADROOM_VERSION);
     std::string requestPath, outPath, device, allocConf, snapshotPath;
-    int steps = 0;
+    int steps = 0, nproc = 0, rank = -1, masterPort = 0;
     app.add_option("--request", requestPath, "Request JSON file (default: read stdin)");
     app.add_option("--steps", steps, "Measured steps after one warm-up step (default 2)");
     app.add_option("--device", device, "auto | cuda | cpu (overrides the request)");
     app.add_option("--out", outPath, "Also write the result JSON to this file");
     app.add_option("--alloc-conf", allocConf, "PYTORCH_CUDA_ALLOC_CONF, e.g. expandable_segments:True");
     app.add_option("--snapshot", snapshotPath, "Write the allocator's live blocks nearest the peak to this JSON file");
+    app.add_option("--nproc", nproc,
+                   "Processes (one per GPU) for data parallelism; overrides config.world_size (default: that)");
+    // Set by the launcher for each rank it starts (docs/probe-protocol.md).
+    app.add_option("--rank", rank)->group("");
+    app.add_option("--master-port", masterPort)->group("");
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
@@ -115,12 +358,21 @@ int main(int argc, char **argv)
                 return fail(probe::BadRequest, "--device = " + device + ": must be auto, cuda or cpu", "--device");
             request.device = device;
         }
+        if (nproc != 0) {
+            if (nproc < 1 || nproc > 64)
+                return fail(probe::BadRequest, "--nproc = " + std::to_string(nproc) + ": must be between 1 and 64",
+                            "--nproc");
+            request.config.worldSize = nproc;
+        }
         request.model.validate();
         request.config.validate();
-        // One process, one device: several ranks (--nproc) and optimizer offload are issue #4.
-        if (request.config.worldSize != 1)
+        if (request.config.worldSize > 64)
             throw InputError("config.world_size", std::to_string(request.config.worldSize),
-                             "the probe measures one GPU; set world_size to 1 (several GPUs: not yet)");
+                             "the probe starts one process per rank on this machine, at most 64");
+        if (request.config.zeroStage == 3 && request.config.finetune != FineTune::Full)
+            throw InputError("config.zero_stage", "3",
+                             "the probe shards full fine-tuning only (FSDP needs one dtype per flat parameter; "
+                             "LoRA/QLoRA with ZeRO-3 is estimated, not measured)");
         if (request.config.offloadOptimizer)
             throw InputError("config.offload_optimizer", "true",
                              "the probe keeps the optimizer on the device; offload is estimated, not measured");
@@ -128,6 +380,37 @@ int main(int argc, char **argv)
         return fail(probe::BadRequest, e.what(), e.field());
     } catch (const std::exception &e) {
         return fail(probe::BadRequest, std::string("request: ") + e.what(), "request");
+    }
+
+    const bool several = nproc != 0 || request.config.worldSize > 1;
+    if (several && rank < 0) {
+        std::string why;
+        if (!probe::distributedAvailable(&why))
+            return fail(probe::BadRequest, "config.world_size = " + std::to_string(request.config.worldSize) + ": " + why,
+                        "config.world_size");
+        std::vector<std::string> passOn;
+        if (!device.empty() || request.device != "auto")
+            passOn.insert(passOn.end(), {"--device", request.device});
+        if (!allocConf.empty())
+            passOn.insert(passOn.end(), {"--alloc-conf", allocConf});
+        if (!snapshotPath.empty())
+            passOn.insert(passOn.end(), {"--snapshot", snapshotPath + ".rank"});
+        return launch(request.config.worldSize, request, passOn, outPath);
+    }
+    probe::Dist dist;
+    if (rank >= 0) {
+        if (rank >= request.config.worldSize || masterPort <= 0 || masterPort > 65535)
+            return fail(probe::BadRequest,
+                        "--rank = " + std::to_string(rank) + ": needs --nproc above it and --master-port (the launcher "
+                        "sets both)",
+                        "--rank");
+        setenv("NCCL_NVLS_ENABLE", "0", 1);
+        dist.enabled = true;
+        dist.rank = rank;
+        dist.worldSize = request.config.worldSize;
+        dist.port = masterPort;
+        if (!snapshotPath.empty())
+            snapshotPath += std::to_string(rank); // FILE.rank0, FILE.rank1, ...
     }
 
     probe::Callbacks cb;
@@ -138,7 +421,7 @@ int main(int argc, char **argv)
     };
     probe::Outcome out;
     try {
-        out = probe::run(request, cb);
+        out = probe::run(request, cb, dist);
     } catch (const std::exception &e) {
         return fail(probe::Internal, std::string("internal error: ") + e.what());
     }

@@ -7,7 +7,7 @@ HEADROOM_PACKAGES=(
     g++ cmake ninja-build pkg-config git ccache
     qt6-base-dev qt6-charts-dev fonts-dejavu-core libqt6opengl6-dev qt6-svg-dev
     nlohmann-json3-dev libcli11-dev libbenchmark-dev
-    libtorch-dev libopenblas0-pthread
+    libtorch-dev libopenblas0-pthread libgloo-dev
     xvfb xauth
 )
 

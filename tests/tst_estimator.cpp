@@ -105,9 +105,11 @@ private Q_SLOTS:
         for (int stage : {1, 2, 3}) {
             c.zeroStage = stage;
             const Estimate e = estimate(m, c);
-            // The backward peak can sit before any gradient exists, so stage 2 may equal stage 1 there;
+            // The backward peak can sit before any gradient exists, so stage 2 may equal stage 1 there,
+            // plus its two reduce buckets, which live through backward (stage 1 reduces after it);
             // the optimizer step, which holds gradients and state, shrinks at every stage.
-            QVERIFY2(e.peakAllocatedBytes <= previous, "no ZeRO stage costs more");
+            const int64_t buckets = stage == 2 ? 2 * EstimatorOptions{}.ddpBucketBytes : 0;
+            QVERIFY2(e.peakAllocatedBytes <= previous + buckets, "no ZeRO stage costs more");
             QVERIFY2(e.phase(Phase::Optimizer).peakAllocatedBytes < previousStep, "each stage shards more");
             previous = e.peakAllocatedBytes;
             previousStep = e.phase(Phase::Optimizer).peakAllocatedBytes;

@@ -623,6 +623,8 @@ struct Params
     int64_t finalNormGradBytes = 0;
     int64_t stepTemporaryBytes = 0;
     int64_t largestLayerParamBytes = 0; // for ZeRO-3 gathers
+    int64_t largestLayerGradTensorBytes = 0; // ZeRO-2: the largest gradient a layer produces whole
+    int64_t rootParamBytes = 0;              // ZeRO-3: embedding, positions, final norm, lm_head
 };
 
 // NF4 storage of one tensor as bitsandbytes quantize_4bit packs it: two values per byte, one
@@ -652,8 +654,10 @@ Params countParams(const Ctx &x)
         S.gradientBytes = checkedAdd(S.gradientBytes, checkedMul(n, bytes));
         S.largestTrainableBytes = std::max(S.largestTrainableBytes, checkedMul(numel, bytes));
         trainableBytesForState = checkedAdd(trainableBytesForState, checkedMul(n, bytes));
-        if (inLayer)
+        if (inLayer) {
             P.layerGradBytes = checkedAdd(P.layerGradBytes, checkedMul(checkedMul(numel, bytes), count / x.m.numLayers));
+            P.largestLayerGradTensorBytes = std::max(P.largestLayerGradTensorBytes, checkedMul(numel, bytes));
+        }
         // optimizer state
         int64_t state = 0;
         switch (cfg.optimizer) {
@@ -683,6 +687,8 @@ Params countParams(const Ctx &x)
                              t.module != "final_norm" && t.module != "lm_head";
         if (inLayer)
             layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(t.numel(), p), t.count / x.m.numLayers));
+        else
+            P.rootParamBytes = checkedAdd(P.rootParamBytes, checkedMul(n, p));
         // Weights
         if (x.qlora && t.decoderLinear)
             S.weightBytes = checkedAdd(S.weightBytes, checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count));
@@ -758,7 +764,12 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     Params P = countParams(x);
     est.params = P.summary;
     const int N = cfg.worldSize;
-    const int zero = N > 1 ? cfg.zeroStage : 0;
+    // ZeRO / FSDP bring their machinery at any world size (DeepSpeed and FSDP run on one GPU too);
+    // torch DDP wraps only several ranks. ZeRO-3 shards full fine-tuning (the probe's FSDP units
+    // need one dtype per flat parameter).
+    const int zero = cfg.zeroStage;
+    const bool ddp = N > 1 && zero == 0;
+    const bool fsdp = zero == 3 && x.full;
 
     // Sharding (ZeRO / FSDP): each rank holds 1/N of the state (stage >= 1), of the gradients
     // (stage >= 2) and of the weights (stage 3).
@@ -768,29 +779,31 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     const int64_t state = cfg.offloadOptimizer ? 0 : perRank(1, P.summary.optimizerStateBytes);
     if (cfg.offloadOptimizer)
         est.params.hostOptimizerStateBytes = perRank(1, P.summary.optimizerStateBytes);
-    int64_t comm = 0;
-    if (N > 1) {
-        if (zero == 0)
-            comm = P.summary.gradientBytes; // DDP Reducer bucket copies (gradient_as_bucket_view=False)
-        else if (zero <= 2)
-            comm = 2 * opt.ddpBucketBytes;  // reduce-scatter buckets in flight
-        else
-            comm = 2 * P.largestLayerParamBytes; // all-gathered layer in use plus the prefetched one
-    }
+    // DDP: Reducer::initialize_buckets gives every gradient a bucket copy for the whole run
+    // (gradient_as_bucket_view=False), allocated when the model is wrapped.
+    const int64_t ddpBuckets = ddp ? P.summary.gradientBytes : 0;
+    // ZeRO-1/2: two reduce buckets, allocated once (DeepSpeed's ipg buffers; the probe's bucket pair).
+    const int64_t reduceBuckets = zero == 1 || zero == 2 ? 2 * opt.ddpBucketBytes : 0;
+    const int64_t buckets = checkedAdd(ddpBuckets, reduceBuckets);
+    // ZeRO-3: a unit's flat parameter all-gathered whole next to its shard (FSDP's padded
+    // unsharded flat_param): a decoder layer, and the root, which stays gathered through backward.
+    const int64_t layerFull = fsdp ? P.largestLayerParamBytes : 0;
+    const int64_t rootFull = fsdp ? P.rootParamBytes : 0;
 
-    // ---- After load: the weights alone.
+    // ---- After load: the weights (and DDP's buckets).
     est.phases[0].phase = Phase::AfterLoad;
     est.phases[0].atPeak[C::Weights] = weights;
-    est.phases[0].peakAllocatedBytes = weights;
+    est.phases[0].atPeak[C::Communication] = buckets;
+    est.phases[0].peakAllocatedBytes = checkedAdd(weights, buckets);
 
     Ledger G;
     G.alloc(C::Weights, weights);
+    G.alloc(C::Communication, buckets);
     G.alloc(C::OptimizerState, state);
     G.alloc(C::Temporaries, opt.cublasWorkspaceBytes);
-    if (comm > 0 && zero >= 3)
-        G.alloc(C::Communication, comm);
     G.alloc(C::Temporaries, x.tok(16)); // input_ids and labels (int64), plus the padded shift
     G.resetPeak();
+    G.alloc(C::Communication, rootFull); // FSDP root unit: gathered before the embedding
 
     // ---- Forward.
     const bool ckpt = cfg.gradCheckpointing;
@@ -814,6 +827,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     const int64_t eagerMask =
         cfg.attention == Attention::Eager ? checkedMul(checkedMul(checkedMul(x.b, x.s), x.s), x.c) : 0;
     G.alloc(C::Temporaries, eagerMask);
+    G.alloc(C::Communication, layerFull); // FSDP: the running layer's unit, freed after its forward
     G.probe(first.excursion);
     G.add(firstKeep);
     if (L > 1) {
@@ -821,6 +835,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         G.probe(rest.excursion);
         G.add(restKeep);
     }
+    G.free(C::Communication, layerFull);
     // Final norm and lm_head.
     Ledger H; // the head, simulated on its own and added
     bool unused = false;
@@ -866,6 +881,9 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
 
     // ---- Backward.
     G.resetPeak();
+    // Gradients ZeRO-2 and FSDP see whole before they reduce them: each tensor's for ZeRO-2 (it
+    // is reduced as AccumulateGrad finishes it), a unit's for FSDP (reduced when the unit is done).
+    auto whole = [&](int64_t perTensor) { return zero >= 2 ? perTensor : perRank(2, perTensor); };
     G.alloc(C::Logits, logprobs); // nll_loss_backward: grad of the log-probabilities
     G.alloc(C::Logits, logprobs); // _log_softmax_backward_data
     G.free(C::Logits, logprobs);  // the saved log-probabilities are released
@@ -880,15 +898,23 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         G.free(C::Logits, softcapKeep);
     }
     G.alloc(C::Temporaries, x.tok(x.h) * x.c); // lm_head backward: grad of the final hidden state
-    if (headTrainable) {
-        // The lm_head's weight gradient (tied: the embedding's, summed into later), then the final norm's.
-        G.alloc(C::Gradients, perRank(2, model.tiedEmbeddings ? P.embedGradBytes : P.lmHeadGradBytes));
-        G.alloc(C::Gradients, perRank(2, P.finalNormGradBytes));
+    // The lm_head's weight gradient (tied: the embedding's, summed into later), then the final norm's.
+    // ZeRO-2 reduces each as it is accumulated and keeps its part; the FSDP root keeps them whole
+    // until the embedding's arrives at the end of backward.
+    const int64_t headGrads = headTrainable ? checkedAdd(model.tiedEmbeddings ? P.embedGradBytes : P.lmHeadGradBytes,
+                                                         P.finalNormGradBytes)
+                                            : 0;
+    G.alloc(C::Gradients, whole(headGrads));
+    if (zero == 2) {
+        G.free(C::Gradients, headGrads);
+        G.alloc(C::Gradients, perRank(2, headGrads));
     }
     G.free(C::Logits, cl < 4 ? logits : logprobs); // the gradient of the logits is consumed
     G.free(C::Activations, H.current()[C::Activations]); // final norm's saved tensors go
 
-    // Decoder layers, top to bottom.
+    // Decoder layers, top to bottom. FSDP: the running layer's unit and the prefetched one below it
+    // (BACKWARD_PRE) are gathered.
+    G.alloc(C::Communication, 2 * layerFull);
     const int64_t layerGrads = perRank(2, P.layerGradBytes);
     const int64_t I = model.isMoe() ? checkedMul(model.expertIntermediateSize, model.expertsPerToken)
                                     : model.intermediateSize;
@@ -908,6 +934,18 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
                                   : checkedAdd(x.tok(x.qOut + 2 * x.kvOut) * x.c, x.tok(x.qOut) * 4);
         e[C::Temporaries] = std::max(mlpT, attnT);
         e[C::Gradients] = layerGrads;
+        if (zero == 2) // the largest gradient whole, before its reduction
+            e[C::Gradients] = checkedAdd(layerGrads, P.largestLayerGradTensorBytes);
+        if (fsdp) {
+            // The layer's gradients come whole, then SplitWithSizesBackward concatenates them into
+            // the flat gradient (both alive), which is reduce-scattered into the shard.
+            e[C::Gradients] = checkedAdd(layerGrads, P.layerGradBytes);
+            Breakdown cat;
+            cat[C::Gradients] = checkedAdd(layerGrads, 2 * P.layerGradBytes);
+            cat[C::Temporaries] = x.tok(x.h) * x.c; // the gradient of the layer's input
+            if (cat.total() > e.total())
+                e = cat;
+        }
         if (ckpt) {
             // Recompute: the layer's forward runs again with its activations kept.
             Breakdown withKeep = e;
@@ -933,8 +971,9 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     G.add(net0);
     // Embedding backward (embedding_dense_backward). Tied: AccumulateGrad sums into the lm_head's
     // gradient out of place, so the new gradient and the sum coexist with the old one.
+    G.free(C::Communication, 2 * layerFull);
     if (x.full) {
-        const int64_t eg = perRank(2, P.embedGradBytes);
+        const int64_t eg = whole(P.embedGradBytes);
         if (model.tiedEmbeddings) {
             G.alloc(C::Temporaries, eg);
             G.alloc(C::Temporaries, eg);
@@ -942,12 +981,20 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         } else {
             G.alloc(C::Gradients, eg);
         }
-        G.alloc(C::Gradients, perRank(2, P.positionGradBytes));
+        G.alloc(C::Gradients, whole(P.positionGradBytes));
+        const int64_t rootGrads =
+            checkedAdd(checkedAdd(headGrads, model.tiedEmbeddings ? 0 : P.embedGradBytes), P.positionGradBytes);
+        if (zero == 2) { // reduced as they come; this rank keeps its part
+            const int64_t last = checkedAdd(model.tiedEmbeddings ? 0 : P.embedGradBytes, P.positionGradBytes);
+            G.free(C::Gradients, last);
+            G.alloc(C::Gradients, perRank(2, last));
+        }
+        if (fsdp) { // the root's flat gradient: concatenated, reduce-scattered, then the root reshards
+            G.alloc(C::Gradients, rootGrads);
+            G.free(C::Gradients, 2 * rootGrads - perRank(2, rootGrads));
+        }
     }
-    if (comm > 0 && zero <= 2) {
-        G.alloc(C::Communication, comm);
-        G.free(C::Communication, comm);
-    }
+    G.free(C::Communication, rootFull);
     G.free(C::Temporaries, x.tok(x.h) * x.c);
     est.phases[2].phase = Phase::Backward;
     est.phases[2].peakAllocatedBytes = G.peak();

@@ -3,6 +3,8 @@
 #include "headroom/error.h"
 #include "headroom/serialize.h"
 
+#include <algorithm>
+
 namespace headroom {
 
 using nlohmann::json;
@@ -78,6 +80,71 @@ std::optional<PhaseMeasurement> Measurement::steady(Phase p) const
     return best;
 }
 
+double rankSpread(const Measurement &m)
+{
+    if (m.ranks.size() < 2)
+        return 1.0;
+    int64_t lo = m.ranks.front().peakAllocatedBytes, hi = lo;
+    for (const auto &r : m.ranks) {
+        lo = std::min(lo, r.peakAllocatedBytes);
+        hi = std::max(hi, r.peakAllocatedBytes);
+    }
+    return lo > 0 ? static_cast<double>(hi) / static_cast<double>(lo) : 0.0;
+}
+
+RankPeak rankPeak(const Measurement &m, int rank)
+{
+    RankPeak r;
+    r.rank = rank;
+    r.deviceName = m.deviceName;
+    for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer})
+        if (auto sp = m.steady(p))
+            r.phases.push_back(*sp);
+    r.peakAllocatedBytes = m.peakAllocatedBytes;
+    r.peakReservedBytes = m.peakReservedBytes;
+    r.deviceTotalBytes = m.deviceTotalBytes();
+    r.peakPhase = m.peakPhase;
+    r.oom = m.oom.has_value();
+    if (r.oom) { // the phase that failed and what it held when it did
+        r.peakPhase = m.oom->phase;
+        r.peakAllocatedBytes = std::max(r.peakAllocatedBytes, m.oom->inUseBytes);
+    }
+    return r;
+}
+
+Measurement mergeRanks(std::vector<Measurement> perRank)
+{
+    if (perRank.empty())
+        throw InputError("ranks", "[]", "no rank reported a result");
+    std::vector<RankPeak> all;
+    for (size_t i = 0; i < perRank.size(); ++i) {
+        const auto &m = perRank[i];
+        const std::string ctx = "ranks[" + std::to_string(i) + "]";
+        if (m.ranks.size() != 1)
+            throw InputError(ctx + ".ranks", std::to_string(m.ranks.size()) + " entries",
+                             "a rank's own result lists exactly itself");
+        if (toJson(m.config) != toJson(perRank.front().config))
+            throw InputError(ctx + ".config", toJson(m.config).dump().substr(0, 60),
+                             "differs from rank " + std::to_string(perRank.front().ranks.front().rank) + "'s");
+        all.push_back(m.ranks.front());
+    }
+    std::sort(all.begin(), all.end(), [](const RankPeak &a, const RankPeak &b) { return a.rank < b.rank; });
+    for (size_t i = 0; i < all.size(); ++i)
+        if (all[i].rank != static_cast<int>(i))
+            throw InputError("ranks[" + std::to_string(i) + "].rank", std::to_string(all[i].rank),
+                             "ranks must be 0.." + std::to_string(all.size() - 1) + ", each once");
+    // The card that decides: an out-of-memory rank first, then the highest peak.
+    auto worst = std::max_element(perRank.begin(), perRank.end(), [](const Measurement &a, const Measurement &b) {
+        const RankPeak &ra = a.ranks.front(), &rb = b.ranks.front();
+        if (ra.oom != rb.oom)
+            return rb.oom;
+        return ra.peakAllocatedBytes < rb.peakAllocatedBytes;
+    });
+    Measurement out = std::move(*worst);
+    out.ranks = std::move(all);
+    return out;
+}
+
 json toJson(const Measurement &m)
 {
     json phases = json::array();
@@ -114,6 +181,32 @@ json toJson(const Measurement &m)
               {"timing", {{"wall_s", m.wallSeconds}, {"init_s", m.initSeconds}, {"build_s", m.buildSeconds},
                           {"steps_s", m.stepsSeconds}}},
               {"note", m.note}};
+    if (!m.backend.empty())
+        j["backend"] = m.backend;
+    if (!m.ranks.empty()) {
+        json ranks = json::array();
+        for (const auto &r : m.ranks) {
+            json phases = json::array();
+            for (const auto &p : r.phases)
+                phases.push_back({{"phase", toString(p.phase)},
+                                  {"step", p.step},
+                                  {"peak_allocated_bytes", p.peakAllocatedBytes},
+                                  {"peak_reserved_bytes", p.peakReservedBytes},
+                                  {"device_used_bytes", p.deviceUsedBytes}});
+            ranks.push_back({{"rank", r.rank},
+                             {"device_name", r.deviceName},
+                             {"peak_phase", toString(r.peakPhase)},
+                             {"peak_allocated_bytes", r.peakAllocatedBytes},
+                             {"peak_reserved_bytes", r.peakReservedBytes},
+                             {"device_total_bytes", r.deviceTotalBytes},
+                             {"parameters_sum", r.parametersSum},
+                             {"oom", r.oom},
+                             {"phases", phases}});
+        }
+        j["ranks"] = ranks;
+        j["spread"] = rankSpread(m);
+        j["uneven"] = rankSpread(m) > kUnevenSpread;
+    }
     if (m.oom)
         j["oom"] = {{"step", m.oom->step},
                     {"phase", toString(m.oom->phase)},
@@ -200,6 +293,65 @@ Measurement measurementFromJson(const json &j)
         r.inUseBytes = requireInt64(o, "in_use_bytes", ctx + ".oom", 0, kMaxBytes);
         r.message = optString(o, "message", ctx + ".oom");
         m.oom = r;
+    }
+    if (j.contains("backend")) {
+        m.backend = optString(j, "backend", ctx);
+        if (m.backend != "gloo" && m.backend != "nccl")
+            throw InputError(ctx + ".backend", m.backend, "must be gloo or nccl");
+    }
+    if (j.contains("ranks") && !j.at("ranks").is_null()) {
+        const json &ranks = j.at("ranks");
+        if (!ranks.is_array() || ranks.size() > (size_t(1) << 16))
+            throw InputError(ctx + ".ranks", show(ranks).substr(0, 40), "must be an array of at most 65536 ranks");
+        for (size_t i = 0; i < ranks.size(); ++i) {
+            const std::string rc = ctx + ".ranks[" + std::to_string(i) + "]";
+            const json &e = ranks[i];
+            if (!e.is_object())
+                throw InputError(rc, show(e).substr(0, 40), "must be an object");
+            RankPeak r;
+            r.rank = static_cast<int>(requireInt64(e, "rank", rc, 0, (1 << 16) - 1));
+            r.deviceName = optString(e, "device_name", rc);
+            r.peakAllocatedBytes = requireInt64(e, "peak_allocated_bytes", rc, 0, kMaxBytes);
+            r.peakReservedBytes = requireInt64(e, "peak_reserved_bytes", rc, 0, kMaxBytes);
+            if (e.contains("device_total_bytes"))
+                r.deviceTotalBytes = requireInt64(e, "device_total_bytes", rc, 0, kMaxBytes);
+            const json &pp = requireField(e, "peak_phase", rc);
+            if (!pp.is_string())
+                throw InputError(rc + ".peak_phase", show(pp), "must be a string");
+            r.peakPhase = parsePhase(pp.get<std::string>(), rc + ".peak_phase");
+            if (e.contains("parameters_sum")) {
+                if (!e.at("parameters_sum").is_number())
+                    throw InputError(rc + ".parameters_sum", show(e.at("parameters_sum")), "must be a number");
+                r.parametersSum = e.at("parameters_sum").get<double>();
+            }
+            if (e.contains("oom")) {
+                if (!e.at("oom").is_boolean())
+                    throw InputError(rc + ".oom", show(e.at("oom")), "must be true or false");
+                r.oom = e.at("oom").get<bool>();
+            }
+            if (e.contains("phases")) {
+                const json &ph = e.at("phases");
+                if (!ph.is_array() || ph.size() > 16)
+                    throw InputError(rc + ".phases", show(ph).substr(0, 40), "must be an array of at most 16 phases");
+                for (size_t k = 0; k < ph.size(); ++k) {
+                    const std::string pc = rc + ".phases[" + std::to_string(k) + "]";
+                    PhaseMeasurement pm;
+                    const json &name = requireField(ph[k], "phase", pc);
+                    if (!name.is_string())
+                        throw InputError(pc + ".phase", show(name), "must be a string");
+                    pm.phase = parsePhase(name.get<std::string>(), pc + ".phase");
+                    pm.step = static_cast<int>(requireInt64(ph[k], "step", pc, 0, 1000));
+                    pm.peakAllocatedBytes = requireInt64(ph[k], "peak_allocated_bytes", pc, 0, kMaxBytes);
+                    pm.peakReservedBytes = requireInt64(ph[k], "peak_reserved_bytes", pc, 0, kMaxBytes);
+                    if (ph[k].contains("device_used_bytes"))
+                        pm.deviceUsedBytes = requireInt64(ph[k], "device_used_bytes", pc, 0, kMaxBytes);
+                    r.phases.push_back(pm);
+                }
+            }
+            if (!m.ranks.empty() && r.rank <= m.ranks.back().rank)
+                throw InputError(rc + ".rank", std::to_string(r.rank), "ranks must be listed once each, in order");
+            m.ranks.push_back(r);
+        }
     }
     return m;
 }

@@ -43,6 +43,20 @@ struct OomReport
     std::string message;
 };
 
+// One rank of a multi-process run (headroom-probe --nproc): its steady per-phase peaks.
+struct RankPeak
+{
+    int rank = 0;
+    std::string deviceName;
+    std::vector<PhaseMeasurement> phases; // after_load, forward, backward, optimizer (steady peaks)
+    int64_t peakAllocatedBytes = 0;
+    int64_t peakReservedBytes = 0;
+    int64_t deviceTotalBytes = 0; // peak reserved + CUDA context (0 context on CPU)
+    Phase peakPhase = Phase::Forward;
+    double parametersSum = 0.0; // sum of every parameter after the last step: equal on all ranks
+    bool oom = false;
+};
+
 struct Measurement
 {
     std::string device;     // cuda | cpu
@@ -66,12 +80,26 @@ struct Measurement
     double buildSeconds = 0.0;  // model construction
     double stepsSeconds = 0.0;
     std::string note;
+    // Several processes (--nproc): the backend and every rank's peaks. The measurement above is
+    // the rank with the highest peak, the card that decides whether the run fits.
+    std::string backend; // gloo | nccl; empty for a single process
+    std::vector<RankPeak> ranks;
 
     int64_t deviceTotalBytes() const { return peakReservedBytes + cudaContextBytes; }
     // The steady-state peak of one phase (max over measured steps; after_load is measured once,
     // before the warm-up); nullopt if never measured.
     std::optional<PhaseMeasurement> steady(Phase p) const;
 };
+
+// max/min of the ranks' peak allocated bytes (1 for fewer than two ranks).
+double rankSpread(const Measurement &m);
+// The criterion: ranks of one data-parallel run should agree within 1%.
+constexpr double kUnevenSpread = 1.01;
+// What one rank reports about itself, from its own phases.
+RankPeak rankPeak(const Measurement &m, int rank);
+// Every rank's result into one: the worst rank's measurement, with all ranks listed in order.
+// Throws InputError if the ranks are not one run (configs differ, ranks missing or repeated).
+Measurement mergeRanks(std::vector<Measurement> perRank);
 
 nlohmann::json toJson(const Measurement &m);
 // Strict: every problem names the field, e.g. "result.phases[3].peak_allocated_bytes".
