@@ -303,7 +303,7 @@ int main(int argc, char **argv)
     CLI::App app{"headroom-probe: measure one training step's memory, phase by phase"};
     app.set_version_flag("--version", std::string("headroom-probe ") + HEADROOM_VERSION);
     std::string requestPath, outPath, device, allocConf, snapshotPath;
-    int steps = 0, nproc = 0, rank = -1, masterPort = 0;
+    int steps = 0, nproc = -1, rank = -1, masterPort = 0;
     app.add_option("--request", requestPath, "Request JSON file (default: read stdin)");
     app.add_option("--steps", steps, "Measured steps after one warm-up step (default 2)");
     app.add_option("--device", device, "auto | cuda | cpu (overrides the request)");
@@ -358,7 +358,7 @@ int main(int argc, char **argv)
                 return fail(probe::BadRequest, "--device = " + device + ": must be auto, cuda or cpu", "--device");
             request.device = device;
         }
-        if (nproc != 0) {
+        if (nproc != -1) {
             if (nproc < 1 || nproc > 64)
                 return fail(probe::BadRequest, "--nproc = " + std::to_string(nproc) + ": must be between 1 and 64",
                             "--nproc");
@@ -382,7 +382,7 @@ int main(int argc, char **argv)
         return fail(probe::BadRequest, std::string("request: ") + e.what(), "request");
     }
 
-    const bool several = nproc != 0 || request.config.worldSize > 1;
+    const bool several = nproc != -1 || request.config.worldSize > 1;
     if (several && rank < 0) {
         std::string why;
         if (!probe::distributedAvailable(&why))

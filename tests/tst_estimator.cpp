@@ -114,7 +114,10 @@ private Q_SLOTS:
             previous = e.peakAllocatedBytes;
             previousStep = e.phase(Phase::Optimizer).peakAllocatedBytes;
         }
-        QVERIFY(previous < one.peakAllocatedBytes / 2);
+        // Activations are not sharded, so the peak falls by less than N; the optimizer step holds
+        // only model states, which stage 3 divides by N = 4 (the rest: unsharded odds and ends).
+        QVERIFY(previous < one.peakAllocatedBytes * 6 / 10);
+        QVERIFY(previousStep < one.phase(Phase::Optimizer).peakAllocatedBytes / 3);
     }
     // The model states per rank at the optimizer step follow the ZeRO paper's formula (Rajbhandari
     // et al. 2020, Figure 1): stage 1 divides the state by N, stage 2 also the gradients, stage 3

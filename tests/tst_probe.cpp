@@ -83,6 +83,14 @@ ProbeRequest request(FineTune ft = FineTune::Full, bool ckpt = false)
     return r;
 }
 
+ProbeRequest dataParallel(int zero, bool ckpt, int ranks = 2)
+{
+    ProbeRequest r = request(FineTune::Full, ckpt);
+    r.config.worldSize = ranks;
+    r.config.zeroStage = zero;
+    return r;
+}
+
 } // namespace
 
 class TestProbe : public QObject
@@ -159,7 +167,9 @@ private Q_SLOTS:
         QTest::addRow("device") << R"({"device": "tpu"})" << "request.device";
         QTest::addRow("targets") << R"({"config": {"finetune": "lora", "lora": {"targets": ["nope"]}}})"
                                  << "lora_targets";
-        QTest::addRow("world size") << R"({"config": {"world_size": 2, "zero_stage": 1}})" << "config.world_size";
+        QTest::addRow("world size") << R"({"config": {"world_size": 65}})" << "config.world_size";
+        QTest::addRow("zero-3 lora") << R"({"config": {"world_size": 2, "zero_stage": 3, "finetune": "lora"}})"
+                                     << "config.zero_stage";
         QTest::addRow("offload") << R"({"config": {"offload_optimizer": true}})" << "config.offload_optimizer";
     }
     void badRequestsExitTwo()
@@ -205,6 +215,133 @@ private Q_SLOTS:
         QVERIFY2(t.elapsed() < 1500, qPrintable(QString::number(t.elapsed())));
         QCOMPARE(p.exitStatus(), QProcess::NormalExit);
         QCOMPARE(p.exitCode(), 128 + SIGTERM);
+    }
+    // ---- several ranks (--nproc): real processes over c10d's Gloo on 127.0.0.1
+    void nprocOutOfRangeExitsTwo()
+    {
+        const auto f = requestFile(toJson(request()));
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f->fileName(), QStringLiteral("--nproc"),
+                                                 QStringLiteral("0")});
+        p.waitForFinished(60000);
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains(QStringLiteral("--nproc = 0")));
+    }
+    // Every stage trains the same model: each rank ends with the same parameters, and so does
+    // every stage, because DDP, ZeRO-1, -2 and -3 all apply AdamW to the rank-averaged gradient.
+    // A missing or wrong collective leaves the ranks (or the stages) apart.
+    void dataParallelStagesTrainAlike_data()
+    {
+        QTest::addColumn<int>("zero");
+        QTest::addColumn<bool>("ckpt");
+        for (int z : {0, 1, 2, 3})
+            for (bool ck : {false, true})
+                QTest::addRow("zero %d%s", z, ck ? " checkpointed" : "") << z << ck;
+    }
+    void dataParallelStagesTrainAlike()
+    {
+        QFETCH(int, zero);
+        QFETCH(bool, ckpt);
+        static double reference = 0;
+        static double single = 0;
+        if (single == 0) {
+            const Measurement one = resultOf(runProbe(request()));
+            QVERIFY(one.ranks.empty());
+            const Measurement ref = resultOf(runProbe(dataParallel(0, false)));
+            reference = ref.ranks.at(0).parametersSum;
+            single = resultOf(runProbe(dataParallel(0, false, 1), {QStringLiteral("--nproc"), QStringLiteral("1")}))
+                         .ranks.at(0)
+                         .parametersSum;
+        }
+        const ProbeRun r = runProbe(dataParallel(zero, ckpt));
+        QCOMPARE(r.code, 0);
+        const Measurement m = resultOf(r);
+        QCOMPARE(QString::fromStdString(m.backend), QStringLiteral("gloo"));
+        QCOMPARE(m.ranks.size(), size_t(2));
+        QCOMPARE(m.ranks[0].rank, 0);
+        QCOMPARE(m.ranks[1].rank, 1);
+        QVERIFY2(rankSpread(m) < kUnevenSpread, qPrintable(QString::number(rankSpread(m))));
+        QCOMPARE(m.ranks[0].parametersSum, m.ranks[1].parametersSum);
+        QVERIFY2(std::abs(m.ranks[0].parametersSum / reference - 1) < 1e-9,
+                 qPrintable(QStringLiteral("%1 vs %2").arg(m.ranks[0].parametersSum, 0, 'g', 17).arg(reference, 0, 'g', 17)));
+        QVERIFY2(std::abs(single - reference) > 1e-6, "one rank alone trains on different data");
+        // Only rank 0's progress is passed on: one event per phase.
+        int progress = 0;
+        for (const auto &e : r.events)
+            progress += e.value("event", "") == "progress" && e.value("fraction", 0.0) < 1.0;
+        QCOMPARE(progress, 9);
+        QCOMPARE(toJson(measurementFromJson(toJson(m))), toJson(m)); // ranks round-trip
+    }
+    // What each stage keeps per rank, measured, against the ZeRO formulas and the estimator.
+    void dataParallelShardsWhatTheStageSays_data()
+    {
+        QTest::addColumn<int>("zero");
+        for (int z : {0, 1, 2, 3})
+            QTest::addRow("zero %d", z) << z;
+    }
+    void dataParallelShardsWhatTheStageSays()
+    {
+        QFETCH(int, zero);
+        const Measurement one = resultOf(runProbe(request()));
+        const ProbeRequest req = dataParallel(zero, false);
+        const Measurement m = resultOf(runProbe(req));
+        const int64_t psi = parameterCount(tiny());
+        const auto &A = m.attribution, &A1 = one.attribution;
+        const int64_t units = tiny().numLayers + 1, tensors = 2 * tiny().numLayers * 9 + 3;
+        // Weights: whole, or 1/2 (each ZeRO-3 unit is padded to a multiple of the world size).
+        if (zero == 3)
+            QVERIFY(std::abs(2 * A[Category::Weights] - A1[Category::Weights]) <= 4 * 2 * units);
+        else
+            QCOMPARE(A[Category::Weights], A1[Category::Weights]);
+        // AdamW state: two moments and a step per tensor, or per shard slice.
+        if (zero == 0)
+            QCOMPARE(A[Category::OptimizerState], A1[Category::OptimizerState]);
+        else
+            QVERIFY(std::abs(2 * A[Category::OptimizerState] - psi * 8) <= 4 * 2 * tensors);
+        // Buckets: DDP's hold every gradient; ZeRO-1/2 keep two 25 MiB reduce buckets.
+        const int64_t buckets = zero == 0 ? psi * 4 : zero <= 2 ? 2 * (int64_t(25) << 20) : 0;
+        QCOMPARE(A[Category::Communication], buckets);
+        // The estimator's per-rank terms: what data parallelism adds (or shards away) at each
+        // phase, measured against the single-process run, is what the estimate adds.
+        const Estimate e1 = estimate(tiny(), request().config), e = estimate(tiny(), req.config);
+        for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+            const double measured = double(m.steady(p)->peakAllocatedBytes - one.steady(p)->peakAllocatedBytes);
+            const double estimated = double(e.phase(p).peakAllocatedBytes - e1.phase(p).peakAllocatedBytes);
+            const double scale = double(m.steady(p)->peakAllocatedBytes);
+            // Known gap (docs/accuracy.md): the ZeRO-3 backward estimate sits up to ~10% above the
+            // probe on this 2-layer model; its layer-region terms (the prefetched unit, the flat
+            // gradient's concatenation) are charged where the measured peak does not put them.
+            const double tolerance = zero == 3 && p == Phase::Backward ? 0.12 : 0.03;
+            QVERIFY2(std::abs(measured - estimated) <= tolerance * scale,
+                     qPrintable(QStringLiteral("%1: measured %2, estimated %3 of %4")
+                                    .arg(QString::fromLatin1(toString(p).data()))
+                                    .arg(measured)
+                                    .arg(estimated)
+                                    .arg(scale)));
+        }
+    }
+    void sigtermStopsEveryRank()
+    {
+        ProbeRequest r = dataParallel(3, false);
+        r.model.hiddenSize = 256;
+        r.model.intermediateSize = 1024;
+        r.model.numLayers = 8;
+        r.config.seqLen = 512;
+        r.steps = 1000;
+        const auto f = requestFile(toJson(r));
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f->fileName()});
+        QVERIFY(p.waitForReadyRead(60000)); // rank 0's first progress event
+        const pid_t launcher = static_cast<pid_t>(p.processId());
+        ::kill(launcher, SIGTERM);
+        QVERIFY(p.waitForFinished(10000));
+        QCOMPARE(p.exitCode(), 128 + SIGTERM);
+        QVERIFY(p.readAllStandardOutput().contains("\"stopped\""));
+        // No rank outlives the launcher.
+        QProcess ps;
+        ps.start(QStringLiteral("pgrep"), {QStringLiteral("-P"), QString::number(launcher)});
+        ps.waitForFinished(5000);
+        QVERIFY2(ps.readAllStandardOutput().trimmed().isEmpty(), "a rank is still running");
     }
     void snapshotHoldsTheLiveBlocksNearThePeak()
     {

@@ -936,25 +936,24 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         e[C::Gradients] = layerGrads;
         if (zero == 2) // the largest gradient whole, before its reduction
             e[C::Gradients] = checkedAdd(layerGrads, P.largestLayerGradTensorBytes);
+        // FSDP: the layer's gradients come whole, then SplitWithSizesBackward concatenates them
+        // into the flat gradient (both alive, the layer's activations gone), which is
+        // reduce-scattered into the shard.
+        Breakdown cat;
         if (fsdp) {
-            // The layer's gradients come whole, then SplitWithSizesBackward concatenates them into
-            // the flat gradient (both alive), which is reduce-scattered into the shard.
             e[C::Gradients] = checkedAdd(layerGrads, P.layerGradBytes);
-            Breakdown cat;
             cat[C::Gradients] = checkedAdd(layerGrads, 2 * P.layerGradBytes);
             cat[C::Temporaries] = x.tok(x.h) * x.c; // the gradient of the layer's input
-            if (cat.total() > e.total())
-                e = cat;
         }
         if (ckpt) {
             // Recompute: the layer's forward runs again with its activations kept.
             Breakdown withKeep = e;
             withKeep[C::Activations] += recompute.keep[C::Activations];
             withKeep[C::Temporaries] += recompute.keep[C::Temporaries];
-            Breakdown re = recompute.excursion;
-            return withKeep.total() >= re.total() ? withKeep : re;
+            const Breakdown &re = recompute.excursion;
+            e = withKeep.total() >= re.total() ? withKeep : re;
         }
-        return e;
+        return cat.total() > e.total() ? cat : e;
     }();
     Breakdown net;
     net[C::Activations] = -restKeep[C::Activations];
