@@ -6,6 +6,7 @@ gpu_build_probe() {
     t0=$(date +%s.%N)
     cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEADROOM_BUILD_GUI=OFF -DHEADROOM_BUILD_TESTS=OFF \
           -DHEADROOM_BUILD_BENCH=OFF -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+          ${HEADROOM_GPU_CMAKE_ARGS:-} \
           > "$log" 2>&1 && cmake --build build-gpu --target headroom-probe >> "$log" 2>&1
     local rc=$?
     echo "build rc=$rc in $(python3 -c "import time;print(round(time.time()-$t0,1))") s"
