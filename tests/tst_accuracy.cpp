@@ -87,6 +87,41 @@ private Q_SLOTS:
         }
         QVERIFY(checked >= 12);
     }
+    // The probe's multi-process path over c10d's NCCL at world size 1 on the H200
+    // (scripts/gpu-nccl.sh): ZeRO 0-3 of Llama-3.2-1B amp-bf16 and ZeRO-3 of Llama-3.1-8B bf16.
+    // At one rank the shards are whole, but the machinery is all there: ZeRO-1/2's buckets and
+    // FSDP's gathered root and units, whole layer gradients and their concatenation.
+    void ncclAtOneRankMatchesTheEstimate_data()
+    {
+        QTest::addColumn<QString>("name");
+        for (const char *n : {"1b-plain", "1b-nccl-z0", "1b-nccl-z1", "1b-nccl-z2", "1b-nccl-z3", "8b-plain", "8b-nccl-z3"})
+            QTest::addRow("%s", n) << QString::fromLatin1(n);
+    }
+    void ncclAtOneRankMatchesTheEstimate()
+    {
+        QFETCH(QString, name);
+        auto load = [](const QString &n) {
+            std::ifstream in(QFINDTESTDATA(QStringLiteral("data/h200/nccl-ws1/%1.result.json").arg(n)).toStdString());
+            return measurementFromJson(nlohmann::json::parse(in));
+        };
+        const Measurement m = load(name);
+        const bool nccl = name.contains(QStringLiteral("nccl"));
+        QCOMPARE(QString::fromStdString(m.backend), nccl ? QStringLiteral("nccl") : QString());
+        QCOMPARE(m.ranks.size(), size_t(nccl ? 1 : 0));
+        const Estimate e = estimate(m.model, m.config);
+        for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+            const double measured = double(m.steady(p)->peakAllocatedBytes);
+            const double err = double(e.phase(p).peakAllocatedBytes) / measured - 1;
+            QVERIFY2(std::abs(err) <= 0.005, qPrintable(QStringLiteral("%1: %2%").arg(QString::fromLatin1(toString(p).data()))
+                                                            .arg(100 * err)));
+        }
+        // NCCL's communicator is device memory the allocator never sees: the same run with and
+        // without it differs by exactly the estimator's term (ZeRO-0 at one rank makes no collective).
+        const Measurement plain = load(name.startsWith(QLatin1String("8b")) ? QStringLiteral("8b-plain")
+                                                                            : QStringLiteral("1b-plain"));
+        const int64_t extra = m.cudaContextBytes - plain.cudaContextBytes;
+        QCOMPARE(extra, m.config.zeroStage >= 1 ? EstimatorOptions{}.ncclCommunicatorBytes : int64_t(0));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestAccuracy)

@@ -1022,6 +1022,14 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     est.peakReservedBytes = checkedAdd(est.peakAllocatedBytes, slack);
     est.peak[C::CudaContext] = opt.cudaContextBytes;
     est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, opt.cudaContextBytes);
+    // Any collective (DDP, or ZeRO at any N) brings up an NCCL communicator, whose buffers the
+    // caching allocator never sees.
+    if (N > 1 || zero >= 1) {
+        est.peak[C::Communication] = checkedAdd(est.peak[C::Communication], opt.ncclCommunicatorBytes);
+        est.deviceTotalBytes = checkedAdd(est.deviceTotalBytes, opt.ncclCommunicatorBytes);
+        x.notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "
+                          "(measured at one rank); its per-peer buffers on several GPUs come on top");
+    }
 
     // Notes on mechanisms the user may not expect.
     if (!x.full)

@@ -40,6 +40,10 @@ struct EstimatorOptions
 {
     int64_t cudaContextBytes = 1448466432;   // NVML used - torch reserved: 1.349 GiB, every run
     int64_t cublasWorkspaceBytes = 67108864; // 64 MiB allocated at the first matmul and kept
+    // NCCL's communicator outside PyTorch's allocator: device used - reserved, probe with c10d's
+    // NCCL at world size 1 minus the same run in one plain process, H200, NCCL 2.28.9
+    // (tests/data/h200/nccl-ws1/). Its per-peer buffers at N > 1 are not measured yet.
+    int64_t ncclCommunicatorBytes = 585105408; // 558 MiB
     double allocatorSlackFraction = 0.0;     // <= 0: use the measured default (see estimator.cpp)
     int64_t ddpBucketBytes = 25 * 1048576;   // DDP bucket_cap_mb default
 };
