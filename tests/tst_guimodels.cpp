@@ -101,6 +101,16 @@ private Q_SLOTS:
         QVERIFY2(std::abs(err.chopped(1).toDouble()) < 1.0, qPrintable(err));
         session.setUnits(Unit::GB);
         QVERIFY(measurements.data(measurements.index(0, MeasurementsModel::Peak)).toString().endsWith(QStringLiteral(" GB")));
+        // One process: no ranks. A two-rank run (the probe's --nproc 2 over Gloo) says how many
+        // ranks, which backend and how even they were, and lists each rank in the tooltip.
+        QCOMPARE(measurements.data(measurements.index(0, MeasurementsModel::Ranks)).toString(), QStringLiteral("—"));
+        session.addMeasurement(sheetio::readMeasurement(testData("cpu/tiny-zero3-2ranks.result.json")));
+        QCOMPARE(measurements.rowCount(), 2);
+        QCOMPARE(measurements.data(measurements.index(1, MeasurementsModel::Ranks)).toString(),
+                 QStringLiteral("2 × gloo, spread 1.000×"));
+        const QString tip = measurements.data(measurements.index(1, MeasurementsModel::Ranks), Qt::ToolTipRole).toString();
+        QVERIFY2(tip.contains(QStringLiteral("rank 0:")) && tip.contains(QStringLiteral("rank 1:")), qPrintable(tip));
+        QVERIFY(!tip.contains(QStringLiteral("Uneven")));
     }
 };
 

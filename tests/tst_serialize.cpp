@@ -6,6 +6,8 @@
 
 #include <QtTest>
 
+#include <fstream>
+
 using namespace headroom;
 using nlohmann::json;
 
@@ -68,6 +70,46 @@ private Q_SLOTS:
         QCOMPARE(back.steady(Phase::Forward)->peakAllocatedBytes, int64_t(1011));
         QVERIFY(back.oom.has_value());
     }
+    // A real two-rank run (headroom-probe --nproc 2, CPU, Gloo), taken apart into what each rank
+    // reported, and put back together by the launcher's merge.
+    void ranksMergeIntoTheBusiestCard()
+    {
+        std::ifstream in(QFINDTESTDATA("data/cpu/tiny-zero3-2ranks.result.json").toStdString());
+        const Measurement run = measurementFromJson(json::parse(in));
+        QCOMPARE(run.ranks.size(), size_t(2));
+        QCOMPARE(QString::fromStdString(run.backend), QStringLiteral("gloo"));
+        QCOMPARE(rankSpread(run), 1.0);
+        std::vector<Measurement> own(2, run);
+        own[0].ranks = {run.ranks[0]};
+        own[1].ranks = {run.ranks[1]};
+        own[1].ranks[0].peakAllocatedBytes = run.ranks[0].peakAllocatedBytes * 105 / 100; // a busier card
+        own[1].peakAllocatedBytes = own[1].ranks[0].peakAllocatedBytes;
+        const Measurement merged = mergeRanks({own[1], own[0]}); // in any order
+        QCOMPARE(merged.ranks.size(), size_t(2));
+        QCOMPARE(merged.ranks[0].rank, 0);
+        QCOMPARE(merged.peakAllocatedBytes, own[1].peakAllocatedBytes); // the busiest card speaks
+        QVERIFY(std::abs(rankSpread(merged) - 1.05) < 1e-6);
+        const json j = toJson(merged);
+        QCOMPARE(j.at("uneven").get<bool>(), true);
+        QCOMPARE(toJson(measurementFromJson(j)), j);
+        // Not one run: a rank twice, a rank missing, another configuration, nothing at all.
+        auto refused = [](std::vector<Measurement> v, const char *field) {
+            try {
+                mergeRanks(std::move(v));
+            } catch (const InputError &e) {
+                return e.field() == field;
+            }
+            return false;
+        };
+        QVERIFY(refused({own[0], own[0]}, "ranks[1].rank"));
+        QVERIFY(refused({own[1]}, "ranks[0].rank"));
+        Measurement other = own[1];
+        other.config.seqLen *= 2;
+        QVERIFY(refused({own[0], other}, "ranks[1].config"));
+        QVERIFY(refused({}, "ranks"));
+        Measurement whole = run; // a merged result is not one rank's own
+        QVERIFY(refused({whole}, "ranks[0].ranks"));
+    }
     void requestRoundTrips()
     {
         ProbeRequest r;
@@ -90,6 +132,17 @@ private Q_SLOTS:
         QTest::addRow("bad precision") << R"({"config": {"precision": "fp8"}})" << "config.precision = fp8";
         QTest::addRow("bad category") << R"({"attribution": {"vram": 5}})" << "result.attribution = vram";
         QTest::addRow("missing model") << R"({"model": null})" << "model";
+        QTest::addRow("backend") << R"({"backend": "mpi"})" << "result.backend = mpi";
+        QTest::addRow("ranks type") << R"({"ranks": 5})" << "result.ranks = 5";
+        const char *rank = R"({"rank": %1, "peak_allocated_bytes": %2, "peak_reserved_bytes": 10, "peak_phase": "%3"})";
+        QTest::addRow("rank bytes") << QStringLiteral("{\"ranks\": [%1]}").arg(QString::fromLatin1(rank).arg(0).arg(-1).arg(QStringLiteral("forward")))
+                                    << "result.ranks[0].peak_allocated_bytes = -1";
+        QTest::addRow("rank phase") << QStringLiteral("{\"ranks\": [%1]}").arg(QString::fromLatin1(rank).arg(0).arg(5).arg(QStringLiteral("lunch")))
+                                    << "result.ranks[0].peak_phase";
+        QTest::addRow("rank order") << QStringLiteral("{\"ranks\": [%1, %2]}")
+                                           .arg(QString::fromLatin1(rank).arg(1).arg(5).arg(QStringLiteral("forward")),
+                                                QString::fromLatin1(rank).arg(0).arg(5).arg(QStringLiteral("forward")))
+                                    << "result.ranks[1].rank = 0";
     }
     void badMeasurementNamesField()
     {

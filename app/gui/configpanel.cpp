@@ -330,7 +330,8 @@ void ConfigPanel::updateVisibility()
     m_doubleQuant->setEnabled(ft == FineTune::QLoRA);
     m_optimizerImpl->setEnabled(m_session->scenario().config.optimizer == Optimizer::AdamW);
     m_customGiB->setEnabled(m_session->scenario().gpu.id == "custom");
-    m_zero->setEnabled(m_session->scenario().config.worldSize > 1);
+    // ZeRO / FSDP run on one GPU too (their buckets and gathers are estimated); DDP needs two.
+    m_zero->setItemText(0, m_session->scenario().config.worldSize > 1 ? tr("0 · data parallel (DDP)") : tr("0 · none"));
 }
 
 void ConfigPanel::syncFromSession()

@@ -47,6 +47,13 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
         case Model: return qs(m.model.name.empty() ? m.model.id : m.model.name);
         case Config: return qs(summarize(m.config));
         case Device: return qs(m.deviceName.empty() ? m.device : m.deviceName);
+        case Ranks:
+            if (m.ranks.empty())
+                return QStringLiteral("—");
+            return tr("%1 × %2, spread %3×")
+                .arg(m.ranks.size())
+                .arg(qs(m.backend))
+                .arg(rankSpread(m), 0, 'f', 3);
         case AfterLoad: return phaseCell(Phase::AfterLoad);
         case Forward: return phaseCell(Phase::Forward);
         case Backward: return phaseCell(Phase::Backward);
@@ -58,6 +65,16 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
             return m.oom ? tr("OOM in %1 at %2").arg(qs(toString(m.oom->phase)), qs(formatBytes(m.oom->inUseBytes, u, 1)))
                          : tr("ok");
         }
+    } else if (role == Qt::ToolTipRole && index.column() == Ranks && !m.ranks.empty()) {
+        QStringList lines{tr("Each rank's steady peak (the row shows the highest):")};
+        for (const auto &r : m.ranks)
+            lines << tr("rank %1: %2 in %3%4")
+                         .arg(r.rank)
+                         .arg(qs(formatBytes(r.peakAllocatedBytes, u, 2)), qs(toString(r.peakPhase)),
+                              r.oom ? tr(", out of memory") : QString());
+        if (rankSpread(m) > kUnevenSpread)
+            lines << tr("Uneven: the ranks differ by more than %1%.").arg((kUnevenSpread - 1) * 100, 0, 'f', 0);
+        return lines.join(QLatin1Char('\n'));
     } else if (role == Qt::ToolTipRole) {
         return tr("%1 on %2, %3\nLibTorch %4, Headroom %5, %6")
             .arg(qs(m.model.name), qs(m.deviceName), qs(m.driver), qs(m.torchVersion), qs(m.headroomVersion),
@@ -66,6 +83,8 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
         if (index.column() == Result && m.oom)
             return QColor(0xb3, 0x26, 0x1e);
         if (index.column() == Error && est && std::abs(measuredError(m, *est)) > 0.05)
+            return QColor(0xa1, 0x5c, 0x00);
+        if (index.column() == Ranks && rankSpread(m) > kUnevenSpread)
             return QColor(0xa1, 0x5c, 0x00);
     } else if (role == Qt::TextAlignmentRole && index.column() >= AfterLoad && index.column() <= Error) {
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
@@ -85,6 +104,7 @@ QVariant MeasurementsModel::headerData(int section, Qt::Orientation o, int role)
     case Model: return tr("Model");
     case Config: return tr("Configuration");
     case Device: return tr("Device");
+    case Ranks: return tr("Ranks");
     case AfterLoad: return tr("After load");
     case Forward: return tr("Forward");
     case Backward: return tr("Backward");

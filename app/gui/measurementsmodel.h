@@ -10,7 +10,7 @@ class MeasurementsModel : public QAbstractTableModel
 {
     Q_OBJECT
 public:
-    enum Column { Model, Config, Device, AfterLoad, Forward, Backward, Optimizer, Peak, Estimated, Error, Result, ColumnCount };
+    enum Column { Model, Config, Device, Ranks, AfterLoad, Forward, Backward, Optimizer, Peak, Estimated, Error, Result, ColumnCount };
     explicit MeasurementsModel(Session *session, QObject *parent = nullptr);
 
     int rowCount(const QModelIndex &parent = {}) const override;

@@ -53,6 +53,13 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
                 t += tr(" — <b>differs from the estimate by %1%</b>.").arg(err * 100.0, 0, 'f', 1);
             else
                 t += tr(", %1% from the estimate.").arg(err * 100.0, 0, 'f', 1);
+            if (m->ranks.size() > 1) {
+                const double spread = rankSpread(*m);
+                t += tr(" Busiest of %1 ranks (%2)").arg(m->ranks.size()).arg(qs(m->backend));
+                t += spread > kUnevenSpread
+                         ? tr(": <b>uneven, the largest peak is %1% above the smallest</b>.").arg((spread - 1) * 100, 0, 'f', 1)
+                         : tr(", within %1% of each other.").arg((spread - 1) * 100, 0, 'f', 1);
+            }
         }
     }
     return t;

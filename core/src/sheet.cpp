@@ -98,8 +98,8 @@ std::string summarize(const TrainingConfig &c)
     if (c.gradCheckpointing)
         o << ", checkpointing";
     o << ", " << toString(c.attention);
-    if (c.worldSize > 1)
-        o << ", " << c.worldSize << " GPUs ZeRO-" << c.zeroStage;
+    if (c.worldSize > 1 || c.zeroStage > 0) // ZeRO's machinery applies at one GPU too
+        o << ", " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << " ZeRO-" << c.zeroStage;
     if (c.offloadOptimizer)
         o << ", optimizer on CPU";
     return o.str();
