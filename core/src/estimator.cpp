@@ -940,9 +940,9 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         // into the flat gradient (both alive, the layer's activations gone), which is
         // reduce-scattered into the shard.
         Breakdown cat;
-        if (fsdp) {
-            e[C::Gradients] = checkedAdd(layerGrads, P.layerGradBytes);
-            cat[C::Gradients] = checkedAdd(layerGrads, 2 * P.layerGradBytes);
+        if (fsdp) { // this layer's shard comes only after the reduce-scatter (in `net` below)
+            e[C::Gradients] = P.layerGradBytes;
+            cat[C::Gradients] = 2 * P.layerGradBytes;
             cat[C::Temporaries] = x.tok(x.h) * x.c; // the gradient of the layer's input
         }
         if (ckpt) {
