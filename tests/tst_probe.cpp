@@ -311,7 +311,7 @@ private Q_SLOTS:
             const double measured = double(m.steady(p)->peakAllocatedBytes - m1.steady(p)->peakAllocatedBytes);
             const double estimated = double(e.phase(p).peakAllocatedBytes - e1.phase(p).peakAllocatedBytes);
             const double scale = double(m.steady(p)->peakAllocatedBytes);
-            QVERIFY2(std::abs(measured - estimated) <= 0.03 * scale,
+            QVERIFY2(std::abs(measured - estimated) <= 0.01 * scale,
                      qPrintable(QStringLiteral("%1: measured %2, estimated %3 of %4")
                                     .arg(QString::fromLatin1(toString(p).data()))
                                     .arg(measured)

@@ -944,6 +944,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
             e[C::Gradients] = P.layerGradBytes;
             cat[C::Gradients] = 2 * P.layerGradBytes;
             cat[C::Temporaries] = x.tok(x.h) * x.c; // the gradient of the layer's input
+            cat[C::Activations] = -restKeep[C::Activations]; // the layer's saved tensors are gone by then
         }
         if (ckpt) {
             // Recompute: the layer's forward runs again with its activations kept.
