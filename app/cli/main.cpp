@@ -172,8 +172,8 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
     if (c.gradAccum > 1)
         o << " x accum " << c.gradAccum;
     o << " | " << toString(c.attention) << (c.gradCheckpointing ? " | checkpointing" : "");
-    if (c.worldSize > 1)
-        o << " | " << c.worldSize << " GPUs, ZeRO-" << c.zeroStage;
+    if (c.worldSize > 1 || c.zeroStage > 0) // ZeRO's machinery applies at one GPU too
+        o << " | " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << ", ZeRO-" << c.zeroStage;
     return o.str();
 }
 

@@ -34,6 +34,8 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
                     .arg(qs(r.scenario.gpu.name).toHtmlEscaped());
     if (r.scenario.config.worldSize > 1)
         t += tr(" (per GPU, %1 GPUs, ZeRO-%2)").arg(r.scenario.config.worldSize).arg(r.scenario.config.zeroStage);
+    else if (r.scenario.config.zeroStage > 0)
+        t += tr(" (one GPU, ZeRO-%1)").arg(r.scenario.config.zeroStage);
     if (v.fit == Fit::Tight)
         t += tr(" — inside the %1% reserve").arg(std::lround(v.reserve * 100));
     t += QLatin1Char('.');
