@@ -96,6 +96,31 @@ private Q_SLOTS:
         QVERIFY(waitIdle(w.measureBar(), 5000));
     }
 
+    // Two GPUs in the scenario: the same button starts two ranks (over Gloo on the CPU), and the
+    // measurement that comes back lists both.
+    void measureNowWithTwoRanks()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        tinyScenario(s, w);
+        Scenario sc = s.scenario();
+        sc.config.worldSize = 2;
+        sc.config.zeroStage = 2;
+        s.setScenario(sc);
+        QVERIFY(settle(s));
+        QSignalSpy added(&s, &Session::measurementsChanged);
+        w.findChild<QPushButton *>(QStringLiteral("measureNow"))->click();
+        QVERIFY(added.wait(120000));
+        QCOMPARE(s.measurements().size(), size_t(1));
+        const Measurement &m = s.measurements()[0];
+        QCOMPARE(m.backend, std::string("gloo"));
+        QCOMPARE(m.ranks.size(), size_t(2));
+        QCOMPARE(m.config.zeroStage, 2);
+        QVERIFY(rankSpread(m) < kUnevenSpread);
+        QVERIFY(waitIdle(w.measureBar(), 5000));
+    }
+
     void cancelStops()
     {
         Session s;
