@@ -114,6 +114,37 @@ private Q_SLOTS:
         QVERIFY(cli({QStringLiteral("gpus")}).out.contains(QStringLiteral("rtx-4060ti-16")));
         QCOMPARE(cli({QStringLiteral("--help")}).code, 0);
     }
+    // `compare` gates scripts on a probe result: exit 0 within tolerance, 1 outside (or out of
+    // memory, or uneven ranks), 2 for a file it cannot read, naming the field.
+    void compareProbeResults()
+    {
+        const QString nccl = QFINDTESTDATA("data/h200/nccl-ws1/8b-nccl-z3.result.json");
+        const Run ok = cli({QStringLiteral("compare"), nccl});
+        QCOMPARE(ok.code, 0);
+        QVERIFY2(ok.out.contains(QStringLiteral("within tolerance")), qPrintable(ok.out));
+        QVERIFY(ok.out.contains(QStringLiteral("1 rank over nccl")));
+        const Run j = cli({QStringLiteral("compare"), nccl, QStringLiteral("--json")});
+        QCOMPARE(j.code, 0);
+        const auto doc = nlohmann::json::parse(j.out.toStdString());
+        QCOMPARE(doc.at("phases").size(), size_t(4));
+        for (const auto &p : doc.at("phases"))
+            QVERIFY(std::abs(p.at("error").get<double>()) < 0.005);
+        QCOMPARE(doc.at("ranks").size(), size_t(1));
+        // A tolerance nothing meets, an out-of-memory run: exit 1.
+        QCOMPARE(cli({QStringLiteral("compare"), nccl, QStringLiteral("--tolerance"), QStringLiteral("0")}).code, 1);
+        const Run oom = cli({QStringLiteral("compare"), QFINDTESTDATA("data/h200/llama8b-full-b16s4096-oom.result.json")});
+        QCOMPARE(oom.code, 1);
+        QVERIFY(oom.out.contains(QStringLiteral("out of memory in forward")));
+        // A CPU run says why it sits below a CUDA estimate.
+        const Run cpu = cli({QStringLiteral("compare"), QFINDTESTDATA("data/cpu/tiny-zero3-2ranks.result.json")});
+        QVERIFY(cpu.out.contains(QStringLiteral("2 ranks over gloo")) && cpu.out.contains(QStringLiteral("CPU measurement")));
+        // Not a result: the field is named.
+        const Run bad = cli({QStringLiteral("compare"), QFINDTESTDATA("data/configs/tiny_llama_test.json")});
+        QCOMPARE(bad.code, 2);
+        QVERIFY2(bad.err.contains(QStringLiteral("result.")), qPrintable(bad.err));
+        QCOMPARE(cli({QStringLiteral("compare"), QStringLiteral("/nonexistent.json")}).code, 2);
+        QCOMPARE(cli({QStringLiteral("compare"), nccl, QStringLiteral("--tolerance"), QStringLiteral("2")}).code, 2);
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCli)

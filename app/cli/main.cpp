@@ -5,12 +5,16 @@
 #include "headroom/catalog.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "headroom/measurement.h"
 #include "headroom/serialize.h"
+#include "headroom/sheet.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -208,6 +212,88 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
     }
 }
 
+// `compare`: a probe result against the estimate of the same model and configuration, phase by
+// phase and rank by rank. Exit 1 when a phase or rank misses by more than the tolerance, or the
+// ranks are uneven, so scripts can gate on it.
+int compare(const std::string &path, double tolerance, bool asJson)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw InputError("RESULT", path, "cannot open the file");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const Measurement m = measurementFromJson(parseUntrusted(text, "result"));
+    const Estimate e = estimate(m.model, m.config);
+    auto err = [](int64_t measured, int64_t estimated) {
+        return measured > 0 ? double(estimated) / double(measured) - 1 : 0.0;
+    };
+    bool ok = true;
+    nlohmann::json phases = nlohmann::json::array(), ranks = nlohmann::json::array();
+    for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+        const auto sp = m.steady(p);
+        if (!sp)
+            continue;
+        const double d = err(sp->peakAllocatedBytes, e.phase(p).peakAllocatedBytes);
+        ok = ok && std::abs(d) <= tolerance;
+        phases.push_back({{"phase", toString(p)},
+                          {"measured_bytes", sp->peakAllocatedBytes},
+                          {"estimated_bytes", e.phase(p).peakAllocatedBytes},
+                          {"error", d}});
+    }
+    for (const auto &r : m.ranks) {
+        const double d = err(r.peakAllocatedBytes, e.peakAllocatedBytes);
+        ok = ok && !r.oom && std::abs(d) <= tolerance;
+        ranks.push_back({{"rank", r.rank},
+                         {"measured_bytes", r.peakAllocatedBytes},
+                         {"estimated_bytes", e.peakAllocatedBytes},
+                         {"error", d},
+                         {"oom", r.oom}});
+    }
+    const double spread = rankSpread(m);
+    ok = ok && spread <= kUnevenSpread && !m.oom;
+    if (asJson) {
+        nlohmann::json j = {{"model", m.model.id},
+                            {"config", summarize(m.config)},
+                            {"device", m.deviceName},
+                            {"tolerance", tolerance},
+                            {"phases", phases},
+                            {"within_tolerance", ok}};
+        if (!m.ranks.empty()) {
+            j["backend"] = m.backend;
+            j["ranks"] = ranks;
+            j["spread"] = spread;
+            j["uneven"] = spread > kUnevenSpread;
+        }
+        if (m.oom)
+            j["oom"] = {{"phase", toString(m.oom->phase)}, {"in_use_bytes", m.oom->inUseBytes}};
+        std::printf("%s\n", j.dump(2).c_str());
+        return ok ? 0 : 1;
+    }
+    std::printf("%s | %s | %s\n", m.model.name.empty() ? m.model.id.c_str() : m.model.name.c_str(),
+                summarize(m.config).c_str(), m.deviceName.c_str());
+    if (m.device == "cpu")
+        std::printf("note: a CPU measurement; the estimate models CUDA (a 64 MiB cuBLAS workspace, flash-attention "
+                    "kernels), so a CPU run sits below it\n");
+    if (m.oom)
+        std::printf("measured: out of memory in %s with %s in use; estimated peak allocated %s\n",
+                    std::string(toString(m.oom->phase)).c_str(), human(m.oom->inUseBytes).c_str(),
+                    human(e.peakAllocatedBytes).c_str());
+    std::printf("\n%-12s %14s %14s %9s\n", "phase", "measured", "estimated", "error");
+    for (const auto &p : phases)
+        std::printf("%-12s %14s %14s %+8.2f%%\n", p["phase"].get<std::string>().c_str(),
+                    human(p["measured_bytes"]).c_str(), human(p["estimated_bytes"]).c_str(), 100 * p["error"].get<double>());
+    if (!m.ranks.empty()) {
+        std::printf("\n%zu rank%s over %s, peak allocated against the estimate's per-rank peak:\n", m.ranks.size(),
+                    m.ranks.size() == 1 ? "" : "s", m.backend.c_str());
+        for (const auto &r : ranks)
+            std::printf("rank %-7d %14s %14s %+8.2f%%%s\n", r["rank"].get<int>(), human(r["measured_bytes"]).c_str(),
+                        human(r["estimated_bytes"]).c_str(), 100 * r["error"].get<double>(),
+                        r["oom"].get<bool>() ? "  out of memory" : "");
+        std::printf("spread %.4f (max/min)%s\n", spread, spread > kUnevenSpread ? ": UNEVEN, above 1%" : "");
+    }
+    std::printf("\n%s (tolerance %.1f%%)\n", ok ? "within tolerance" : "OUTSIDE tolerance", 100 * tolerance);
+    return ok ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -238,6 +324,16 @@ int main(int argc, char **argv)
     auto *gpus = app.add_subcommand("gpus", "List the GPU catalog");
     gpus->add_flag("--json", gpusJson, "JSON output");
 
+    std::string resultPath;
+    double tolerance = 0.03;
+    bool compareJson = false;
+    auto *cmp = app.add_subcommand("compare", "A probe result against the estimate of its configuration (exit 1 if off)");
+    cmp->add_option("RESULT", resultPath, "headroom-probe result JSON (--out)")->required();
+    cmp->add_option("--tolerance", tolerance, "Largest |error| per phase and rank, as a fraction")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    cmp->add_flag("--json", compareJson, "Print one JSON object");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
@@ -252,6 +348,8 @@ int main(int argc, char **argv)
     }
 
     try {
+        if (*cmp)
+            return compare(resultPath, tolerance, compareJson);
         if (*models) {
             nlohmann::json j = nlohmann::json::array();
             if (!modelsJson)
