@@ -180,6 +180,7 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
     using Clock = std::chrono::steady_clock;
     std::optional<Clock::time_point> killAt;
     bool forwarded = false;
+    int cause = -1;
     auto stopAll = [&](int grace_ms) {
         for (auto &k : kids)
             if (!k.done)
@@ -217,6 +218,8 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
                 k.done = true;
                 const bool ok = WIFEXITED(k.status) && (WEXITSTATUS(k.status) == probe::Ok ||
                                                         WEXITSTATUS(k.status) == probe::OutOfMemory);
+                if (!ok && !killAt && cause < 0)
+                    cause = k.rank; // the first to fail; its peers are stopped because of it
                 if (!ok)
                     stopAll(2000);
                 continue;
@@ -258,8 +261,9 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
                 return fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
             return probe::OutOfMemory;
         }
+    // A rank without a result: report the one that failed first, not the peers stopped for it.
     for (auto &k : kids) {
-        if (k.result)
+        if (k.result || (cause >= 0 && k.rank != cause))
             continue;
         int code = probe::Internal;
         std::string why;
@@ -272,13 +276,6 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
         } else {
             why = "exited with status " + std::to_string(WEXITSTATUS(k.status)) + " without a result";
         }
-        // A rank stopped because its peer failed says less than the peer: report the first cause.
-        bool peerFailedFirst = false;
-        for (auto &o : kids)
-            if (o.rank != k.rank && o.error && !k.error)
-                peerFailedFirst = true;
-        if (peerFailedFirst)
-            continue;
         return fail(code, "rank " + std::to_string(k.rank) + ": " + why);
     }
     std::vector<Measurement> ranks;

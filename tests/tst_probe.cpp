@@ -342,6 +342,35 @@ private Q_SLOTS:
         ps.waitForFinished(5000);
         QVERIFY2(ps.readAllStandardOutput().trimmed().isEmpty(), "a rank is still running");
     }
+    // A rank that dies mid-run leaves its peer waiting in a collective: the launcher stops the
+    // peer and names the dead rank, instead of hanging.
+    void aDeadRankIsNamedAndItsPeerStopped()
+    {
+        ProbeRequest r = dataParallel(2, false);
+        r.model.hiddenSize = 256;
+        r.model.intermediateSize = 1024;
+        r.model.numLayers = 8;
+        r.config.seqLen = 512;
+        r.steps = 1000;
+        const auto f = requestFile(toJson(r));
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f->fileName()});
+        QVERIFY(p.waitForReadyRead(60000));
+        const pid_t launcher = static_cast<pid_t>(p.processId());
+        QProcess ps;
+        ps.start(QStringLiteral("pgrep"), {QStringLiteral("-P"), QString::number(launcher)});
+        ps.waitForFinished(5000);
+        const QStringList ranks = QString::fromUtf8(ps.readAllStandardOutput()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+        QCOMPARE(ranks.size(), 2);
+        ::kill(static_cast<pid_t>(ranks.last().toInt()), SIGKILL);
+        QVERIFY(p.waitForFinished(15000));
+        QCOMPARE(p.exitCode(), 5);
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(err.contains(QStringLiteral("killed by signal 9")), qPrintable(err));
+        ps.start(QStringLiteral("pgrep"), {QStringLiteral("-P"), QString::number(launcher)});
+        ps.waitForFinished(5000);
+        QVERIFY(ps.readAllStandardOutput().trimmed().isEmpty());
+    }
     void snapshotHoldsTheLiveBlocksNearThePeak()
     {
         QTemporaryDir dir;
