@@ -1724,6 +1724,11 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
         out.code = NoDevice;
         out.message = HEADROOM_HAVE_CUDA ? "no CUDA device is usable (driver missing or no GPU)"
                                          : "this probe was built without CUDA (Debian's LibTorch is CPU-only)";
+        if (HEADROOM_HAVE_CUDA && dist.enabled) {
+            const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+            out.message = "no CUDA device " + std::string(visible ? visible : "?") + " for this rank (one GPU per rank: " +
+                          std::to_string(dist.worldSize) + " ranks need " + std::to_string(dist.worldSize) + " GPUs)";
+        }
         return out;
     }
     M.device = cuda ? "cuda" : "cpu";
