@@ -9,14 +9,6 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 W=$(mktemp -d)
-NCCL_ROOT=$(python3 - <<'PY'
-import glob, os, site
-hits = [p for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/**/include/nccl.h", recursive=True)]
-print(os.path.dirname(os.path.dirname(hits[0])) if hits else "")
-PY
-)
-echo "nccl root: ${NCCL_ROOT:-none}"
-export HEADROOM_GPU_CMAKE_ARGS="-DHEADROOM_NCCL_ROOT=$NCCL_ROOT"
 source scripts/gpu-build-probe.sh
 gpu_build_probe "$W/build.log" || { cp "$W/build.log" "$OUT/"; exit 1; }
 grep -E "ProbeNCCL|ProbeGloo|CUDA" "$W/build.log" | head -5

@@ -9,13 +9,6 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 W=$(mktemp -d)
-NCCL_ROOT=$(python3 - <<'PY'
-import glob, os, site
-hits = [p for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/**/include/nccl.h", recursive=True)]
-print(os.path.dirname(os.path.dirname(hits[0])) if hits else "")
-PY
-)
-export HEADROOM_GPU_CMAKE_ARGS="-DHEADROOM_NCCL_ROOT=$NCCL_ROOT"
 source scripts/gpu-build-probe.sh
 gpu_build_probe "$W/build.log" || { cp "$W/build.log" "$OUT/"; exit 1; }
 cmake --build build-gpu --target headroom-cli >> "$W/build.log" 2>&1 || { tail -20 "$W/build.log"; exit 1; }

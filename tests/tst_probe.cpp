@@ -83,6 +83,26 @@ ProbeRequest request(FineTune ft = FineTune::Full, bool ckpt = false)
     return r;
 }
 
+// Big enough that a signal arrives mid-run.
+ProbeRequest longRun(ProbeRequest r)
+{
+    r.model.hiddenSize = 256;
+    r.model.intermediateSize = 1024;
+    r.model.numLayers = 8;
+    r.config.seqLen = 512;
+    r.steps = 1000;
+    return r;
+}
+
+// The process ids of a process's children (pgrep -P).
+QStringList childrenOf(pid_t parent)
+{
+    QProcess ps;
+    ps.start(QStringLiteral("pgrep"), {QStringLiteral("-P"), QString::number(parent)});
+    ps.waitForFinished(5000);
+    return QString::fromUtf8(ps.readAllStandardOutput()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+}
+
 ProbeRequest dataParallel(int zero, bool ckpt, int ranks = 2)
 {
     ProbeRequest r = request(FineTune::Full, ckpt);
@@ -198,13 +218,7 @@ private Q_SLOTS:
     }
     void sigtermStopsWithinASecond()
     {
-        ProbeRequest r = request();
-        r.model.hiddenSize = 256;
-        r.model.intermediateSize = 1024;
-        r.model.numLayers = 8;
-        r.config.seqLen = 512;
-        r.steps = 1000;
-        const auto f = requestFile(toJson(r));
+        const auto f = requestFile(toJson(longRun(request())));
         QProcess p;
         p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f->fileName()});
         QVERIFY(p.waitForReadyRead(60000)); // the first progress event
@@ -321,13 +335,7 @@ private Q_SLOTS:
     }
     void sigtermStopsEveryRank()
     {
-        ProbeRequest r = dataParallel(3, false);
-        r.model.hiddenSize = 256;
-        r.model.intermediateSize = 1024;
-        r.model.numLayers = 8;
-        r.config.seqLen = 512;
-        r.steps = 1000;
-        const auto f = requestFile(toJson(r));
+        const auto f = requestFile(toJson(longRun(dataParallel(3, false))));
         QProcess p;
         p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f->fileName()});
         QVERIFY(p.waitForReadyRead(60000)); // rank 0's first progress event
@@ -336,40 +344,25 @@ private Q_SLOTS:
         QVERIFY(p.waitForFinished(10000));
         QCOMPARE(p.exitCode(), 128 + SIGTERM);
         QVERIFY(p.readAllStandardOutput().contains("\"stopped\""));
-        // No rank outlives the launcher.
-        QProcess ps;
-        ps.start(QStringLiteral("pgrep"), {QStringLiteral("-P"), QString::number(launcher)});
-        ps.waitForFinished(5000);
-        QVERIFY2(ps.readAllStandardOutput().trimmed().isEmpty(), "a rank is still running");
+        QVERIFY2(childrenOf(launcher).isEmpty(), "a rank outlived the launcher");
     }
     // A rank that dies mid-run leaves its peer waiting in a collective: the launcher stops the
     // peer and names the dead rank, instead of hanging.
     void aDeadRankIsNamedAndItsPeerStopped()
     {
-        ProbeRequest r = dataParallel(2, false);
-        r.model.hiddenSize = 256;
-        r.model.intermediateSize = 1024;
-        r.model.numLayers = 8;
-        r.config.seqLen = 512;
-        r.steps = 1000;
-        const auto f = requestFile(toJson(r));
+        const auto f = requestFile(toJson(longRun(dataParallel(2, false))));
         QProcess p;
         p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f->fileName()});
         QVERIFY(p.waitForReadyRead(60000));
         const pid_t launcher = static_cast<pid_t>(p.processId());
-        QProcess ps;
-        ps.start(QStringLiteral("pgrep"), {QStringLiteral("-P"), QString::number(launcher)});
-        ps.waitForFinished(5000);
-        const QStringList ranks = QString::fromUtf8(ps.readAllStandardOutput()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+        const QStringList ranks = childrenOf(launcher);
         QCOMPARE(ranks.size(), 2);
         ::kill(static_cast<pid_t>(ranks.last().toInt()), SIGKILL);
         QVERIFY(p.waitForFinished(15000));
         QCOMPARE(p.exitCode(), 5);
         const QString err = QString::fromUtf8(p.readAllStandardError());
         QVERIFY2(err.contains(QStringLiteral("killed by signal 9")), qPrintable(err));
-        ps.start(QStringLiteral("pgrep"), {QStringLiteral("-P"), QString::number(launcher)});
-        ps.waitForFinished(5000);
-        QVERIFY(ps.readAllStandardOutput().trimmed().isEmpty());
+        QVERIFY(childrenOf(launcher).isEmpty());
     }
     void snapshotHoldsTheLiveBlocksNearThePeak()
     {
