@@ -139,6 +139,29 @@ private Q_SLOTS:
         QCOMPARE(w.chartPanel()->chart()->barLabels().size(), 2); // estimated and measured
     }
 
+    // A run of several ranks goes to the team with its ranks, and comes back with them.
+    void severalRanksTravelInSheets()
+    {
+        QTemporaryDir dir;
+        Session s;
+        MainWindow w(&s);
+        populate(s, w);
+        s.addMeasurement(sheetio::readMeasurement(testData("cpu/tiny-zero3-2ranks.result.json")));
+        const QString md = dir.filePath(QStringLiteral("budget.md")), js = dir.filePath(QStringLiteral("budget.json"));
+        QCOMPARE(w.exportTo(md), QString());
+        QCOMPARE(w.exportTo(js), QString());
+        QFile f(md);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QString text = QString::fromUtf8(f.readAll());
+        QVERIFY2(text.contains(QStringLiteral("2 x gloo, spread 1.000")), qPrintable(text));
+        Session back;
+        MainWindow w2(&back);
+        QCOMPARE(w2.openFile(js), QString());
+        QVERIFY(settle(back));
+        QCOMPARE(back.measurements().size(), size_t(2));
+        QCOMPARE(back.measurements()[1].ranks.size(), size_t(2));
+        QCOMPARE(back.measurements()[1].backend, std::string("gloo"));
+    }
     void refusesBadSheets_data()
     {
         QTest::addColumn<QString>("file");

@@ -368,7 +368,9 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     t.push_back(recs);
 
     if (!s.measurements.empty()) {
-        Table runs{"Measurements", {"#", "Device", "Configuration", "Peak allocated", "Error vs estimate", "Result"}, {}};
+        Table runs{"Measurements",
+                   {"#", "Device", "Configuration", "Peak allocated", "Error vs estimate", "Ranks", "Result"},
+                   {}};
         int k = 1;
         for (const auto &mm : s.measurements) {
             std::string err = "-";
@@ -376,8 +378,17 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
                 err = pct(measuredError(mm, estimate(mm.model, mm.config)));
             } catch (const InputError &) {
             }
+            // Several ranks: the busiest one's peak, and how far apart the ranks were.
+            std::string ranks = "-";
+            if (!mm.ranks.empty()) {
+                char spread[64];
+                std::snprintf(spread, sizeof spread, "%zu x %s, spread %.3f%s", mm.ranks.size(), mm.backend.c_str(),
+                              rankSpread(mm), rankSpread(mm) > kUnevenSpread ? " (uneven)" : "");
+                ranks = spread;
+            }
             runs.rows.push_back({std::to_string(k++), mm.deviceName, mm.model.name + ", " + summarize(mm.config),
-                                 fmt(mm.peakAllocatedBytes), err, mm.oom ? "OOM in " + std::string(toString(mm.oom->phase)) : "ok"});
+                                 fmt(mm.peakAllocatedBytes), err, ranks,
+                                 mm.oom ? "OOM in " + std::string(toString(mm.oom->phase)) : "ok"});
         }
         t.push_back(runs);
     }
