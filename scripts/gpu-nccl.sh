@@ -16,31 +16,21 @@ PROBE=build-gpu/probes/headroom-probe
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$W/gpu.txt"
 python3 -c "import torch;print(torch.__version__, torch.cuda.nccl.version())" >> "$W/gpu.txt" 2>&1
 
-request() { # model finetune precision batch seq zero
-    python3 - "$@" <<'PY'
-import json, sys
-m, ft, prec, b, s, z = sys.argv[1:7]
-preset = json.load(open(f"resources/models/{m}.json"))
-print(json.dumps({"schema_version": 1, "kind": "probe_request", "model": preset, "steps": 2, "device": "cuda",
-  "config": {"precision": prec, "optimizer": "adamw", "optimizer_impl": "foreach", "finetune": ft, "micro_batch": int(b),
-             "seq_len": int(s), "grad_checkpointing": False, "attention": "sdpa", "zero_stage": int(z)}}))
-PY
-}
-probe() { # name model finetune precision batch seq zero -- probe-args...
+probe() { # name probe-request.py-args... -- probe-args...
     local name=$1; shift
     local args=(); while [ "$1" != "--" ]; do args+=("$1"); shift; done; shift
-    request "${args[@]}" > "$W/$name.request.json"
+    scripts/probe-request.py "${args[@]}" > "$W/$name.request.json"
     local t=$(date +%s.%N)
     timeout 300 $PROBE --request "$W/$name.request.json" --out "$W/$name.result.json" "$@" > "$W/$name.stdout" 2> "$W/$name.stderr"
     local rc=$?
     echo "$name rc=$rc wall=$(python3 -c "import time;print(round(time.time()-$t,2))")s $(tail -c 300 "$W/$name.stderr" | tr '\n' ' ')"
 }
-probe 1b-plain llama-3.2-1b full amp-bf16 4 1024 0 --
+probe 1b-plain llama-3.2-1b --precision amp-bf16 --batch 4 --seq 1024 --
 for z in 0 1 2 3; do
-    probe 1b-nccl-z$z llama-3.2-1b full amp-bf16 4 1024 $z -- --nproc 1
+    probe 1b-nccl-z$z llama-3.2-1b --precision amp-bf16 --batch 4 --seq 1024 --zero $z -- --nproc 1
 done
-probe 8b-plain llama-3.1-8b full bf16 1 2048 0 --
-probe 8b-nccl-z3 llama-3.1-8b full bf16 1 2048 3 -- --nproc 1
+probe 8b-plain llama-3.1-8b --batch 1 --seq 2048 --
+probe 8b-nccl-z3 llama-3.1-8b --batch 1 --seq 2048 --zero 3 -- --nproc 1
 python3 - "$W" <<'PY'
 import json, sys, glob, os
 for f in sorted(glob.glob(sys.argv[1] + "/*.result.json")):

@@ -7,15 +7,10 @@ OUT=${OUT:-out}; mkdir -p "$OUT"; W=$(mktemp -d)
 cd "$(dirname "$0")/.."
 source scripts/gpu-build-probe.sh
 gpu_build_probe "$W/build.log" || exit 1
-req() { python3 -c "
-import json,sys
-m,ft,b,s=sys.argv[1:5]
-print(json.dumps({'schema_version':1,'kind':'probe_request','model':json.load(open(f'resources/models/{m}.json')),'steps':2,'device':'cuda',
- 'config':{'precision':'bf16','optimizer':'adamw','finetune':ft,'micro_batch':int(b),'seq_len':int(s)}}))" "$@"; }
-for c in "llama8b-full-b16s4096-oom llama-3.1-8b full 16 4096" "llama70b-full-b1s1024-oom llama-3.1-70b full 1 1024" \
-         "llama1b-full-b4s1024 llama-3.2-1b full 4 1024"; do
+for c in "llama8b-full-b16s4096-oom llama-3.1-8b --batch 16 --seq 4096" "llama70b-full-b1s1024-oom llama-3.1-70b --batch 1 --seq 1024" \
+         "llama1b-full-b4s1024 llama-3.2-1b --batch 4 --seq 1024"; do
     set -- $c; n=$1; shift
-    req "$@" > "$W/$n.request.json"
+    scripts/probe-request.py "$@" > "$W/$n.request.json"
     build-gpu/probes/headroom-probe --request "$W/$n.request.json" --out "$W/$n.result.json" --snapshot "$W/$n.snapshot.json" \
         > "$W/$n.stdout" 2> "$W/$n.stderr"; echo "$n rc=$? $(tail -c 200 "$W/$n.stderr")"
 done

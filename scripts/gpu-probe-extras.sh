@@ -12,31 +12,19 @@ gpu_build_probe "$OUT/build.log" || exit 1
 PROBE=build-gpu/probes/headroom-probe
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
 
-request() { # model finetune precision batch seq ckpt optimizer
-    python3 - "$@" <<'PY'
-import json, sys
-m, ft, prec, b, s, ck, opt = sys.argv[1:8]
-preset = json.load(open(f"resources/models/{m}.json"))
-print(json.dumps({"schema_version": 1, "kind": "probe_request", "model": preset, "steps": 2, "device": "cuda",
-  "config": {"precision": prec, "optimizer": opt, "optimizer_impl": "foreach", "finetune": ft, "micro_batch": int(b),
-             "seq_len": int(s), "grad_checkpointing": ck == "on", "attention": "sdpa",
-             "lora": {"rank": 16, "alpha": 32, "dropout": 0.0,
-                      "targets": ["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]}}}))
-PY
-}
-probe() { # name request-args... -- probe-args...
+probe() { # name probe-request.py-args... -- probe-args...
     local name=$1; shift
     local args=(); while [ "$1" != "--" ]; do args+=("$1"); shift; done; shift
-    request "${args[@]}" > "$OUT/$name.request.json"
+    scripts/probe-request.py "${args[@]}" > "$OUT/$name.request.json"
     local t=$(date +%s.%N)
     $PROBE --request "$OUT/$name.request.json" --out "$OUT/$name.result.json" "$@" > "$OUT/$name.stdout" 2> "$OUT/$name.stderr"
     local rc=$?
     echo "$name rc=$rc wall=$(python3 -c "import time;print(round(time.time()-$t,2))")s $(tail -c 300 "$OUT/$name.stderr" | tr '\n' ' ')"
 }
-probe default llama-3.1-8b lora bf16 4 2048 off adamw -- --snapshot "$OUT/default.snapshot.json"
-probe default-expandable llama-3.1-8b lora bf16 4 2048 off adamw -- --alloc-conf expandable_segments:True
-probe full-1b llama-3.2-1b full bf16 4 1024 off adamw -- --snapshot "$OUT/full-1b.snapshot.json"
-probe full-1b-expandable llama-3.2-1b full bf16 4 1024 off adamw -- --alloc-conf expandable_segments:True
+probe default llama-3.1-8b --finetune lora --batch 4 --seq 2048 -- --snapshot "$OUT/default.snapshot.json"
+probe default-expandable llama-3.1-8b --finetune lora --batch 4 --seq 2048 -- --alloc-conf expandable_segments:True
+probe full-1b llama-3.2-1b --batch 4 --seq 1024 -- --snapshot "$OUT/full-1b.snapshot.json"
+probe full-1b-expandable llama-3.2-1b --batch 4 --seq 1024 -- --alloc-conf expandable_segments:True
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]

@@ -18,14 +18,8 @@ for m in "llama-3.1-8b 1 2048" "llama-3.2-1b 4 1024"; do
     set -- $m
     for z in 0 1 2 3; do
         name="$1-z$z"
-        python3 - "$1" "$2" "$3" "$z" > "$W/$name.request.json" <<'PY'
-import json, sys
-m, b, s, z = sys.argv[1:5]
-print(json.dumps({"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda",
-  "model": json.load(open(f"resources/models/{m}.json")),
-  "config": {"precision": "amp-bf16", "optimizer": "adamw", "optimizer_impl": "foreach", "finetune": "full",
-             "micro_batch": int(b), "seq_len": int(s), "attention": "sdpa", "world_size": 2, "zero_stage": int(z)}}))
-PY
+        scripts/probe-request.py "$1" --precision amp-bf16 --batch "$2" --seq "$3" --zero "$z" --world-size 2 \
+            > "$W/$name.request.json"
         t=$(date +%s.%N)
         timeout 400 build-gpu/probes/headroom-probe --request "$W/$name.request.json" --nproc 2 \
             --out "$W/$name.result.json" > "$W/$name.stdout" 2> "$W/$name.stderr"
