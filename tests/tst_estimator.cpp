@@ -119,6 +119,23 @@ private Q_SLOTS:
         QVERIFY(previous < one.peakAllocatedBytes * 6 / 10);
         QVERIFY(previousStep < one.phase(Phase::Optimizer).peakAllocatedBytes / 3);
     }
+    // ZeRO-3 gathers a unit whole next to its shard: with LoRA the frozen base too (FSDP with
+    // use_orig_params). At the forward peak, at the loss, the root unit is gathered: embedding,
+    // final norm and lm_head, in bf16; the decoder layers are back to their shards.
+    void zeroThreeGathersTheRootWithLoraToo()
+    {
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        c.worldSize = 8;
+        c.zeroStage = 3;
+        const auto &m = findModelPreset("llama-3.1-8b");
+        const Estimate e = estimate(m, c);
+        const int64_t root = (2 * m.vocabSize * m.hiddenSize + m.hiddenSize) * 2;
+        QCOMPARE(e.phase(Phase::Forward).atPeak[Category::Communication], root);
+        c.zeroStage = 2; // nothing gathered below stage 3, only the two reduce buckets
+        QCOMPARE(estimate(m, c).phase(Phase::Forward).atPeak[Category::Communication],
+                 2 * EstimatorOptions{}.ddpBucketBytes);
+    }
     // The model states per rank at the optimizer step follow the ZeRO paper's formula (Rajbhandari
     // et al. 2020, Figure 1): stage 1 divides the state by N, stage 2 also the gradients, stage 3
     // also the weights. PyTorch AMP keeps fp32 weights and gradients (4 + 4 bytes) and AdamW two

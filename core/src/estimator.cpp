@@ -685,15 +685,14 @@ Params countParams(const Ctx &x)
         S.total = checkedAdd(S.total, n);
         const bool inLayer = t.module != "embed_tokens" && t.module != "embed_positions" &&
                              t.module != "final_norm" && t.module != "lm_head";
+        // Weights, as stored (what ZeRO-3 shards and gathers back per unit)
+        const int64_t stored = x.qlora && t.decoderLinear ? checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count)
+                                                          : checkedMul(n, p);
+        S.weightBytes = checkedAdd(S.weightBytes, stored);
         if (inLayer)
-            layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(t.numel(), p), t.count / x.m.numLayers));
+            layerParamBytes = checkedAdd(layerParamBytes, stored / x.m.numLayers);
         else
-            P.rootParamBytes = checkedAdd(P.rootParamBytes, checkedMul(n, p));
-        // Weights
-        if (x.qlora && t.decoderLinear)
-            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count));
-        else
-            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(n, p));
+            P.rootParamBytes = checkedAdd(P.rootParamBytes, stored);
         if (x.full)
             addTrainable(t.rows, t.cols, p, t.count, inLayer);
     }
@@ -712,6 +711,7 @@ Params countParams(const Ctx &x)
                 const int64_t numel = checkedMul(rows, cols);
                 S.total = checkedAdd(S.total, checkedMul(numel, count));
                 S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, count), x.loraBytes));
+                layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(numel, count / L), x.loraBytes));
                 addTrainable(rows, cols, x.loraBytes, count, true);
             }
         }
@@ -787,8 +787,10 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     const int64_t buckets = checkedAdd(ddpBuckets, reduceBuckets);
     // ZeRO-3: a unit's flat parameter all-gathered whole next to its shard (FSDP's padded
     // unsharded flat_param): a decoder layer, and the root, which stays gathered through backward.
-    const int64_t layerFull = fsdp ? P.largestLayerParamBytes : 0;
-    const int64_t rootFull = fsdp ? P.rootParamBytes : 0;
+    // With LoRA/QLoRA the frozen base is sharded and gathered the same way (FSDP with
+    // use_orig_params; estimated, the probe measures ZeRO-3 for full fine-tuning only).
+    const int64_t layerFull = zero == 3 ? P.largestLayerParamBytes : 0;
+    const int64_t rootFull = zero == 3 ? P.rootParamBytes : 0;
 
     // ---- After load: the weights (and DDP's buckets).
     est.phases[0].phase = Phase::AfterLoad;
