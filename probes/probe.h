@@ -33,7 +33,8 @@ struct Dist
     bool enabled = false;
     int rank = 0;
     int worldSize = 1;
-    int port = 0;
+    int port = 0; // rank 0 with port 0: serve the store on a free port and announce it
+    std::function<void(int port)> announce;
 };
 
 // True if this build can run several ranks (c10d with Gloo, and NCCL on CUDA builds).

@@ -78,27 +78,10 @@ bool writeAtomically(const std::string &path, const json &j)
 // TCPStore on 127.0.0.1 (rank 0 serves it) and report JSON lines on their stdout, which the
 // launcher reads: rank 0's progress is passed on, and the ranks' results become one result.
 
-int freeLoopbackPort()
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 struct Child
 {
     int rank = 0;
+    bool started = false;
     pid_t pid = -1;
     int fd = -1;
     std::string buffer;
@@ -138,16 +121,15 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
         }
         close(rfd);
     }
-    const int port = freeLoopbackPort();
-    if (port <= 0) {
-        unlink(reqPath);
-        return fail(probe::Internal, "no free TCP port on 127.0.0.1 for the ranks' rendezvous");
-    }
+    // Rank 0 first: it serves the TCPStore on a free port and announces it ({"event": "rendezvous"});
+    // the others start then, with that port.
     std::vector<Child> kids(static_cast<size_t>(nproc));
-    for (int r = 0; r < nproc; ++r) {
+    for (int r = 0; r < nproc; ++r)
+        kids[static_cast<size_t>(r)].rank = r;
+    auto spawn = [&](int r, int port) -> bool {
         int fds[2];
         if (pipe(fds) != 0)
-            return fail(probe::Internal, "cannot create a pipe for rank " + std::to_string(r));
+            return false;
         std::vector<std::string> args = {"/proc/self/exe", "--request", reqPath, "--rank", std::to_string(r),
                                          "--nproc", std::to_string(nproc), "--master-port", std::to_string(port)};
         args.insert(args.end(), passOn.begin(), passOn.end());
@@ -167,12 +149,20 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
             _exit(127);
         }
         close(fds[1]);
-        fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK); // one quiet rank blocks no other
         if (pid < 0) {
             close(fds[0]);
-            return fail(probe::Internal, "cannot start rank " + std::to_string(r));
+            return false;
         }
-        kids[static_cast<size_t>(r)] = Child{r, pid, fds[0], {}, false, 0, {}, {}};
+        fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK); // one quiet rank blocks no other
+        Child &k = kids[static_cast<size_t>(r)];
+        k.started = true;
+        k.pid = pid;
+        k.fd = fds[0];
+        return true;
+    };
+    if (!spawn(0, 0)) {
+        unlink(reqPath);
+        return fail(probe::Internal, "cannot start rank 0");
     }
 
     // Read every rank until all have exited. A rank that fails leaves its peers waiting in a
@@ -183,7 +173,7 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
     int cause = -1;
     auto stopAll = [&](int grace_ms) {
         for (auto &k : kids)
-            if (!k.done)
+            if (k.started && !k.done)
                 kill(k.pid, SIGTERM);
         if (!killAt)
             killAt = Clock::now() + std::chrono::milliseconds(grace_ms);
@@ -235,7 +225,17 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
                     continue; // not protocol output (a library's print); the rank's exit decides
                 }
                 const std::string ev = j.value("event", "");
-                if (ev == "progress" && k.rank == 0)
+                if (ev == "rendezvous" && k.rank == 0 && !kids.back().started && !killAt) {
+                    const int port = j.value("port", 0);
+                    for (int r = 1; r < nproc; ++r)
+                        if (port <= 0 || !spawn(r, port)) {
+                            cause = 0;
+                            k.error = json{{"code", int(probe::Internal)},
+                                           {"message", "cannot start rank " + std::to_string(r)}};
+                            stopAll(0);
+                            break;
+                        }
+                } else if (ev == "progress" && k.rank == 0)
                     emit(j);
                 else if (ev == "result")
                     k.result = j;
@@ -263,7 +263,7 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
         }
     // A rank without a result: report the one that failed first, not the peers stopped for it.
     for (auto &k : kids) {
-        if (k.result || (cause >= 0 && k.rank != cause))
+        if (k.result || !k.started || (cause >= 0 && k.rank != cause))
             continue;
         int code = probe::Internal;
         std::string why;
@@ -279,6 +279,9 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
         return fail(code, "rank " + std::to_string(k.rank) + ": " + why);
     }
     std::vector<Measurement> ranks;
+    for (auto &k : kids)
+        if (!k.result)
+            return fail(probe::Internal, "rank " + std::to_string(k.rank) + " reported no result");
     try {
         for (auto &k : kids)
             ranks.push_back(measurementFromJson(*k.result));
@@ -396,7 +399,7 @@ int main(int argc, char **argv)
     }
     probe::Dist dist;
     if (rank >= 0) {
-        if (rank >= request.config.worldSize || masterPort <= 0 || masterPort > 65535)
+        if (rank >= request.config.worldSize || masterPort < 0 || masterPort > 65535 || (masterPort == 0 && rank != 0))
             return fail(probe::BadRequest,
                         "--rank = " + std::to_string(rank) + ": needs --nproc above it and --master-port (the launcher "
                         "sets both)",
@@ -406,6 +409,7 @@ int main(int argc, char **argv)
         dist.rank = rank;
         dist.worldSize = request.config.worldSize;
         dist.port = masterPort;
+        dist.announce = [](int port) { emit({{"event", "rendezvous"}, {"port", port}}); };
         if (!snapshotPath.empty())
             snapshotPath += std::to_string(rank); // FILE.rank0, FILE.rank1, ...
     }

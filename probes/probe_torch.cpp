@@ -1080,13 +1080,18 @@ public:
         , size(d.worldSize)
     {
 #if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+        // Rank 0 serves the store on a port the OS picks and announces it; the launcher starts the
+        // other ranks only then, so no other process can take the port in between. The process
+        // group's own rendezvous (through the store) waits for every rank.
         c10d::TCPStoreOptions so;
         so.port = static_cast<std::uint16_t>(d.port);
         so.isServer = d.rank == 0;
         so.numWorkers = static_cast<size_t>(d.worldSize);
-        so.waitWorkers = true;
+        so.waitWorkers = false;
         so.timeout = std::chrono::seconds(120);
         auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+        if (d.rank == 0 && d.announce)
+            d.announce(store->getPort());
         if (cuda) {
 #if HEADROOM_HAVE_NCCL
             backend = "nccl";
