@@ -10,11 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,7 +25,6 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <map>
 #include <sstream>
 #include <vector>
 
@@ -71,6 +67,23 @@ bool writeAtomically(const std::string &path, const json &j)
             return false;
     }
     return std::rename((path + ".tmp").c_str(), path.c_str()) == 0;
+}
+
+// The result line, and --out's copy of it; false (after saying so) if the copy cannot be written.
+bool publish(const json &result, const std::string &outPath)
+{
+    emit(result);
+    if (!outPath.empty() && !writeAtomically(outPath, result)) {
+        fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
+        return false;
+    }
+    return true;
+}
+
+int stopped()
+{
+    emit({{"event", "stopped"}, {"signal", g_signal.load()}});
+    return 128 + (g_signal.load() ? g_signal.load() : SIGTERM);
 }
 
 // ---------------------------------------------------------------- --nproc: the launcher
@@ -246,20 +259,15 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
     }
     unlink(reqPath);
 
-    if (g_stop) {
-        emit({{"event", "stopped"}, {"signal", g_signal.load()}});
-        return 128 + (g_signal.load() ? g_signal.load() : SIGTERM);
-    }
+    if (g_stop)
+        return stopped();
     // An out-of-memory rank decides the outcome; its peers were stopped.
     for (auto &k : kids)
         if (k.result && k.result->contains("oom") && !k.result->at("oom").is_null()) {
             json r = *k.result;
             r["note"] = "rank " + std::to_string(k.rank) + " of " + std::to_string(nproc) +
                         " ran out of memory; the other ranks were stopped. " + r.value("note", "");
-            emit(r);
-            if (!outPath.empty() && !writeAtomically(outPath, r))
-                return fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
-            return probe::OutOfMemory;
+            return publish(r, outPath) ? probe::OutOfMemory : probe::Internal;
         }
     // A rank without a result: report the one that failed first, not the peers stopped for it.
     for (auto &k : kids) {
@@ -285,11 +293,8 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
     try {
         for (auto &k : kids)
             ranks.push_back(measurementFromJson(*k.result));
-        const Measurement merged = mergeRanks(std::move(ranks));
-        const json result = toJson(merged);
-        emit(result);
-        if (!outPath.empty() && !writeAtomically(outPath, result))
-            return fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
+        if (!publish(toJson(mergeRanks(std::move(ranks))), outPath))
+            return probe::Internal;
     } catch (const InputError &e) {
         return fail(probe::Internal, std::string("the ranks' results do not agree: ") + e.what(), e.field());
     }
@@ -426,16 +431,12 @@ int main(int argc, char **argv)
     } catch (const std::exception &e) {
         return fail(probe::Internal, std::string("internal error: ") + e.what());
     }
-    if (out.stopped) {
-        emit({{"event", "stopped"}, {"signal", g_signal.load()}});
-        return 128 + (g_signal.load() ? g_signal.load() : SIGTERM);
-    }
+    if (out.stopped)
+        return stopped();
     if (out.code != probe::Ok && out.code != probe::OutOfMemory)
         return fail(out.code, out.message);
-    json result = toJson(out.measurement);
-    emit(result);
-    if (!outPath.empty() && !writeAtomically(outPath, result))
-        return fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
+    if (!publish(toJson(out.measurement), outPath))
+        return probe::Internal;
     if (!snapshotPath.empty() && !out.snapshot.is_null() && !writeAtomically(snapshotPath, out.snapshot))
         return fail(probe::Internal, "--snapshot = " + snapshotPath + ": cannot write the file");
     if (out.code == probe::OutOfMemory)

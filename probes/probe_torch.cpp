@@ -23,7 +23,7 @@
 #endif
 
 #include <torch/csrc/autograd/function_hook.h>
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 #if HEADROOM_HAVE_GLOO
@@ -1061,7 +1061,7 @@ void optimizerStep(const TrainingConfig &c, std::vector<Tensor> &params, Optimiz
 // ---------------------------------------------------------------- several ranks
 // The collectives of one rank, over c10d: Gloo on the CPU, NCCL on CUDA (the engines PyTorch's
 // DDP and FSDP use). Every call waits for its result, so phases end with their traffic done.
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
 #if TORCH_VERSION_MAJOR >= 2
 using PgBase = c10d::Backend;
 #else
@@ -1079,7 +1079,7 @@ public:
         : rank(d.rank)
         , size(d.worldSize)
     {
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
         // Rank 0 serves the store on a port the OS picks and announces it; the launcher starts the
         // other ranks only then, so no other process can take the port in between. The process
         // group's own rendezvous (through the store) waits for every rank.
@@ -1122,14 +1122,14 @@ public:
 
     void allreduce(const Tensor &t)
     {
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
         std::vector<Tensor> v{t};
         finish(m_pg->allreduce(v));
 #endif
     }
     void broadcast(const Tensor &t, int root)
     {
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
         std::vector<Tensor> v{t};
         c10d::BroadcastOptions o;
         o.rootRank = root;
@@ -1139,7 +1139,7 @@ public:
     // flat.numel() == size * shard.numel(): rank r's shard lands at [r * n, (r + 1) * n).
     void allgather(const Tensor &flat, const Tensor &shard)
     {
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
         if (backend == "nccl") { // all_gather_into_tensor, as FSDP calls it: no staging copy
             Tensor out = flat;
             Tensor in = shard;
@@ -1158,7 +1158,7 @@ public:
     // The sum of `full` over the ranks, this rank's 1/size of it written to `out`.
     void reduceScatter(const Tensor &out, const Tensor &full)
     {
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
         if (backend == "nccl") { // reduce_scatter_tensor
             Tensor o = out;
             Tensor in = full;
@@ -1175,7 +1175,7 @@ public:
     }
 
 private:
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
     // Wait, then let the backend's worker drop its reference to the work (and to the tensors and
     // staging buffers it holds) before going on: otherwise their bytes are freed a moment later,
     // on another thread, and land in whichever phase is measured next.
@@ -1191,8 +1191,8 @@ private:
 #endif
 };
 
-// DDP's bucket_cap_mb = 25, and the size of ZeRO's reduce buckets here.
-constexpr int64_t kBucketBytes = 25LL << 20;
+// DDP's bucket_cap_mb = 25, and the size of ZeRO's reduce buckets here: the estimator's default.
+const int64_t kBucketBytes = EstimatorOptions{}.ddpBucketBytes;
 
 // A storage's bytes come and go while its tensors (and autograd's saved views of them) stay:
 // FSDP's flat_param.untyped_storage().resize_(0) and resize_(n).
@@ -1390,9 +1390,7 @@ public:
                 int64_t o = 0;
                 for (size_t i : b.members) { // mark_variable_ready: the gradient is copied in
                     const int64_t n = m_params[i].numel();
-                    if (!m_params[i].grad().defined())
-                        m_params[i].mutable_grad() = torch::zeros_like(m_params[i]);
-                    b.flat.narrow(0, o, n).copy_(m_params[i].grad().view({-1}));
+                    b.flat.narrow(0, o, n).copy_(gradOrZeros(m_params[i]).view({-1}));
                     o += n;
                 }
                 m_comm.allreduce(b.flat);
@@ -1405,11 +1403,8 @@ public:
                 }
             }
         } else if (m_zero == 1) {
-            for (auto &p : m_params) {
-                if (!p.grad().defined())
-                    p.mutable_grad() = torch::zeros_like(p);
-                reduceThroughBuckets(p.grad());
-            }
+            for (auto &p : m_params)
+                reduceThroughBuckets(gradOrZeros(p));
         } else if (m_zero == 3) {
             for (size_t i = 0; i < m_units.size(); ++i)
                 if (m_units[i].gathered) // a unit whose gradient never came (frozen path)
@@ -1463,23 +1458,12 @@ public:
     }
 
     // ---- what this rank holds, for the attribution and the cross-rank check
-    int64_t weightBytes(int64_t unsharded) const
-    {
-        if (m_zero != 3)
-            return unsharded;
-        int64_t n = 0;
-        for (const auto &u : m_units)
-            n += u.shard.numel() * u.elementSize;
-        return n;
-    }
+    int64_t weightBytes(int64_t unsharded) const { return m_zero == 3 ? shardBytes() : unsharded; }
     int64_t gradientBytes() const
     {
+        if (m_zero == 3) // the shards' gradients
+            return shardBytes();
         int64_t n = 0;
-        if (m_zero == 3) {
-            for (const auto &u : m_units)
-                n += u.shard.numel() * u.elementSize;
-            return n;
-        }
         for (size_t i = 0; i < m_params.size(); ++i) {
             if (m_zero < 2) {
                 n += m_params[i].numel() * m_params[i].element_size();
@@ -1540,6 +1524,21 @@ private:
         Tensor flat;
         std::vector<size_t> members;
     };
+
+    int64_t shardBytes() const
+    {
+        int64_t n = 0;
+        for (const auto &u : m_units)
+            n += u.shard.numel() * u.elementSize;
+        return n;
+    }
+    // A parameter that got no gradient takes part in the reduction with zeros, as DDP's bucket does.
+    static const Tensor &gradOrZeros(Tensor &p)
+    {
+        if (!p.grad().defined())
+            p.mutable_grad() = torch::zeros_like(p);
+        return p.grad();
+    }
 
     // Re-gather a unit. In forward the parameters become fresh views of the flat parameter (one
     // split, whose backward concatenates the unit's gradients into one flat gradient, as
@@ -1607,8 +1606,6 @@ private:
     // Average a gradient across the ranks in bucket-sized pieces through two alternating buckets.
     void reduceThroughBuckets(const Tensor &grad)
     {
-        if (!grad.defined())
-            return;
         Tensor flat = grad.view({-1});
         for (int64_t o = 0; o < flat.numel();) {
             Tensor bucket = m_bucketPair[m_nextBucket++ % 2];
@@ -1699,7 +1696,7 @@ int64_t requestedFromMessage(const std::string &msg)
 
 bool distributedAvailable(std::string *why)
 {
-#if HEADROOM_HAVE_GLOO || HEADROOM_HAVE_NCCL
+#if HEADROOM_HAVE_C10D
     (void)why;
     return true;
 #else
