@@ -36,6 +36,15 @@ double optNumber(const json &j, const char *key, const std::string &ctx)
 
 constexpr int64_t kMaxBytes = int64_t(1) << 56; // 64 PiB: anything larger is garbage
 
+// A required phase name, e.g. "result.phases[3].phase".
+Phase requirePhase(const json &obj, const char *key, const std::string &ctx)
+{
+    const json &v = requireField(obj, key, ctx);
+    if (!v.is_string())
+        throw InputError(ctx + "." + key, show(v), "must be a string");
+    return parsePhase(v.get<std::string>(), ctx + "." + key);
+}
+
 } // namespace
 
 json toJson(const ProbeRequest &r)
@@ -245,10 +254,7 @@ Measurement measurementFromJson(const json &j)
         const json &p = phases[i];
         PhaseMeasurement pm;
         pm.step = static_cast<int>(requireInt64(p, "step", pc, 0, 1000));
-        const json &ph = requireField(p, "phase", pc);
-        if (!ph.is_string())
-            throw InputError(pc + ".phase", show(ph), "must be a string");
-        pm.phase = parsePhase(ph.get<std::string>(), pc + ".phase");
+        pm.phase = requirePhase(p, "phase", pc);
         pm.peakAllocatedBytes = requireInt64(p, "peak_allocated_bytes", pc, 0, kMaxBytes);
         pm.peakReservedBytes = requireInt64(p, "peak_reserved_bytes", pc, 0, kMaxBytes);
         pm.allocatedBytes = requireInt64(p, "allocated_bytes", pc, 0, kMaxBytes);
@@ -288,7 +294,7 @@ Measurement measurementFromJson(const json &j)
         const json &o = j.at("oom");
         OomReport r;
         r.step = static_cast<int>(requireInt64(o, "step", ctx + ".oom", 0, 1000));
-        r.phase = parsePhase(requireField(o, "phase", ctx + ".oom").get<std::string>(), ctx + ".oom.phase");
+        r.phase = requirePhase(o, "phase", ctx + ".oom");
         r.requestedBytes = requireInt64(o, "requested_bytes", ctx + ".oom", 0, kMaxBytes);
         r.inUseBytes = requireInt64(o, "in_use_bytes", ctx + ".oom", 0, kMaxBytes);
         r.message = optString(o, "message", ctx + ".oom");
@@ -315,10 +321,7 @@ Measurement measurementFromJson(const json &j)
             r.peakReservedBytes = requireInt64(e, "peak_reserved_bytes", rc, 0, kMaxBytes);
             if (e.contains("device_total_bytes"))
                 r.deviceTotalBytes = requireInt64(e, "device_total_bytes", rc, 0, kMaxBytes);
-            const json &pp = requireField(e, "peak_phase", rc);
-            if (!pp.is_string())
-                throw InputError(rc + ".peak_phase", show(pp), "must be a string");
-            r.peakPhase = parsePhase(pp.get<std::string>(), rc + ".peak_phase");
+            r.peakPhase = requirePhase(e, "peak_phase", rc);
             if (e.contains("parameters_sum")) {
                 if (!e.at("parameters_sum").is_number())
                     throw InputError(rc + ".parameters_sum", show(e.at("parameters_sum")), "must be a number");
@@ -336,10 +339,7 @@ Measurement measurementFromJson(const json &j)
                 for (size_t k = 0; k < ph.size(); ++k) {
                     const std::string pc = rc + ".phases[" + std::to_string(k) + "]";
                     PhaseMeasurement pm;
-                    const json &name = requireField(ph[k], "phase", pc);
-                    if (!name.is_string())
-                        throw InputError(pc + ".phase", show(name), "must be a string");
-                    pm.phase = parsePhase(name.get<std::string>(), pc + ".phase");
+                    pm.phase = requirePhase(ph[k], "phase", pc);
                     pm.step = static_cast<int>(requireInt64(ph[k], "step", pc, 0, 1000));
                     pm.peakAllocatedBytes = requireInt64(ph[k], "peak_allocated_bytes", pc, 0, kMaxBytes);
                     pm.peakReservedBytes = requireInt64(ph[k], "peak_reserved_bytes", pc, 0, kMaxBytes);
