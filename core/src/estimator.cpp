@@ -984,14 +984,14 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
             G.alloc(C::Gradients, eg);
         }
         G.alloc(C::Gradients, whole(P.positionGradBytes));
-        const int64_t rootGrads =
-            checkedAdd(checkedAdd(headGrads, model.tiedEmbeddings ? 0 : P.embedGradBytes), P.positionGradBytes);
         if (zero == 2) { // reduced as they come; this rank keeps its part
             const int64_t last = checkedAdd(model.tiedEmbeddings ? 0 : P.embedGradBytes, P.positionGradBytes);
             G.free(C::Gradients, last);
             G.alloc(C::Gradients, perRank(2, last));
         }
         if (fsdp) { // the root's flat gradient: concatenated, reduce-scattered, then the root reshards
+            const int64_t rootGrads =
+                checkedAdd(checkedAdd(headGrads, model.tiedEmbeddings ? 0 : P.embedGradBytes), P.positionGradBytes);
             G.alloc(C::Gradients, rootGrads);
             G.free(C::Gradients, 2 * rootGrads - perRank(2, rootGrads));
         }

@@ -212,9 +212,10 @@ json toJson(const Measurement &m)
                              {"oom", r.oom},
                              {"phases", phases}});
         }
+        const double spread = rankSpread(m);
         j["ranks"] = ranks;
-        j["spread"] = rankSpread(m);
-        j["uneven"] = rankSpread(m) > kUnevenSpread;
+        j["spread"] = spread;
+        j["uneven"] = spread > kUnevenSpread;
     }
     if (m.oom)
         j["oom"] = {{"step", m.oom->step},
