@@ -2,13 +2,20 @@
 // The boundary between the Torch-free driver (probe_main.cpp) and the Torch code (probe_torch.cpp).
 
 #include "headroom/measurement.h"
+#include "headroom/protocol.h"
 
 #include <atomic>
 #include <functional>
 
 namespace headroom::probe {
 
-enum ExitCode { Ok = 0, BadRequest = 2, OutOfMemory = 3, NoDevice = 4, Internal = 5 };
+// The protocol's exit codes (core/include/headroom/protocol.h), under the names this code uses.
+using ExitCode = protocol::ExitCode;
+constexpr ExitCode Ok = protocol::Ok;
+constexpr ExitCode BadRequest = protocol::BadRequest;
+constexpr ExitCode OutOfMemory = protocol::OutOfMemory;
+constexpr ExitCode NoDevice = protocol::NoDevice;
+constexpr ExitCode Internal = protocol::Internal;
 
 struct Callbacks
 {
@@ -41,5 +48,40 @@ struct Dist
 bool distributedAvailable(std::string *why);
 
 Outcome run(const ProbeRequest &request, const Callbacks &callbacks, const Dist &dist = {});
+// False in a build without LibTorch: then only the transformers engine measures.
+bool libtorchAvailable();
+
+// ---------------------------------------------------------------- the driver's output
+// One JSON object per line on stdout (probe_main.cpp).
+extern std::atomic<bool> g_stop;
+extern std::atomic<int> g_signal;
+void emit(const nlohmann::json &j);
+// An error event (and the message on stderr); returns `code`.
+int fail(int code, const std::string &message, const std::string &field = {});
+// The result line, and --out's copy of it; false (after saying so) if the copy cannot be written.
+bool publish(const nlohmann::json &result, const std::string &outPath);
+// The stopped event; returns 128 + signal.
+int stopped();
+// Writes `j` to `path` through a temporary file in the same folder, checking every write.
+bool writeAtomically(const std::string &path, const nlohmann::json &j);
+
+// ---------------------------------------------------------------- the transformers engine
+struct EngineOptions
+{
+    std::string python;        // --python, else $HEADROOM_PYTHON, else python3 on PATH
+    std::string modelFactory;  // --model-factory: build the model with this Python file
+    std::string snapshotPath;
+    std::string timelinePath;
+    std::string allocConf;
+    std::string outPath;
+    std::string sharding = "fsdp"; // fsdp | deepspeed
+    int64_t memoryCapBytes = 0;
+    bool shareGpu = false;
+    bool stepsGiven = false;
+};
+
+// Runs headroom_engine.py (one process, or one per rank under torchrun) and passes its
+// protocol on, every line checked by core's reader. Returns the exit code.
+int runTransformersEngine(const ProbeRequest &request, const EngineOptions &options);
 
 } // namespace headroom::probe

@@ -7,6 +7,7 @@
 
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "headroom/serialize.h"
 
 #include <CLI/CLI.hpp>
 
@@ -31,24 +32,19 @@
 using namespace headroom;
 using nlohmann::json;
 
-namespace {
+namespace headroom::probe {
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};
 
-void onSignal(int sig)
-{
-    g_signal = sig;
-    g_stop = true;
-}
-
 void emit(const json &j)
 {
-    std::fputs((j.dump() + "\n").c_str(), stdout);
+    const std::string line = j.dump() + "\n";
+    std::fwrite(line.data(), 1, line.size(), stdout);
     std::fflush(stdout);
 }
 
-int fail(int code, const std::string &message, const std::string &field = {})
+int fail(int code, const std::string &message, const std::string &field)
 {
     json e = {{"event", "error"}, {"code", code}, {"message", message}};
     if (!field.empty())
@@ -60,21 +56,26 @@ int fail(int code, const std::string &message, const std::string &field = {})
 
 bool writeAtomically(const std::string &path, const json &j)
 {
-    {
-        std::ofstream f(path + ".tmp");
-        f << j.dump(1) << "\n";
-        if (!f)
-            return false;
-    }
-    return std::rename((path + ".tmp").c_str(), path.c_str()) == 0;
+    const std::string tmp = path + ".tmp" + std::to_string(getpid());
+    const std::string text = j.dump(1) + "\n";
+    FILE *f = std::fopen(tmp.c_str(), "wb");
+    if (!f)
+        return false;
+    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    ok = std::fflush(f) == 0 && ok;
+    ok = fsync(fileno(f)) == 0 && ok;
+    ok = std::fclose(f) == 0 && ok;
+    if (ok && std::rename(tmp.c_str(), path.c_str()) == 0)
+        return true;
+    std::remove(tmp.c_str()); // a failed save leaves the old file and no temporary behind
+    return false;
 }
 
-// The result line, and --out's copy of it; false (after saying so) if the copy cannot be written.
 bool publish(const json &result, const std::string &outPath)
 {
     emit(result);
     if (!outPath.empty() && !writeAtomically(outPath, result)) {
-        fail(probe::Internal, "--out = " + outPath + ": cannot write the file");
+        fail(Internal, "--out = " + outPath + ": cannot write the file");
         return false;
     }
     return true;
@@ -84,6 +85,18 @@ int stopped()
 {
     emit({{"event", "stopped"}, {"signal", g_signal.load()}});
     return 128 + (g_signal.load() ? g_signal.load() : SIGTERM);
+}
+
+} // namespace headroom::probe
+
+using namespace headroom::probe;
+
+namespace {
+
+void onSignal(int sig)
+{
+    g_signal = sig;
+    g_stop = true;
 }
 
 // ---------------------------------------------------------------- --nproc: the launcher
@@ -307,16 +320,30 @@ int main(int argc, char **argv)
 {
     CLI::App app{"headroom-probe: measure one training step's memory, phase by phase"};
     app.set_version_flag("--version", std::string("headroom-probe ") + HEADROOM_VERSION);
-    std::string requestPath, outPath, device, allocConf, snapshotPath;
+    std::string requestPath, outPath, device, allocConf, snapshotPath, timelinePath, engineName, python, factory;
+    std::string sharding = "fsdp";
     int steps = 0, nproc = -1, rank = -1, masterPort = 0;
+    int64_t memoryCap = 0;
+    bool shareGpu = false;
     app.add_option("--request", requestPath, "Request JSON file (default: read stdin)");
+    app.add_option("--engine", engineName,
+                   "libtorch (default: Headroom's own step, fast) | transformers (your PyTorch + Transformers + PEFT)");
     app.add_option("--steps", steps, "Measured steps after one warm-up step (default 2)");
     app.add_option("--device", device, "auto | cuda | cpu (overrides the request)");
     app.add_option("--out", outPath, "Also write the result JSON to this file");
     app.add_option("--alloc-conf", allocConf, "PYTORCH_CUDA_ALLOC_CONF, e.g. expandable_segments:True");
     app.add_option("--snapshot", snapshotPath, "Write the allocator's live blocks nearest the peak to this JSON file");
+    app.add_option("--timeline", timelinePath,
+                   "transformers engine: write every allocation of the run, with phases, to this JSON file");
+    app.add_option("--memory-cap-bytes", memoryCap,
+                   "transformers engine: cap this process's memory (a smaller card on a bigger one)");
     app.add_option("--nproc", nproc,
                    "Processes (one per GPU) for data parallelism; overrides config.world_size (default: that)");
+    app.add_flag("--share-gpu", shareGpu, "transformers engine: all ranks on one GPU (Gloo), for per-rank peaks");
+    app.add_option("--sharding", sharding, "transformers engine, ZeRO >= 1: fsdp (PyTorch) | deepspeed");
+    app.add_option("--python", python, "transformers engine: the Python interpreter (default: $HEADROOM_PYTHON, python3)");
+    app.add_option("--model-factory", factory,
+                   "transformers engine: build the model with build() from this Python file instead of Transformers");
     // Set by the launcher for each rank it starts (docs/probe-protocol.md).
     app.add_option("--rank", rank)->group("");
     app.add_option("--master-port", masterPort)->group("");
@@ -327,65 +354,103 @@ int main(int argc, char **argv)
     } catch (const CLI::CallForVersion &e) {
         return app.exit(e);
     } catch (const CLI::ParseError &e) {
-        return fail(probe::BadRequest, e.what());
+        return fail(probe::BadRequest, std::string(e.what()).substr(0, 500));
     }
-    std::signal(SIGTERM, onSignal);
-    std::signal(SIGINT, onSignal);
+    // No SA_RESTART: a read of stdin returns with EINTR, so SIGTERM is honoured there too.
+    struct sigaction sa{};
+    sa.sa_handler = onSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
     if (!allocConf.empty())
         setenv("PYTORCH_CUDA_ALLOC_CONF", allocConf.c_str(), 1); // before CUDA initialises
 
     ProbeRequest request;
+    protocol::Engine engine = protocol::Engine::LibTorch;
     try {
-        std::string text;
-        if (requestPath.empty() || requestPath == "-") {
-            text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-        } else {
-            std::ifstream in(requestPath);
-            if (!in)
-                return fail(probe::BadRequest, "--request = " + requestPath + ": cannot open the file", "--request");
-            text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        }
         json j;
-        try {
-            j = json::parse(text);
-        } catch (const json::parse_error &e) {
-            return fail(probe::BadRequest, std::string("request: not valid JSON (") + e.what() + ")", "request");
+        if (requestPath.empty() || requestPath == "-") {
+            // Bounded: stdin may be endless; SIGTERM while waiting for it ends the read.
+            std::string text;
+            char buf[65536];
+            for (ssize_t n; (n = read(STDIN_FILENO, buf, sizeof buf)) != 0;) {
+                if (n < 0) {
+                    if (errno == EINTR && !g_stop)
+                        continue;
+                    if (g_stop)
+                        return stopped();
+                    return fail(probe::BadRequest, "request: cannot read stdin", "request");
+                }
+                text.append(buf, static_cast<size_t>(n));
+                if (text.size() > (64u << 20))
+                    return fail(probe::BadRequest, "request: more than 64 MiB on stdin", "request");
+            }
+            j = parseUntrusted(text, "request");
+        } else {
+            j = readJsonFile(requestPath, "--request");
         }
         request = probeRequestFromJson(j);
+        engine = protocol::parseEngine(engineName.empty() ? request.engine : engineName);
+        request.engine = std::string(protocol::toString(engine));
         if (steps != 0) {
             if (steps < 1 || steps > 1000)
-                return fail(probe::BadRequest, "--steps = " + std::to_string(steps) + ": must be between 1 and 1000",
-                            "--steps");
+                throw InputError("--steps", std::to_string(steps), "must be between 1 and 1000");
             request.steps = steps;
         }
         if (!device.empty()) {
             if (device != "auto" && device != "cuda" && device != "cpu")
-                return fail(probe::BadRequest, "--device = " + device + ": must be auto, cuda or cpu", "--device");
+                throw InputError("--device", device, "must be auto, cuda or cpu");
             request.device = device;
         }
         if (nproc != -1) {
             if (nproc < 1 || nproc > 64)
-                return fail(probe::BadRequest, "--nproc = " + std::to_string(nproc) + ": must be between 1 and 64",
-                            "--nproc");
+                throw InputError("--nproc", std::to_string(nproc), "must be between 1 and 64");
             request.config.worldSize = nproc;
         }
-        request.model.validate();
+        if (memoryCap < 0)
+            throw InputError("--memory-cap-bytes", std::to_string(memoryCap), "must be positive");
+        if (sharding != "fsdp" && sharding != "deepspeed")
+            throw InputError("--sharding", sharding, "must be fsdp or deepspeed");
         request.config.validate();
         if (request.config.worldSize > 64)
             throw InputError("config.world_size", std::to_string(request.config.worldSize),
                              "the probe starts one process per rank on this machine, at most 64");
-        if (request.config.zeroStage == 3 && request.config.finetune != FineTune::Full)
-            throw InputError("config.zero_stage", "3",
-                             "the probe shards full fine-tuning only (FSDP needs one dtype per flat parameter; "
-                             "LoRA/QLoRA with ZeRO-3 is estimated, not measured)");
-        if (request.config.offloadOptimizer)
-            throw InputError("config.offload_optimizer", "true",
-                             "the probe keeps the optimizer on the device; offload is estimated, not measured");
+        if (engine == protocol::Engine::LibTorch) {
+            for (auto [flag, given] : {std::pair{"--timeline", !timelinePath.empty()}, {"--share-gpu", shareGpu},
+                                       {"--model-factory", !factory.empty()}, {"--memory-cap-bytes", memoryCap != 0},
+                                       {"--python", !python.empty()}, {"--sharding", sharding != "fsdp"}})
+                if (given)
+                    throw InputError(flag, "given", "needs --engine transformers");
+            request.model.validate(); // the LibTorch engine builds only what core can describe
+            if (request.config.zeroStage == 3 && request.config.finetune != FineTune::Full)
+                throw InputError("config.zero_stage", "3",
+                                 "the LibTorch engine shards full fine-tuning only (LoRA/QLoRA with ZeRO-3: "
+                                 "--engine transformers)");
+            if (request.config.offloadOptimizer)
+                throw InputError("config.offload_optimizer", "true",
+                                 "the probe keeps the optimizer on the device; offload is estimated, not measured");
+        }
     } catch (const InputError &e) {
         return fail(probe::BadRequest, e.what(), e.field());
     } catch (const std::exception &e) {
         return fail(probe::BadRequest, std::string("request: ") + e.what(), "request");
     }
+
+    if (engine == protocol::Engine::Transformers) {
+        EngineOptions o;
+        o.python = python;
+        o.modelFactory = factory;
+        o.snapshotPath = snapshotPath;
+        o.timelinePath = timelinePath;
+        o.allocConf = allocConf;
+        o.outPath = outPath;
+        o.sharding = sharding;
+        o.memoryCapBytes = memoryCap;
+        o.shareGpu = shareGpu;
+        return runTransformersEngine(request, o);
+    }
+    if (!libtorchAvailable())
+        return fail(probe::NoDevice, "this headroom-probe was built without LibTorch: use --engine transformers");
 
     const bool several = nproc != -1 || request.config.worldSize > 1;
     if (several && rank < 0) {

@@ -1694,6 +1694,11 @@ int64_t requestedFromMessage(const std::string &msg)
 
 } // namespace
 
+bool libtorchAvailable()
+{
+    return true;
+}
+
 bool distributedAvailable(std::string *why)
 {
 #if HEADROOM_HAVE_C10D

@@ -49,12 +49,19 @@ Phase requirePhase(const json &obj, const char *key, const std::string &ctx)
 
 json toJson(const ProbeRequest &r)
 {
+    // With its config.json the model travels as a preset ({"headroom", "config"}), which both
+    // engines read; the transformers engine builds that config as it is.
+    json model = toJson(r.model);
+    if (!r.model.hfConfig.is_null())
+        model = {{"headroom", {{"id", r.model.id}, {"name", r.model.name}, {"published_params", r.model.publishedParams}}},
+                 {"config", r.model.hfConfig}};
     return {{"schema_version", kSchemaVersion},
             {"kind", "probe_request"},
-            {"model", toJson(r.model)},
+            {"model", model},
             {"config", toJson(r.config)},
             {"steps", r.steps},
-            {"device", r.device}};
+            {"device", r.device},
+            {"engine", r.engine}};
 }
 
 ProbeRequest probeRequestFromJson(const json &j)
@@ -64,8 +71,13 @@ ProbeRequest probeRequestFromJson(const json &j)
         throw InputError(ctx, show(j).substr(0, 40), "must be a JSON object");
     requireSchema(j, ctx);
     ProbeRequest r;
-    r.model = modelArchFromJson(requireField(j, "model", ctx));
+    r.model = modelArchFromJsonLenient(requireField(j, "model", ctx));
     r.config = trainingConfigFromJson(requireField(j, "config", ctx));
+    if (j.contains("engine")) {
+        r.engine = optString(j, "engine", ctx);
+        if (r.engine != "libtorch" && r.engine != "transformers")
+            throw InputError(ctx + ".engine", r.engine, "must be libtorch or transformers");
+    }
     if (j.contains("steps"))
         r.steps = static_cast<int>(requireInt64(j, "steps", ctx, 1, 1000));
     if (j.contains("device")) {
@@ -160,17 +172,20 @@ json toJson(const Measurement &m)
     for (const auto &p : m.phases)
         phases.push_back({{"step", p.step},
                           {"phase", toString(p.phase)},
+                          {"micro_batch", p.microBatch},
                           {"peak_allocated_bytes", p.peakAllocatedBytes},
                           {"peak_reserved_bytes", p.peakReservedBytes},
                           {"allocated_bytes", p.allocatedBytes},
                           {"reserved_bytes", p.reservedBytes},
                           {"device_used_bytes", p.deviceUsedBytes},
                           {"device_total_bytes", p.deviceTotalBytes},
+                          {"process_used_bytes", p.processUsedBytes},
                           {"alloc_retries", p.allocRetries},
                           {"ooms", p.ooms},
                           {"seconds", p.seconds}});
     json j = {{"schema_version", kSchemaVersion},
               {"event", "result"},
+              {"engine", m.engine},
               {"device", m.device},
               {"device_name", m.deviceName},
               {"driver", m.driver},
@@ -190,6 +205,10 @@ json toJson(const Measurement &m)
               {"timing", {{"wall_s", m.wallSeconds}, {"init_s", m.initSeconds}, {"build_s", m.buildSeconds},
                           {"steps_s", m.stepsSeconds}}},
               {"note", m.note}};
+    if (!m.engineInfo.empty())
+        j["engine_info"] = m.engineInfo;
+    if (m.sharedDevice)
+        j["shared_device"] = true;
     if (!m.backend.empty())
         j["backend"] = m.backend;
     if (!m.ranks.empty()) {
@@ -243,7 +262,23 @@ Measurement measurementFromJson(const json &j)
     m.torchVersion = optString(j, "torch_version", ctx);
     m.headroomVersion = optString(j, "headroom_version", ctx);
     m.createdAt = optString(j, "created_at", ctx);
-    m.model = modelArchFromJson(requireField(j, "model", ctx));
+    if (j.contains("engine")) {
+        m.engine = optString(j, "engine", ctx);
+        if (m.engine != "libtorch" && m.engine != "transformers")
+            throw InputError(ctx + ".engine", m.engine.substr(0, 40), "must be libtorch or transformers");
+    }
+    if (j.contains("engine_info") && !j.at("engine_info").is_null()) {
+        const json &ei = j.at("engine_info");
+        if (!ei.is_object() || ei.size() > 64 || ei.dump().size() > 16384)
+            throw InputError(ctx + ".engine_info", show(ei).substr(0, 40), "must be an object of at most 16 KiB");
+        m.engineInfo = ei;
+    }
+    if (j.contains("shared_device")) {
+        if (!j.at("shared_device").is_boolean())
+            throw InputError(ctx + ".shared_device", show(j.at("shared_device")), "must be true or false");
+        m.sharedDevice = j.at("shared_device").get<bool>();
+    }
+    m.model = modelArchFromJsonLenient(requireField(j, "model", ctx));
     m.config = trainingConfigFromJson(requireField(j, "config", ctx));
     if (j.contains("warmup_steps"))
         m.warmupSteps = static_cast<int>(requireInt64(j, "warmup_steps", ctx, 0, 1000));
@@ -256,6 +291,8 @@ Measurement measurementFromJson(const json &j)
         PhaseMeasurement pm;
         pm.step = static_cast<int>(requireInt64(p, "step", pc, 0, 1000));
         pm.phase = requirePhase(p, "phase", pc);
+        if (p.contains("micro_batch"))
+            pm.microBatch = static_cast<int>(requireInt64(p, "micro_batch", pc, 0, 1 << 20));
         pm.peakAllocatedBytes = requireInt64(p, "peak_allocated_bytes", pc, 0, kMaxBytes);
         pm.peakReservedBytes = requireInt64(p, "peak_reserved_bytes", pc, 0, kMaxBytes);
         pm.allocatedBytes = requireInt64(p, "allocated_bytes", pc, 0, kMaxBytes);
@@ -264,6 +301,8 @@ Measurement measurementFromJson(const json &j)
             pm.deviceUsedBytes = requireInt64(p, "device_used_bytes", pc, 0, kMaxBytes);
         if (p.contains("device_total_bytes"))
             pm.deviceTotalBytes = requireInt64(p, "device_total_bytes", pc, 0, kMaxBytes);
+        if (p.contains("process_used_bytes"))
+            pm.processUsedBytes = requireInt64(p, "process_used_bytes", pc, 0, kMaxBytes);
         if (p.contains("alloc_retries"))
             pm.allocRetries = requireInt64(p, "alloc_retries", pc, 0, kMaxBytes);
         if (p.contains("ooms"))

@@ -1,6 +1,7 @@
 #include "headroom/model.h"
 
 #include "headroom/error.h"
+#include "headroom/serialize.h"
 
 #include <nlohmann/json.hpp>
 
@@ -80,6 +81,9 @@ std::vector<std::string> supportedModelTypes()
 
 void ModelArch::validate() const
 {
+    if (!estimable)
+        throw InputError("model.model_type", modelType,
+                         "Headroom cannot estimate this model type yet (its measurements still load and show)");
     auto positive = [&](const char *field, int64_t v) {
         if (v <= 0)
             throw InputError(std::string("model.") + field, std::to_string(v), "must be positive");
@@ -191,21 +195,14 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
         m.headDim = m.hiddenSize / m.numHeads;
     }
     m.activationSavedTensors = activationSaved(m.activation);
+    m.hfConfig = c;
     m.validate();
     return m;
 }
 
 ModelArch modelFromHfConfigFile(const std::string &path)
 {
-    std::ifstream in(path);
-    if (!in)
-        throw InputError("model", path, "cannot open the file");
-    json j;
-    try {
-        j = json::parse(in);
-    } catch (const json::parse_error &e) {
-        throw InputError("model", path, std::string("is not valid JSON (") + e.what() + ")");
-    }
+    const json j = readJsonFile(path, "model");
     // A Headroom preset wraps the HF config; a plain config.json is the config itself.
     if (j.is_object() && j.contains("config") && j.contains("headroom"))
         return modelArchFromJson(j);
@@ -311,7 +308,11 @@ json toJson(const ModelArch &m)
               {"expert_intermediate_size", m.expertIntermediateSize},
               {"shared_expert_intermediate_size", m.sharedExpertIntermediateSize},
               {"shared_expert_gate", m.sharedExpertGate},
-              {"parameters", parameterCount(m)}};
+              {"parameters", m.estimable ? parameterCount(m) : 0}};
+    if (!m.hfConfig.is_null())
+        j["hf_config"] = m.hfConfig;
+    if (!m.estimable)
+        j["estimable"] = false;
     return j;
 }
 
@@ -320,9 +321,14 @@ ModelArch modelArchFromJson(const json &j)
     // A preset file {"headroom": {...}, "config": {...HF...}} or Headroom's own flat form.
     if (j.is_object() && j.contains("config") && j.contains("headroom")) {
         const json &meta = j.at("headroom");
-        ModelArch m = modelFromHfConfig(j.at("config"), meta.value("id", std::string{}));
-        m.name = meta.value("name", m.id);
-        m.publishedParams = meta.value("published_params", int64_t{0});
+        if (!meta.is_object())
+            throw InputError("model.headroom", show(meta).substr(0, 40), "must be a JSON object");
+        ModelArch m = modelFromHfConfig(j.at("config"), optionalString(meta, "id", "", "model.headroom"));
+        m.name = optionalString(meta, "name", m.id, "model.headroom");
+        // 0: not published (a config.json without a model card).
+        if (meta.contains("published_params") && !(meta.at("published_params").is_number_integer() &&
+                                                   meta.at("published_params").get<int64_t>() == 0))
+            m.publishedParams = requireInt(meta, "published_params", "model.headroom");
         return m;
     }
     const std::string ctx = "model";
@@ -367,8 +373,37 @@ ModelArch modelArchFromJson(const json &j)
     m.expertIntermediateSize = zeroOk("expert_intermediate_size");
     m.sharedExpertIntermediateSize = zeroOk("shared_expert_intermediate_size");
     m.sharedExpertGate = optionalBool(j, "shared_expert_gate", false, ctx);
+    if (j.contains("hf_config") && j.at("hf_config").is_object())
+        m.hfConfig = j.at("hf_config");
     m.validate();
     return m;
+}
+
+ModelArch modelArchFromJsonLenient(const json &j)
+{
+    try {
+        return modelArchFromJson(j);
+    } catch (const InputError &e) {
+        // Only an unknown model_type is tolerated; any other problem is still the file's.
+        const json *hf = nullptr;
+        if (j.is_object() && j.contains("config") && j.at("config").is_object())
+            hf = &j.at("config");
+        else if (j.is_object() && j.contains("hf_config") && j.at("hf_config").is_object())
+            hf = &j.at("hf_config");
+        const bool unknownType = e.field() == "config.model_type" || e.field() == "model.model_type";
+        if (!hf || !unknownType || !hf->contains("model_type") || !hf->at("model_type").is_string())
+            throw;
+        ModelArch m;
+        m.estimable = false;
+        m.modelType = hf->at("model_type").get<std::string>().substr(0, 100);
+        const json meta = j.contains("headroom") && j.at("headroom").is_object() ? j.at("headroom") : j;
+        m.id = meta.contains("id") && meta.at("id").is_string() ? meta.at("id").get<std::string>().substr(0, 200)
+                                                                 : m.modelType;
+        m.name = meta.contains("name") && meta.at("name").is_string() ? meta.at("name").get<std::string>().substr(0, 200)
+                                                                     : m.id;
+        m.hfConfig = *hf;
+        return m;
+    }
 }
 
 } // namespace headroom

@@ -2,6 +2,11 @@
 
 #include "headroom/error.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
 namespace headroom {
 
 using nlohmann::json;
@@ -63,6 +68,23 @@ json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxB
     } catch (const json::parse_error &e) {
         throw InputError(ctx, "(" + std::to_string(text.size()) + " bytes)", std::string("not valid JSON: ") + e.what());
     }
+}
+
+json readJsonFile(const std::string &path, const std::string &field, size_t maxBytes)
+{
+    std::unique_ptr<FILE, int (*)(FILE *)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+    if (!f)
+        throw InputError(field, path, std::string("cannot open the file (") + std::strerror(errno) + ")");
+    std::string text;
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f.get())) > 0;) {
+        text.append(buf, n);
+        if (text.size() > maxBytes)
+            throw InputError(field, path, "too large (the limit is " + std::to_string(maxBytes) + " bytes)");
+    }
+    if (std::ferror(f.get()))
+        throw InputError(field, path, "cannot read the file");
+    return parseUntrusted(text, field, maxBytes);
 }
 
 json toJson(const TrainingConfig &c)

@@ -130,7 +130,7 @@ std::array<bool, kLinearModuleCount> loraTargetMask(const std::vector<std::strin
         {"o_proj", {M::O}},          {"gate_proj", {M::Gate}},      {"up_proj", {M::Up}},
         {"down_proj", {M::Down}},    {"qkv_proj", {M::Q, M::K, M::V}}, {"query_key_value", {M::Q, M::K, M::V}},
         {"c_attn", {M::Q, M::K, M::V}}, {"dense", {M::O}},          {"gate_up_proj", {M::Gate, M::Up}},
-        {"c_fc", {M::Up}},           {"fc1", {M::Up}},              {"fc2", {M::Down}},
+        {"c_fc", {M::Up}},           {"c_proj", {M::O, M::Down}},   {"fc1", {M::Up}},              {"fc2", {M::Down}},
         {"dense_h_to_4h", {M::Up}},  {"dense_4h_to_h", {M::Down}},  {"w1", {M::Gate}},
         {"w3", {M::Up}},             {"w2", {M::Down}},
         {"all-linear", {M::Q, M::K, M::V, M::O, M::Gate, M::Up, M::Down}},

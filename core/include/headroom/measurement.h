@@ -14,6 +14,7 @@ struct ProbeRequest
     TrainingConfig config;
     int steps = 2;              // measured steps after one warm-up step
     std::string device = "auto"; // auto | cuda | cpu
+    std::string engine = "libtorch"; // libtorch | transformers (headroom-probe --engine overrides)
 };
 
 nlohmann::json toJson(const ProbeRequest &r);
@@ -23,12 +24,14 @@ struct PhaseMeasurement
 {
     int step = 0; // 0 is the warm-up step
     Phase phase = Phase::Forward;
+    int microBatch = 0; // with gradient accumulation: which micro-batch's forward or backward
     int64_t peakAllocatedBytes = 0;
     int64_t peakReservedBytes = 0;
     int64_t allocatedBytes = 0; // at the end of the phase
     int64_t reservedBytes = 0;
     int64_t deviceUsedBytes = 0;  // cudaMemGetInfo total - free (0 on CPU)
     int64_t deviceTotalBytes = 0;
+    int64_t processUsedBytes = 0; // this process's device memory from NVML (0 when unknown)
     int64_t allocRetries = 0;
     int64_t ooms = 0;
     double seconds = 0.0;
@@ -59,6 +62,10 @@ struct RankPeak
 
 struct Measurement
 {
+    std::string engine = "libtorch"; // libtorch | transformers: who ran the step
+    // The transformers engine's provenance: versions, model class, parameter counts, sharding.
+    nlohmann::json engineInfo = nlohmann::json::object();
+    bool sharedDevice = false; // several ranks ran on one GPU (--share-gpu)
     std::string device;     // cuda | cpu
     std::string deviceName; // "NVIDIA H200", or the CPU model
     std::string driver;

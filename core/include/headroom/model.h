@@ -2,7 +2,7 @@
 
 #include "headroom/types.h"
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 namespace headroom {
 
@@ -42,6 +42,12 @@ struct ModelArch
     int64_t sharedExpertIntermediateSize = 0;
     bool sharedExpertGate = false;
     int64_t publishedParams = 0;      // from the model card, for tests; 0 when unknown
+    // The config.json it came from, kept whole so that the transformers engine builds exactly
+    // this model (null for Headroom's flat form without one).
+    nlohmann::json hfConfig;
+    // False for a model_type Headroom cannot estimate yet: a measurement of it still loads and
+    // shows, with "estimate unavailable" (the transformers engine builds any type).
+    bool estimable = true;
 
     bool isMoe() const { return numExperts > 0; }
     void validate() const;
@@ -68,5 +74,8 @@ std::vector<std::string> supportedModelTypes();
 
 nlohmann::json toJson(const ModelArch &m);
 ModelArch modelArchFromJson(const nlohmann::json &j);
+// As modelArchFromJson, but a config.json of a model_type Headroom does not know gives a
+// ModelArch with estimable = false (id, name, type and config kept) instead of an error.
+ModelArch modelArchFromJsonLenient(const nlohmann::json &j);
 
 } // namespace headroom

@@ -28,6 +28,9 @@ void requireSchema(const nlohmann::json &obj, const std::string &ctx); // schema
 // Parses text from outside (a sheet, a probe's output) with a size and nesting limit.
 nlohmann::json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxBytes = 64u << 20,
                               int maxDepth = 64);
+// Reads a JSON file from outside: at most maxBytes are read (a FIFO or /dev/zero cannot make it
+// read forever), then parseUntrusted's size and depth limits. `field` names it in errors.
+nlohmann::json readJsonFile(const std::string &path, const std::string &field, size_t maxBytes = 64u << 20);
 int64_t requireInt64(const nlohmann::json &obj, const std::string &key, const std::string &ctx, int64_t lo, int64_t hi);
 
 } // namespace headroom
