@@ -192,7 +192,8 @@ def specs():
               "gpt2-bf16-full-adamw-b8s1024", "qmoe-bf16-lora16-b2s1024", "g3-1b-bf16-full-adamw-b2s2048",
               "olmo2-1b-bf16-full-adamw-b4s1024"]:
         base = next(s for s in S if s["name"] == n)
-        a(dict(base, name=n + "-expandable", alloc_conf="expandable_segments:True", timeline=False))
+        a(dict(base, name=n + "-expandable", alloc_conf="expandable_segments:True", timeline=False,
+               attribution=False))
     return S
 
 
@@ -305,7 +306,9 @@ def run(plan_path, out_dir, jobs_max, deadline, only, capacity_gib, engine, prob
         if kind == "engine" and not j.get("attribution", True):
             cmd.append("--no-attribution")
         log = open(os.path.join(out_dir, "req", j["name"] + ".log"), "w")
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        # Two threads each: a dozen processes share 16 cores without oversubscribing them.
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="2", MKL_NUM_THREADS="2")
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
         running[p.pid] = (p, j, time.time(), op, alone, log)
 
     blocked_since = None
@@ -374,7 +377,7 @@ def main():
     p2 = sub.add_parser("run")
     p2.add_argument("--plan", default=os.path.join(ROOT, "scripts", "corpus-plan.json"))
     p2.add_argument("--out", required=True)
-    p2.add_argument("--jobs", type=int, default=8)
+    p2.add_argument("--jobs", type=int, default=12)
     p2.add_argument("--deadline-s", type=float, default=480)
     p2.add_argument("--capacity-gib", type=float, default=128)
     p2.add_argument("--only", default="")

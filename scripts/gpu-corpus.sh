@@ -55,7 +55,12 @@ print("sources copied")
 EOF
 (cd "$WORK" && tar cJf "$OUT/src.tar.xz" src) >>"$LOG" 2>&1
 
-# Fail fast: two quick configurations first.
+# Fail fast: two quick configurations first (unless an earlier run's results are given).
+if [ -n "${SKIP_DONE:-}" ]; then
+    cp "$SKIP_DONE" "$WORK/done.jsonl"
+    wait $BUILD
+    python3 scripts/corpus.py run --out "$WORK" --skip-done "$WORK/done.jsonl" "$@" >>"$LOG" 2>&1
+else
 python3 scripts/corpus.py run --out "$WORK" --only l1b-bf16-full-adamw-b4s1024,l1b-bf16-lora16-b4s2048 \
     --deadline-s 60 >>"$LOG" 2>&1
 if ! grep -q '"exit": 0' "$WORK/results.jsonl" 2>/dev/null; then
@@ -65,6 +70,7 @@ if ! grep -q '"exit": 0' "$WORK/results.jsonl" 2>/dev/null; then
 fi
 wait $BUILD
 python3 scripts/corpus.py run --out "$WORK" --skip-done "$WORK/results.jsonl" "$@" >>"$LOG" 2>&1
+fi
 tail -n 40 "$LOG"
 
 # Pack within the 8-file, 16 MiB limits.
