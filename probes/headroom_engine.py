@@ -1119,8 +1119,11 @@ def main(argv=None):
         return code
 
     def stopped():
-        out.emit({"event": "stopped", "signal": _signal[0] or signal.SIGTERM})
-        return 128 + (_signal[0] or signal.SIGTERM)
+        out.emit({"event": "stopped", "signal": _signal[0] or signal.SIGTERM}, force=rank == 0)
+        # Straight out: nothing is left to save, and tearing down torch can take a second.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + (_signal[0] or signal.SIGTERM))
 
     try:
         if args.alloc_conf:
@@ -1134,8 +1137,7 @@ def main(argv=None):
             R["device"] = args.device
         if args.memory_cap_bytes < 0:
             raise BadRequest("--memory-cap-bytes", args.memory_cap_bytes, "must be positive")
-        factory = load_factory(args.model_factory) if args.model_factory else None
-        return run(args, R, out, factory, t_start, rank)
+        return run(args, R, out, t_start, rank)
     except BadRequest as e:
         return fail(EXIT_BAD_REQUEST, str(e), e.field)
     except Missing as e:
@@ -1153,12 +1155,17 @@ def main(argv=None):
         return fail(EXIT_INTERNAL, f"internal error: {type(e).__name__}: {e}")
 
 
-def run(args, R, out, factory, t_start, rank):
+def run(args, R, out, t_start, rank):
     try:
         import torch
     except ImportError as e:
         raise Missing(f"the transformers engine needs PyTorch, which this interpreter ({sys.executable}) "
                       f"cannot import: {short(str(e), 120)}")
+    try:
+        factory = load_factory(args.model_factory) if args.model_factory else None
+    except ImportError as e:
+        raise Missing(f"--model-factory {args.model_factory} needs a package this interpreter cannot import: "
+                      f"{short(str(e), 120)}")
     cfg = R["config"]
     D = Dist(torch, args, cfg)
     want_cuda = R["device"] != "cpu"
@@ -1182,8 +1189,8 @@ def run(args, R, out, factory, t_start, rank):
     try:
         return measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter)
     finally:
-        if not cuda:
-            meter.finish()  # the profiler stops on every path
+        if not cuda and not _stop.is_set():
+            meter.finish()  # the profiler stops on every path but a stop, which exits at once
 
 
 def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):

@@ -8,6 +8,7 @@ HEADROOM_PACKAGES=(
     qt6-base-dev qt6-charts-dev fonts-dejavu-core libqt6opengl6-dev qt6-svg-dev
     nlohmann-json3-dev libcli11-dev libbenchmark-dev
     libtorch-dev libopenblas0-pthread libgloo-dev
+    python3-torch python3-jsonschema
     xvfb xauth
 )
 

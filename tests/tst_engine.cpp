@@ -1,0 +1,373 @@
+// headroom-probe --engine transformers end to end on the CPU: the real executable, the real
+// Python engine (probes/headroom_engine.py) in Debian's python3-torch, and a small causal LM
+// written in plain torch (tests/data/engine/tinylm.py), since CI has no Transformers.
+#include "headroom/protocol.h"
+#include "headroom/serialize.h"
+
+#include <QtTest>
+
+#include <csignal>
+#include <fstream>
+
+using namespace headroom;
+using nlohmann::json;
+
+namespace {
+
+const QString kFactory = QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/engine/tinylm.py");
+const QString kSchema = QStringLiteral(HEADROOM_SOURCE_DIR "/resources/probe-protocol.schema.json");
+
+// A Python that imports torch: $HEADROOM_TEST_PYTHON, then Debian's, then python3 on PATH.
+QString pythonWithTorch()
+{
+    static const QString found = [] {
+        QStringList candidates;
+        if (qEnvironmentVariableIsSet("HEADROOM_TEST_PYTHON"))
+            candidates << qEnvironmentVariable("HEADROOM_TEST_PYTHON");
+        candidates << QStringLiteral("/usr/bin/python3") << QStringLiteral("python3");
+        for (const QString &c : std::as_const(candidates)) {
+            QProcess p;
+            p.start(c, {QStringLiteral("-c"), QStringLiteral("import torch")});
+            if (p.waitForFinished(60000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0)
+                return c;
+        }
+        return QString();
+    }();
+    return found;
+}
+
+json tinyModel()
+{
+    return {{"headroom", {{"id", "tiny"}, {"name", "tiny llama"}}},
+            {"config",
+             {{"model_type", "llama"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 128}, {"vocab_size", 256},
+              {"max_position_embeddings", 512}}}};
+}
+
+json request(json config = json::object())
+{
+    json c = {{"precision", "fp32"}, {"optimizer", "adamw"}, {"optimizer_impl", "foreach"}, {"finetune", "full"},
+              {"micro_batch", 2}, {"seq_len", 64}, {"grad_accum", 1}, {"grad_checkpointing", false},
+              {"attention", "sdpa"}};
+    c.update(config);
+    return {{"schema_version", 1}, {"kind", "probe_request"}, {"steps", 2}, {"device", "cpu"},
+            {"model", tinyModel()}, {"config", c}};
+}
+
+struct Run
+{
+    int code = -1;
+    std::vector<json> events;
+    QByteArray out;
+    QString err;
+    std::optional<Measurement> result() const
+    {
+        for (auto it = events.rbegin(); it != events.rend(); ++it)
+            if (it->value("event", "") == "result")
+                return measurementFromJson(*it);
+        return std::nullopt;
+    }
+    json error() const
+    {
+        for (const auto &e : events)
+            if (e.value("event", "") == "error")
+                return e;
+        return json();
+    }
+};
+
+std::unique_ptr<QTemporaryFile> requestFile(const json &req)
+{
+    auto f = std::make_unique<QTemporaryFile>();
+    f->open();
+    f->write(QByteArray::fromStdString(req.dump()));
+    f->flush();
+    return f;
+}
+
+Run runEngine(const json &req, const QStringList &extra = {}, const QString &python = pythonWithTorch(),
+              int timeoutMs = 180000)
+{
+    const auto f = requestFile(req);
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("HEADROOM_PYTHON"), python);
+    p.setProcessEnvironment(env);
+    p.start(QStringLiteral(HEADROOM_PROBE), QStringList{QStringLiteral("--engine"), QStringLiteral("transformers"),
+                                                        QStringLiteral("--request"), f->fileName(),
+                                                        QStringLiteral("--model-factory"), kFactory}
+                                                << extra);
+    p.waitForFinished(timeoutMs);
+    Run r;
+    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    r.out = p.readAllStandardOutput();
+    for (const QByteArray &line : r.out.split('\n'))
+        if (!line.trimmed().isEmpty())
+            r.events.push_back(json::parse(line.toStdString()));
+    return r;
+}
+
+int64_t steadyPeak(const Measurement &m, Phase p, int micro)
+{
+    int64_t best = 0;
+    for (const auto &pm : m.phases)
+        if (pm.phase == p && pm.microBatch == micro && pm.step >= m.warmupSteps)
+            best = std::max(best, pm.peakAllocatedBytes);
+    return best;
+}
+
+constexpr int64_t kTinyParams = 106816; // embedding, 2 layers, norm, lm_head of tinyModel()
+
+} // namespace
+
+class TestEngine : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase()
+    {
+        if (pythonWithTorch().isEmpty())
+            QSKIP("no Python with torch (Debian: python3-torch); scripts/setup.sh installs it");
+    }
+
+    // Every line either engine writes is valid against the one schema file.
+    void linesMatchTheSchema_data()
+    {
+        QTest::addColumn<QString>("engine");
+        QTest::addRow("transformers") << QStringLiteral("transformers");
+#ifdef HEADROOM_TEST_HAVE_LIBTORCH
+        QTest::addRow("libtorch") << QStringLiteral("libtorch");
+#endif
+    }
+    void linesMatchTheSchema()
+    {
+        QFETCH(QString, engine);
+        Run r;
+        if (engine == QLatin1String("transformers")) {
+            r = runEngine(request({{"grad_accum", 2}}));
+        } else {
+            json req = request();
+            req["model"] = json{{"id", "tiny"}, {"model_type", "llama"}, {"hidden_size", 64}, {"num_hidden_layers", 2},
+                                {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+                                {"intermediate_size", 128}, {"vocab_size", 256}};
+            const auto f = requestFile(req);
+            QProcess p;
+            p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f->fileName()});
+            p.waitForFinished(120000);
+            r.code = p.exitCode();
+            r.out = p.readAllStandardOutput();
+        }
+        QCOMPARE(r.code, 0);
+        QTemporaryFile lines;
+        QVERIFY(lines.open());
+        lines.write(r.out);
+        lines.flush();
+        QProcess v;
+        v.start(QStringLiteral("/usr/bin/python3"), {QStringLiteral(HEADROOM_SOURCE_DIR "/tests/engine/validate.py"),
+                                                     kSchema, lines.fileName()});
+        QVERIFY(v.waitForFinished(60000));
+        if (v.exitCode() == 3)
+            QSKIP("python3-jsonschema is not installed");
+        QVERIFY2(v.exitCode() == 0, v.readAllStandardOutput().constData());
+    }
+
+    // The schema's exit codes, core's and the Python engine's are the same numbers.
+    void exitCodesAgree()
+    {
+        const json schema = readJsonFile(kSchema.toStdString(), "schema");
+        const json &codes = schema.at("x-exit-codes");
+        QCOMPARE(codes.at("ok").get<int>(), int(protocol::Ok));
+        QCOMPARE(codes.at("bad_request").get<int>(), int(protocol::BadRequest));
+        QCOMPARE(codes.at("out_of_memory").get<int>(), int(protocol::OutOfMemory));
+        QCOMPARE(codes.at("no_device").get<int>(), int(protocol::NoDevice));
+        QCOMPARE(codes.at("internal").get<int>(), int(protocol::Internal));
+        QCOMPARE(codes.at("stopped_base").get<int>(), protocol::kStoppedBase);
+        QProcess p;
+        p.start(QStringLiteral("/usr/bin/python3"),
+                {QStringLiteral("-c"), QStringLiteral("import sys; sys.path.insert(0, sys.argv[1]); import headroom_engine as e; "
+                                                      "print(e.EXIT_OK, e.EXIT_BAD_REQUEST, e.EXIT_OUT_OF_MEMORY, "
+                                                      "e.EXIT_NO_DEVICE, e.EXIT_INTERNAL)"),
+                 QStringLiteral(HEADROOM_SOURCE_DIR "/probes")});
+        QVERIFY(p.waitForFinished(30000));
+        QCOMPARE(QString::fromUtf8(p.readAllStandardOutput()).trimmed(), QStringLiteral("0 2 3 4 5"));
+    }
+
+    void aResultCoreReads()
+    {
+        const Run r = runEngine(request());
+        QCOMPARE(r.code, 0);
+        const auto m = r.result();
+        QVERIFY(m);
+        QCOMPARE(QString::fromStdString(m->engine), QStringLiteral("transformers"));
+        QCOMPARE(m->phases.size(), size_t(10)); // after_load + 3 steps x 3 phases
+        QVERIFY(m->peakAllocatedBytes > 0);
+        QCOMPARE(m->engineInfo.value("params_total", int64_t(0)), kTinyParams);
+        QVERIFY(!m->model.hfConfig.is_null());
+        // Steady state: the two measured steps agree exactly.
+        std::map<std::pair<int, Phase>, int64_t> peaks;
+        for (const auto &p : m->phases)
+            peaks[{p.step, p.phase}] = p.peakAllocatedBytes;
+        for (Phase ph : {Phase::Forward, Phase::Backward, Phase::Optimizer})
+            QCOMPARE(peaks.at({1, ph}), peaks.at({2, ph}));
+        // Progress: every phase of every step, in order, then 1.
+        int progress = 0;
+        for (const auto &e : r.events)
+            if (e.value("event", "") == "progress" && !e.contains("layer"))
+                ++progress;
+        QCOMPARE(progress, 10);
+    }
+
+    // Accumulation: the gradients of micro-batch 1 live through micro-batch 2's forward.
+    void accumulationKeepsGradientsAlive()
+    {
+        const Run r = runEngine(request({{"grad_accum", 3}}));
+        QCOMPARE(r.code, 0);
+        const Measurement m = *r.result();
+        const int64_t first = steadyPeak(m, Phase::Forward, 0);
+        const int64_t second = steadyPeak(m, Phase::Forward, 1);
+        const int64_t third = steadyPeak(m, Phase::Forward, 2);
+        QCOMPARE(second - first, kTinyParams * 4); // fp32 gradients, one per parameter
+        QCOMPARE(third, second);
+        QCOMPARE(m.phases.size(), size_t(1 + 3 * 7)); // after_load + steps x (3 fwd + 3 bwd + opt)
+    }
+
+    // Attribution by tensor identity: weights are the parameters, the optimizer state AdamW's
+    // two moments (plus its step counters), and the categories add up to the peak.
+    void attributionByIdentity()
+    {
+        const Run r = runEngine(request());
+        const Measurement m = *r.result();
+        QCOMPARE(m.attribution[Category::Weights], kTinyParams * 4);
+        const int64_t state = m.attribution[Category::OptimizerState];
+        QVERIFY2(state >= kTinyParams * 8 && state <= kTinyParams * 8 + 64 * 8, std::to_string(state).c_str());
+        QVERIFY(m.attribution[Category::Activations] > 0);
+        QCOMPARE(m.attribution.allocated(), m.peakAllocatedBytes);
+    }
+
+    void outOfMemoryUnderACap()
+    {
+        const Run r = runEngine(request({{"micro_batch", 64}, {"seq_len", 512}}),
+                                {QStringLiteral("--memory-cap-bytes"), QStringLiteral("30000000")});
+        QCOMPARE(r.code, 3);
+        const auto m = r.result();
+        QVERIFY(m && m->oom);
+        QVERIFY(m->oom->requestedBytes > 0);
+        QVERIFY(m->oom->inUseBytes > 0);
+        QCOMPARE(m->oom->step, 0);
+    }
+
+    void badRequestsNameTheField_data()
+    {
+        QTest::addColumn<QString>("patch");
+        QTest::addColumn<QString>("field");
+        QTest::addRow("micro batch") << QStringLiteral(R"({"config": {"micro_batch": "x"}})")
+                                     << QStringLiteral("config.micro_batch");
+        QTest::addRow("precision") << QStringLiteral(R"({"config": {"precision": "fp8"}})")
+                                   << QStringLiteral("config.precision");
+        QTest::addRow("schema") << QStringLiteral(R"({"schema_version": 7})") << QStringLiteral("request.schema_version");
+        QTest::addRow("lora targets") << QStringLiteral(R"({"config": {"finetune": "lora", "lora": {"targets": []}}})")
+                                      << QStringLiteral("lora_targets");
+    }
+    void badRequestsNameTheField()
+    {
+        QFETCH(QString, patch);
+        QFETCH(QString, field);
+        json req = request();
+        req.merge_patch(json::parse(patch.toStdString()));
+        const Run r = runEngine(req);
+        QCOMPARE(r.code, 2);
+        const json e = r.error();
+        QVERIFY2(e.value("message", std::string()).find(field.toStdString()) != std::string::npos, e.dump().c_str());
+    }
+
+    // An interpreter without torch, or without PEFT for LoRA: exit 4 naming what is missing.
+    void missingPackagesAreNamed()
+    {
+        QTemporaryDir dir;
+        const QString wrapper = dir.path() + QStringLiteral("/python-without-site");
+        {
+            QFile f(wrapper);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n");
+        }
+        QFile::setPermissions(wrapper, QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner);
+        Run r = runEngine(request(), {}, wrapper);
+        QCOMPARE(r.code, 4);
+        QVERIFY(r.error().value("message", std::string()).find("PyTorch") != std::string::npos);
+        r = runEngine(request({{"finetune", "lora"}}));
+        QCOMPARE(r.code, 4);
+        QVERIFY(r.error().value("message", std::string()).find("peft") != std::string::npos);
+        r = runEngine(request(), {}, QStringLiteral("/nonexistent/python3"));
+        QCOMPARE(r.code, 4);
+    }
+
+    // SIGTERM mid-run: the engine stops within a second, says so, exits 143.
+    void sigtermStopsTheEngine()
+    {
+        const auto f = requestFile(request({{"micro_batch", 8}, {"seq_len", 512}, {"grad_accum", 8}}));
+        QProcess p;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("HEADROOM_PYTHON"), pythonWithTorch());
+        p.setProcessEnvironment(env);
+        p.start(QStringLiteral(HEADROOM_PROBE),
+                {QStringLiteral("--engine"), QStringLiteral("transformers"), QStringLiteral("--request"), f->fileName(),
+                 QStringLiteral("--model-factory"), kFactory, QStringLiteral("--steps"), QStringLiteral("1000")});
+        QVERIFY(p.waitForStarted());
+        QByteArray seen;
+        auto stepOneStarted = [&seen] { return seen.contains("\"step\":1}") || seen.contains("\"step\":1,"); };
+        for (int i = 0; i < 600 && !stepOneStarted(); ++i) { // until step 1 is under way
+            p.waitForReadyRead(100);
+            seen += p.readAllStandardOutput();
+        }
+        QVERIFY2(stepOneStarted(), seen.right(300).constData());
+        QElapsedTimer t;
+        t.start();
+        ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
+        QVERIFY(p.waitForFinished(5000));
+        QVERIFY2(t.elapsed() < 1500, std::to_string(t.elapsed()).c_str());
+        QCOMPARE(p.exitCode(), 143);
+        QVERIFY(p.readAllStandardOutput().contains("\"event\":\"stopped\""));
+    }
+
+    // Two ranks over Gloo through torchrun: DDP and ZeroRedundancyOptimizer.
+    void twoRanksThroughTorchrun()
+    {
+        Run ddp = runEngine(request({{"zero_stage", 0}}), {QStringLiteral("--nproc"), QStringLiteral("2")});
+        QVERIFY2(ddp.code == 0, qPrintable(ddp.err.right(500)));
+        Run zero1 = runEngine(request({{"zero_stage", 1}}), {QStringLiteral("--nproc"), QStringLiteral("2")});
+        QVERIFY2(zero1.code == 0, qPrintable(zero1.err.right(500)));
+        const Measurement a = *ddp.result(), b = *zero1.result();
+        QCOMPARE(a.ranks.size(), size_t(2));
+        QCOMPARE(QString::fromStdString(a.backend), QStringLiteral("gloo"));
+        // On the CPU the profiler also counts what Gloo's own threads allocate, at moments that
+        // differ between ranks; the ranks still agree closely (the 1% flag is for GPUs).
+        QVERIFY2(rankSpread(a) < 1.05, std::to_string(rankSpread(a)).c_str());
+        QCOMPARE(a.ranks[0].parametersSum, a.ranks[1].parametersSum);
+        // ZeRO-1 keeps half of AdamW's state per rank: its optimizer phase is lower.
+        auto opt = [](const Measurement &m) {
+            for (const auto &p : m.ranks[0].phases)
+                if (p.phase == Phase::Optimizer)
+                    return p.peakAllocatedBytes;
+            return int64_t(0);
+        };
+        QVERIFY2(opt(b) < opt(a), (std::to_string(opt(b)) + " vs " + std::to_string(opt(a))).c_str());
+    }
+
+    // A measurement of a model type core cannot estimate still loads (issue: unsupported types).
+    void unknownModelTypeLoads()
+    {
+        json req = request();
+        req["model"]["config"]["model_type"] = "falcon_h1";
+        Run r = runEngine(req);
+        QCOMPARE(r.code, 0);
+        const auto m = r.result();
+        QVERIFY(m);
+        QVERIFY(!m->model.estimable);
+        QCOMPARE(QString::fromStdString(m->model.modelType), QStringLiteral("falcon_h1"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestEngine)
+#include "tst_engine.moc"
