@@ -1161,10 +1161,11 @@ def run(args, R, out, t_start, rank):
     except ImportError as e:
         raise Missing(f"the transformers engine needs PyTorch, which this interpreter ({sys.executable}) "
                       f"cannot import: {short(str(e), 120)}")
+    factory_path = args.model_factory or os.environ.get("HEADROOM_MODEL_FACTORY") or None
     try:
-        factory = load_factory(args.model_factory) if args.model_factory else None
+        factory = load_factory(factory_path) if factory_path else None
     except ImportError as e:
-        raise Missing(f"--model-factory {args.model_factory} needs a package this interpreter cannot import: "
+        raise Missing(f"--model-factory {factory_path} needs a package this interpreter cannot import: "
                       f"{short(str(e), 120)}")
     cfg = R["config"]
     D = Dist(torch, args, cfg)

@@ -95,7 +95,7 @@ private Q_SLOTS:
         QCOMPARE(measurements.rowCount(), 0);
         session.addMeasurement(sheetio::readMeasurement(testData("h200/llama8b-lora16-b4s2048.result.json")));
         QCOMPARE(measurements.rowCount(), 1);
-        QCOMPARE(measurements.data(measurements.index(0, MeasurementsModel::Device)).toString(), QStringLiteral("NVIDIA H200"));
+        QCOMPARE(measurements.data(measurements.index(0, MeasurementsModel::Device)).toString(), QStringLiteral("NVIDIA H200 · libtorch"));
         // The estimate for that configuration is within 1% of the H200 measurement (docs/accuracy.md).
         const QString err = measurements.data(measurements.index(0, MeasurementsModel::Error)).toString();
         QVERIFY2(std::abs(err.chopped(1).toDouble()) < 1.0, qPrintable(err));

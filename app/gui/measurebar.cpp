@@ -3,6 +3,8 @@
 #include "qtutil.h"
 #include "settings.h"
 
+#include "headroom/protocol.h"
+
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QHBoxLayout>
@@ -79,7 +81,7 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     connect(&m_runner, &ProbeRunner::failed, this, [this](const QString &message, int code) {
         setRunning(false);
         showStatus(message, "#b3261e");
-        m_cpuInstead->setVisible(code == 4); // no usable GPU: CPU mode still measures the step
+        m_cpuInstead->setVisible(code == protocol::NoDevice); // no usable GPU: CPU mode still measures the step
     });
     connect(&m_runner, &ProbeRunner::stopped, this, [this] {
         setRunning(false);
@@ -128,6 +130,9 @@ void MeasureBar::measureOn(const QString &device)
     o.steps = settings.probeSteps();
     o.timeoutSeconds = settings.probeTimeoutSeconds();
     o.allocConf = settings.probeAllocConf();
+    o.engine = settings.probeEngine();
+    o.python = settings.probePython();
+    o.shareGpu = settings.probeShareGpu();
     if (o.prefix.isEmpty()) {
         QStringList searched;
         o.program = ProbeRunner::locateProbe(settings.probePath(), &searched);
@@ -147,6 +152,7 @@ void MeasureBar::measureOn(const QString &device)
     request.config = m_session->scenario().config;
     request.steps = o.steps;
     request.device = device.toStdString();
+    request.engine = o.engine.toStdString();
     if (m_runner.start(request, o)) {
         setRunning(true);
         showStatus(device == QLatin1String("cpu")

@@ -46,7 +46,7 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
         switch (index.column()) {
         case Model: return qs(m.model.name.empty() ? m.model.id : m.model.name);
         case Config: return qs(summarize(m.config));
-        case Device: return qs(m.deviceName.empty() ? m.device : m.deviceName);
+        case Device: return qs((m.deviceName.empty() ? m.device : m.deviceName) + " · " + m.engine);
         case Ranks:
             if (m.ranks.empty())
                 return QStringLiteral("—");
@@ -76,8 +76,8 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
             lines << tr("Uneven: the ranks differ by more than %1%.").arg((kUnevenSpread - 1) * 100, 0, 'f', 0);
         return lines.join(QLatin1Char('\n'));
     } else if (role == Qt::ToolTipRole) {
-        return tr("%1 on %2, %3\nLibTorch %4, Headroom %5, %6")
-            .arg(qs(m.model.name), qs(m.deviceName), qs(m.driver), qs(m.torchVersion), qs(m.headroomVersion),
+        return tr("%1 on %2, %3\n%4\nHeadroom %5, %6")
+            .arg(qs(m.model.name), qs(m.deviceName), qs(m.driver), qs(engineProvenance(m)), qs(m.headroomVersion),
                  qs(m.createdAt));
     } else if (role == Qt::ForegroundRole) {
         if (index.column() == Result && m.oom)

@@ -3,6 +3,7 @@
 #include "qtutil.h"
 
 #include "headroom/error.h"
+#include "headroom/protocol.h"
 #include "headroom/serialize.h"
 
 #include <QCoreApplication>
@@ -73,6 +74,13 @@ QStringList ProbeRunner::commandLine(const Options &o)
         << QStringLiteral("--steps") << QString::number(o.steps);
     if (!o.allocConf.isEmpty())
         cmd << QStringLiteral("--alloc-conf") << o.allocConf;
+    if (o.engine == QLatin1String("transformers")) {
+        cmd << QStringLiteral("--engine") << o.engine;
+        if (!o.python.isEmpty())
+            cmd << QStringLiteral("--python") << o.python;
+        if (o.shareGpu)
+            cmd << QStringLiteral("--share-gpu");
+    }
     return cmd;
 }
 
@@ -151,31 +159,19 @@ void ProbeRunner::onStdout()
 
 void ProbeRunner::handleLine(const QByteArray &line)
 {
-    json j;
-    try {
-        j = parseUntrusted(line.toStdString(), "probe output", 32u << 20);
-    } catch (const InputError &) {
+    using K = protocol::Line::Kind;
+    const protocol::Line l = protocol::parseLine(std::string_view(line.constData(), static_cast<size_t>(line.size())));
+    switch (l.kind) {
+    case K::Progress: emit progress(l.progress.fraction, qs(protocol::describe(l.progress))); break;
+    case K::Result: m_result = l.result; break;
+    case K::Error: m_errorMessage = qs(l.error.message); break;
+    case K::Malformed: m_errorMessage = tr("The probe's output is malformed: %1").arg(qs(l.problem)); break;
+    case K::Stopped:
+    case K::Rendezvous: break;
+    case K::NotProtocol:
         if (m_garbage.isEmpty())
             m_garbage = QString::fromUtf8(line.left(80));
-        return;
-    }
-    const std::string event = j.is_object() && j.contains("event") && j.at("event").is_string()
-                                  ? j.at("event").get<std::string>()
-                                  : std::string();
-    if (event == "progress") {
-        const double fraction = j.value("fraction", 0.0);
-        emit progress(std::clamp(fraction, 0.0, 1.0),
-                      tr("step %1 · %2").arg(j.value("step", 0)).arg(qs(j.value("phase", std::string()))));
-    } else if (event == "result") {
-        try {
-            m_result = measurementFromJson(j);
-        } catch (const InputError &e) {
-            m_errorMessage = tr("The probe's result is malformed: %1").arg(qs(e.what()));
-        }
-    } else if (event == "error") {
-        m_errorMessage = qs(j.value("message", std::string("(no message)")));
-    } else if (event != "stopped" && m_garbage.isEmpty()) {
-        m_garbage = QString::fromUtf8(line.left(80));
+        break;
     }
 }
 
@@ -208,15 +204,17 @@ void ProbeRunner::onFinished(int exitCode, QProcess::ExitStatus status)
         emit failed(tr("The probe crashed. %1").arg(stderrTail()), -1);
         return;
     }
-    if ((exitCode == 0 || exitCode == 3) && m_result) {
+    if (protocol::hasResult(exitCode) && m_result) {
         emit finished(*m_result); // exit 3 carries an OOM result: a finding, not an error
         return;
     }
     const QString detail = !m_errorMessage.isEmpty() ? m_errorMessage : stderrTail();
     switch (exitCode) {
-    case 2: emit failed(tr("The probe refused the request: %1").arg(detail), exitCode); return;
-    case 4: emit failed(tr("No usable GPU for the probe: %1").arg(detail), exitCode); return;
-    case 5: emit failed(tr("The probe hit an internal error: %1").arg(detail), exitCode); return;
+    case protocol::BadRequest: emit failed(tr("The probe refused the request: %1").arg(detail), exitCode); return;
+    case protocol::NoDevice:
+        emit failed(tr("No usable GPU or package for the probe: %1").arg(detail), exitCode);
+        return;
+    case protocol::Internal: emit failed(tr("The probe hit an internal error: %1").arg(detail), exitCode); return;
     default: break;
     }
     if (!m_garbage.isEmpty()) {

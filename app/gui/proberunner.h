@@ -22,6 +22,9 @@ public:
         int steps = 2;
         int timeoutSeconds = 600;
         QString allocConf; // PYTORCH_CUDA_ALLOC_CONF for the probe
+        QString engine = QStringLiteral("libtorch"); // libtorch | transformers
+        QString python;    // the transformers engine's interpreter (empty: the probe's default)
+        bool shareGpu = false; // transformers engine: several ranks on one GPU
     };
 
     explicit ProbeRunner(QObject *parent = nullptr);

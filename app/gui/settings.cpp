@@ -65,6 +65,37 @@ void Settings::setProbeAllocConf(const QString &conf)
     m_settings.setValue(QLatin1String(kProbeAllocConf), conf);
 }
 
+QString Settings::probeEngine() const
+{
+    const QString e = m_settings.value(QLatin1String(kProbeEngine)).toString();
+    return e == QLatin1String("transformers") ? e : QStringLiteral("libtorch");
+}
+
+void Settings::setProbeEngine(const QString &engine)
+{
+    m_settings.setValue(QLatin1String(kProbeEngine), engine);
+}
+
+QString Settings::probePython() const
+{
+    return m_settings.value(QLatin1String(kProbePython)).toString();
+}
+
+void Settings::setProbePython(const QString &python)
+{
+    m_settings.setValue(QLatin1String(kProbePython), python);
+}
+
+bool Settings::probeShareGpu() const
+{
+    return m_settings.value(QLatin1String(kProbeShareGpu), false).toBool();
+}
+
+void Settings::setProbeShareGpu(bool share)
+{
+    m_settings.setValue(QLatin1String(kProbeShareGpu), share);
+}
+
 Unit Settings::units() const
 {
     return m_settings.value(QLatin1String(kUnits)).toString() == QLatin1String("GB") ? Unit::GB : Unit::GiB;

@@ -17,6 +17,9 @@ public:
     static constexpr const char *kProbeSteps = "probe/steps";
     static constexpr const char *kProbeTimeout = "probe/timeout_s";
     static constexpr const char *kProbeAllocConf = "probe/alloc_conf";
+    static constexpr const char *kProbeEngine = "probe/engine";
+    static constexpr const char *kProbePython = "probe/python";
+    static constexpr const char *kProbeShareGpu = "probe/share_gpu";
     static constexpr const char *kUnits = "ui/units";
     static constexpr const char *kLastScenario = "session/last_scenario";
 
@@ -33,6 +36,13 @@ public:
     void setProbeTimeoutSeconds(int seconds);
     QString probeAllocConf() const;
     void setProbeAllocConf(const QString &conf);
+    // libtorch (Headroom's own step) | transformers (the user's PyTorch + Transformers + PEFT).
+    QString probeEngine() const;
+    void setProbeEngine(const QString &engine);
+    QString probePython() const; // the transformers engine's interpreter; empty: $HEADROOM_PYTHON or python3
+    void setProbePython(const QString &python);
+    bool probeShareGpu() const; // several ranks on one GPU (Gloo) with the transformers engine
+    void setProbeShareGpu(bool share);
 
     headroom::Unit units() const;
     void setUnits(headroom::Unit u);

@@ -3,6 +3,7 @@
 #include "proberunner.h"
 #include "settings.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QFileDialog>
@@ -22,6 +23,9 @@ SettingsDialog::SettingsDialog(QWidget *parent)
     , m_steps(new QSpinBox(this))
     , m_timeout(new QSpinBox(this))
     , m_allocConf(new QLineEdit(this))
+    , m_engine(new QComboBox(this))
+    , m_python(new QLineEdit(this))
+    , m_shareGpu(new QCheckBox(tr("Ranks share one GPU (Gloo), for per-rank peaks on a single card"), this))
 {
     setWindowTitle(tr("Headroom settings"));
     const Settings s;
@@ -42,6 +46,22 @@ SettingsDialog::SettingsDialog(QWidget *parent)
     m_prefix->setText(s.probePrefix().join(QLatin1Char(' ')));
     m_prefix->setPlaceholderText(tr("e.g. ssh gpu-box   ·   srun --gpus=1   ·   docker exec trainer"));
     form->addRow(tr("Run through"), m_prefix);
+    m_engine->addItem(tr("LibTorch — Headroom's own step, fast"), QStringLiteral("libtorch"));
+    m_engine->addItem(tr("Transformers — your PyTorch + Transformers + PEFT"), QStringLiteral("transformers"));
+    m_engine->setCurrentIndex(std::max(0, m_engine->findData(s.probeEngine())));
+    form->addRow(tr("Engine"), m_engine);
+    m_python->setText(s.probePython());
+    m_python->setPlaceholderText(tr("$HEADROOM_PYTHON or python3 (e.g. ~/venvs/train/bin/python)"));
+    form->addRow(tr("Python interpreter"), m_python);
+    m_shareGpu->setChecked(s.probeShareGpu());
+    form->addRow(QString(), m_shareGpu);
+    auto enableTransformers = [this] {
+        const bool t = m_engine->currentData().toString() == QLatin1String("transformers");
+        m_python->setEnabled(t);
+        m_shareGpu->setEnabled(t);
+    };
+    connect(m_engine, &QComboBox::currentIndexChanged, this, enableTransformers);
+    enableTransformers();
     form->addRow(QString(), new QLabel(tr("<small>The prefix is split into arguments (quotes group words) and never "
                                           "passed to a shell. With a prefix, the path above is the remote one.</small>"),
                                        this));
@@ -75,5 +95,8 @@ void SettingsDialog::accept()
     s.setProbeSteps(m_steps->value());
     s.setProbeTimeoutSeconds(m_timeout->value());
     s.setProbeAllocConf(m_allocConf->text().trimmed());
+    s.setProbeEngine(m_engine->currentData().toString());
+    s.setProbePython(m_python->text().trimmed());
+    s.setProbeShareGpu(m_shareGpu->isChecked());
     QDialog::accept();
 }

@@ -5,6 +5,7 @@
 class QLineEdit;
 class QSpinBox;
 class QComboBox;
+class QCheckBox;
 
 // Where and how the probe runs: a local path, or a launcher prefix such as `ssh gpu-box`.
 class SettingsDialog : public QDialog
@@ -21,4 +22,7 @@ private:
     QSpinBox *m_steps;
     QSpinBox *m_timeout;
     QLineEdit *m_allocConf;
+    QComboBox *m_engine;
+    QLineEdit *m_python;
+    QCheckBox *m_shareGpu;
 };

@@ -166,6 +166,22 @@ Measurement mergeRanks(std::vector<Measurement> perRank)
     return out;
 }
 
+std::string engineProvenance(const Measurement &m)
+{
+    if (m.engine != "transformers")
+        return "libtorch engine (LibTorch " + (m.torchVersion.empty() ? std::string("?") : m.torchVersion) + ")";
+    std::string parts;
+    auto add = [&](const char *key, const char *label) {
+        if (m.engineInfo.contains(key) && m.engineInfo.at(key).is_string())
+            parts += (parts.empty() ? "" : ", ") + std::string(label) + " " + m.engineInfo.at(key).get<std::string>();
+    };
+    add("transformers", "Transformers");
+    add("peft", "PEFT");
+    add("bitsandbytes", "bitsandbytes");
+    parts += (parts.empty() ? "" : ", ") + std::string("PyTorch ") + m.torchVersion;
+    return "transformers engine (" + parts + ")";
+}
+
 json toJson(const Measurement &m)
 {
     json phases = json::array();

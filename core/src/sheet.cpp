@@ -170,6 +170,7 @@ json provenance(const Sheet &s, const std::string &createdAt)
             {"measured", m != nullptr},
             {"driver", m ? m->driver : ""},
             {"torch_version", m ? m->torchVersion : ""},
+            {"engine", m ? engineProvenance(*m) : ""},
             {"estimator", "headroom core " HEADROOM_VERSION}};
 }
 
@@ -386,7 +387,7 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
                               rankSpread(mm), rankSpread(mm) > kUnevenSpread ? " (uneven)" : "");
                 ranks = spread;
             }
-            runs.rows.push_back({std::to_string(k++), mm.deviceName, mm.model.name + ", " + summarize(mm.config),
+            runs.rows.push_back({std::to_string(k++), mm.deviceName + " (" + mm.engine + ")", mm.model.name + ", " + summarize(mm.config),
                                  fmt(mm.peakAllocatedBytes), err, ranks,
                                  mm.oom ? "OOM in " + std::string(toString(mm.oom->phase)) : "ok"});
         }
@@ -399,7 +400,7 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
                {"Created", prov["created_at"]},
                {"GPU", prov["gpu_name"]},
                {"Driver", m ? m->driver : "(not measured)"},
-               {"Probe LibTorch", m ? m->torchVersion : "(not measured)"}};
+               {"Measured by", m ? engineProvenance(*m) : "(not measured)"}};
     t.push_back(pv);
     return t;
 }

@@ -108,6 +108,9 @@ RankPeak rankPeak(const Measurement &m, int rank);
 // Throws InputError if the ranks are not one run (configs differ, ranks missing or repeated).
 Measurement mergeRanks(std::vector<Measurement> perRank);
 
+// Who measured, in one line: "transformers engine (Transformers 5.17.0, PEFT 0.21.0, PyTorch 2.11.0)".
+std::string engineProvenance(const Measurement &m);
+
 nlohmann::json toJson(const Measurement &m);
 // Strict: every problem names the field, e.g. "result.phases[3].peak_allocated_bytes".
 Measurement measurementFromJson(const nlohmann::json &j);
