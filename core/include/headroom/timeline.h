@@ -1,0 +1,89 @@
+#pragma once
+// Memory over one training run as an ordered stream of allocations and frees: what the
+// estimator predicts (estimateTimeline) and what the transformers engine records from
+// torch.cuda.memory._record_memory_history (--timeline, "probe_timeline"). Both replay through
+// the caching allocator model (allocator.h) to give peak reserved.
+
+#include "headroom/allocator.h"
+#include "headroom/types.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <string>
+#include <vector>
+
+namespace headroom {
+
+// What PyTorch's caching allocator holds before the program's first tensor: 1 MiB, allocated at
+// CUDA initialisation. Measured: every H200 run of the corpus, PyTorch 2.11 (the allocated bytes
+// at each phase mark minus the recorded stream's, tests/tst_allocator.cpp).
+constexpr int64_t kTorchStartupBytes = 0;
+
+struct MemEvent
+{
+    enum Kind : uint8_t { Alloc, Free };
+    Kind kind = Alloc;
+    Category category = Category::Temporaries;
+    int16_t layer = -1;   // decoder layer, -1 outside the layers
+    uint16_t op = 0;      // index into Timeline::ops
+    uint32_t id = 0;      // the allocation's id; a free names the id it frees
+    int64_t bytes = 0;    // requested bytes (the allocator rounds)
+};
+
+// The start of a phase in the event stream.
+struct TimelineMark
+{
+    int step = 0;
+    Phase phase = Phase::Forward;
+    int microBatch = 0;
+    size_t event = 0; // index of the first event of the phase
+};
+
+struct Timeline
+{
+    std::string source;            // "estimate" or "measured"
+    std::vector<MemEvent> events;
+    std::vector<std::string> ops;  // what made each allocation: an HF code line or an op name
+    std::vector<TimelineMark> marks;
+    int steadyStep = 1;            // the step whose phases the estimate reports
+    int64_t startupBytes = 0;      // allocated before the first event (PyTorch's own, at CUDA init)
+};
+
+// Per phase of the run, what the caching allocator does with the stream.
+struct ReplayPhase
+{
+    TimelineMark mark;
+    int64_t peakAllocatedBytes = 0;
+    int64_t peakReservedBytes = 0;
+    int64_t endAllocatedBytes = 0;
+    int64_t endReservedBytes = 0;
+    size_t peakEvent = 0; // index of the event at the phase's allocated peak
+};
+
+struct Replay
+{
+    std::vector<ReplayPhase> phases;
+    int64_t peakAllocatedBytes = 0; // over the steady step
+    int64_t peakReservedBytes = 0;  // over the whole run (segments are never given back)
+    int64_t retries = 0;
+    bool outOfMemory = false;
+    size_t oomEvent = 0;
+};
+
+// Replays `t` through the allocator model with `config` (its capacity decides an OOM).
+Replay replay(const Timeline &t, const AllocatorConfig &config = {});
+
+// One sample per event of the steady step: the live bytes by category, for the Timeline tab.
+struct TimelineSample
+{
+    size_t event = 0;
+    std::array<int64_t, kCategoryCount> bytes{};
+};
+std::vector<TimelineSample> stackedSamples(const Timeline &t, int step, size_t maxSamples = 2000);
+
+// The probe's --timeline file (schema_version 1, kind probe_timeline). Throws InputError.
+Timeline timelineFromJson(const nlohmann::json &j);
+Timeline readTimelineFile(const std::string &path);
+nlohmann::json toJson(const Timeline &t);
+
+} // namespace headroom

@@ -1,0 +1,590 @@
+// A model of PyTorch's CUDA caching allocator, rule for rule from
+// c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.x): 512-byte rounding; a small pool (requests up
+// to 1 MiB, carved from 2 MiB segments) and a large pool (requests under 10 MiB carved from
+// 20 MiB segments, larger ones in their own segment rounded to 2 MiB); best fit over free blocks
+// ordered by (size, address); splitting when the remainder is over 1 MiB (large pool) or at
+// least 512 bytes (small pool, and expandable segments); merging of free neighbours; on a
+// failed cudaMalloc, freeing oversize cached blocks (max_split_size) and then the whole cache
+// before retrying; expandable segments that map 2 MiB (small) or 20 MiB (large) pages at the
+// lowest address that fits. Addresses are modelled: segments are laid out in order.
+
+#include "headroom/allocator.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace headroom {
+
+namespace {
+
+constexpr int64_t kMinBlockSize = 512;
+constexpr int64_t kSmallSize = 1048576;
+constexpr int64_t kSmallBuffer = 2097152;
+constexpr int64_t kMinLargeAlloc = 10485760;
+constexpr int64_t kRoundLarge = 2097152;
+constexpr int64_t kLargeBuffer = 20971520;
+// Address space of one expandable segment: more than any card (the allocator reserves 1 1/8 of
+// the card's memory; a model needs only "enough").
+constexpr int64_t kExpandableSpace = int64_t(1) << 50;
+
+struct Pool;
+
+struct Block
+{
+    int64_t size = 0;
+    int64_t addr = 0;
+    Block *prev = nullptr;
+    Block *next = nullptr;
+    Pool *pool = nullptr;
+    bool allocated = false;
+    bool mapped = true;
+    bool expandable = false;
+    int64_t gcCountBase = 0;
+    bool isSplit() const { return prev != nullptr || next != nullptr; }
+};
+
+struct BySize
+{
+    bool operator()(const Block *a, const Block *b) const
+    {
+        return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+    }
+};
+struct ByAddr
+{
+    bool operator()(const Block *a, const Block *b) const { return a->addr < b->addr; }
+};
+
+struct Pool
+{
+    bool small = false;
+    std::set<Block *, BySize> blocks;    // free, mapped
+    std::set<Block *, ByAddr> unmapped;  // expandable address space not backed by pages
+    int64_t getFreeBlocksCalls = 0;
+    void insert(Block *b)
+    {
+        b->gcCountBase = getFreeBlocksCalls;
+        blocks.insert(b);
+    }
+};
+
+int64_t roundupPower2NextDivision(int64_t size, int divisions)
+{
+    auto isPow2 = [](uint64_t v) { return v && !(v & (v - 1)); };
+    if (isPow2(static_cast<uint64_t>(size)))
+        return size;
+    uint64_t floor2 = uint64_t(1) << (63 - __builtin_clzll(static_cast<uint64_t>(size)));
+    int log2div = 63 - __builtin_clzll(static_cast<uint64_t>(divisions));
+    const uint64_t div = floor2 >> log2div;
+    if (div == 0)
+        return static_cast<int64_t>(floor2 << 1);
+    const uint64_t roundFloor = static_cast<uint64_t>(size) & ~(div - 1);
+    return static_cast<int64_t>(roundFloor == static_cast<uint64_t>(size) ? roundFloor : roundFloor + div);
+}
+
+int64_t allocationSize(int64_t size)
+{
+    if (size <= kSmallSize)
+        return kSmallBuffer;
+    if (size < kMinLargeAlloc)
+        return kLargeBuffer;
+    return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+} // namespace
+
+struct CachingAllocatorModel::Impl
+{
+    CachingAllocatorModel &q;
+    AllocatorConfig cfg;
+    Pool small;
+    Pool large;
+    std::vector<Block *> byId;      // live allocations by the caller's id
+    std::vector<Block *> segments;  // every block ever made, for deletion
+    int64_t nextAddr = int64_t(1) << 32;
+
+    Impl(CachingAllocatorModel &owner, const AllocatorConfig &c)
+        : q(owner)
+        , cfg(c)
+    {
+        small.small = true;
+    }
+    ~Impl()
+    {
+        for (Block *b : all)
+            delete b;
+    }
+    std::vector<Block *> all; // owner of every Block
+
+    Block *make(int64_t size, int64_t addr, Pool *pool)
+    {
+        Block *b = new Block;
+        b->size = size;
+        b->addr = addr;
+        b->pool = pool;
+        all.push_back(b);
+        return b;
+    }
+    void destroy(Block *b)
+    {
+        // Blocks are few thousand at most; unlink lazily by marking size 0 and keep memory until the model dies.
+        b->size = -1;
+    }
+
+    void addReserved(int64_t bytes)
+    {
+        q.m_reserved += bytes;
+        q.m_peakReserved = std::max(q.m_peakReserved, q.m_reserved);
+    }
+
+    bool getFreeBlock(Pool &pool, int64_t size, Block *&out)
+    {
+        if (cfg.garbageCollectionThreshold > 0.0 && cfg.capacityBytes != INT64_MAX)
+            ++pool.getFreeBlocksCalls;
+        Block key;
+        key.size = size;
+        key.addr = std::numeric_limits<int64_t>::min();
+        auto it = pool.blocks.lower_bound(&key);
+        if (it == pool.blocks.end())
+            return false;
+        if ((*it)->expandable && cfg.expandableSegments) {
+            // An expandable block's fit counts the unmapped space right after it.
+            auto expandableSize = [](const Block *b) {
+                return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+            };
+            auto next = std::next(it);
+            while ((*it)->expandable && next != pool.blocks.end() && expandableSize(*next) < expandableSize(*it))
+                it = next++;
+        }
+        if (size < cfg.maxSplitBytes && (*it)->size >= cfg.maxSplitBytes)
+            return false;
+        if (size >= cfg.maxSplitBytes && (*it)->size >= size + kLargeBuffer)
+            return false;
+        out = *it;
+        pool.blocks.erase(it);
+        return true;
+    }
+
+    size_t tryMerge(Block *dst, Block *src, Pool &pool)
+    {
+        if (!src || src->allocated || dst->mapped != src->mapped)
+            return 0;
+        if (dst->prev == src) {
+            dst->addr = src->addr;
+            dst->prev = src->prev;
+            if (dst->prev)
+                dst->prev->next = dst;
+        } else {
+            dst->next = src->next;
+            if (dst->next)
+                dst->next->prev = dst;
+        }
+        const int64_t subsumed = src->size;
+        dst->size += subsumed;
+        if (src->mapped)
+            pool.blocks.erase(src);
+        else
+            pool.unmapped.erase(src);
+        destroy(src);
+        return static_cast<size_t>(subsumed);
+    }
+
+    // cudaMalloc of a new segment, or pages of an expandable one.
+    bool allocBlock(Pool &pool, int64_t size, int64_t allocSize, bool retry, Block *&out)
+    {
+        if (retry)
+            ++q.m_retries;
+        if (cfg.expandableSegments)
+            return allocExpandable(pool, size, out);
+        if (q.m_reserved + allocSize > cfg.capacityBytes)
+            return false;
+        out = make(allocSize, nextAddr, &pool);
+        nextAddr += allocSize + kRoundLarge; // segments do not touch: no merging across them
+        addReserved(allocSize);
+        ++q.m_segmentCount;
+        return true;
+    }
+
+    Block *findExpandable(Pool &pool, int64_t size)
+    {
+        auto allocatable = [](const Block *b) { return b && !b->allocated; };
+        auto room = [&](Block *b) {
+            int64_t bytes = 0;
+            while (bytes < size && allocatable(b)) {
+                bytes += b->size;
+                b = b->next;
+            }
+            return bytes >= size;
+        };
+        for (Block *c : pool.unmapped) {
+            if (allocatable(c->prev))
+                c = c->prev;
+            if (room(c))
+                return c;
+        }
+        Block *c = make(kExpandableSpace, nextAddr, &pool);
+        nextAddr += kExpandableSpace;
+        c->mapped = false;
+        c->expandable = true;
+        pool.unmapped.insert(c);
+        ++q.m_segmentCount;
+        return c;
+    }
+
+    bool mapBlock(Block *b, int64_t size)
+    {
+        const int64_t page = b->pool->small ? kSmallBuffer : kLargeBuffer;
+        // The segment's pages are aligned from its first byte; b starts on a page boundary.
+        const int64_t mapped = std::min(b->size, ((size + page - 1) / page) * page);
+        if (q.m_reserved + mapped > cfg.capacityBytes)
+            return false;
+        Pool &pool = *b->pool;
+        pool.unmapped.erase(b);
+        b->mapped = true;
+        if (mapped < b->size) {
+            Block *rest = make(b->size - mapped, b->addr + mapped, &pool);
+            rest->mapped = false;
+            rest->expandable = true;
+            rest->prev = b;
+            rest->next = b->next;
+            if (b->next)
+                b->next->prev = rest;
+            b->next = rest;
+            pool.unmapped.insert(rest);
+            b->size = mapped;
+        }
+        tryMerge(b, b->prev, pool);
+        tryMerge(b, b->next, pool);
+        pool.insert(b);
+        addReserved(mapped);
+        return true;
+    }
+
+    bool allocExpandable(Pool &pool, int64_t size, Block *&out)
+    {
+        Block *c = findExpandable(pool, size);
+        if (!c->mapped && !mapBlock(c, std::min(c->size, size)))
+            return false;
+        while (c->size < size) {
+            Block *n = c->next;
+            if (!n || !mapBlock(n, std::min(size - c->size, n->size)))
+                return false;
+            c = n;
+        }
+        pool.blocks.erase(c);
+        out = c;
+        return true;
+    }
+
+    void releaseBlock(Block *b)
+    {
+        Pool &pool = *b->pool;
+        pool.blocks.erase(b);
+        q.m_reserved -= b->size;
+        --q.m_segmentCount;
+        destroy(b);
+    }
+
+    // Unmaps the whole pages inside a free block of an expandable segment.
+    void unmapFree(Block *b)
+    {
+        Pool &pool = *b->pool;
+        const int64_t page = pool.small ? kSmallBuffer : kLargeBuffer;
+        // Pages are aligned to the segment's start; a free block's interior pages can go.
+        Block *head = b;
+        while (head->prev)
+            head = head->prev;
+        const int64_t base = head->addr;
+        const int64_t first = base + ((b->addr - base + page - 1) / page) * page;
+        const int64_t last = base + ((b->addr + b->size - base) / page) * page;
+        if (last <= first)
+            return;
+        pool.blocks.erase(b);
+        Block *before = nullptr, *after = nullptr;
+        if (first > b->addr) {
+            before = make(first - b->addr, b->addr, &pool);
+            before->expandable = true;
+        }
+        if (b->addr + b->size > last) {
+            after = make(b->addr + b->size - last, last, &pool);
+            after->expandable = true;
+        }
+        Block *gap = make(last - first, first, &pool);
+        gap->expandable = true;
+        gap->mapped = false;
+        Block *prev = b->prev, *next = b->next;
+        std::vector<Block *> chain;
+        if (before)
+            chain.push_back(before);
+        chain.push_back(gap);
+        if (after)
+            chain.push_back(after);
+        for (size_t i = 0; i < chain.size(); ++i) {
+            chain[i]->prev = i == 0 ? prev : chain[i - 1];
+            chain[i]->next = i + 1 == chain.size() ? next : chain[i + 1];
+        }
+        if (prev)
+            prev->next = chain.front();
+        if (next)
+            next->prev = chain.back();
+        destroy(b);
+        q.m_reserved -= last - first;
+        if (before)
+            pool.insert(before);
+        if (after)
+            pool.insert(after);
+        pool.unmapped.insert(gap);
+        tryMerge(gap, gap->prev, pool);
+        tryMerge(gap, gap->next, pool);
+    }
+
+    bool releaseCached()
+    {
+        for (Pool *pool : {&large, &small}) {
+            std::vector<Block *> free(pool->blocks.begin(), pool->blocks.end());
+            for (Block *b : free) {
+                if (b->expandable)
+                    unmapFree(b);
+                else if (!b->isSplit())
+                    releaseBlock(b);
+            }
+        }
+        return true;
+    }
+
+    bool releaseAvailable(Pool &pool, int64_t size)
+    {
+        if (cfg.maxSplitBytes == INT64_MAX)
+            return false;
+        Block key;
+        key.size = size < cfg.maxSplitBytes ? cfg.maxSplitBytes : size;
+        key.addr = std::numeric_limits<int64_t>::min();
+        auto it = pool.blocks.lower_bound(&key);
+        if (it == pool.blocks.end()) {
+            if (it == pool.blocks.begin())
+                return false;
+            int64_t released = 0;
+            --it;
+            while (released < key.size && (*it)->size >= cfg.maxSplitBytes) {
+                auto cur = it;
+                const bool isFirst = cur == pool.blocks.begin();
+                if (!isFirst)
+                    --it;
+                if (!(*cur)->expandable) {
+                    released += (*cur)->size;
+                    releaseBlock(*cur);
+                }
+                if (isFirst)
+                    break;
+            }
+            return released >= key.size;
+        }
+        releaseBlock(*it);
+        return true;
+    }
+
+    void garbageCollect()
+    {
+        const int64_t threshold =
+            static_cast<int64_t>(cfg.garbageCollectionThreshold * static_cast<double>(cfg.capacityBytes));
+        if (q.m_reserved <= threshold)
+            return;
+        const int64_t target = q.m_reserved - threshold;
+        int64_t reclaimed = 0;
+        for (bool freed = true; reclaimed < target && freed;) {
+            double total = 0;
+            int count = 0;
+            for (Block *b : large.blocks)
+                if (!b->isSplit()) {
+                    total += static_cast<double>(large.getFreeBlocksCalls - b->gcCountBase);
+                    ++count;
+                }
+            if (count == 0)
+                return;
+            const double age = total / count;
+            freed = false;
+            std::vector<Block *> free(large.blocks.begin(), large.blocks.end());
+            for (Block *b : free)
+                if (!b->isSplit() && static_cast<double>(large.getFreeBlocksCalls - b->gcCountBase) >= age) {
+                    freed = true;
+                    reclaimed += b->size;
+                    releaseBlock(b);
+                }
+        }
+    }
+
+    bool shouldSplit(const Block *b, int64_t size) const
+    {
+        const int64_t remaining = b->size - size;
+        if (b->pool->small || cfg.expandableSegments)
+            return remaining >= kMinBlockSize;
+        return size < cfg.maxSplitBytes && remaining > kSmallSize;
+    }
+};
+
+CachingAllocatorModel::CachingAllocatorModel(const AllocatorConfig &config)
+    : d(std::make_unique<Impl>(*this, config))
+{
+}
+
+CachingAllocatorModel::~CachingAllocatorModel() = default;
+
+int64_t CachingAllocatorModel::roundSize(int64_t size, int divisions)
+{
+    if (size < kMinBlockSize)
+        return kMinBlockSize;
+    if (divisions > 1 && size > kMinBlockSize * divisions)
+        return roundupPower2NextDivision(size, divisions);
+    return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+bool CachingAllocatorModel::malloc(uint32_t id, int64_t requested)
+{
+    Impl &m = *d;
+    const int64_t size = roundSize(std::max<int64_t>(requested, 0), m.cfg.roundupPower2Divisions);
+    Pool &pool = size <= kSmallSize ? m.small : m.large;
+    const int64_t allocSize = allocationSize(size);
+    Block *block = nullptr;
+    bool found = m.getFreeBlock(pool, size, block);
+    if (!found) {
+        if (m.cfg.garbageCollectionThreshold > 0.0 && m.cfg.capacityBytes != INT64_MAX)
+            m.garbageCollect();
+        found = m.allocBlock(pool, size, allocSize, false, block) ||
+                (m.releaseAvailable(pool, size) && m.allocBlock(pool, size, allocSize, false, block)) ||
+                (m.releaseCached() && m.allocBlock(pool, size, allocSize, true, block));
+    }
+    if (!found) {
+        ++m_ooms;
+        return false;
+    }
+    if (m.shouldSplit(block, size)) {
+        Block *rest = block;
+        Block *b = m.make(size, rest->addr, &pool);
+        b->expandable = rest->expandable;
+        b->prev = rest->prev;
+        if (b->prev)
+            b->prev->next = b;
+        b->next = rest;
+        rest->prev = b;
+        rest->addr += size;
+        rest->size -= size;
+        pool.insert(rest);
+        block = b;
+    }
+    block->allocated = true;
+    if (m.byId.size() <= id)
+        m.byId.resize(std::max<size_t>(id + 1, m.byId.size() * 2), nullptr);
+    m.byId[id] = block;
+    m_allocated += block->size;
+    m_peakAllocated = std::max(m_peakAllocated, m_allocated);
+    return true;
+}
+
+void CachingAllocatorModel::free(uint32_t id)
+{
+    Impl &m = *d;
+    if (id >= m.byId.size() || !m.byId[id])
+        return; // freed twice, or never allocated (an OOM): nothing to do
+    Block *block = m.byId[id];
+    m.byId[id] = nullptr;
+    block->allocated = false;
+    m_allocated -= block->size;
+    Pool &pool = *block->pool;
+    m.tryMerge(block, block->prev, pool);
+    m.tryMerge(block, block->next, pool);
+    pool.insert(block);
+}
+
+void CachingAllocatorModel::emptyCache()
+{
+    d->releaseCached();
+}
+
+void CachingAllocatorModel::resetPeaks()
+{
+    m_peakAllocated = m_allocated;
+    m_peakReserved = m_reserved;
+}
+
+int64_t CachingAllocatorModel::largestFreeBlockBytes() const
+{
+    int64_t best = 0;
+    for (const Pool *p : {&d->large, &d->small})
+        if (!p->blocks.empty())
+            best = std::max(best, (*p->blocks.rbegin())->size);
+    return best;
+}
+
+std::string AllocatorConfig::describe() const
+{
+    std::string s;
+    auto add = [&s](const std::string &kv) { s += (s.empty() ? "" : ",") + kv; };
+    if (expandableSegments)
+        add("expandable_segments:True");
+    if (maxSplitBytes != INT64_MAX)
+        add("max_split_size_mb:" + std::to_string(maxSplitBytes / 1048576));
+    if (garbageCollectionThreshold > 0.0) {
+        std::ostringstream o;
+        o << garbageCollectionThreshold;
+        add("garbage_collection_threshold:" + o.str());
+    }
+    if (roundupPower2Divisions > 0)
+        add("roundup_power2_divisions:" + std::to_string(roundupPower2Divisions));
+    return s;
+}
+
+AllocatorConfig parseAllocConf(const std::string &text, const std::string &field)
+{
+    AllocatorConfig c;
+    if (text.size() > 1000)
+        throw InputError(field, text.substr(0, 40) + "...", "too long for PYTORCH_CUDA_ALLOC_CONF");
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) {
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
+        if (item.empty())
+            continue;
+        const auto colon = item.find(':');
+        if (colon == std::string::npos)
+            throw InputError(field, item, "expected key:value (e.g. expandable_segments:True)");
+        const std::string key = item.substr(0, colon), value = item.substr(colon + 1);
+        auto number = [&](double lo, double hi) {
+            char *end = nullptr;
+            const double v = std::strtod(value.c_str(), &end);
+            if (value.empty() || *end != '\0' || !(v >= lo && v <= hi))
+                throw InputError(field, item,
+                                 key + " needs a number between " + std::to_string(lo) + " and " + std::to_string(hi));
+            return v;
+        };
+        if (key == "expandable_segments") {
+            if (value != "True" && value != "False" && value != "true" && value != "false")
+                throw InputError(field, item, "expandable_segments is True or False");
+            c.expandableSegments = value == "True" || value == "true";
+        } else if (key == "max_split_size_mb") {
+            c.maxSplitBytes = static_cast<int64_t>(number(21, 1 << 24)) * 1048576; // PyTorch's minimum is > 20 MiB
+        } else if (key == "garbage_collection_threshold") {
+            c.garbageCollectionThreshold = number(0.0, 0.999999);
+            if (c.garbageCollectionThreshold <= 0.0)
+                throw InputError(field, item, "garbage_collection_threshold must be above 0 and below 1");
+        } else if (key == "roundup_power2_divisions") {
+            const int v = static_cast<int>(number(1, 64));
+            if (v & (v - 1))
+                throw InputError(field, item, "roundup_power2_divisions must be a power of two");
+            c.roundupPower2Divisions = v;
+        } else if (key == "backend" || key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
+                   key == "pinned_num_register_threads" || key == "pinned_use_background_threads") {
+            // Accepted by PyTorch; no effect on what is reserved.
+        } else {
+            throw InputError(field, item,
+                             "unknown key (known: expandable_segments, max_split_size_mb, garbage_collection_threshold, "
+                             "roundup_power2_divisions)");
+        }
+    }
+    return c;
+}
+
+} // namespace headroom

@@ -1,0 +1,282 @@
+#include "headroom/timeline.h"
+
+#include "headroom/error.h"
+#include "headroom/serialize.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <optional>
+
+namespace headroom {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kMaxBytes = int64_t(1) << 56;
+
+std::string show(const json &v)
+{
+    return v.is_string() ? v.get<std::string>() : v.dump().substr(0, 60);
+}
+
+} // namespace
+
+Replay replay(const Timeline &t, const AllocatorConfig &config)
+{
+    CachingAllocatorModel m(config);
+    Replay r;
+    uint32_t startupId = 0; // one past the stream's ids
+    for (const auto &e : t.events)
+        startupId = std::max(startupId, e.id + 1);
+    if (t.startupBytes > 0)
+        m.malloc(startupId, t.startupBytes);
+    size_t mi = 0;
+    std::optional<ReplayPhase> open;
+    size_t peakEvent = 0;
+    int64_t phasePeak = -1;
+    auto close = [&](size_t at) {
+        if (!open)
+            return;
+        open->peakAllocatedBytes = std::max(phasePeak, m.allocatedBytes());
+        open->peakReservedBytes = m.peakReservedBytes();
+        open->endAllocatedBytes = m.allocatedBytes();
+        open->endReservedBytes = m.reservedBytes();
+        open->peakEvent = phasePeak >= 0 ? peakEvent : at;
+        if (open->mark.step == t.steadyStep)
+            r.peakAllocatedBytes = std::max(r.peakAllocatedBytes, open->peakAllocatedBytes);
+        r.phases.push_back(*open);
+        open.reset();
+    };
+    for (size_t i = 0; i <= t.events.size(); ++i) {
+        while (mi < t.marks.size() && t.marks[mi].event <= i) {
+            close(i);
+            m.resetPeaks();
+            open = ReplayPhase{};
+            open->mark = t.marks[mi];
+            phasePeak = m.allocatedBytes();
+            peakEvent = i;
+            ++mi;
+        }
+        if (i == t.events.size())
+            break;
+        const MemEvent &e = t.events[i];
+        if (e.kind == MemEvent::Alloc) {
+            if (!m.malloc(e.id, e.bytes)) {
+                r.outOfMemory = true;
+                r.oomEvent = i;
+                break;
+            }
+            if (m.allocatedBytes() > phasePeak) {
+                phasePeak = m.allocatedBytes();
+                peakEvent = i;
+            }
+        } else {
+            m.free(e.id);
+        }
+    }
+    close(t.events.size());
+    r.peakReservedBytes = m.peakReservedBytes();
+    for (const auto &p : r.phases)
+        r.peakReservedBytes = std::max(r.peakReservedBytes, p.peakReservedBytes);
+    r.retries = m.allocRetries();
+    return r;
+}
+
+std::vector<TimelineSample> stackedSamples(const Timeline &t, int step, size_t maxSamples)
+{
+    size_t first = t.events.size(), last = t.events.size();
+    for (size_t i = 0; i < t.marks.size(); ++i) {
+        if (t.marks[i].step == step && first == t.events.size())
+            first = t.marks[i].event;
+        if (t.marks[i].step == step + 1) {
+            last = t.marks[i].event;
+            break;
+        }
+    }
+    std::vector<int64_t> size;
+    std::vector<uint8_t> cat;
+    TimelineSample cur;
+    cur.bytes[static_cast<size_t>(Category::Temporaries)] = t.startupBytes;
+    std::vector<TimelineSample> out;
+    const size_t span = last > first ? last - first : 0;
+    const size_t stride = std::max<size_t>(1, span / std::max<size_t>(1, maxSamples));
+    TimelineSample best; // the highest moment in the current stride, so peaks are never dropped
+    int64_t bestTotal = -1;
+    for (size_t i = 0; i < last; ++i) {
+        const MemEvent &e = t.events[i];
+        if (e.id >= size.size()) {
+            size.resize(std::max<size_t>(e.id + 1, size.size() * 2), 0);
+            cat.resize(size.size(), 0);
+        }
+        const int64_t b = CachingAllocatorModel::roundSize(e.bytes);
+        if (e.kind == MemEvent::Alloc) {
+            size[e.id] = b;
+            cat[e.id] = static_cast<uint8_t>(e.category);
+            cur.bytes[cat[e.id]] += b;
+        } else {
+            cur.bytes[cat[e.id]] -= size[e.id];
+            size[e.id] = 0;
+        }
+        if (i < first)
+            continue;
+        cur.event = i;
+        int64_t total = 0;
+        for (auto v : cur.bytes)
+            total += v;
+        if (total > bestTotal) {
+            best = cur;
+            bestTotal = total;
+        }
+        if ((i - first + 1) % stride == 0 || i + 1 == last) {
+            out.push_back(best);
+            bestTotal = -1;
+        }
+    }
+    return out;
+}
+
+Timeline timelineFromJson(const json &j)
+{
+    const std::string ctx = "timeline";
+    requireSchema(j, ctx);
+    if (!j.contains("kind") || j.at("kind") != "probe_timeline")
+        throw InputError(ctx + ".kind", j.contains("kind") ? show(j.at("kind")) : "(missing)", "must be probe_timeline");
+    Timeline t;
+    t.source = "measured";
+    const json &frames = requireField(j, "frames", ctx);
+    if (!frames.is_array() || frames.size() > 65535)
+        throw InputError(ctx + ".frames", show(frames), "must be an array of at most 65535 strings");
+    for (const auto &f : frames) {
+        if (!f.is_string())
+            throw InputError(ctx + ".frames", show(f), "must be strings");
+        t.ops.push_back(f.get<std::string>().substr(0, 300));
+    }
+    const json &events = requireField(j, "events", ctx);
+    if (!events.is_array() || events.size() > (size_t(1) << 26))
+        throw InputError(ctx + ".events", show(events), "must be an array of at most 2^26 events");
+    t.events.reserve(events.size());
+    for (size_t i = 0; i < events.size(); ++i) {
+        const json &e = events[i];
+        const std::string ec = ctx + ".events[" + std::to_string(i) + "]";
+        if (!e.is_array() || e.empty() || !e[0].is_number_integer())
+            throw InputError(ec, show(e), "must be [kind, ...]");
+        const int kind = e[0].get<int>();
+        auto num = [&](size_t k, int64_t lo, int64_t hi) {
+            if (e.size() <= k || !e[k].is_number_integer() || e[k].get<int64_t>() < lo || e[k].get<int64_t>() > hi)
+                throw InputError(ec, show(e), "field " + std::to_string(k) + " must be a whole number in range");
+            return e[k].get<int64_t>();
+        };
+        if (kind == 0 || kind == 1) {
+            MemEvent m;
+            m.kind = kind == 0 ? MemEvent::Alloc : MemEvent::Free;
+            m.id = static_cast<uint32_t>(num(1, 0, 0x7FFFFFFF));
+            m.bytes = num(2, 0, kMaxBytes);
+            if (kind == 0) {
+                m.category = kAllCategories[static_cast<size_t>(num(3, 0, kCategoryCount - 1))];
+                const int64_t fr = num(4, -1, static_cast<int64_t>(t.ops.size()) - 1);
+                m.op = static_cast<uint16_t>(fr < 0 ? 0 : fr);
+            }
+            t.events.push_back(m);
+        } else if (kind != 2 && kind != 3) {
+            throw InputError(ec, show(e), "kind must be 0 (alloc), 1 (free), 2 or 3 (segments)");
+        }
+        // Segment events are what the real allocator did; the model recomputes them.
+    }
+    // Marks arrive with event indices into the file's list (segments included): recount.
+    std::vector<size_t> fileToOurs(events.size() + 1, 0);
+    for (size_t i = 0, n = 0; i <= events.size(); ++i) {
+        fileToOurs[i] = n;
+        if (i < events.size() && events[i].is_array() && (events[i][0] == 0 || events[i][0] == 1))
+            ++n;
+    }
+    const json &marks = requireField(j, "marks", ctx);
+    if (!marks.is_array() || marks.size() > 100000)
+        throw InputError(ctx + ".marks", show(marks), "must be an array");
+    // The recorder places marks by time, and the allocator's clock and Python's can disagree by a
+    // few events. Each mark also says how many bytes the allocator held then, so the stream is
+    // replayed through the allocator model (whose count equals PyTorch's, block for block) and
+    // each mark moves to the nearest event where the counts agree.
+    t.startupBytes = j.contains("startup_bytes") ? requireInt64(j, "startup_bytes", ctx, 0, kMaxBytes)
+                                                 : kTorchStartupBytes;
+    std::vector<int64_t> held; // allocator's allocated bytes after each of our events
+    {
+        CachingAllocatorModel model;
+        uint32_t startupId = 0;
+        for (const auto &e : t.events)
+            startupId = std::max(startupId, e.id + 1);
+        model.malloc(startupId, t.startupBytes);
+        held.reserve(t.events.size() + 1);
+        held.push_back(model.allocatedBytes());
+        for (const auto &e : t.events) {
+            if (e.kind == MemEvent::Alloc)
+                model.malloc(e.id, e.bytes);
+            else
+                model.free(e.id);
+            held.push_back(model.allocatedBytes());
+        }
+    }
+    for (size_t i = 0; i < marks.size(); ++i) {
+        const json &mk = marks[i];
+        const std::string mc = ctx + ".marks[" + std::to_string(i) + "]";
+        const json &ph = requireField(mk, "phase", mc);
+        if (!ph.is_string())
+            throw InputError(mc + ".phase", show(ph), "must be a string");
+        const int64_t ev = requireInt64(mk, "event", mc, 0, static_cast<int64_t>(events.size()));
+        size_t ours = fileToOurs[static_cast<size_t>(ev)];
+        if (mk.contains("allocated_bytes") && mk.at("allocated_bytes").is_number_integer()) {
+            const int64_t want = mk.at("allocated_bytes").get<int64_t>();
+            const size_t window = 4096;
+            for (size_t d = 0; d <= window; ++d) {
+                if (ours >= d && held[ours - d] == want) {
+                    ours -= d;
+                    break;
+                }
+                if (ours + d < held.size() && held[ours + d] == want) {
+                    ours += d;
+                    break;
+                }
+            }
+        }
+        if (ph.get<std::string>() == "end")
+            continue;
+        TimelineMark m;
+        m.phase = parsePhase(ph.get<std::string>(), mc + ".phase");
+        m.step = static_cast<int>(requireInt64(mk, "step", mc, 0, 1000));
+        if (mk.contains("micro_batch"))
+            m.microBatch = static_cast<int>(requireInt64(mk, "micro_batch", mc, 0, 1 << 20));
+        m.event = ours;
+        t.marks.push_back(m);
+    }
+    if (j.contains("step") && j.at("step").is_number_integer())
+        t.steadyStep = j.at("step").get<int>();
+    return t;
+}
+
+Timeline readTimelineFile(const std::string &path)
+{
+    return timelineFromJson(readJsonFile(path, "timeline", 256u << 20));
+}
+
+json toJson(const Timeline &t)
+{
+    json events = json::array();
+    for (const auto &e : t.events) {
+        if (e.kind == MemEvent::Alloc)
+            events.push_back({0, e.id, e.bytes, static_cast<int>(e.category), e.op});
+        else
+            events.push_back({1, e.id, e.bytes});
+    }
+    json marks = json::array();
+    for (const auto &m : t.marks)
+        marks.push_back({{"step", m.step}, {"phase", toString(m.phase)}, {"micro_batch", m.microBatch}, {"event", m.event}});
+    json cats = json::array();
+    for (Category c : kAllCategories)
+        cats.push_back(toString(c));
+    return {{"schema_version", kSchemaVersion}, {"kind", "probe_timeline"}, {"engine", t.source},
+            {"frames", t.ops},  {"events", events}, {"marks", marks}, {"categories", cats},
+            {"step", t.steadyStep}, {"startup_bytes", t.startupBytes}};
+}
+
+} // namespace headroom
