@@ -1026,9 +1026,9 @@ def build_timeline(trace, marks, persistent, grad_ptrs, logits_unit):
             c = "temporaries"
         cat[bid] = CATEGORIES.index(c)
     out_events = []
-    for kind, bid, size, fr, _ in events:
+    for kind, bid, size, fr, addr in events:
         if kind == 0:
-            out_events.append([0, bid, size, cat[bid], fr])
+            out_events.append([0, bid, size, cat[bid], fr, addr])
         elif kind == 1:
             out_events.append([1, bid, size])
         else:
