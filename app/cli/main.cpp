@@ -8,6 +8,7 @@
 #include "headroom/measurement.h"
 #include "headroom/serialize.h"
 #include "headroom/sheet.h"
+#include "headroom/timeline.h"
 
 #include <CLI/CLI.hpp>
 
@@ -42,6 +43,7 @@ struct Flags
     std::string zero = "0";
     std::string gpu = "h100-80";
     std::string reserve = "0.10";
+    std::string allocConf;
     bool json = false;
     std::string format = "markdown";
 };
@@ -158,6 +160,14 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--zero", f.zero, "ZeRO stage 0..3 (3 = FSDP full shard)")->capture_default_str();
     cmd->add_option("--gpu", f.gpu, "GPU catalog id (see `gpus`)")->capture_default_str();
     cmd->add_option("--reserve", f.reserve, "Fraction of the card kept in reserve")->capture_default_str();
+    cmd->add_option("--alloc-conf", f.allocConf, "PYTORCH_CUDA_ALLOC_CONF the run uses (e.g. expandable_segments:True)");
+}
+
+EstimatorOptions optionsFor(const Flags &f)
+{
+    EstimatorOptions o;
+    o.allocator = parseAllocConf(f.allocConf, "--alloc-conf");
+    return o;
 }
 
 std::string human(int64_t bytes)
@@ -306,6 +316,9 @@ int main(int argc, char **argv)
     auto *est = app.add_subcommand("estimate", "Estimate one configuration's peak memory");
     addTrainingFlags(est, f, false);
     est->add_flag("--json", f.json, "Print one JSON object");
+    Flags ft;
+    auto *tl = app.add_subcommand("timeline", "Every allocation and free of the estimated run, as a probe_timeline JSON");
+    addTrainingFlags(tl, ft, false);
 
     auto *sw = app.add_subcommand("sweep", "Scaling table over sequence lengths, batches and checkpointing");
     Flags fs;
@@ -378,9 +391,14 @@ int main(int argc, char **argv)
                 std::printf("%s\n", j.dump(2).c_str());
             return 0;
         }
+        if (*tl) {
+            const auto [m, c, gpu, reserve] = resolveBudget(ft, false);
+            std::printf("%s\n", toJson(estimateTimeline(m, c, optionsFor(ft))).dump().c_str());
+            return 0;
+        }
         if (*est) {
             const auto [m, c, gpu, reserve] = resolveBudget(f, false);
-            const Estimate e = estimate(m, c);
+            const Estimate e = estimate(m, c, optionsFor(f));
             const auto recs = recommend(m, c, gpu, reserve);
             if (f.json)
                 std::printf("%s\n", estimateDocument(m, c, e, gpu, reserve, recs).dump(2).c_str());

@@ -12,6 +12,9 @@
 #include "headroom/estimator.h"
 
 #include "headroom/error.h"
+#include "headroom/timeline.h"
+
+#include "program.h"
 
 #include <cstdio>
 #include <algorithm>
@@ -754,10 +757,11 @@ double defaultSlackFraction()
 
 } // namespace
 
-Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
+// The per-op ledger this estimator started from: composed layers, whole-tensor lifetimes. It
+// still answers for what the autograd simulation does not run yet: several ranks and ZeRO,
+// optimizer offload and QLoRA.
+Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
 {
-    model.validate();
-    cfg.validate();
     Ctx x(model, cfg);
     Estimate est;
     est.tokens = x.T;
@@ -802,7 +806,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     G.alloc(C::Weights, weights);
     G.alloc(C::Communication, buckets);
     G.alloc(C::OptimizerState, state);
-    G.alloc(C::Temporaries, opt.cublasWorkspaceBytes);
+    G.alloc(C::Temporaries, 2 * opt.cublasWorkspaceBytes); // forward and backward handles
     G.alloc(C::Temporaries, x.tok(16)); // input_ids and labels (int64), plus the padded shift
     G.resetPeak();
     G.alloc(C::Communication, rootFull); // FSDP root unit: gathered before the embedding
@@ -1052,6 +1056,110 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     x.notes.erase(std::unique(x.notes.begin(), x.notes.end()), x.notes.end());
     est.notes = x.notes;
     return est;
+}
+
+namespace {
+
+// Bytes by category live at `event` (each block rounded as the allocator rounds it).
+std::vector<Breakdown> breakdownsAt(const Timeline &t, const std::vector<size_t> &events)
+{
+    std::vector<Breakdown> out(events.size());
+    std::vector<size_t> order(events.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return events[a] < events[b]; });
+    std::vector<int64_t> size;
+    std::vector<uint8_t> cat;
+    Breakdown cur;
+    size_t k = 0;
+    for (size_t i = 0; i <= t.events.size() && k < order.size(); ++i) {
+        while (k < order.size() && events[order[k]] == i) {
+            out[order[k]] = cur;
+            ++k;
+        }
+        if (i == t.events.size())
+            break;
+        const MemEvent &e = t.events[i];
+        if (e.id >= size.size()) {
+            size.resize(std::max<size_t>(e.id + 1, size.size() * 2), 0);
+            cat.resize(size.size(), 0);
+        }
+        if (e.kind == MemEvent::Alloc) {
+            size[e.id] = CachingAllocatorModel::roundSize(e.bytes);
+            cat[e.id] = static_cast<uint8_t>(e.category);
+            cur.bytes[cat[e.id]] += size[e.id];
+        } else {
+            cur.bytes[cat[e.id]] -= size[e.id];
+            size[e.id] = 0;
+        }
+    }
+    return out;
+}
+
+} // namespace
+
+Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
+{
+    model.validate();
+    cfg.validate();
+    if (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer || cfg.finetune == FineTune::QLoRA)
+        return estimateLedger(model, cfg, opt);
+
+    Estimate est = estimateLedger(model, cfg, opt); // parameters and notes
+    const Timeline t = simulateRun(model, cfg, opt, 2);
+    AllocatorConfig ac = opt.allocator;
+    ac.capacityBytes = INT64_MAX; // the estimate asks what the step needs, not whether it fits
+    const Replay r = replay(t, ac);
+
+    // Steady state: the phases of steps 1 and 2 (step 0 is the warm-up), as the probe reports.
+    std::array<const ReplayPhase *, 4> best{};
+    int64_t reserved = 0;
+    for (const auto &p : r.phases) {
+        const size_t i = static_cast<size_t>(p.mark.phase);
+        if (p.mark.phase == Phase::AfterLoad) {
+            if (!best[i])
+                best[i] = &p;
+            continue;
+        }
+        if (p.mark.step < 1)
+            continue;
+        reserved = std::max(reserved, p.peakReservedBytes);
+        if (!best[i] || p.peakAllocatedBytes > best[i]->peakAllocatedBytes)
+            best[i] = &p;
+    }
+    std::vector<size_t> at;
+    for (size_t i = 0; i < 4; ++i)
+        at.push_back(best[i] ? (i == 0 ? best[i]->mark.event : best[i]->peakEvent) : 0);
+    const std::vector<Breakdown> bd = breakdownsAt(t, at);
+    for (size_t i = 0; i < 4; ++i) {
+        PhaseEstimate &pe = est.phases[i];
+        pe.phase = kAllPhases[i];
+        if (!best[i])
+            continue;
+        pe.peakAllocatedBytes = i == 0 ? best[i]->endAllocatedBytes : best[i]->peakAllocatedBytes;
+        pe.atPeak = bd[i];
+    }
+    size_t top = 1;
+    for (size_t i = 1; i < 4; ++i)
+        if (est.phases[i].peakAllocatedBytes > est.phases[top].peakAllocatedBytes)
+            top = i;
+    est.peakPhase = est.phases[top].phase;
+    est.peakAllocatedBytes = est.phases[top].peakAllocatedBytes;
+    est.peak = est.phases[top].atPeak;
+    est.peakReservedBytes = std::max(reserved, est.peakAllocatedBytes);
+    // Slack: what the allocator holds beyond the tensors' rounded bytes (cached free blocks, and
+    // remainders too small to split off).
+    est.peak[Category::AllocatorSlack] = std::max<int64_t>(0, est.peakReservedBytes - est.peak.allocated());
+    est.peak[Category::CudaContext] = opt.cudaContextBytes;
+    est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, opt.cudaContextBytes);
+    return est;
+}
+
+Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
+{
+    model.validate();
+    cfg.validate();
+    return simulateRun(model, cfg, opt, 2);
 }
 
 } // namespace headroom

@@ -1,6 +1,8 @@
 #pragma once
 
+#include "headroom/allocator.h"
 #include "headroom/model.h"
+#include "headroom/timeline.h"
 #include "headroom/types.h"
 
 namespace headroom {
@@ -39,13 +41,16 @@ struct ParamSummary
 struct EstimatorOptions
 {
     int64_t cudaContextBytes = 1448466432;   // NVML used - torch reserved: 1.349 GiB, every run
-    int64_t cublasWorkspaceBytes = 67108864; // 64 MiB allocated at the first matmul and kept
+    // cuBLAS's workspace on Hopper (CUBLAS_WORKSPACE_CONFIG :4096:8), per handle: one for the
+    // forward thread, one for autograd's backward thread; allocated at each's first matmul, kept.
+    int64_t cublasWorkspaceBytes = 33554432;
     // NCCL's communicator outside PyTorch's allocator: device used - reserved, probe with c10d's
     // NCCL at world size 1 minus the same run in one plain process, H200, NCCL 2.28.9
     // (tests/data/h200/nccl-ws1/). Its per-peer buffers at N > 1 are not measured yet.
     int64_t ncclCommunicatorBytes = 585105408; // 558 MiB
     double allocatorSlackFraction = 0.0;     // <= 0: use the measured default (see estimator.cpp)
     int64_t ddpBucketBytes = 25 * 1048576;   // DDP bucket_cap_mb default
+    AllocatorConfig allocator;               // PYTORCH_CUDA_ALLOC_CONF the run will use
 };
 
 struct Estimate
@@ -66,5 +71,9 @@ struct Estimate
 // Per-GPU estimate of one steady-state training step (after the first optimizer step).
 // Throws InputError for an invalid model or configuration.
 Estimate estimate(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {});
+
+// The run the estimate is made from: every allocation and free of loading the model, the warm-up
+// step and two steady steps, in order (for the Timeline view and the allocator replay).
+Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {});
 
 } // namespace headroom

@@ -1,0 +1,447 @@
+#include "autograd.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_map>
+
+namespace headroom::sim {
+
+Sim::Sim(Timeline &out)
+    : m_out(out)
+{
+    if (m_out.ops.empty())
+        m_out.ops.emplace_back("");
+}
+
+void Sim::setOp(std::string_view op)
+{
+    // Few distinct names: a linear search over a short list stays fast.
+    auto &ops = m_out.ops;
+    for (size_t i = 0; i < ops.size(); ++i)
+        if (ops[i] == op) {
+            m_op = static_cast<uint16_t>(i);
+            return;
+        }
+    ops.emplace_back(op);
+    m_op = static_cast<uint16_t>(ops.size() - 1);
+}
+
+void Sim::setPhase(int step, Phase phase, int micro)
+{
+    m_out.marks.push_back({step, phase, micro, m_out.events.size()});
+}
+
+void Sim::emit(MemEvent::Kind kind, const Storage &s)
+{
+    MemEvent e;
+    e.kind = kind;
+    e.category = s.cat;
+    e.layer = m_layer;
+    e.op = m_op;
+    e.id = s.id;
+    e.bytes = s.bytes;
+    m_out.events.push_back(e);
+}
+
+int Sim::allocate(int64_t bytes, Category category)
+{
+    Storage s;
+    s.bytes = std::max<int64_t>(bytes, 0);
+    s.id = m_nextId++;
+    s.refs = 1;
+    s.cat = category;
+    s.live = true;
+    m_sto.push_back(s);
+    m_live = checkedAdd(m_live, s.bytes);
+    emit(MemEvent::Alloc, s);
+    return static_cast<int>(m_sto.size() - 1);
+}
+
+void Sim::ref(int sto)
+{
+    if (sto >= 0)
+        ++m_sto[static_cast<size_t>(sto)].refs;
+}
+
+void Sim::unref(int sto)
+{
+    if (sto < 0)
+        return;
+    Storage &s = m_sto[static_cast<size_t>(sto)];
+    if (--s.refs == 0 && s.live) {
+        s.live = false;
+        m_live -= s.bytes;
+        emit(MemEvent::Free, s);
+    }
+}
+
+void Sim::recategorize(int sto, Category c)
+{
+    if (sto >= 0)
+        m_sto[static_cast<size_t>(sto)].cat = c;
+}
+
+void Sim::blasWorkspace(int thread)
+{
+    if (m_blas[static_cast<size_t>(thread)] || m_blasBytes <= 0)
+        return;
+    m_blas[static_cast<size_t>(thread)] = true;
+    allocate(m_blasBytes, Category::Temporaries); // never freed
+}
+
+void Sim::markViewed(int sto)
+{
+    if (sto >= 0)
+        m_sto[static_cast<size_t>(sto)].viewed = true;
+}
+
+int64_t Sim::bytesOf(int sto) const
+{
+    return sto >= 0 ? m_sto[static_cast<size_t>(sto)].bytes : 0;
+}
+
+T Sim::make(int64_t bytes, int elem, Category category)
+{
+    T t;
+    t.sto = allocate(bytes, category);
+    t.bytes = bytes;
+    t.elem = elem;
+    m_sto[static_cast<size_t>(t.sto)].pyRefs = 1;
+    if (m_recompute >= 0)
+        m_recomputeMade.push_back(t.sto);
+    return t;
+}
+
+T Sim::view(const T &t, int64_t bytes)
+{
+    T v = t;
+    ref(v.sto);
+    if (v.sto >= 0)
+        ++m_sto[static_cast<size_t>(v.sto)].pyRefs;
+    if (bytes >= 0)
+        v.bytes = bytes;
+    return v;
+}
+
+void Sim::drop(T &t)
+{
+    if (t.sto >= 0 && m_sto[static_cast<size_t>(t.sto)].pyRefs > 0)
+        --m_sto[static_cast<size_t>(t.sto)].pyRefs;
+    unref(t.sto);
+    t.sto = -1;
+}
+
+namespace {
+struct RecomputeDone
+{
+};
+} // namespace
+
+void Sim::beginRegion(std::function<void()> fn, const std::vector<const T *> &inputs)
+{
+    Region r;
+    r.recompute = std::move(fn);
+    for (const T *t : inputs)
+        if (t && t->sto >= 0) {
+            ref(t->sto);
+            r.inputs.push_back(t->sto);
+        }
+    m_regions.push_back(std::move(r));
+    m_region = static_cast<int>(m_regions.size() - 1);
+}
+
+void Sim::endRegion()
+{
+    if (m_region >= 0 && m_regions[static_cast<size_t>(m_region)].nodes.empty()) {
+        // Nothing in it needs a gradient: the frame holds nothing.
+        for (int sto : m_regions[static_cast<size_t>(m_region)].inputs)
+            unref(sto);
+        m_regions[static_cast<size_t>(m_region)].inputs.clear();
+    }
+    m_region = -1;
+}
+
+void Sim::recompute(int region)
+{
+    Region &r = m_regions[static_cast<size_t>(region)];
+    if (r.recomputed)
+        return;
+    r.recomputed = true;
+    const bool grad = m_gradEnabled;
+    m_gradEnabled = true;
+    m_recompute = region;
+    m_cursor = 0;
+    m_recomputeMade.clear();
+    try {
+        r.recompute();
+    } catch (const RecomputeDone &) {
+        // Early stop: what the recomputation still held in Python variables goes now.
+        for (int sto : m_recomputeMade) {
+            Storage &st = m_sto[static_cast<size_t>(sto)];
+            while (st.pyRefs > 0) {
+                --st.pyRefs;
+                unref(sto);
+            }
+        }
+    }
+    m_recomputeMade.clear();
+    m_recompute = -1;
+    m_gradEnabled = grad;
+}
+
+T Sim::parameter(int64_t bytes, int elem, bool requiresGrad, Category category)
+{
+    T t = make(bytes, elem, category);
+    Param p;
+    p.sto = t.sto;
+    p.requiresGrad = requiresGrad;
+    m_params.push_back(p);
+    t.param = static_cast<int>(m_params.size() - 1);
+    t.requiresGrad = requiresGrad;
+    return t;
+}
+
+int Sim::gradOf(int param) const
+{
+    return param >= 0 ? m_params[static_cast<size_t>(param)].grad : -1;
+}
+
+int Sim::paramStorage(int param) const
+{
+    return m_params[static_cast<size_t>(param)].sto;
+}
+
+void Sim::zeroGrad()
+{
+    for (auto &p : m_params) {
+        unref(p.grad);
+        p.grad = -1;
+    }
+}
+
+bool Sim::anyRequiresGrad(const std::vector<const T *> &inputs) const
+{
+    if (!m_gradEnabled)
+        return false;
+    for (const T *t : inputs)
+        if (t && t->requiresGrad)
+            return true;
+    return false;
+}
+
+int Sim::record(std::vector<T *> outputs, const std::vector<const T *> &inputs, const std::vector<int> &saved,
+                BackwardFn fn)
+{
+    if (!anyRequiresGrad(inputs))
+        return -1;
+    if (m_recompute >= 0) {
+        // Recomputing a checkpointed region: no new node; the saved tensors go to the original
+        // node recorded at the same place, and the outputs stand for that node's outputs.
+        Region &r = m_regions[static_cast<size_t>(m_recompute)];
+        if (m_cursor >= r.nodes.size())
+            throw RecomputeDone{};
+        const int idx = r.nodes[m_cursor++];
+        Node &n = m_nodes[static_cast<size_t>(idx)];
+        for (int sto : saved) {
+            ref(sto);
+            n.saved.push_back(sto);
+        }
+        for (size_t k = 0; k < outputs.size(); ++k)
+            if (outputs[k]) {
+                outputs[k]->node = idx;
+                outputs[k]->out = static_cast<int>(k);
+                outputs[k]->param = -1;
+                outputs[k]->requiresGrad = true;
+            }
+        bool more = false;
+        for (size_t i = m_cursor; i < r.nodes.size() && !more; ++i)
+            more = m_nodes[static_cast<size_t>(r.nodes[i])].wantsSaved;
+        if (!more)
+            throw RecomputeDone{};
+        return idx;
+    }
+    Node n;
+    n.seq = ++m_seq;
+    for (const T *t : inputs) {
+        Edge e;
+        if (t && t->requiresGrad) {
+            e.node = t->node;
+            e.out = t->out;
+            e.param = t->node < 0 ? t->param : -1;
+        }
+        n.inputs.push_back(e);
+    }
+    if (m_region >= 0) {
+        n.region = m_region;
+        n.wantsSaved = !saved.empty();
+    } else {
+        for (int s : saved) {
+            ref(s);
+            n.saved.push_back(s);
+        }
+    }
+    n.fn = std::move(fn);
+    for (T *o : outputs)
+        n.outBytes.push_back(o ? o->bytes : 0);
+    n.buffer.assign(n.outBytes.size(), -1);
+    m_nodes.push_back(std::move(n));
+    const int idx = static_cast<int>(m_nodes.size() - 1);
+    if (m_region >= 0) {
+        m_regions[static_cast<size_t>(m_region)].nodes.push_back(idx);
+        ++m_regions[static_cast<size_t>(m_region)].remaining;
+    }
+    for (size_t k = 0; k < outputs.size(); ++k)
+        if (outputs[k]) {
+            outputs[k]->node = idx;
+            outputs[k]->out = static_cast<int>(k);
+            outputs[k]->param = -1;
+            outputs[k]->requiresGrad = true;
+        }
+    return idx;
+}
+
+void Sim::backward(const T &root, int64_t seedBytes)
+{
+    if (root.node < 0)
+        return;
+    // Dependencies: how many edges from reachable nodes lead into each node and parameter.
+    std::vector<int> reach;
+    std::vector<char> seen(m_nodes.size(), 0);
+    std::vector<int> paramPending(m_params.size(), 0);
+    std::vector<int> stack = {root.node};
+    seen[static_cast<size_t>(root.node)] = 1;
+    for (Node &n : m_nodes)
+        n.pending = 0;
+    while (!stack.empty()) {
+        const int i = stack.back();
+        stack.pop_back();
+        reach.push_back(i);
+        for (const Edge &e : m_nodes[static_cast<size_t>(i)].inputs) {
+            if (e.node >= 0) {
+                ++m_nodes[static_cast<size_t>(e.node)].pending;
+                if (!seen[static_cast<size_t>(e.node)]) {
+                    seen[static_cast<size_t>(e.node)] = 1;
+                    stack.push_back(e.node);
+                }
+            } else if (e.param >= 0) {
+                ++paramPending[static_cast<size_t>(e.param)];
+            }
+        }
+    }
+    std::vector<int> paramBuffer(m_params.size(), -1);
+    // Ready nodes, highest sequence number first (PyTorch's ReadyQueue).
+    auto cmp = [this](int a, int b) { return m_nodes[static_cast<size_t>(a)].seq < m_nodes[static_cast<size_t>(b)].seq; };
+    std::priority_queue<int, std::vector<int>, decltype(cmp)> ready(cmp);
+
+    auto accumulate = [this](int &buffer, int g) {
+        if (g < 0)
+            return;
+        if (buffer < 0) {
+            buffer = g;
+            return;
+        }
+        // InputBuffer::accumulate: the first gradient is moved in; a later one is added in place
+        // when the buffer holds the last reference to a plain tensor (can_accumulate_inplace),
+        // else summed into a new tensor.
+        const Storage &b = m_sto[static_cast<size_t>(buffer)];
+        if (b.refs == 1 && !b.viewed) {
+            unref(g);
+            return;
+        }
+        const int sum = allocate(bytesOf(buffer), Category::Temporaries);
+        unref(buffer);
+        unref(g);
+        buffer = sum;
+    };
+    std::function<void(const Edge &, int)> deliver = [&](const Edge &e, int g) {
+        if (e.node >= 0) {
+            Node &n = m_nodes[static_cast<size_t>(e.node)];
+            accumulate(n.buffer[static_cast<size_t>(e.out)], g);
+            if (--n.pending == 0)
+                ready.push(e.node);
+        } else if (e.param >= 0) {
+            int &buf = paramBuffer[static_cast<size_t>(e.param)];
+            accumulate(buf, g);
+            if (--paramPending[static_cast<size_t>(e.param)] == 0 && buf >= 0) {
+                // AccumulateGrad runs at once: the first gradient becomes .grad (stolen, no copy),
+                // later ones are added in place and freed.
+                Param &p = m_params[static_cast<size_t>(e.param)];
+                if (p.grad < 0) {
+                    p.grad = buf;
+                    recategorize(buf, Category::Gradients);
+                } else {
+                    unref(buf);
+                }
+                buf = -1;
+            }
+        } else {
+            unref(g);
+        }
+    };
+
+    const int seed = allocate(seedBytes, Category::Temporaries);
+    Node &r = m_nodes[static_cast<size_t>(root.node)];
+    accumulate(r.buffer[static_cast<size_t>(root.out)], seed);
+    ready.push(root.node);
+    while (!ready.empty()) {
+        const int i = ready.top();
+        ready.pop();
+        if (m_nodes[static_cast<size_t>(i)].done)
+            continue;
+        if (m_nodes[static_cast<size_t>(i)].region >= 0)
+            recompute(m_nodes[static_cast<size_t>(i)].region);
+        Node &n = m_nodes[static_cast<size_t>(i)];
+        n.done = true;
+        std::vector<bool> needs;
+        for (const Edge &e : n.inputs)
+            needs.push_back(e.node >= 0 || e.param >= 0);
+        std::vector<int> grads = n.fn(*this, n.buffer, needs);
+        // The node's incoming gradients go first, then what it saved.
+        for (int &b : n.buffer) {
+            unref(b);
+            b = -1;
+        }
+        for (int s : n.saved)
+            unref(s);
+        n.saved.clear();
+        if (n.region >= 0) {
+            Region &r = m_regions[static_cast<size_t>(n.region)];
+            if (--r.remaining == 0) {
+                for (int sto : r.inputs)
+                    unref(sto);
+                r.inputs.clear();
+            }
+        }
+        grads.resize(n.inputs.size(), -1);
+        for (size_t k = 0; k < n.inputs.size(); ++k) {
+            const Edge &e = n.inputs[k];
+            if (e.node < 0 && e.param < 0) {
+                unref(grads[k]);
+                continue;
+            }
+            deliver(e, grads[k]);
+        }
+        n.fn = nullptr;
+    }
+    // Nodes that never ran (not reachable) keep nothing alive once the graph is freed.
+    for (Region &r : m_regions) {
+        for (int sto : r.inputs)
+            unref(sto);
+        r.inputs.clear();
+    }
+    m_regions.clear();
+    for (Node &n : m_nodes) {
+        for (int s : n.saved)
+            unref(s);
+        n.saved.clear();
+        for (int &b : n.buffer) {
+            unref(b);
+            b = -1;
+        }
+    }
+    m_nodes.clear();
+}
+
+} // namespace headroom::sim

@@ -1,0 +1,175 @@
+#pragma once
+// A small autograd simulator: tensors that take bytes, Python references that keep them alive,
+// graph nodes that save tensors for backward, and PyTorch's engine order for backward (the
+// ready node with the highest sequence number first; AccumulateGrad as soon as it is ready).
+// Every allocation and free is emitted in order into a Timeline. The estimator describes a
+// training step with it, op by op (ops.h); what the step keeps alive, and when, follows.
+//
+// Internal to core: not a public header.
+
+#include "headroom/timeline.h"
+
+#include <array>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+namespace headroom::sim {
+
+// A tensor as Python sees it: a storage, the node that made it (its grad_fn) or a parameter.
+struct T
+{
+    int sto = -1;          // storage index; -1: no tensor
+    int node = -1;         // producing graph node (grad_fn); -1 for leaves and no-grad tensors
+    int out = 0;           // which output of the node
+    int param = -1;        // the parameter it is (a leaf that requires grad), else -1
+    bool requiresGrad = false;
+    int64_t bytes = 0;     // bytes of this tensor's data (views: what the view covers)
+    int elem = 2;          // bytes per element (its dtype)
+    int64_t rows = 0;      // parameters: a matrix's rows and columns (columns 1 for a vector)
+    int64_t cols = 0;
+    int64_t numel() const { return elem ? bytes / elem : 0; }
+    bool valid() const { return sto >= 0; }
+};
+
+class Sim;
+
+// A node's backward: given the storages holding the gradients of its outputs (-1 where none
+// arrived), it allocates what the ATen backward allocates and returns one gradient storage per
+// input (-1 where the input needs none or gets none). Inputs it must compute: `needs`.
+using BackwardFn = std::function<std::vector<int>(Sim &, const std::vector<int> &grads, const std::vector<bool> &needs)>;
+
+class Sim
+{
+public:
+    explicit Sim(Timeline &out);
+
+    // Context stamped on every event.
+    void setLayer(int layer) { m_layer = static_cast<int16_t>(layer); }
+    void setOp(std::string_view op);
+    void setPhase(int step, Phase phase, int micro = 0);
+    bool gradEnabled() const { return m_gradEnabled; }
+    void setGradEnabled(bool on) { m_gradEnabled = on; }
+
+    // Storages.
+    int allocate(int64_t bytes, Category category);
+    void ref(int sto);
+    void unref(int sto);
+    void recategorize(int sto, Category c);
+    // A gradient handed on as a view of a larger base (reshape after mm): the InputBuffer cannot
+    // add into it in place (storage shared), so a second gradient makes an out-of-place sum.
+    void markViewed(int sto);
+    int64_t bytesOf(int sto) const;
+
+    // A new tensor owning a fresh storage, with one Python reference.
+    T make(int64_t bytes, int elem, Category category = Category::Temporaries);
+    // Another Python reference to the same tensor (a view, or the same object bound twice).
+    T view(const T &t, int64_t bytes = -1);
+    // Drops one Python reference.
+    void drop(T &t);
+
+    // Parameters (leaves): weights are stored once; gradients are accumulated into .grad.
+    T parameter(int64_t bytes, int elem, bool requiresGrad, Category category = Category::Weights);
+    int gradOf(int param) const;
+    void zeroGrad(); // optimizer.zero_grad(set_to_none=True)
+    int paramCount() const { return static_cast<int>(m_params.size()); }
+    int paramStorage(int param) const;
+
+    // Graph nodes. Call after the op's outputs exist; `inputs` are the op's differentiable
+    // inputs (tensors that do not require grad get no edge), `saved` the storages it keeps.
+    // Returns the node index, and marks `outputs` as its results (they then require grad).
+    int record(std::vector<T *> outputs, const std::vector<const T *> &inputs, const std::vector<int> &saved,
+               BackwardFn fn);
+    bool anyRequiresGrad(const std::vector<const T *> &inputs) const;
+
+    // loss.backward(): runs the graph from `root` (a scalar), seeding its gradient.
+    void backward(const T &root, int64_t seedBytes = 4);
+
+    // Checkpointing (torch.utils.checkpoint, non-reentrant): nodes recorded inside a region keep
+    // nothing; the region's `inputs` stay alive (the checkpoint frame holds them) until its last
+    // node has run. When backward first reaches one of its nodes, `recompute` runs the region's
+    // forward again, and what each op saves goes to the matching original node; recomputation
+    // stops once every node has its tensors (early stop).
+    void beginRegion(std::function<void()> recompute, const std::vector<const T *> &inputs);
+    void endRegion();
+
+    // cuBLAS allocates its workspace through the caching allocator at the first matmul on a
+    // thread's handle, and keeps it: once for the forward (main thread), once for backward (the
+    // autograd engine's thread).
+    void blasWorkspace(int thread);
+    void setBlasWorkspaceBytes(int64_t bytes) { m_blasBytes = bytes; }
+
+    int64_t liveBytes() const { return m_live; }
+
+    Timeline &timeline() { return m_out; }
+
+private:
+    struct Storage
+    {
+        int64_t bytes = 0;
+        uint32_t id = 0;
+        int refs = 0;
+        Category cat = Category::Temporaries;
+        bool live = false;
+        bool viewed = false;
+        int pyRefs = 0; // references held by Python variables (make/view minus drop)
+    };
+    struct Edge
+    {
+        int node = -1;  // producer node, or -1 for a parameter leaf
+        int out = 0;
+        int param = -1;
+    };
+    struct Node
+    {
+        uint64_t seq = 0;
+        std::vector<Edge> inputs;
+        std::vector<int> saved;
+        std::vector<int64_t> outBytes;
+        BackwardFn fn;
+        std::vector<int> buffer; // gradient per output, accumulated
+        int pending = 0;
+        bool done = false;
+        int region = -1;
+        bool wantsSaved = false; // recorded in a region with tensors to save: filled on recompute
+    };
+    struct Region
+    {
+        std::function<void()> recompute;
+        std::vector<int> nodes;  // in creation order
+        std::vector<int> inputs; // storages the checkpoint frame holds
+        size_t remaining = 0;    // nodes not run yet
+        bool recomputed = false;
+    };
+    struct Param
+    {
+        int sto = -1;
+        int grad = -1;
+        bool requiresGrad = false;
+    };
+
+    void emit(MemEvent::Kind kind, const Storage &s);
+    void deliver(const Edge &e, int gradSto, std::vector<int> &ready);
+
+    void recompute(int region);
+
+    Timeline &m_out;
+    std::vector<Region> m_regions;
+    int m_region = -1;          // recording the original forward of this region
+    int m_recompute = -1;       // recomputing this region
+    size_t m_cursor = 0;        // next node of the region to receive saved tensors
+    std::vector<int> m_recomputeMade; // storages made during a recompute (Python refs to drop on stop)
+    std::vector<Storage> m_sto;
+    std::vector<Node> m_nodes;
+    std::vector<Param> m_params;
+    uint32_t m_nextId = 0;
+    uint64_t m_seq = 0;
+    int16_t m_layer = -1;
+    uint16_t m_op = 0;
+    bool m_gradEnabled = true;
+    int64_t m_live = 0;
+    int64_t m_blasBytes = 33554432;
+    std::array<bool, 2> m_blas{};
+};
+
+} // namespace headroom::sim

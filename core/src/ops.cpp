@@ -1,0 +1,679 @@
+// Op recipes: forward allocations, saved tensors and backward allocations, in the order the
+// CUDA allocator sees them (each checked against H200 traces of PyTorch 2.11; see ops.h).
+
+#include "ops.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+
+namespace headroom::sim {
+
+namespace {
+
+// A gradient handed on unchanged (views, adds): the next node holds its own reference.
+int pass(Sim &s, int g)
+{
+    s.ref(g);
+    return g;
+}
+
+} // namespace
+
+void Ops::reduceRows(int64_t rows, int64_t cols, int elem)
+{
+    (void)elem;
+    // The CUDA reduction over the outer dimension of [rows, cols] splits the rows over blocks and
+    // accumulates partial sums in a global fp32 buffer, plus 64 bytes of semaphores. Measured on
+    // the H200 (132 SMs): for 2048 outputs the buffer is cols x 4 x min(2 x rows, 132 x 128) bytes
+    // (every Llama-3.2-1B / Gemma-2B / OLMo-2-1B norm weight); other widths reduce without one.
+    if (cols == 2048 && rows >= 256) {
+        const int64_t splits = std::min<int64_t>(2 * rows, 132 * 128);
+        const int ws = s.allocate(cols * 4 * splits, Category::Temporaries);
+        const int sem = s.allocate(64, Category::Temporaries);
+        s.unref(sem);
+        s.unref(ws);
+    }
+}
+
+T Ops::to(const T &x, int elem)
+{
+    if (x.elem == elem)
+        return s.view(x);
+    T out = s.make(x.numel() * elem, elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // ToCopyBackward0: grad.to(self's dtype)
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
+T Ops::mul(const T &a, const T &b, int64_t numel, int elem, bool aFull, bool bFull, int64_t reduceRowsCount)
+{
+    T out = s.make(numel * elem, elem);
+    std::vector<int> saved;
+    if (a.requiresGrad && s.gradEnabled())
+        saved.push_back(b.sto); // the gradient of a needs b
+    if (b.requiresGrad && s.gradEnabled())
+        saved.push_back(a.sto);
+    const int64_t full = numel * elem;
+    const int64_t aBytes = a.bytes, bBytes = b.bytes;
+    const int aElem = a.elem, bElem = b.elem;
+    const int64_t rows = reduceRowsCount;
+    s.record({&out}, {&a, &b}, saved,
+             [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+                 // MulBackward0 computes `other` first, then `self`; a broadcast operand's gradient
+                 // is summed down afterwards (validate_outputs), in input order.
+                 std::vector<int> r(2, -1);
+                 if (g[0] < 0)
+                     return r;
+                 if (needs[1]) {
+                     r[1] = s.allocate(full, Category::Temporaries);
+                     if (bElem != elem && bFull) {
+                         const int c = s.allocate(bBytes, Category::Temporaries);
+                         s.unref(r[1]);
+                         r[1] = c;
+                     }
+                 }
+                 if (needs[0]) {
+                     r[0] = s.allocate(full, Category::Temporaries);
+                     if (aElem != elem && aFull) {
+                         const int c = s.allocate(aBytes, Category::Temporaries);
+                         s.unref(r[0]);
+                         r[0] = c;
+                     }
+                 }
+                 Ops o(s);
+                 if (needs[0] && !aFull) {
+                     const int small = s.allocate(aBytes, Category::Temporaries);
+                     o.reduceRows(rows, aElem ? aBytes / aElem : 0, aElem);
+                     s.unref(r[0]);
+                     r[0] = small;
+                 }
+                 if (needs[1] && !bFull) {
+                     const int small = s.allocate(bBytes, Category::Temporaries);
+                     o.reduceRows(rows, bElem ? bBytes / bElem : 0, bElem);
+                     s.unref(r[1]);
+                     r[1] = small;
+                 }
+                 return r;
+             });
+    return out;
+}
+
+T Ops::scale(const T &x, int elem)
+{
+    const int e = elem ? elem : x.elem;
+    T out = s.make(x.numel() * e, e);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // MulBackward1: grad * scalar
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
+T Ops::add(const T &a, const T &b, int elem)
+{
+    const int e = elem ? elem : std::max(a.elem, b.elem);
+    T out = s.make(std::max(a.numel(), b.numel()) * e, e);
+    const int64_t aBytes = a.bytes, bBytes = b.bytes, outBytes = out.bytes;
+    s.record({&out}, {&a, &b}, {}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // AddBackward0: the same gradient to both (cast where an input's dtype differs).
+        std::vector<int> r(2, -1);
+        if (g[0] < 0)
+            return r;
+        for (int i : {0, 1}) {
+            if (!needs[static_cast<size_t>(i)])
+                continue;
+            const int64_t want = i == 0 ? aBytes : bBytes;
+            r[static_cast<size_t>(i)] = want == outBytes ? pass(s, g[0]) : s.allocate(want, Category::Temporaries);
+        }
+        return r;
+    });
+    return out;
+}
+
+T Ops::addScalar(const T &x)
+{
+    T out = s.make(x.bytes, x.elem);
+    s.record({&out}, {&x}, {}, [](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        return std::vector<int>{needs[0] && g[0] >= 0 ? pass(s, g[0]) : -1};
+    });
+    return out;
+}
+
+T Ops::neg(const T &x)
+{
+    T out = s.make(x.bytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)}; // NegBackward0: -grad
+    });
+    return out;
+}
+
+T Ops::pow2(const T &x)
+{
+    T out = s.make(x.bytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {x.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // pow_backward: grad * (2 * self.pow(1)): self.pow(1), * 2, * grad.
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int a = s.allocate(back, Category::Temporaries);
+        const int b = s.allocate(back, Category::Temporaries);
+        const int r = s.allocate(back, Category::Temporaries);
+        s.unref(b);
+        s.unref(a);
+        return std::vector<int>{r};
+    });
+    return out;
+}
+
+T Ops::rsqrt(const T &x)
+{
+    T out = s.make(x.bytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {out.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // rsqrt_backward: -0.5 * grad * result.pow(3)
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int a = s.allocate(back, Category::Temporaries);
+        const int b = s.allocate(back, Category::Temporaries);
+        const int r = s.allocate(back, Category::Temporaries);
+        s.unref(b);
+        s.unref(a);
+        return std::vector<int>{r};
+    });
+    return out;
+}
+
+T Ops::tanh(const T &x)
+{
+    T out = s.make(x.bytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {out.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)}; // tanh_backward
+    });
+    return out;
+}
+
+T Ops::mean(const T &x, int64_t outNumel)
+{
+    T out = s.make(outNumel * x.elem, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // MeanBackward1: grad.expand(self.sizes()) / numel
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
+T Ops::activation(const T &x, const std::string &kind)
+{
+    (void)kind; // silu, gelu, gelu_pytorch_tanh: one ATen op that saves its input
+    T out = s.make(x.bytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {x.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
+T Ops::dropout(const T &x, double p)
+{
+    if (p <= 0.0)
+        return s.view(x);
+    // native_dropout: the output and a bool mask (saved).
+    T out = s.make(x.bytes, x.elem);
+    const int mask = s.allocate(x.numel(), Category::Activations);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {mask}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)}; // grad * mask * scale
+    });
+    s.unref(mask); // only the node holds it
+    return out;
+}
+
+T Ops::copy(const T &x)
+{
+    T out = s.make(x.bytes, x.elem);
+    s.record({&out}, {&x}, {}, [](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        return std::vector<int>{needs[0] && g[0] >= 0 ? pass(s, g[0]) : -1};
+    });
+    return out;
+}
+
+T Ops::viewOf(const T &x)
+{
+    T out = s.view(x);
+    out.node = -1;
+    out.param = -1;
+    out.requiresGrad = false;
+    const int id = s.record({&out}, {&x}, {}, [](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        return std::vector<int>{needs[0] && g[0] >= 0 ? pass(s, g[0]) : -1};
+    });
+    if (id < 0) {
+        out.node = x.node;
+        out.out = x.out;
+        out.param = x.param;
+        out.requiresGrad = x.requiresGrad && s.gradEnabled();
+    }
+    return out;
+}
+
+T Ops::headsView(const T &x, bool copyBack)
+{
+    if (!copyBack)
+        return viewOf(x);
+    T out = s.view(x);
+    out.node = -1;
+    out.param = -1;
+    out.requiresGrad = false;
+    const int64_t back = x.bytes;
+    const int id = s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // TransposeBackward0, then ViewBackward0: grad.reshape() of a non-contiguous tensor
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    if (id < 0) {
+        out.node = x.node;
+        out.out = x.out;
+        out.param = x.param;
+        out.requiresGrad = x.requiresGrad && s.gradEnabled();
+    }
+    return out;
+}
+
+T Ops::cat(const std::vector<const T *> &parts, int64_t numel, int elem)
+{
+    T out = s.make(numel * elem, elem);
+    const size_t n = parts.size();
+    s.record({&out}, parts, {}, [n](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // CatBackward0: narrow() views of the gradient.
+        std::vector<int> r(n, -1);
+        for (size_t i = 0; i < n; ++i)
+            if (needs[i] && g[0] >= 0)
+                r[i] = pass(s, g[0]);
+        return r;
+    });
+    return out;
+}
+
+T Ops::slice(const T &x, int64_t numel)
+{
+    T out = s.view(x, numel * x.elem);
+    out.node = -1;
+    out.param = -1;
+    out.requiresGrad = false;
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // SliceBackward0: zeros of the input's size, the gradient copied into the slice.
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
+T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in, int64_t outF, int elem)
+{
+    s.blasWorkspace(0);
+    T out = s.make(tokens * outF * elem, elem);
+    std::vector<int> saved;
+    if (w.requiresGrad && s.gradEnabled())
+        saved.push_back(x.sto); // mm saves its input for the weight's gradient
+    if (x.requiresGrad && s.gradEnabled())
+        saved.push_back(w.sto);
+    const int64_t wBytes = w.bytes, xBytes = tokens * in * x.elem;
+    const int bElem = bias ? bias->elem : elem;
+    const bool hasBias = bias != nullptr;
+    std::vector<const T *> inputs = {&x, &w};
+    if (bias)
+        inputs.push_back(bias);
+    s.record({&out}, inputs, saved, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // AddmmBackward0 / MmBackward0 as the trace shows them: the weight's gradient first
+        // (mat2), then the input's (mat1, a view once reshaped), then the bias's (a row sum).
+        std::vector<int> r(hasBias ? 3 : 2, -1);
+        if (g[0] < 0)
+            return r;
+        if (needs[1]) {
+            r[1] = s.allocate(wBytes, Category::Temporaries);
+            s.markViewed(r[1]); // handed on through TBackward (weight.t()): a view
+        }
+        s.blasWorkspace(1);
+        if (needs[0]) {
+            r[0] = s.allocate(xBytes, Category::Temporaries);
+            s.markViewed(r[0]);
+        }
+        if (hasBias && needs[2]) {
+            r[2] = s.allocate(outF * bElem, Category::Temporaries);
+            Ops(s).reduceRows(tokens, outF, bElem);
+        }
+        return r;
+    });
+    return out;
+}
+
+T Ops::embedding(const T &w, const T &ids, int64_t tokens, int64_t vocab, int64_t hidden)
+{
+    T out = s.make(tokens * hidden * w.elem, w.elem);
+    const int64_t wBytes = w.bytes;
+    const int elem = w.elem;
+    s.record({&out}, {&w}, {ids.sto}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // embedding_dense_backward (CUDA): sorts the indices (three index buffers and a small
+        // scan buffer), allocates the weight's gradient, then sums rows per unique index in fp32.
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int64_t idx = tokens * 8;
+        const int a = s.allocate(idx, Category::Temporaries);
+        const int b = s.allocate(idx, Category::Temporaries);
+        const int c = s.allocate(idx, Category::Temporaries);
+        const int d = s.allocate(idx / 2 + 1 + vocab / 2048 + 1000, Category::Temporaries);
+        s.unref(d);
+        s.unref(c);
+        const int grad = s.allocate(wBytes, Category::Temporaries);
+        const int e = s.allocate(idx, Category::Temporaries);
+        const int f = s.allocate(8, Category::Temporaries);
+        const int h = s.allocate(idx, Category::Temporaries);
+        // fp32 partial sums, one row per partial segment: (tokens + tokens / 10) rows measured
+        // for random ids (Llama-3.2-1B, Qwen2.5-0.5B, GPT-2 on the H200).
+        const int acc = s.allocate((tokens + tokens / 10) * hidden * 4, Category::Temporaries);
+        s.unref(acc);
+        s.unref(f);
+        s.unref(h);
+        s.unref(e);
+        s.unref(b);
+        s.unref(a);
+        (void)elem;
+        return std::vector<int>{grad};
+    });
+    return out;
+}
+
+T Ops::sdpaFlash(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
+{
+    // aten::_scaled_dot_product_flash_attention: philox seed and offset, the output and the
+    // logsumexp (fp32, b x heads x s); it saves q, k, v, the output, the logsumexp and the seed.
+    const int seed = s.allocate(8, Category::Activations);
+    const int offset = s.allocate(8, Category::Activations);
+    T out = s.make(a.b * a.s * a.heads * a.dv * elem, elem, Category::Temporaries);
+    const int lse = s.allocate(a.b * a.heads * a.s * 4, Category::Activations);
+    const int tmp = s.allocate(256, Category::Temporaries);
+    s.unref(tmp);
+    const int64_t qb = q.bytes, kb = k.bytes, vb = v.bytes;
+    const int64_t ws = 2 * a.b * a.s * a.heads * a.dq * 4 + a.b * a.heads * a.s * 4 + 256;
+    s.record({&out}, {&q, &k, &v}, {k.sto, q.sto, v.sto, lse, out.sto, seed, offset},
+             [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+                 // Flash backward: dq, dk, dv, then one fp32 workspace (dq accumulators, softmax
+                 // sums), freed before it returns.
+                 std::vector<int> r(3, -1);
+                 if (g[0] < 0)
+                     return r;
+                 r[0] = s.allocate(qb, Category::Temporaries);
+                 r[1] = s.allocate(kb, Category::Temporaries);
+                 r[2] = s.allocate(vb, Category::Temporaries);
+                 const int w = s.allocate(ws, Category::Temporaries);
+                 s.unref(w);
+                 for (int i = 0; i < 3; ++i)
+                     if (!needs[static_cast<size_t>(i)]) {
+                         s.unref(r[static_cast<size_t>(i)]);
+                         r[static_cast<size_t>(i)] = -1;
+                     }
+                 return r;
+             });
+    s.unref(lse);
+    s.unref(seed);
+    s.unref(offset);
+    return out;
+}
+
+T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
+{
+    // aten::_efficient_attention_forward (fp32): the output and a logsumexp padded to 32 rows.
+    const int64_t lseLen = ((a.s + 31) / 32) * 32;
+    const int seed = s.allocate(8, Category::Activations);
+    const int offset = s.allocate(8, Category::Activations);
+    T out = s.make(a.b * a.s * a.heads * a.dv * elem, elem, Category::Temporaries);
+    const int lse = s.allocate(a.b * a.heads * lseLen * 4, Category::Activations);
+    const int64_t qb = q.bytes, kb = k.bytes, vb = v.bytes;
+    const int64_t delta = a.b * a.heads * lseLen * 4;
+    s.record({&out}, {&q, &k, &v}, {q.sto, k.sto, v.sto, out.sto, lse, seed, offset},
+             [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+                 std::vector<int> r(3, -1);
+                 if (g[0] < 0)
+                     return r;
+                 const int d = s.allocate(delta, Category::Temporaries);
+                 r[0] = s.allocate(qb, Category::Temporaries);
+                 r[1] = s.allocate(kb, Category::Temporaries);
+                 r[2] = s.allocate(vb, Category::Temporaries);
+                 s.unref(d);
+                 for (int i = 0; i < 3; ++i)
+                     if (!needs[static_cast<size_t>(i)]) {
+                         s.unref(r[static_cast<size_t>(i)]);
+                         r[static_cast<size_t>(i)] = -1;
+                     }
+                 return r;
+             });
+    s.unref(lse);
+    s.unref(seed);
+    s.unref(offset);
+    return out;
+}
+
+T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
+{
+    // at::_scaled_dot_product_attention_math (fp32 with grouped-query attention): k and v
+    // repeated to every head, q and k scaled by sqrt(scale), softmax probabilities kept.
+    const int64_t full = a.b * a.heads * a.s * a.dq * elem;
+    const int64_t scores = a.b * a.heads * a.s * a.s * elem;
+    Ops o(s);
+    T qs = o.scale(q);
+    T kr = k;
+    const bool gqa = a.kvHeads < a.heads;
+    T krep, vrep;
+    if (gqa) {
+        krep = s.make(full, elem);
+        s.record({&krep}, {&k}, {}, [kb = k.bytes, full](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+            if (!n[0] || g[0] < 0)
+                return std::vector<int>{-1};
+            const int t = s.allocate(full, Category::Temporaries);
+            const int r = s.allocate(kb, Category::Temporaries);
+            s.unref(t);
+            return std::vector<int>{r};
+        });
+        kr = krep;
+    }
+    T ks = o.scale(kr);
+    if (gqa)
+        s.drop(krep);
+    T sc = s.make(scores, elem);
+    s.record({&sc}, {&qs, &ks}, {qs.sto, ks.sto},
+             [qb = qs.bytes, kb = ks.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                 std::vector<int> r(2, -1);
+                 if (g[0] < 0)
+                     return r;
+                 if (n[1])
+                     r[1] = s.allocate(kb, Category::Temporaries);
+                 if (n[0])
+                     r[0] = s.allocate(qb, Category::Temporaries);
+                 return r;
+             });
+    const int mask = s.allocate(a.s * a.s, Category::Temporaries);
+    T p = s.make(scores, elem);
+    s.record({&p}, {&sc}, {p.sto}, [scores](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+        if (!n[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(scores, Category::Temporaries)}; // softmax_backward_data
+    });
+    s.unref(mask);
+    s.drop(sc);
+    s.drop(qs);
+    s.drop(ks);
+    T vr = v;
+    if (gqa) {
+        vrep = s.make(full, elem);
+        s.record({&vrep}, {&v}, {}, [vb = v.bytes, full](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+            if (!n[0] || g[0] < 0)
+                return std::vector<int>{-1};
+            const int t = s.allocate(full, Category::Temporaries);
+            const int r = s.allocate(vb, Category::Temporaries);
+            s.unref(t);
+            return std::vector<int>{r};
+        });
+        vr = vrep;
+    }
+    T out = s.make(a.b * a.heads * a.s * a.dv * elem, elem);
+    s.record({&out}, {&p, &vr}, {p.sto, vr.sto},
+             [pb = p.bytes, vb = vr.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                 std::vector<int> r(2, -1);
+                 if (g[0] < 0)
+                     return r;
+                 if (n[1])
+                     r[1] = s.allocate(vb, Category::Temporaries);
+                 if (n[0])
+                     r[0] = s.allocate(pb, Category::Temporaries);
+                 return r;
+             });
+    s.drop(p);
+    if (gqa)
+        s.drop(vrep);
+    return out;
+}
+
+T Ops::eagerAttention(const T &q, const T &k, const T &v, const T *mask, const AttnShape &a, int elem,
+                      double softcap)
+{
+    // HF eager_attention_forward: repeat_kv (a copy when grouped), q @ k^T, * scaling, (soft-cap:
+    // / cap, tanh, * cap), + mask, softmax in fp32, .to(q.dtype), dropout, @ v, transpose.
+    Ops o(s);
+    const bool gqa = a.kvHeads < a.heads;
+    const int64_t rep = a.b * a.heads * a.s * a.dq * elem;
+    const int64_t repV = a.b * a.heads * a.s * a.dv * elem;
+    auto repeat = [&](const T &x, int64_t bytes) {
+        if (!gqa)
+            return s.view(x);
+        T r = s.make(bytes, elem);
+        s.record({&r}, {&x}, {}, [xb = x.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+            // ViewBackward of the expanded reshape: summed back over the repeats
+            if (!n[0] || g[0] < 0)
+                return std::vector<int>{-1};
+            return std::vector<int>{s.allocate(xb, Category::Temporaries)};
+        });
+        return r;
+    };
+    T kr = repeat(k, rep);
+    T vr = repeat(v, repV);
+    const int64_t scores = a.b * a.heads * a.s * a.s;
+    T sc = s.make(scores * elem, elem);
+    s.record({&sc}, {&q, &kr}, {q.sto, kr.sto},
+             [qb = q.bytes, kb = kr.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                 std::vector<int> r(2, -1);
+                 if (g[0] < 0)
+                     return r;
+                 if (n[1])
+                     r[1] = s.allocate(kb, Category::Temporaries);
+                 if (n[0])
+                     r[0] = s.allocate(qb, Category::Temporaries);
+                 return r;
+             });
+    T x = o.scale(sc);
+    s.drop(sc);
+    if (softcap > 0.0) {
+        T d = o.scale(x);
+        s.drop(x);
+        T th = o.tanh(d);
+        s.drop(d);
+        x = o.scale(th);
+        s.drop(th);
+    }
+    if (mask) {
+        T m = s.make(x.bytes, elem);
+        s.record({&m}, {&x}, {}, [](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+            return std::vector<int>{n[0] && g[0] >= 0 ? pass(s, g[0]) : -1};
+        });
+        s.drop(x);
+        x = m;
+    }
+    T p32 = s.make(scores * 4, 4);
+    s.record({&p32}, {&x}, {p32.sto}, [xb = x.bytes, scores](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+        // _softmax_backward_data in fp32, then the cast back to the input's dtype
+        if (!n[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int r = s.allocate(scores * 4, Category::Temporaries);
+        if (xb == scores * 4)
+            return std::vector<int>{r};
+        const int c = s.allocate(xb, Category::Temporaries);
+        s.unref(r);
+        return std::vector<int>{c};
+    });
+    s.drop(x);
+    T p = o.to(p32, elem);
+    s.drop(p32);
+    T out = s.make(a.b * a.heads * a.s * a.dv * elem, elem);
+    s.record({&out}, {&p, &vr}, {p.sto, vr.sto},
+             [pb = p.bytes, vb = vr.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                 std::vector<int> r(2, -1);
+                 if (g[0] < 0)
+                     return r;
+                 if (n[1])
+                     r[1] = s.allocate(vb, Category::Temporaries);
+                 if (n[0])
+                     r[0] = s.allocate(pb, Category::Temporaries);
+                 return r;
+             });
+    s.drop(p);
+    s.drop(kr);
+    s.drop(vr);
+    return out;
+}
+
+T Ops::causalLmLoss(const T &logits, int64_t b, int64_t seq, int64_t vocab)
+{
+    // ForCausalLMLoss: logits.float(); labels padded with ignore_index and shifted (a contiguous
+    // copy, saved by nll_loss); cross_entropy = log_softmax (saves its output) + nll_loss (a
+    // 4-byte loss and a saved 4-byte total_weight).
+    const int64_t tokens = b * seq;
+    Ops o(s);
+    T f = o.to(logits, 4);
+    const int padded = s.allocate((tokens + b) * 8, Category::Temporaries);
+    const int target = s.allocate(tokens * 8, Category::Activations);
+    T lp = s.make(tokens * vocab * 4, 4, Category::Logits);
+    s.record({&lp}, {&f}, {lp.sto}, [n = tokens * vocab * 4](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
+        if (!nd[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(n, Category::Logits)}; // _log_softmax_backward_data
+    });
+    T loss = s.make(4, 4);
+    const int totalWeight = s.allocate(4, Category::Activations);
+    s.record({&loss}, {&lp}, {target, totalWeight}, [n = tokens * vocab * 4](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
+        if (!nd[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(n, Category::Logits)}; // nll_loss_backward: zeros + scatter
+    });
+    s.unref(totalWeight);
+    s.unref(target);
+    s.drop(lp);
+    s.drop(f);
+    s.unref(padded);
+    return loss;
+}
+
+} // namespace headroom::sim

@@ -1,0 +1,794 @@
+// A Hugging Face training run, op by op, on the autograd simulator (autograd.h, ops.h): what
+// AutoModelForCausalLM.from_config allocates, then HF Trainer's loop. The forward follows the
+// modeling code of Transformers 5.17 (modeling_llama.py and the families that share its layout,
+// keyed on config fields, not family names); backward follows from the graph.
+
+#include "program.h"
+
+#include "autograd.h"
+#include "ops.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+#include <map>
+
+namespace headroom {
+
+namespace {
+
+using sim::Ops;
+using sim::Sim;
+using sim::T;
+
+constexpr int kLoraElem = 4; // PEFT keeps adapters in fp32 (autocast_adapter_dtype=True)
+
+struct LoraPair
+{
+    T a, b; // lora_A [r, in], lora_B [out, r]
+    bool on = false;
+};
+
+struct LayerParams
+{
+    T q, k, v, o, qb, kb, vb, ob;
+    T qn, kn;                   // Qwen3 q/k RMSNorm over head_dim
+    T gate, up, down, upB, downB;
+    T n1, n1b, n2, n2b, n3, n4; // norms (weight, bias); Gemma 2 has four
+    std::array<LoraPair, kLinearModuleCount> lora;
+};
+
+class Run
+{
+public:
+    Run(const ModelArch &m, const TrainingConfig &c, const EstimatorOptions &o, Timeline &tl)
+        : m(m)
+        , c(c)
+        , opt(o)
+        , S(tl)
+        , O(S)
+    {
+        S.setBlasWorkspaceBytes(o.cublasWorkspaceBytes);
+        b = c.microBatch;
+        s = c.seqLen;
+        tok = checkedMul(b, s);
+        h = m.hiddenSize;
+        heads = m.numHeads;
+        kvHeads = m.numKvHeads;
+        hd = m.headDim;
+        qOut = heads * hd;
+        kvOut = kvHeads * hd;
+        V = m.vocabSize;
+        amp = isAmp(c.precision);
+        pe = parameterBytes(c.precision);
+        ce = computeBytes(c.precision);
+        re = amp ? 4 : ce;
+        full = c.finetune == FineTune::Full;
+        if (!full)
+            loraMask = loraTargetMask(c.lora.targets);
+    }
+
+    void run(int measuredSteps)
+    {
+        load();
+        for (int step = 0; step <= measuredSteps; ++step) {
+            for (int64_t micro = 0; micro < c.gradAccum; ++micro) {
+                S.setPhase(step, Phase::Forward, static_cast<int>(micro));
+                T loss = forward(batches[static_cast<size_t>(micro)]);
+                if (c.gradAccum > 1) {
+                    T scaled = O.scale(loss); // loss / gradient_accumulation_steps
+                    S.drop(loss);
+                    loss = scaled;
+                }
+                S.setPhase(step, Phase::Backward, static_cast<int>(micro));
+                S.setOp("backward");
+                S.setLayer(-1);
+                S.backward(loss);
+                S.drop(loss);
+            }
+            S.setPhase(step, Phase::Optimizer, 0);
+            optimizerStep(step);
+            S.setOp("zero_grad");
+            S.zeroGrad();
+        }
+    }
+
+private:
+    const ModelArch &m;
+    const TrainingConfig &c;
+    const EstimatorOptions &opt;
+    Sim S;
+    Ops O;
+    int64_t b = 1, s = 1, tok = 1, h = 1, heads = 1, kvHeads = 1, hd = 1, qOut = 1, kvOut = 1, V = 1;
+    bool amp = false, full = true;
+    int pe = 2, ce = 2, re = 2;
+    std::array<bool, kLinearModuleCount> loraMask{};
+    T embed, positions, finalNorm, finalNormB, lmHead;
+    std::vector<LayerParams> layers;
+    std::vector<T> batches;
+    std::vector<T *> trainable; // in model.parameters() order
+    std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
+
+    // ------------------------------------------------------------------ building the model
+    T param(int64_t rows, int64_t cols, bool trainableHere, const char *name, int elem = 0)
+    {
+        S.setOp(name);
+        T t = S.parameter(checkedMul(checkedMul(rows, cols), elem ? elem : pe), elem ? elem : pe, trainableHere);
+        t.rows = rows;
+        t.cols = cols;
+        return t;
+    }
+
+    void load()
+    {
+        S.setPhase(0, Phase::AfterLoad, 0);
+        S.setLayer(-1);
+        const bool t = full;
+        embed = param(V, h, t, "embed_tokens");
+        if (m.learnedPositions)
+            positions = param(m.maxPositions, h, t, "embed_positions");
+        const int64_t I = m.intermediateSize;
+        layers.resize(static_cast<size_t>(m.numLayers));
+        const bool layerNorm = m.norm == NormKind::LayerNorm;
+        for (int64_t l = 0; l < m.numLayers; ++l) {
+            S.setLayer(static_cast<int>(l));
+            LayerParams &L = layers[static_cast<size_t>(l)];
+            if (layerNorm) { // GPT-2 / NeoX build the first norm before attention
+                L.n1 = param(h, 1, t, "input_layernorm");
+                L.n1b = param(h, 1, t, "input_layernorm");
+            }
+            L.q = param(qOut, h, t, "q_proj");
+            if (m.qkvBias)
+                L.qb = param(qOut, 1, t, "q_proj");
+            L.k = param(kvOut, h, t, "k_proj");
+            if (m.qkvBias)
+                L.kb = param(kvOut, 1, t, "k_proj");
+            L.v = param(kvOut, h, t, "v_proj");
+            if (m.qkvBias)
+                L.vb = param(kvOut, 1, t, "v_proj");
+            L.o = param(h, qOut, t, "o_proj");
+            if (m.oBias)
+                L.ob = param(h, 1, t, "o_proj");
+            if (m.qkNorm) {
+                L.qn = param(hd, 1, t, "q_norm");
+                L.kn = param(hd, 1, t, "k_norm");
+            }
+            if (m.mlp == MlpKind::Gated)
+                L.gate = param(I, h, t, "gate_proj");
+            L.up = param(I, h, t, "up_proj");
+            if (m.mlpBias)
+                L.upB = param(I, 1, t, "up_proj");
+            L.down = param(h, I, t, "down_proj");
+            if (m.mlpBias)
+                L.downB = param(h, 1, t, "down_proj");
+            if (!layerNorm)
+                L.n1 = param(h, 1, t, "input_layernorm");
+            L.n2 = param(h, 1, t, "post_attention_layernorm");
+            if (layerNorm)
+                L.n2b = param(h, 1, t, "post_attention_layernorm");
+            if (m.normsPerLayer >= 4) {
+                L.n3 = param(h, 1, t, "pre_feedforward_layernorm");
+                L.n4 = param(h, 1, t, "post_feedforward_layernorm");
+            }
+        }
+        S.setLayer(-1);
+        finalNorm = param(h, 1, t, "norm");
+        if (layerNorm)
+            finalNormB = param(h, 1, t, "norm");
+        // Rotary inv_freq and its original copy (fp32 buffers).
+        if (!m.learnedPositions) {
+            S.setOp("rotary_emb");
+            T inv = S.make(hd / 2 * 4, 4, Category::Weights);
+            T inv2 = S.make(hd / 2 * 4, 4, Category::Weights);
+            (void)inv;
+            (void)inv2;
+        }
+        lmHead = m.tiedEmbeddings ? embed : param(V, h, t, "lm_head");
+        if (!full) {
+            // get_peft_model: an A and a B per targeted Linear, fp32, layer by layer.
+            for (int64_t l = 0; l < m.numLayers; ++l) {
+                S.setLayer(static_cast<int>(l));
+                LayerParams &L = layers[static_cast<size_t>(l)];
+                for (int mod = 0; mod < kLinearModuleCount; ++mod) {
+                    if (!loraMask[static_cast<size_t>(mod)] || !present(mod))
+                        continue;
+                    LoraPair &p = L.lora[static_cast<size_t>(mod)];
+                    p.a = param(c.lora.rank, inFeatures(mod), true, "lora_A", kLoraElem);
+                    p.b = param(outFeatures(mod), c.lora.rank, true, "lora_B", kLoraElem);
+                    p.on = true;
+                }
+            }
+            S.setLayer(-1);
+        }
+        collectTrainable();
+        S.setOp("input_ids");
+        for (int64_t i = 0; i < c.gradAccum; ++i)
+            batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
+    }
+
+    bool present(int mod) const { return mod != int(LinearModule::Gate) || m.mlp == MlpKind::Gated; }
+    int64_t inFeatures(int mod) const
+    {
+        if (mod == int(LinearModule::O))
+            return qOut;
+        if (mod == int(LinearModule::Down))
+            return m.intermediateSize;
+        return h;
+    }
+    int64_t outFeatures(int mod) const
+    {
+        switch (static_cast<LinearModule>(mod)) {
+        case LinearModule::Q: return qOut;
+        case LinearModule::K:
+        case LinearModule::V: return kvOut;
+        case LinearModule::O:
+        case LinearModule::Down: return h;
+        default: return m.intermediateSize;
+        }
+    }
+
+    void collectTrainable()
+    {
+        auto add = [this](T &t) {
+            if (t.valid() && t.requiresGrad)
+                trainable.push_back(&t);
+        };
+        add(embed);
+        add(positions);
+        for (auto &L : layers) {
+            for (T *t : {&L.n1, &L.n1b, &L.q, &L.qb, &L.k, &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.gate,
+                         &L.up, &L.upB, &L.down, &L.downB, &L.n2, &L.n2b, &L.n3, &L.n4})
+                add(*t);
+            for (auto &p : L.lora)
+                if (p.on) {
+                    add(p.a);
+                    add(p.b);
+                }
+        }
+        add(finalNorm);
+        add(finalNormB);
+        if (!m.tiedEmbeddings)
+            add(lmHead);
+    }
+
+    // ------------------------------------------------------------------ forward
+    // A weight as the matmul sees it: under autocast a bf16 copy, cached for the whole forward
+    // when the weight is a trainable leaf, made anew at every use otherwise.
+    T weightFor(const T &w)
+    {
+        if (!amp)
+            return S.view(w);
+        if (w.requiresGrad) {
+            auto it = ampCache.find(w.sto);
+            if (it != ampCache.end())
+                return S.view(it->second);
+            T cast = O.to(w, 2);
+            ampCache[w.sto] = cast;
+            return S.view(cast);
+        }
+        return O.to(w, 2);
+    }
+
+    void clearAmpCache()
+    {
+        for (auto &[k, t] : ampCache)
+            S.drop(t);
+        ampCache.clear();
+    }
+
+    // nn.Linear (or PEFT's lora.Linear around it) over `tok` rows of x.
+    T linear(const T &x, int mod, const T &w, const T *bias, LoraPair *lora)
+    {
+        const int64_t in = inFeatures(mod), out = outFeatures(mod);
+        T xin = amp ? O.to(x, 2) : S.view(x);
+        T wc = weightFor(w);
+        T bc;
+        if (bias && bias->valid())
+            bc = amp ? weightFor(*bias) : S.view(*bias);
+        T y = O.linear(xin, wc, bc.valid() ? &bc : nullptr, tok, in, out, amp ? 2 : ce);
+        S.drop(xin);
+        S.drop(wc);
+        if (bc.valid())
+            S.drop(bc);
+        if (!lora || !lora->on)
+            return y;
+        // PEFT lora.Linear.forward: x cast to the adapters' dtype, dropout, lora_B(lora_A(x)) *
+        // scaling, added to the base result, cast back to the base result's dtype.
+        T xa = amp ? S.view(x) : O.to(x, kLoraElem);
+        T xd = O.dropout(xa, c.lora.dropout);
+        S.drop(xa);
+        T ain = amp ? O.to(xd, 2) : S.view(xd);
+        T wa = weightFor(lora->a);
+        const int le = amp ? 2 : kLoraElem;
+        T a = O.linear(ain, wa, nullptr, tok, in, c.lora.rank, le);
+        S.drop(ain);
+        S.drop(wa);
+        S.drop(xd);
+        T wb = weightFor(lora->b);
+        // lora_B's input is lora_A's output: the rank is its in-features.
+        T bo = loraB(a, wb, out, le);
+        S.drop(a);
+        S.drop(wb);
+        T sc = O.scale(bo);
+        S.drop(bo);
+        T sum = O.add(y, sc, std::max(y.elem, sc.elem));
+        S.drop(sc);
+        S.drop(y);
+        T res = O.to(sum, amp ? 2 : ce);
+        S.drop(sum);
+        return res;
+    }
+
+    T loraB(const T &a, const T &wb, int64_t out, int elem)
+    {
+        return O.linear(a, wb, nullptr, tok, c.lora.rank, out, elem);
+    }
+
+    // LlamaRMSNorm: x.to(fp32); x * rsqrt(mean(x^2) + eps); weight * x.to(input dtype).
+    // `rows` rows of `width` values; `weight` broadcast over the rows.
+    T rmsnorm(const T &x, const T &weight, int64_t rows, int64_t width, bool gemma = false)
+    {
+        S.setOp("rmsnorm");
+        const int64_t n = checkedMul(rows, width);
+        T x32 = O.to(x, 4);
+        T p = O.pow2(x32);
+        T var = O.mean(p, rows);
+        S.drop(p);
+        T ve = O.addScalar(var);
+        T r = O.rsqrt(ve);
+        S.drop(ve);
+        T xn = O.mul(x32, r, n, 4, true, false, 0);
+        S.drop(r);
+        S.drop(x32);
+        T out;
+        if (gemma) {
+            // Gemma: output * (1 + weight), in fp32, then cast back.
+            T w1 = O.addScalar(weight);
+            T y = O.mul(xn, w1, n, 4, true, false, rows);
+            S.drop(w1);
+            S.drop(xn);
+            out = O.to(y, x.elem);
+            S.drop(y);
+        } else {
+            T xb = O.to(xn, x.elem);
+            out = O.mul(weight, xb, n, std::max(weight.elem, x.elem), false, true, rows);
+            S.drop(xb);
+            S.drop(xn); // `hidden_states` goes when the function returns
+        }
+        S.drop(var);
+        return out;
+    }
+
+    // nn.LayerNorm: native_layer_norm saves its input, per-row mean and rstd (fp32).
+    T layernorm(const T &x, const T &weight, const T &bias)
+    {
+        S.setOp("layernorm");
+        T xin = amp ? S.view(x) : S.view(x);
+        T out = S.make(checkedMul(tok, h) * (amp ? 4 : x.elem), amp ? 4 : x.elem);
+        const int mean = S.allocate(tok * 4, Category::Activations);
+        const int rstd = S.allocate(tok * 4, Category::Activations);
+        const int64_t xb = x.bytes, wb = weight.bytes, rows = tok, cols = h;
+        const int welem = weight.elem;
+        S.record({&out}, {&xin, &weight, &bias}, {xin.sto, mean, rstd},
+                 [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
+                     // native_layer_norm_backward: grad_input, then grad_weight and grad_bias
+                     // through per-block partial sums.
+                     std::vector<int> r(3, -1);
+                     if (g[0] < 0)
+                         return r;
+                     if (nd[0])
+                         r[0] = s.allocate(xb, Category::Temporaries);
+                     if (nd[1] || nd[2]) {
+                         const int part = s.allocate(((rows + 31) / 32) * cols * 4 * 2, Category::Temporaries);
+                         if (nd[1])
+                             r[1] = s.allocate(wb, Category::Temporaries);
+                         if (nd[2])
+                             r[2] = s.allocate(wb, Category::Temporaries);
+                         s.unref(part);
+                     }
+                     (void)welem;
+                     return r;
+                 });
+        S.unref(mean);
+        S.unref(rstd);
+        S.drop(xin);
+        return out;
+    }
+
+    T norm(const T &x, const T &w, const T &bias)
+    {
+        if (m.norm == NormKind::LayerNorm)
+            return layernorm(x, w, bias);
+        return rmsnorm(x, w, tok, h, m.modelType.rfind("gemma", 0) == 0);
+    }
+
+    // apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin); cos and sin broadcast over
+    // batch and heads.
+    T rope(const T &x, const T &cos, const T &sin, int64_t features)
+    {
+        S.setOp("apply_rotary_pos_emb");
+        const int e = std::max(x.elem, cos.elem);
+        const int64_t n = checkedMul(tok, features);
+        T a = O.mul(x, cos, n, e, true, false, 0);
+        T x1 = O.slice(x, n / 2);
+        T x2 = O.slice(x, n / 2);
+        T nx2 = O.neg(x2);
+        T rot = O.cat({&nx2, &x1}, n, x.elem);
+        S.drop(nx2);
+        S.drop(x1);
+        S.drop(x2);
+        T bsin = O.mul(rot, sin, n, e, true, false, 0);
+        S.drop(rot);
+        T out = O.add(a, bsin, e);
+        S.drop(bsin);
+        S.drop(a);
+        return out;
+    }
+
+    T attention(const T &q, const T &k, const T &v)
+    {
+        S.setOp("attention");
+        Ops::AttnShape a;
+        a.b = b;
+        a.s = s;
+        a.heads = heads;
+        a.kvHeads = kvHeads;
+        a.dq = hd;
+        a.dv = hd;
+        const int e = amp ? 2 : ce;
+        T qc = amp ? O.to(q, 2) : S.view(q);
+        T kc = amp ? O.to(k, 2) : S.view(k);
+        T vc = amp ? O.to(v, 2) : S.view(v);
+        T out;
+        if (c.attention == Attention::Eager) {
+            out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, 0.0);
+            // attn_output.transpose(1, 2).contiguous(): a copy
+            T cont = O.copy(out);
+            S.drop(out);
+            out = cont;
+        } else if (e == 4 && kvHeads < heads) {
+            out = O.sdpaMath(qc, kc, vc, a, e);
+            T cont = O.copy(out);
+            S.drop(out);
+            out = cont;
+        } else if (e == 4) {
+            out = O.sdpaEfficient(qc, kc, vc, a, e);
+        } else {
+            out = O.sdpaFlash(qc, kc, vc, a, e);
+        }
+        S.drop(qc);
+        S.drop(kc);
+        S.drop(vc);
+        return out;
+    }
+
+    T layerForward(LayerParams &L, const T &x, const T &cos, const T &sin)
+    {
+        const bool layerNorm = m.norm == NormKind::LayerNorm;
+        T hnorm = norm(x, L.n1, L.n1b);
+        S.setOp("self_attn");
+        // q_proj(x).view(...).transpose(1, 2), k, then v (Qwen3: an RMSNorm over head_dim first).
+        auto project = [&](int mod, const T &w, const T *bias, LoraPair *lora, const T *qkn, int64_t nHeads,
+                           bool copyBack) {
+            T y = linear(hnorm, mod, w, bias, lora);
+            if (qkn) {
+                T n = rmsnorm(y, *qkn, tok * nHeads, hd);
+                S.drop(y);
+                y = n;
+            }
+            T v = O.headsView(y, copyBack);
+            S.drop(y);
+            return v;
+        };
+        T qh = project(int(LinearModule::Q), L.q, &L.qb, &L.lora[0], m.qkNorm ? &L.qn : nullptr, heads, true);
+        T kh = project(int(LinearModule::K), L.k, &L.kb, &L.lora[1], m.qkNorm ? &L.kn : nullptr, kvHeads, true);
+        T v = project(int(LinearModule::V), L.v, &L.vb, &L.lora[2], nullptr, kvHeads, false);
+        T qe = rope(qh, cos, sin, qOut);
+        T ke = rope(kh, cos, sin, kvOut);
+        S.drop(qh);
+        S.drop(kh);
+        T attn = attention(qe, ke, v);
+        S.drop(qe);
+        S.drop(ke);
+        S.drop(v);
+        T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
+        S.drop(attn);
+        S.drop(hnorm);
+        S.setOp("residual");
+        T x1 = O.add(x, o, re);
+        S.drop(o);
+        T h2 = norm(x1, L.n2, L.n2b);
+        T mlpOut = mlp(L, h2);
+        S.drop(h2);
+        S.setOp("residual");
+        T x2 = O.add(x1, mlpOut, re);
+        S.drop(mlpOut);
+        S.drop(x1);
+        (void)layerNorm;
+        return x2;
+    }
+
+    T mlp(LayerParams &L, const T &x)
+    {
+        S.setOp("mlp");
+        const int e = amp ? 2 : ce;
+        const int64_t n = checkedMul(tok, m.intermediateSize);
+        if (m.mlp == MlpKind::Gated) {
+            T g = linear(x, int(LinearModule::Gate), L.gate, nullptr, &L.lora[4]);
+            T a = O.activation(g, m.activation);
+            S.drop(g);
+            T u = linear(x, int(LinearModule::Up), L.up, nullptr, &L.lora[5]);
+            T p = O.mul(a, u, n, e);
+            S.drop(a);
+            S.drop(u);
+            T d = linear(p, int(LinearModule::Down), L.down, &L.downB, &L.lora[6]);
+            S.drop(p);
+            return d;
+        }
+        T u = linear(x, int(LinearModule::Up), L.up, &L.upB, &L.lora[5]);
+        T a = activationOf(u);
+        S.drop(u);
+        T d = linear(a, int(LinearModule::Down), L.down, &L.downB, &L.lora[6]);
+        S.drop(a);
+        return d;
+    }
+
+    T activationOf(const T &x)
+    {
+        if (m.activationSavedTensors <= 1)
+            return O.activation(x, m.activation);
+        // gelu_new: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+        const int64_t n = x.numel();
+        T x3 = O.pow2(x);
+        T k = O.scale(x3);
+        S.drop(x3);
+        T inner = O.add(x, k);
+        S.drop(k);
+        T sc = O.scale(inner);
+        S.drop(inner);
+        T th = O.tanh(sc);
+        S.drop(sc);
+        T one = O.addScalar(th);
+        S.drop(th);
+        T half = O.scale(x);
+        T out = O.mul(half, one, n, x.elem);
+        S.drop(half);
+        S.drop(one);
+        return out;
+    }
+
+    T eagerMask;
+
+    T forward(const T &ids)
+    {
+        S.setLayer(-1);
+        S.setOp("embedding");
+        T x = O.embedding(embed, ids, tok, V, h);
+        T pos;
+        if (m.learnedPositions) {
+            T pe2 = O.embedding(positions, ids, tok, m.maxPositions, h);
+            T x2 = O.add(x, pe2, x.elem);
+            S.drop(pe2);
+            S.drop(x);
+            x = x2;
+        }
+        // cache_position / position_ids (int64, one row) and the causal-mask helpers.
+        S.setOp("positions");
+        T cachePos = S.make(s * 8, 8);
+        T posIds = S.make(s * 8, 8);
+        S.drop(cachePos);
+        if (c.attention == Attention::Eager) {
+            S.setOp("causal_mask");
+            eagerMask = S.make(checkedMul(checkedMul(b, s), s) * (amp ? 4 : ce), amp ? 4 : ce);
+        }
+        // Rotary cos and sin (fp32 math, cast to the hidden dtype), shared by every layer.
+        T cos, sin;
+        if (!m.learnedPositions) {
+            S.setOp("rotary_emb");
+            T inv = S.make(4096, 4);
+            S.blasWorkspace(0); // inv_freq @ position_ids: the forward's first matmul
+            T freqs = S.make(s * hd / 2 * 4, 4);
+            T emb = S.make(s * hd * 4, 4);
+            T c32 = S.make(s * hd * 4, 4);
+            T c2 = S.make(s * hd * 4, 4);
+            S.drop(c32);
+            T s32 = S.make(s * hd * 4, 4);
+            T s2 = S.make(s * hd * 4, 4);
+            S.drop(s32);
+            cos = x.elem == 4 ? S.view(c2) : S.make(s * hd * x.elem, x.elem);
+            sin = x.elem == 4 ? S.view(s2) : S.make(s * hd * x.elem, x.elem);
+            S.drop(inv);
+            S.drop(freqs);
+            S.drop(emb);
+            S.drop(c2);
+            S.drop(s2);
+        }
+        T hcur = S.view(x);
+        for (int64_t l = 0; l < m.numLayers; ++l) {
+            S.setLayer(static_cast<int>(l));
+            LayerParams &L = layers[static_cast<size_t>(l)];
+            T next;
+            if (c.gradCheckpointing) {
+                const T in = hcur;
+                S.beginRegion([this, &L, in, cos, sin]() mutable {
+                    T o = layerForward(L, in, cos, sin);
+                    S.drop(o);
+                }, {&hcur});
+                next = layerForward(L, hcur, cos, sin);
+                S.endRegion();
+            } else {
+                next = layerForward(L, hcur, cos, sin);
+            }
+            S.drop(hcur);
+            hcur = next;
+        }
+        S.setLayer(-1);
+        T fn = norm(hcur, finalNorm, finalNormB);
+        S.drop(hcur);
+        S.drop(posIds);
+        if (cos.valid()) {
+            S.drop(cos);
+            S.drop(sin);
+        }
+        if (eagerMask.valid())
+            S.drop(eagerMask);
+        S.drop(x);
+        S.setOp("lm_head");
+        T xin = amp ? O.to(fn, 2) : S.view(fn);
+        T w = weightFor(lmHead);
+        T logits = O.linear(xin, w, nullptr, tok, h, V, amp ? 2 : ce);
+        S.drop(xin);
+        S.drop(w);
+        S.drop(fn);
+        clearAmpCache();
+        if (m.finalLogitSoftcap > 0) {
+            // Gemma 2: logits / cap, tanh, * cap
+            T d = O.scale(logits);
+            S.drop(logits);
+            T th = O.tanh(d);
+            S.drop(d);
+            logits = O.scale(th);
+            S.drop(th);
+        }
+        S.setOp("loss");
+        T loss = O.causalLmLoss(logits, b, s, V);
+        S.drop(logits); // the output object goes before backward
+        return loss;
+    }
+
+    // ------------------------------------------------------------------ optimizers
+    void optimizerStep(int step)
+    {
+        S.setLayer(-1);
+        S.setOp("optimizer.step");
+        const bool first = step == 0;
+        const bool forLoop = c.optimizerImpl == OptimizerImpl::ForLoop;
+        const bool fused = c.optimizerImpl == OptimizerImpl::Fused;
+        switch (c.optimizer) {
+        case Optimizer::AdamW:
+            if (first) // _init_group: exp_avg and exp_avg_sq per parameter, in its dtype
+                for (T *p : trainable) {
+                    if (fused)
+                        state.push_back(S.allocate(4, Category::OptimizerState)); // device step
+                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+                }
+            if (fused)
+                return; // _fused_adamw_: in place
+            if (forLoop) {
+                for (T *p : trainable) { // denom = (exp_avg_sq.sqrt() / bc2).add_(eps)
+                    const int a = S.allocate(p->bytes, Category::Temporaries);
+                    const int d = S.allocate(p->bytes, Category::Temporaries);
+                    S.unref(a);
+                    S.unref(d);
+                }
+                return;
+            }
+            {
+                // _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)
+                std::vector<int> tmp;
+                for (T *p : trainable)
+                    tmp.push_back(S.allocate(p->bytes, Category::Temporaries));
+                // A Python list lets its items go from the last to the first.
+                for (auto it = tmp.rbegin(); it != tmp.rend(); ++it)
+                    S.unref(*it);
+            }
+            return;
+        case Optimizer::SGD:
+            return; // _foreach_add_(params, grads, alpha=-lr)
+        case Optimizer::SGDMomentum:
+            if (first) // momentum_buffer = torch.clone(grad).detach()
+                for (T *p : trainable)
+                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+            return;
+        case Optimizer::Adafactor:
+            adafactorStep(first);
+            return;
+        case Optimizer::AdamW8bit:
+            if (first)
+                for (T *p : trainable) {
+                    const int64_t n = p->numel();
+                    const int64_t bytes = n >= 4096 ? 2 * (n + ((n + 255) / 256) * 4) : n * 8;
+                    state.push_back(S.allocate(bytes, Category::OptimizerState));
+                }
+            return;
+        case Optimizer::Lion:
+            if (first)
+                for (T *p : trainable)
+                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+            return;
+        }
+    }
+
+    // transformers.optimization.Adafactor (Trainer's kwargs: no first moment), one parameter at a
+    // time: grad.float(), p.float(), (grad**2)+eps, factored row/column means, the update from
+    // them, and p_data_fp32.add_(-update).
+    void adafactorStep(bool first)
+    {
+        int prevUpdate = -1;
+        for (T *p : trainable) {
+            const int64_t n = p->numel();
+            const bool low = p->elem != 4;
+            const int gf = low ? S.allocate(n * 4, Category::Temporaries) : -1;
+            S.unref(prevUpdate); // the last parameter's `update` goes when the name is rebound
+            prevUpdate = -1;
+            // factored for matrices: rows and columns of the gradient's last two dimensions
+            const bool factored = p->cols > 1;
+            const int64_t cols = p->cols;
+            const int64_t rows = p->rows;
+            if (first) {
+                if (factored) {
+                    state.push_back(S.allocate(rows * 4, Category::OptimizerState));
+                    state.push_back(S.allocate(cols * 4, Category::OptimizerState));
+                } else {
+                    state.push_back(S.allocate(n * 4, Category::OptimizerState));
+                }
+            }
+            const int pf = low ? S.allocate(n * 4, Category::Temporaries) : -1;
+            const int sq = S.allocate(n * 4, Category::Temporaries);   // grad ** 2
+            const int upd = S.allocate(n * 4, Category::Temporaries);  // + eps
+            S.unref(sq);
+            int update = upd;
+            if (factored) {
+                const int rm = S.allocate(rows * 4, Category::Temporaries); // update.mean(-1)
+                S.unref(rm);
+                const int cm = S.allocate(cols * 4, Category::Temporaries); // update.mean(-2)
+                S.unref(cm);
+                const int rf = S.allocate(rows * 4, Category::Temporaries); // r_factor
+                const int cf = S.allocate(cols * 4, Category::Temporaries); // c_factor
+                const int approx = S.allocate(n * 4, Category::Temporaries);
+                S.unref(rf);
+                S.unref(cf);
+                S.unref(upd);
+                update = approx;
+            } else {
+                const int rs = S.allocate(n * 4, Category::Temporaries); // exp_avg_sq.rsqrt()
+                S.unref(upd);
+                update = rs;
+            }
+            const int neg = S.allocate(n * 4, Category::Temporaries); // -update
+            S.unref(neg);
+            S.unref(pf);
+            S.unref(gf);
+            prevUpdate = update;
+        }
+        S.unref(prevUpdate);
+    }
+
+    std::vector<int> state;
+};
+
+} // namespace
+
+Timeline simulateRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options,
+                     int measuredSteps)
+{
+    Timeline t;
+    t.source = "estimate";
+    t.steadyStep = 1;
+    Run r(model, config, options, t);
+    r.run(measuredSteps);
+    return t;
+}
+
+} // namespace headroom
