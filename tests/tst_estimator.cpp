@@ -34,8 +34,11 @@ private Q_SLOTS:
         a.seqLen = 4096;
         b.microBatch = 8;
         b.seqLen = 512;
-        QCOMPARE(peak("llama-3.2-1b", a), peak("llama-3.2-1b", b));
-        QCOMPARE(peak("llama-3.2-1b", a), peak("llama-3.2-1b", base()));
+        // Equal up to what scales with the sequence alone: the rotary cos/sin tables are
+        // (1, seq, head_dim) since HF's position_ids have one row (modeling_llama.py).
+        const double pa = double(peak("llama-3.2-1b", a));
+        QVERIFY(qAbs(pa / double(peak("llama-3.2-1b", b)) - 1) < 1e-3);
+        QVERIFY(qAbs(pa / double(peak("llama-3.2-1b", base())) - 1) < 1e-3);
     }
     void eagerAttentionGrowsQuadratically()
     {
@@ -201,12 +204,17 @@ private Q_SLOTS:
         TrainingConfig c = base();
         c.finetune = FineTune(finetune);
         const Estimate e = estimate(findModelPreset(id.toStdString()), c);
-        // At the optimizer step every gradient the backward pass made is alive, and nothing else is.
-        // The ledger rounds each of its allocations (one per layer, four around the head) to 512 bytes.
+        // At the optimizer step every gradient the backward pass made is alive, each rounded up to
+        // the allocator's 512 bytes, and of the forward's saved tensors only the batch's token ids
+        // (int64, which the embedding saved) remain.
         const auto &m = findModelPreset(id.toStdString());
+        int64_t tensors = 0;
+        for (const ParamTensor &p : parameterInventory(m))
+            tensors += p.count;
         const int64_t diff = e.phase(Phase::Optimizer).atPeak[Category::Gradients] - e.params.gradientBytes;
-        QVERIFY2(diff >= 0 && diff < 512 * (m.numLayers + 4), qPrintable(QString::number(diff)));
-        QCOMPARE(e.phase(Phase::Optimizer).atPeak[Category::Activations], int64_t(0));
+        QVERIFY2(diff >= 0 && diff < 512 * tensors, qPrintable(QString::number(diff)));
+        const int64_t ids = c.microBatch * c.seqLen * 8;
+        QVERIFY(e.phase(Phase::Optimizer).atPeak[Category::Activations] <= (ids + 511) / 512 * 512);
     }
     void overflowIsAnErrorNotAWrap()
     {

@@ -53,6 +53,7 @@ int Sim::allocate(int64_t bytes, Category category)
     s.refs = 1;
     s.cat = category;
     s.live = true;
+    s.allocEvent = m_out.events.size();
     m_sto.push_back(s);
     m_live = checkedAdd(m_live, s.bytes);
     emit(MemEvent::Alloc, s);
@@ -79,8 +80,22 @@ void Sim::unref(int sto)
 
 void Sim::recategorize(int sto, Category c)
 {
-    if (sto >= 0)
-        m_sto[static_cast<size_t>(sto)].cat = c;
+    // The tensor is what it became for its whole life (a weight gradient from the matmul that
+    // made it), so its Alloc event is relabelled too.
+    if (sto < 0)
+        return;
+    Storage &s = m_sto[static_cast<size_t>(sto)];
+    s.cat = c;
+    if (s.allocEvent < m_out.events.size())
+        m_out.events[s.allocEvent].category = c;
+}
+
+void Sim::markSaved(int sto)
+{
+    // A tensor autograd saves for backward is an activation (the breakdown's category) unless it
+    // is already something else: a weight, the logits, a gradient.
+    if (sto >= 0 && m_sto[static_cast<size_t>(sto)].cat == Category::Temporaries)
+        recategorize(sto, Category::Activations);
 }
 
 void Sim::blasWorkspace(int thread)
@@ -146,6 +161,7 @@ void Sim::beginRegion(std::function<void()> fn, const std::vector<const T *> &in
     for (const T *t : inputs)
         if (t && t->sto >= 0) {
             ref(t->sto);
+            markSaved(t->sto);
             r.inputs.push_back(t->sto);
         }
     m_regions.push_back(std::move(r));
@@ -246,6 +262,7 @@ int Sim::record(std::vector<T *> outputs, const std::vector<const T *> &inputs, 
         Node &n = m_nodes[static_cast<size_t>(idx)];
         for (int sto : saved) {
             ref(sto);
+            markSaved(sto);
             n.saved.push_back(sto);
         }
         for (size_t k = 0; k < outputs.size(); ++k)
@@ -279,6 +296,7 @@ int Sim::record(std::vector<T *> outputs, const std::vector<const T *> &inputs, 
     } else {
         for (int s : saved) {
             ref(s);
+            markSaved(s);
             n.saved.push_back(s);
         }
     }

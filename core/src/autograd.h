@@ -56,6 +56,7 @@ public:
     void ref(int sto);
     void unref(int sto);
     void recategorize(int sto, Category c);
+    void markSaved(int sto);
     // A gradient handed on as a view of a larger base (reshape after mm): the InputBuffer cannot
     // add into it in place (storage shared), so a second gradient makes an out-of-place sum.
     void markViewed(int sto);
@@ -113,6 +114,7 @@ private:
         bool live = false;
         bool viewed = false;
         int pyRefs = 0; // references held by Python variables (make/view minus drop)
+        size_t allocEvent = 0; // index of its Alloc event in the timeline
     };
     struct Edge
     {

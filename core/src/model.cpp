@@ -69,7 +69,7 @@ int activationSaved(const std::string &act)
     return 1;
 }
 
-const std::vector<std::string> kTypes = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+const std::vector<std::string> kTypes = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
                                          "gemma", "gemma2", "phi3", "gpt_neox", "gpt2"};
 
 } // namespace
@@ -160,7 +160,7 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
             m.mlpBias = optionalBool(c, "mlp_bias", false, ctx);
         } else if (t == "qwen2" || t == "qwen2_moe") {
             m.qkvBias = true; // Qwen2Attention hard-codes bias=True on q/k/v, none on o_proj
-        } else if (t == "qwen3") {
+        } else if (t == "qwen3" || t == "qwen3_moe") {
             m.qkvBias = m.oBias = optionalBool(c, "attention_bias", false, ctx);
             m.qkNorm = true;
         } else if (t == "gpt_neox") {
@@ -185,6 +185,15 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
             m.expertIntermediateSize = requireInt(c, "moe_intermediate_size", ctx);
             m.sharedExpertIntermediateSize = optionalInt(c, "shared_expert_intermediate_size", 0, ctx);
             m.sharedExpertGate = m.sharedExpertIntermediateSize > 0;
+        } else if (t == "qwen3_moe") {
+            m.numExperts = requireInt(c, "num_experts", ctx);
+            m.expertsPerToken = requireInt(c, "num_experts_per_tok", ctx);
+            m.expertIntermediateSize = requireInt(c, "moe_intermediate_size", ctx);
+            const bool everyLayer = optionalInt(c, "decoder_sparse_step", 1, ctx) == 1 &&
+                                    (!c.contains("mlp_only_layers") || c.at("mlp_only_layers").empty());
+            if (!everyLayer)
+                throw InputError("config.mlp_only_layers", show(c.value("mlp_only_layers", json::array())).substr(0, 40),
+                                 "dense layers between sparse ones are not supported yet");
         }
     }
     m.headDim = optionalInt(c, "head_dim", 0, ctx);

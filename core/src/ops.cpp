@@ -645,6 +645,181 @@ T Ops::eagerAttention(const T &q, const T &k, const T &v, const T *mask, const A
     return out;
 }
 
+// ------------------------------------------------------------------ mixture of experts
+
+T Ops::softmax(const T &x)
+{
+    T out = s.make(x.bytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {out.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // _softmax_backward_data(grad, output): one tensor of the input's size.
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
+T Ops::sigmoid(const T &x)
+{
+    T out = s.make(x.bytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {out.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
+std::pair<T, T> Ops::topk(const T &x, int64_t rows, int k)
+{
+    T values = s.make(rows * k * x.elem, x.elem);
+    T indices = s.make(rows * k * 8, 8);
+    const int64_t back = x.bytes;
+    s.record({&values}, {&x}, {indices.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // TopkBackward0: value_selecting_reduction_backward: zeros of the input, scattered into.
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    indices.node = -1;
+    indices.requiresGrad = false;
+    return {values, indices};
+}
+
+T Ops::gather(const T &x, const T &index, int64_t outRows, int64_t cols)
+{
+    T out = s.make(outRows * cols * x.elem, x.elem);
+    const int64_t back = x.bytes, idx = index.bytes;
+    s.record({&out}, {&x}, {index.sto}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // index_put_ with accumulate: zeros of the input, then a sort of the index (the values
+        // and the permutation, a scratch copy, and a one-byte flag), all freed before it returns.
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int z = s.allocate(back, Category::Temporaries);
+        const int a = s.allocate(idx, Category::Temporaries);
+        const int b = s.allocate(idx, Category::Temporaries);
+        s.unref(a);
+        const int c = s.allocate(idx, Category::Temporaries);
+        const int d = s.allocate(idx, Category::Temporaries);
+        const int e = s.allocate(idx, Category::Temporaries);
+        const int f = s.allocate(1, Category::Temporaries);
+        s.unref(f);
+        s.unref(e);
+        s.unref(d);
+        s.unref(c);
+        s.unref(b);
+        return std::vector<int>{z};
+    });
+    return out;
+}
+
+T Ops::groupedMm(const T &x, const T &w, const T &offsets, int64_t rows, int64_t in, int64_t outF)
+{
+    const int elem = w.elem;
+    T out = s.make(rows * outF * elem, elem);
+    // The CUTLASS grouped GEMM's problem descriptors and workspace, freed when it returns
+    // (480 and 67,584 bytes for 8 or 60 experts on the H200).
+    auto scratch = [](Sim &s) {
+        const int a = s.allocate(480, Category::Temporaries);
+        const int b = s.allocate(67584, Category::Temporaries);
+        s.unref(b);
+        s.unref(a);
+    };
+    scratch(s);
+    std::vector<int> saved = {offsets.sto};
+    if (w.requiresGrad && s.gradEnabled())
+        saved.push_back(x.sto);
+    if (x.requiresGrad && s.gradEnabled())
+        saved.push_back(w.sto);
+    const int64_t wBytes = w.bytes, xBytes = rows * in * x.elem;
+    s.record({&out}, {&x, &w}, saved, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        std::vector<int> r(2, -1);
+        if (g[0] < 0)
+            return r;
+        if (needs[1]) {
+            r[1] = s.allocate(wBytes, Category::Temporaries); // every expert's slice, even unused
+            scratch(s);
+        }
+        if (needs[0]) {
+            r[0] = s.allocate(xBytes, Category::Temporaries);
+            scratch(s);
+        }
+        return r;
+    });
+    return out;
+}
+
+T Ops::maskedFill(const T &x, const T &mask)
+{
+    T out = s.make(x.bytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {mask.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // MaskedFillBackward0: grad.masked_fill(mask, 0)
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
+T Ops::inPlace(const T &x, const std::vector<int> &saved)
+{
+    T out = s.view(x);
+    out.node = -1;
+    out.param = -1;
+    out.requiresGrad = false;
+    const int64_t back = x.bytes;
+    const int id = s.record({&out}, {&x}, saved, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    if (id < 0) {
+        out.node = x.node;
+        out.out = x.out;
+        out.requiresGrad = x.requiresGrad && s.gradEnabled();
+    }
+    return out;
+}
+
+std::pair<T, T> Ops::chunk2(const T &x)
+{
+    T a = s.view(x, x.bytes / 2), b = s.view(x, x.bytes / 2);
+    for (T *t : {&a, &b}) {
+        t->node = -1;
+        t->param = -1;
+        t->requiresGrad = false;
+    }
+    const int64_t back = x.bytes;
+    const int id = s.record({&a, &b}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // SplitBackward0: torch.cat of the parts' gradients (zeros for a missing one).
+        if (!needs[0] || (g[0] < 0 && g[1] < 0))
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    if (id < 0) {
+        a.node = b.node = x.node;
+        a.requiresGrad = b.requiresGrad = x.requiresGrad && s.gradEnabled();
+    }
+    return {a, b};
+}
+
+T Ops::sumGroups(const T &x, int64_t outNumel)
+{
+    T out = s.make(outNumel * x.elem, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // SumBackward1 expands the gradient (a view); the consumer, IndexBackward0, makes it
+        // contiguous before anything else: a copy of the input's size, made here.
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+    return out;
+}
+
 T Ops::causalLmLoss(const T &logits, int64_t b, int64_t seq, int64_t vocab)
 {
     // ForCausalLMLoss: logits.float(); labels padded with ignore_index and shifted (a contiguous

@@ -69,6 +69,32 @@ public:
     T eagerAttention(const T &q, const T &k, const T &v, const T *mask, const AttnShape &a, int elem,
                      double softcap);
 
+    // ---- mixture of experts (transformers/integrations/moe.py, grouped_mm path)
+    // softmax over the last dimension: SoftmaxBackward0 saves its result.
+    T softmax(const T &x);
+    // sigmoid: SigmoidBackward0 saves its result.
+    T sigmoid(const T &x);
+    // torch.topk over `rows` rows: values (x's dtype) and int64 indices (saved); TopkBackward0
+    // scatters the gradient into zeros of the input's size.
+    std::pair<T, T> topk(const T &x, int64_t rows, int k);
+    // x[index] along the first dimension, `outRows` rows of `cols`: IndexBackward0 saves the
+    // int64 index; its backward is index_put_(zeros_like(x), index, grad, accumulate=True), which
+    // sorts the index (int64 buffers of the index's size).
+    T gather(const T &x, const T &index, int64_t outRows, int64_t cols);
+    // torch.nn.functional.grouped_mm(x, w.transpose(-2, -1), offs): `rows` rows of `in` through
+    // a stacked [experts, out, in] weight. Saves x (for the weight) and w (for the input); its
+    // backward makes the whole weight's gradient first, then the input's.
+    T groupedMm(const T &x, const T &w, const T &offsets, int64_t rows, int64_t in, int64_t outF);
+    // x.masked_fill(mask, 0) (out of place): saves the mask; backward masks the gradient (a copy).
+    T maskedFill(const T &x, const T &mask);
+    // An in-place op on x (masked_fill_, div_): the same storage, a new grad_fn that keeps
+    // `saved`; its backward makes one gradient of x's size.
+    T inPlace(const T &x, const std::vector<int> &saved);
+    // a.chunk(2, dim=-1): two views; SplitBackward0 concatenates the gradients into a new tensor.
+    std::pair<T, T> chunk2(const T &x);
+    // x.view(rows, k, cols).sum(dim=1) -> (rows, cols): SumBackward1 expands the gradient.
+    T sumGroups(const T &x, int64_t outNumel);
+
     // ---- loss: logits (tokens x vocab) -> scalar, as ForCausalLMLoss does it.
     T causalLmLoss(const T &logits, int64_t b, int64_t s, int64_t vocab);
 

@@ -35,6 +35,11 @@ struct LayerParams
     T qn, kn;                   // Qwen3 q/k RMSNorm over head_dim
     T gate, up, down, upB, downB;
     T n1, n1b, n2, n2b, n3, n4; // norms (weight, bias); Gemma 2 has four
+    // Mixture of experts: the router, the experts' stacked weights (transformers 5: one
+    // [experts, 2 x intermediate, hidden] gate_up_proj and one [experts, hidden, intermediate]
+    // down_proj Parameter, not Linear modules, so PEFT's LoRA leaves them alone), and Qwen2-MoE's
+    // shared expert (gate/up/down above) with its sigmoid gate.
+    T router, gateUp, expDown, sharedGate;
     std::array<LoraPair, kLinearModuleCount> lora;
 };
 
@@ -153,14 +158,34 @@ private:
                 L.qn = param(hd, 1, t, "q_norm");
                 L.kn = param(hd, 1, t, "k_norm");
             }
-            if (m.mlp == MlpKind::Gated)
-                L.gate = param(I, h, t, "gate_proj");
-            L.up = param(I, h, t, "up_proj");
-            if (m.mlpBias)
-                L.upB = param(I, 1, t, "up_proj");
-            L.down = param(h, I, t, "down_proj");
-            if (m.mlpBias)
-                L.downB = param(h, 1, t, "down_proj");
+            if (m.isMoe()) {
+                const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Is = m.sharedExpertIntermediateSize;
+                // Module registration order: Qwen3MoeSparseMoeBlock makes its experts before
+                // the router, the others the router first.
+                const bool expertsFirst = m.modelType == "qwen3_moe";
+                if (!expertsFirst)
+                    L.router = param(E, h, t, "router");
+                L.gateUp = param(checkedMul(E, 2 * Ie), h, t, "experts.gate_up_proj");
+                L.expDown = param(checkedMul(E, h), Ie, t, "experts.down_proj");
+                if (expertsFirst)
+                    L.router = param(E, h, t, "router");
+                if (Is > 0) {
+                    L.gate = param(Is, h, t, "shared_expert.gate_proj");
+                    L.up = param(Is, h, t, "shared_expert.up_proj");
+                    L.down = param(h, Is, t, "shared_expert.down_proj");
+                }
+                if (m.sharedExpertGate)
+                    L.sharedGate = param(1, h, t, "shared_expert_gate");
+            } else {
+                if (m.mlp == MlpKind::Gated)
+                    L.gate = param(I, h, t, "gate_proj");
+                L.up = param(I, h, t, "up_proj");
+                if (m.mlpBias)
+                    L.upB = param(I, 1, t, "up_proj");
+                L.down = param(h, I, t, "down_proj");
+                if (m.mlpBias)
+                    L.downB = param(h, 1, t, "down_proj");
+            }
             if (!layerNorm)
                 L.n1 = param(h, 1, t, "input_layernorm");
             L.n2 = param(h, 1, t, "post_attention_layernorm");
@@ -206,13 +231,21 @@ private:
             batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
     }
 
-    bool present(int mod) const { return mod != int(LinearModule::Gate) || m.mlp == MlpKind::Gated; }
+    bool present(int mod) const
+    {
+        const bool mlpModule = mod == int(LinearModule::Gate) || mod == int(LinearModule::Up) || mod == int(LinearModule::Down);
+        if (m.isMoe() && mlpModule)
+            return m.sharedExpertIntermediateSize > 0; // only the shared expert has Linear modules
+        return mod != int(LinearModule::Gate) || m.mlp == MlpKind::Gated;
+    }
+    // The MLP's intermediate width: the shared expert's in an MoE model.
+    int64_t mlpWidth() const { return m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize; }
     int64_t inFeatures(int mod) const
     {
         if (mod == int(LinearModule::O))
             return qOut;
         if (mod == int(LinearModule::Down))
-            return m.intermediateSize;
+            return mlpWidth();
         return h;
     }
     int64_t outFeatures(int mod) const
@@ -223,7 +256,7 @@ private:
         case LinearModule::V: return kvOut;
         case LinearModule::O:
         case LinearModule::Down: return h;
-        default: return m.intermediateSize;
+        default: return mlpWidth();
         }
     }
 
@@ -236,8 +269,9 @@ private:
         add(embed);
         add(positions);
         for (auto &L : layers) {
-            for (T *t : {&L.n1, &L.n1b, &L.q, &L.qb, &L.k, &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.gate,
-                         &L.up, &L.upB, &L.down, &L.downB, &L.n2, &L.n2b, &L.n3, &L.n4})
+            for (T *t : {&L.n1, &L.n1b, &L.q, &L.qb, &L.k, &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router,
+                         &L.gateUp, &L.expDown, &L.gate, &L.up, &L.upB, &L.down, &L.downB, &L.sharedGate, &L.n2,
+                         &L.n2b, &L.n3, &L.n4})
                 add(*t);
             for (auto &p : L.lora)
                 if (p.on) {
@@ -511,8 +545,15 @@ private:
     T mlp(LayerParams &L, const T &x)
     {
         S.setOp("mlp");
+        if (m.isMoe())
+            return moe(L, x);
+        return denseMlp(L, x);
+    }
+
+    T denseMlp(LayerParams &L, const T &x)
+    {
         const int e = amp ? 2 : ce;
-        const int64_t n = checkedMul(tok, m.intermediateSize);
+        const int64_t n = checkedMul(tok, mlpWidth());
         if (m.mlp == MlpKind::Gated) {
             T g = linear(x, int(LinearModule::Gate), L.gate, nullptr, &L.lora[4]);
             T a = O.activation(g, m.activation);
@@ -531,6 +572,120 @@ private:
         T d = linear(a, int(LinearModule::Down), L.down, &L.downB, &L.lora[6]);
         S.drop(a);
         return d;
+    }
+
+    // The sparse MoE block of transformers 5 (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock):
+    // the shared expert first (Qwen2-MoE), the top-k router, then grouped_mm_experts_forward
+    // (integrations/moe.py), the default experts implementation on CUDA. Allocation sizes and
+    // order follow the H200 streams of mixtral-8x7b-l2/-l4 and qwen1.5-moe-a2.7b.
+    T moe(LayerParams &L, const T &x)
+    {
+        S.setOp("moe");
+        const int e = amp ? 2 : ce;
+        const int64_t E = m.numExperts, K = m.expertsPerToken, Ie = m.expertIntermediateSize;
+        const int64_t pairs = checkedMul(tok, K);
+        const bool mixtral = m.modelType == "mixtral";
+        T shared;
+        if (m.sharedExpertIntermediateSize > 0)
+            shared = denseMlp(L, x);
+        // Router: F.linear -> (float) softmax -> topk -> (renormalise) -> (cast back).
+        S.setOp("router");
+        T wr = weightFor(L.router);
+        T xin = amp ? O.to(x, 2) : S.view(x);
+        T logits = O.linear(xin, wr, nullptr, tok, h, E, e);
+        S.drop(xin);
+        S.drop(wr);
+        T lf = O.to(logits, 4);
+        T probs = O.softmax(lf);
+        S.drop(lf);
+        auto [top, idx] = O.topk(probs, tok, static_cast<int>(K));
+        S.drop(probs);
+        bool norm = mixtral;
+        if (!mixtral && m.hfConfig.is_object() && m.hfConfig.contains("norm_topk_prob") &&
+            m.hfConfig.at("norm_topk_prob").is_boolean())
+            norm = m.hfConfig.at("norm_topk_prob").get<bool>();
+        T weights = S.view(top);
+        if (norm) {
+            // router_top_value /= router_top_value.sum(-1, keepdim=True): the in-place division
+            // saves a clone of the values it overwrites, and the sum.
+            T sum = S.make(tok * 4, 4);
+            T clone = S.make(top.bytes, 4);
+            T div = O.inPlace(top, {clone.sto, sum.sto});
+            S.drop(clone);
+            S.drop(sum);
+            S.drop(weights);
+            weights = div;
+        }
+        if (!mixtral) {
+            T cast = O.to(weights, e); // router_top_value.to(router_logits.dtype)
+            S.drop(weights);
+            weights = cast;
+        }
+        // grouped_mm_experts_forward
+        S.setOp("experts");
+        T sortedIds = S.make(pairs * 8, 8); // torch.sort: values, permutation, scratch
+        T perm = S.make(pairs * 8, 8);
+        T scratch = S.make(pairs * 8, 8);
+        S.drop(scratch);
+        T rowIdx = S.make(pairs * 8, 8); // perm // num_top_k
+        T sel = O.gather(x, rowIdx, pairs, h);
+        T sw = O.gather(weights, perm, pairs, 1);
+        T idsInt = S.make(pairs * 4, 4);       // expert_ids_g.int()
+        T hist = S.make(E * 4, 4);             // histc
+        T offsets = S.make(E * 4, 4);          // cumsum
+        T cumScratch = S.make(1023, 1);
+        S.drop(cumScratch);
+        T mask = S.make(pairs, 1);              // sentinel mask
+        T selm = O.inPlace(sel, {mask.sto});
+        S.drop(sel);
+        T selIn = amp ? O.to(selm, pe) : S.view(selm);
+        T up = O.groupedMm(selIn, L.gateUp, offsets, pairs, h, 2 * Ie);
+        S.drop(selIn);
+        T upm = O.maskedFill(up, mask);
+        S.drop(up);
+        auto [g, u] = O.chunk2(upm);
+        T a = O.activation(g, m.activation);
+        T p = O.mul(a, u, checkedMul(pairs, Ie), upm.elem);
+        S.drop(a);
+        S.drop(g);
+        S.drop(u);
+        S.drop(upm);
+        T down = O.groupedMm(p, L.expDown, offsets, pairs, Ie, h);
+        S.drop(p);
+        T dm = O.maskedFill(down, mask);
+        S.drop(down);
+        const int we = std::max(dm.elem, sw.elem);
+        T wo = O.mul(dm, sw, checkedMul(pairs, h), we, true, false, pairs);
+        S.drop(dm);
+        T inv = S.make(pairs * 8, 8); // inv_perm = empty_like(perm); inv_perm[perm] = arange
+        T ar = S.make(pairs * 8, 8);
+        S.drop(ar);
+        T wg = O.gather(wo, inv, pairs, h);
+        S.drop(wo);
+        T sum = O.sumGroups(wg, checkedMul(tok, h));
+        S.drop(wg);
+        T out = O.to(sum, x.elem);
+        for (T *t : {&sortedIds, &idsInt, &hist, &sum, &logits, &top, &weights, &perm, &rowIdx, &offsets, &mask,
+                     &inv, &sw, &selm, &idx})
+            S.drop(*t);
+        if (m.sharedExpertIntermediateSize > 0) {
+            S.setOp("shared_expert_gate");
+            T wg2 = weightFor(L.sharedGate);
+            T xg = amp ? O.to(x, 2) : S.view(x);
+            T sg = O.linear(xg, wg2, nullptr, tok, h, 1, e);
+            S.drop(xg);
+            S.drop(wg2);
+            T sig = O.sigmoid(sg);
+            S.drop(sg);
+            T gated = O.mul(sig, shared, checkedMul(tok, h), e, false, true, tok);
+            S.drop(sig);
+            S.drop(shared);
+            T sumOut = O.add(out, gated, e);
+            S.drop(gated);
+            S.drop(out);
+            out = sumOut;
+        }
+        return out;
     }
 
     T activationOf(const T &x)
@@ -611,6 +766,14 @@ private:
             if (c.gradCheckpointing) {
                 const T in = hcur;
                 S.beginRegion([this, &L, in, cos, sin]() mutable {
+                    // The recomputation runs in its own torch.autocast context (checkpoint.py's
+                    // device_autocast_ctx); leaving it clears autocast's cast cache, also when
+                    // the early stop unwinds it.
+                    struct CacheScope
+                    {
+                        Run *run;
+                        ~CacheScope() { run->clearAmpCache(); }
+                    } scope{this};
                     T o = layerForward(L, in, cos, sin);
                     S.drop(o);
                 }, {&hcur});

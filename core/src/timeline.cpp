@@ -43,7 +43,7 @@ Replay replay(const Timeline &t, const AllocatorConfig &config)
         open->peakReservedBytes = m.peakReservedBytes();
         open->endAllocatedBytes = m.allocatedBytes();
         open->endReservedBytes = m.reservedBytes();
-        open->peakEvent = phasePeak >= 0 ? peakEvent : at;
+        open->peakEvents = phasePeak >= 0 ? peakEvent : at;
         if (open->mark.step == t.steadyStep)
             r.peakAllocatedBytes = std::max(r.peakAllocatedBytes, open->peakAllocatedBytes);
         r.phases.push_back(*open);
@@ -70,7 +70,7 @@ Replay replay(const Timeline &t, const AllocatorConfig &config)
             }
             if (m.allocatedBytes() > phasePeak) {
                 phasePeak = m.allocatedBytes();
-                peakEvent = i;
+                peakEvent = i + 1; // the state after this allocation
             }
         } else {
             m.free(e.id);

@@ -57,7 +57,7 @@ struct ReplayPhase
     int64_t peakReservedBytes = 0;
     int64_t endAllocatedBytes = 0;
     int64_t endReservedBytes = 0;
-    size_t peakEvent = 0; // index of the event at the phase's allocated peak
+    size_t peakEvents = 0; // events applied when the phase's allocated peak is reached
 };
 
 struct Replay
