@@ -475,7 +475,12 @@ private:
         T vc = amp ? O.to(v, 2) : S.view(v);
         T out;
         if (c.attention == Attention::Eager) {
-            out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, 0.0);
+            // Gemma 2's attn_logit_softcapping: scores / cap, tanh, * cap (eager_attention_forward).
+            double softcap = 0.0;
+            if (m.hfConfig.is_object() && m.hfConfig.contains("attn_logit_softcapping") &&
+                m.hfConfig.at("attn_logit_softcapping").is_number())
+                softcap = m.hfConfig.at("attn_logit_softcapping").get<double>();
+            out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, softcap);
             // attn_output.transpose(1, 2).contiguous(): a copy
             T cont = O.copy(out);
             S.drop(out);
@@ -528,12 +533,23 @@ private:
         T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
         S.drop(attn);
         S.drop(hnorm);
+        const bool sandwich = m.normsPerLayer >= 4; // Gemma 2: norms after attention and MLP too
+        if (sandwich) {
+            T on = norm(o, L.n2, L.n2b); // post_attention_layernorm
+            S.drop(o);
+            o = on;
+        }
         S.setOp("residual");
         T x1 = O.add(x, o, re);
         S.drop(o);
-        T h2 = norm(x1, L.n2, L.n2b);
+        T h2 = sandwich ? norm(x1, L.n3, T{}) : norm(x1, L.n2, L.n2b);
         T mlpOut = mlp(L, h2);
         S.drop(h2);
+        if (sandwich) {
+            T mn = norm(mlpOut, L.n4, T{}); // post_feedforward_layernorm
+            S.drop(mlpOut);
+            mlpOut = mn;
+        }
         S.setOp("residual");
         T x2 = O.add(x1, mlpOut, re);
         S.drop(mlpOut);
@@ -719,6 +735,15 @@ private:
         S.setLayer(-1);
         S.setOp("embedding");
         T x = O.embedding(embed, ids, tok, V, h);
+        if (m.modelType.rfind("gemma", 0) == 0) {
+            // GemmaTextScaledWordEmbedding: embedding * embed_scale (a 0-dim buffer cast to the
+            // weight's dtype): MulBackward0 keeps only the scalar.
+            T scale = S.make(x.elem, x.elem);
+            T xs = O.mul(x, scale, x.numel(), x.elem, true, false, 0);
+            S.drop(scale);
+            S.drop(x);
+            x = xs;
+        }
         T pos;
         if (m.learnedPositions) {
             T pe2 = O.embedding(positions, ids, tok, m.maxPositions, h);
