@@ -167,28 +167,11 @@ struct Ctx
         full = config.finetune == FineTune::Full;
         qlora = config.finetune == FineTune::QLoRA;
         if (!full)
-            lora = loraTargetMask(config.lora.targets); // indexed like Module
+            lora = loraAdaptedModules(model, config.lora.targets); // indexed like Module
     }
     int64_t tok(int64_t bytesPerToken) const { return checkedMul(T, bytesPerToken); }
-    int64_t inFeatures(Module mod) const
-    {
-        switch (mod) {
-        case ModO: return qOut;
-        case ModDown: return m.isMoe() ? m.expertIntermediateSize : m.intermediateSize;
-        default: return h;
-        }
-    }
-    int64_t outFeatures(Module mod) const
-    {
-        switch (mod) {
-        case ModQ: return qOut;
-        case ModK:
-        case ModV: return kvOut;
-        case ModO:
-        case ModDown: return h;
-        default: return m.isMoe() ? m.expertIntermediateSize : m.intermediateSize;
-        }
-    }
+    int64_t inFeatures(Module mod) const { return linearInFeatures(m, LinearModule(mod)); }
+    int64_t outFeatures(Module mod) const { return linearOutFeatures(m, LinearModule(mod)); }
 };
 
 // The input of a group of Linears (q/k/v share the norm output; gate/up share it too).
@@ -703,12 +686,10 @@ Params countParams(const Ctx &x)
         // LoRA adapters on every targeted Linear: A (r x in) and B (out x r), fp32.
         const int64_t r = cfg.lora.rank;
         const int64_t L = x.m.numLayers;
-        const int64_t experts = x.m.isMoe() ? x.m.numExperts : 1;
         for (int mod = 0; mod < ModuleCount; ++mod) {
             if (!x.lora[mod])
                 continue;
-            const bool expertMod = mod == ModGate || mod == ModUp || mod == ModDown;
-            const int64_t count = checkedMul(L, expertMod ? experts : 1);
+            const int64_t count = L;
             const int64_t inF = x.inFeatures(Module(mod)), outF = x.outFeatures(Module(mod));
             for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}}) {
                 const int64_t numel = checkedMul(rows, cols);

@@ -49,6 +49,15 @@ bool optionalBool(const json &c, const std::string &key, bool fallback, const st
     return c.at(key).get<bool>();
 }
 
+double optionalDouble(const json &c, const std::string &key, double fallback, const std::string &ctx)
+{
+    if (!c.contains(key) || c.at(key).is_null())
+        return fallback;
+    if (!c.at(key).is_number())
+        throw InputError(ctx + "." + key, show(c.at(key)), "must be a number");
+    return c.at(key).get<double>();
+}
+
 std::string optionalString(const json &c, const std::string &key, const std::string &fallback, const std::string &ctx)
 {
     if (!c.contains(key) || c.at(key).is_null())
@@ -104,6 +113,11 @@ void ModelArch::validate() const
         if (v > limit)
             throw InputError(std::string("model.") + f, std::to_string(v), "is implausibly large (limit 16777216)");
     }
+    for (auto [f, v] : {std::pair{"embd_dropout", embdDropout}, {"attn_dropout", attnDropout}, {"resid_dropout", residDropout}})
+        if (!(v >= 0.0 && v < 1.0))
+            throw InputError(std::string("model.") + f, std::to_string(v), "must be at least 0 and below 1");
+    if (!(rotaryFraction > 0.0 && rotaryFraction <= 1.0))
+        throw InputError("model.rotary_fraction", std::to_string(rotaryFraction), "must be above 0 and at most 1");
     if (isMoe() && (expertsPerToken <= 0 || expertsPerToken > numExperts))
         throw InputError("model.num_experts_per_tok", std::to_string(expertsPerToken),
                          "must be between 1 and the number of experts (" + std::to_string(numExperts) + ")");
@@ -142,6 +156,10 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
         m.norm = NormKind::LayerNorm;
         m.qkvBias = m.oBias = m.mlpBias = true;
         m.activation = optionalString(c, "activation_function", "gelu_new", ctx);
+        m.fusedQkv = true;
+        m.embdDropout = optionalDouble(c, "embd_pdrop", 0.1, ctx);
+        m.attnDropout = optionalDouble(c, "attn_pdrop", 0.1, ctx);
+        m.residDropout = optionalDouble(c, "resid_pdrop", 0.1, ctx);
     } else {
         m.hiddenSize = requireInt(c, "hidden_size", ctx);
         m.numLayers = requireInt(c, "num_hidden_layers", ctx);
@@ -169,6 +187,17 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
             m.mlp = MlpKind::Plain;
             m.norm = NormKind::LayerNorm;
             m.activation = optionalString(c, "hidden_act", "gelu", ctx);
+            m.fusedQkv = true;
+            m.parallelResidual = optionalBool(c, "use_parallel_residual", true, ctx);
+            m.rotaryFraction = optionalDouble(c, "rotary_pct", 0.25, ctx);
+            m.attnDropout = optionalDouble(c, "attention_dropout", 0.0, ctx);
+            m.residDropout = optionalDouble(c, "hidden_dropout", 0.0, ctx);
+        } else if (t == "phi3") {
+            m.fusedQkv = m.fusedGateUp = true;
+            m.rotaryFraction = optionalDouble(c, "partial_rotary_factor", 1.0, ctx);
+            m.embdDropout = optionalDouble(c, "embd_pdrop", 0.0, ctx);
+            m.residDropout = optionalDouble(c, "resid_pdrop", 0.0, ctx);
+            m.attnDropout = optionalDouble(c, "attention_dropout", 0.0, ctx);
         }
         if (t == "gemma2") {
             m.normsPerLayer = 4;
@@ -231,15 +260,21 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
     add("embed_tokens", m.vocabSize, h, 1);
     if (m.learnedPositions)
         add("embed_positions", m.maxPositions, h, 1);
-    add("q_proj", qOut, h, L, true);
-    add("k_proj", kvOut, h, L, true);
-    add("v_proj", kvOut, h, L, true);
-    add("o_proj", h, qOut, L, true);
-    if (m.qkvBias) {
-        add("q_proj.bias", qOut, 1, L);
-        add("k_proj.bias", kvOut, 1, L);
-        add("v_proj.bias", kvOut, 1, L);
+    if (m.fusedQkv) {
+        add("qkv_proj", qOut + 2 * kvOut, h, L, true);
+        if (m.qkvBias)
+            add("qkv_proj.bias", qOut + 2 * kvOut, 1, L);
+    } else {
+        add("q_proj", qOut, h, L, true);
+        add("k_proj", kvOut, h, L, true);
+        add("v_proj", kvOut, h, L, true);
+        if (m.qkvBias) {
+            add("q_proj.bias", qOut, 1, L);
+            add("k_proj.bias", kvOut, 1, L);
+            add("v_proj.bias", kvOut, 1, L);
+        }
     }
+    add("o_proj", h, qOut, L, true);
     if (m.oBias)
         add("o_proj.bias", h, 1, L);
     if (m.qkNorm) {
@@ -249,9 +284,10 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
     if (m.isMoe()) {
         const int64_t E = m.numExperts, Ie = m.expertIntermediateSize;
         add("router", E, h, L);
-        add("gate_proj", Ie, h, L * E, true);
-        add("up_proj", Ie, h, L * E, true);
-        add("down_proj", h, Ie, L * E, true);
+        // transformers 5 stacks the experts: [E, 2 x Ie, h] gate_up_proj and [E, h, Ie] down_proj
+        // Parameters, not Linear modules.
+        add("experts.gate_up_proj", E * 2 * Ie, h, L);
+        add("experts.down_proj", E * h, Ie, L);
         if (m.sharedExpertIntermediateSize > 0) {
             const int64_t Is = m.sharedExpertIntermediateSize;
             add("shared_expert.gate_proj", Is, h, L, true);
@@ -262,9 +298,12 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
             add("shared_expert_gate", 1, h, L);
     } else {
         const int64_t I = m.intermediateSize;
-        if (m.mlp == MlpKind::Gated)
+        if (m.fusedGateUp)
+            add("gate_up_proj", 2 * I, h, L, true);
+        else if (m.mlp == MlpKind::Gated)
             add("gate_proj", I, h, L, true);
-        add("up_proj", I, h, L, true);
+        if (!m.fusedGateUp)
+            add("up_proj", I, h, L, true);
         add("down_proj", h, I, L, true);
         if (m.mlpBias) {
             if (m.mlp == MlpKind::Gated)
@@ -278,6 +317,89 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
     if (!m.tiedEmbeddings)
         add("lm_head", m.vocabSize, h, 1);
     return p;
+}
+
+std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m)
+{
+    using M = LinearModule;
+    std::array<std::string, kLinearModuleCount> n;
+    auto set = [&](M mod, const char *name) { n[static_cast<size_t>(mod)] = name; };
+    if (m.modelType == "gpt2") {
+        set(M::Q, "c_attn");
+        set(M::O, "c_proj");
+        set(M::Up, "c_fc");
+        set(M::Down, "c_proj");
+        return n;
+    }
+    if (m.modelType == "gpt_neox") {
+        set(M::Q, "query_key_value");
+        set(M::O, "dense");
+        set(M::Up, "dense_h_to_4h");
+        set(M::Down, "dense_4h_to_h");
+        return n;
+    }
+    if (m.fusedQkv) {
+        set(M::Q, "qkv_proj");
+    } else {
+        set(M::Q, "q_proj");
+        set(M::K, "k_proj");
+        set(M::V, "v_proj");
+    }
+    set(M::O, "o_proj");
+    // An MoE layer's only MLP Linears are its shared expert's (Qwen2-MoE).
+    if (m.isMoe() && m.sharedExpertIntermediateSize <= 0)
+        return n;
+    if (m.fusedGateUp) {
+        set(M::Gate, "gate_up_proj");
+    } else {
+        if (m.mlp == MlpKind::Gated)
+            set(M::Gate, "gate_proj");
+        set(M::Up, m.modelType == "starcoder2" ? "c_fc" : "up_proj");
+    }
+    set(M::Down, m.modelType == "starcoder2" ? "c_proj" : "down_proj");
+    return n;
+}
+
+std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, const std::vector<std::string> &targets)
+{
+    (void)loraTargetMask(targets); // every name must be one Headroom knows
+    const auto names = linearModuleNames(m);
+    std::array<bool, kLinearModuleCount> on{};
+    for (size_t i = 0; i < names.size(); ++i)
+        for (const auto &t : targets)
+            if (!names[i].empty() && (t == names[i] || t == "all-linear"))
+                on[i] = true;
+    return on;
+}
+
+int64_t linearInFeatures(const ModelArch &m, LinearModule mod)
+{
+    if (linearModuleNames(m)[static_cast<size_t>(mod)].empty())
+        return 0;
+    const int64_t width = m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize;
+    switch (mod) {
+    case LinearModule::O: return m.numHeads * m.headDim;
+    case LinearModule::Down: return width;
+    default: return m.hiddenSize;
+    }
+}
+
+int64_t linearOutFeatures(const ModelArch &m, LinearModule mod)
+{
+    if (linearModuleNames(m)[static_cast<size_t>(mod)].empty())
+        return 0;
+    const int64_t qOut = m.numHeads * m.headDim, kvOut = m.numKvHeads * m.headDim;
+    const int64_t width = m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize;
+    switch (mod) {
+    case LinearModule::Q: return m.fusedQkv ? qOut + 2 * kvOut : qOut;
+    case LinearModule::K:
+    case LinearModule::V: return kvOut;
+    case LinearModule::O:
+    case LinearModule::Down: return m.hiddenSize;
+    case LinearModule::Gate: return m.fusedGateUp ? 2 * width : width;
+    case LinearModule::Up: return width;
+    }
+    return 0;
 }
 
 int64_t parameterCount(const ModelArch &m)
@@ -312,6 +434,13 @@ json toJson(const ModelArch &m)
               {"norms_per_layer", m.normsPerLayer},
               {"activation", m.activation},
               {"final_logit_softcapping", m.finalLogitSoftcap},
+              {"fused_qkv", m.fusedQkv},
+              {"fused_gate_up", m.fusedGateUp},
+              {"parallel_residual", m.parallelResidual},
+              {"rotary_fraction", m.rotaryFraction},
+              {"embd_dropout", m.embdDropout},
+              {"attn_dropout", m.attnDropout},
+              {"resid_dropout", m.residDropout},
               {"num_experts", m.numExperts},
               {"num_experts_per_tok", m.expertsPerToken},
               {"expert_intermediate_size", m.expertIntermediateSize},
@@ -374,6 +503,13 @@ ModelArch modelArchFromJson(const json &j)
     m.activationSavedTensors = activationSaved(m.activation);
     if (j.contains("final_logit_softcapping") && j.at("final_logit_softcapping").is_number())
         m.finalLogitSoftcap = j.at("final_logit_softcapping").get<double>();
+    m.fusedQkv = optionalBool(j, "fused_qkv", false, ctx);
+    m.fusedGateUp = optionalBool(j, "fused_gate_up", false, ctx);
+    m.parallelResidual = optionalBool(j, "parallel_residual", false, ctx);
+    m.rotaryFraction = optionalDouble(j, "rotary_fraction", 1.0, ctx);
+    m.embdDropout = optionalDouble(j, "embd_dropout", 0.0, ctx);
+    m.attnDropout = optionalDouble(j, "attn_dropout", 0.0, ctx);
+    m.residDropout = optionalDouble(j, "resid_dropout", 0.0, ctx);
     auto zeroOk = [&](const char *k) {
         return j.contains(k) && j.at(k).is_number_integer() ? j.at(k).get<int64_t>() : int64_t{0};
     };

@@ -784,26 +784,37 @@ T Ops::inPlace(const T &x, const std::vector<int> &saved)
     return out;
 }
 
-std::pair<T, T> Ops::chunk2(const T &x)
+std::vector<T> Ops::split(const T &x, const std::vector<int64_t> &numels)
 {
-    T a = s.view(x, x.bytes / 2), b = s.view(x, x.bytes / 2);
-    for (T *t : {&a, &b}) {
-        t->node = -1;
-        t->param = -1;
-        t->requiresGrad = false;
+    std::vector<T> parts;
+    for (int64_t n : numels) {
+        T p = s.view(x, n * x.elem);
+        p.node = -1;
+        p.param = -1;
+        p.requiresGrad = false;
+        parts.push_back(p);
     }
+    std::vector<T *> outs;
+    for (T &p : parts)
+        outs.push_back(&p);
     const int64_t back = x.bytes;
-    const int id = s.record({&a, &b}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+    const int id = s.record(outs, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         // SplitBackward0: torch.cat of the parts' gradients (zeros for a missing one).
-        if (!needs[0] || (g[0] < 0 && g[1] < 0))
+        bool any = false;
+        for (int k : g)
+            any = any || k >= 0;
+        if (!needs[0] || !any)
             return std::vector<int>{-1};
         return std::vector<int>{s.allocate(back, Category::Temporaries)};
     });
-    if (id < 0) {
-        a.node = b.node = x.node;
-        a.requiresGrad = b.requiresGrad = x.requiresGrad && s.gradEnabled();
-    }
-    return {a, b};
+    if (id < 0)
+        for (T &p : parts) {
+            p.node = x.node;
+            p.out = x.out;
+            p.param = x.param;
+            p.requiresGrad = x.requiresGrad && s.gradEnabled();
+        }
+    return parts;
 }
 
 T Ops::sumGroups(const T &x, int64_t outNumel)

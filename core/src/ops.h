@@ -90,8 +90,9 @@ public:
     // An in-place op on x (masked_fill_, div_): the same storage, a new grad_fn that keeps
     // `saved`; its backward makes one gradient of x's size.
     T inPlace(const T &x, const std::vector<int> &saved);
-    // a.chunk(2, dim=-1): two views; SplitBackward0 concatenates the gradients into a new tensor.
-    std::pair<T, T> chunk2(const T &x);
+    // x.split / x.chunk along the last dimension into parts of `numels` elements: views;
+    // SplitBackward0 concatenates the parts' gradients into one new tensor of x's size.
+    std::vector<T> split(const T &x, const std::vector<int64_t> &numels);
     // x.view(rows, k, cols).sum(dim=1) -> (rows, cols): SumBackward1 expands the gradient.
     T sumGroups(const T &x, int64_t outNumel);
 

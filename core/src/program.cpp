@@ -70,7 +70,7 @@ public:
         re = amp ? 4 : ce;
         full = c.finetune == FineTune::Full;
         if (!full)
-            loraMask = loraTargetMask(c.lora.targets);
+            loraMask = loraAdaptedModules(m, c.lora.targets);
     }
 
     void run(int measuredSteps)
@@ -142,15 +142,21 @@ private:
                 L.n1 = param(h, 1, t, "input_layernorm");
                 L.n1b = param(h, 1, t, "input_layernorm");
             }
-            L.q = param(qOut, h, t, "q_proj");
-            if (m.qkvBias)
-                L.qb = param(qOut, 1, t, "q_proj");
-            L.k = param(kvOut, h, t, "k_proj");
-            if (m.qkvBias)
-                L.kb = param(kvOut, 1, t, "k_proj");
-            L.v = param(kvOut, h, t, "v_proj");
-            if (m.qkvBias)
-                L.vb = param(kvOut, 1, t, "v_proj");
+            if (m.fusedQkv) { // one Linear: q, k and v side by side in its output
+                L.q = param(qOut + 2 * kvOut, h, t, "qkv_proj");
+                if (m.qkvBias)
+                    L.qb = param(qOut + 2 * kvOut, 1, t, "qkv_proj");
+            } else {
+                L.q = param(qOut, h, t, "q_proj");
+                if (m.qkvBias)
+                    L.qb = param(qOut, 1, t, "q_proj");
+                L.k = param(kvOut, h, t, "k_proj");
+                if (m.qkvBias)
+                    L.kb = param(kvOut, 1, t, "k_proj");
+                L.v = param(kvOut, h, t, "v_proj");
+                if (m.qkvBias)
+                    L.vb = param(kvOut, 1, t, "v_proj");
+            }
             L.o = param(h, qOut, t, "o_proj");
             if (m.oBias)
                 L.ob = param(h, 1, t, "o_proj");
@@ -177,11 +183,15 @@ private:
                 if (m.sharedExpertGate)
                     L.sharedGate = param(1, h, t, "shared_expert_gate");
             } else {
-                if (m.mlp == MlpKind::Gated)
-                    L.gate = param(I, h, t, "gate_proj");
-                L.up = param(I, h, t, "up_proj");
-                if (m.mlpBias)
-                    L.upB = param(I, 1, t, "up_proj");
+                if (m.fusedGateUp) {
+                    L.gate = param(2 * I, h, t, "gate_up_proj");
+                } else {
+                    if (m.mlp == MlpKind::Gated)
+                        L.gate = param(I, h, t, "gate_proj");
+                    L.up = param(I, h, t, "up_proj");
+                    if (m.mlpBias)
+                        L.upB = param(I, 1, t, "up_proj");
+                }
                 L.down = param(h, I, t, "down_proj");
                 if (m.mlpBias)
                     L.downB = param(h, 1, t, "down_proj");
@@ -231,34 +241,11 @@ private:
             batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
     }
 
-    bool present(int mod) const
-    {
-        const bool mlpModule = mod == int(LinearModule::Gate) || mod == int(LinearModule::Up) || mod == int(LinearModule::Down);
-        if (m.isMoe() && mlpModule)
-            return m.sharedExpertIntermediateSize > 0; // only the shared expert has Linear modules
-        return mod != int(LinearModule::Gate) || m.mlp == MlpKind::Gated;
-    }
+    bool present(int mod) const { return !linearModuleNames(m)[static_cast<size_t>(mod)].empty(); }
     // The MLP's intermediate width: the shared expert's in an MoE model.
     int64_t mlpWidth() const { return m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize; }
-    int64_t inFeatures(int mod) const
-    {
-        if (mod == int(LinearModule::O))
-            return qOut;
-        if (mod == int(LinearModule::Down))
-            return mlpWidth();
-        return h;
-    }
-    int64_t outFeatures(int mod) const
-    {
-        switch (static_cast<LinearModule>(mod)) {
-        case LinearModule::Q: return qOut;
-        case LinearModule::K:
-        case LinearModule::V: return kvOut;
-        case LinearModule::O:
-        case LinearModule::Down: return h;
-        default: return mlpWidth();
-        }
-    }
+    int64_t inFeatures(int mod) const { return linearInFeatures(m, LinearModule(mod)); }
+    int64_t outFeatures(int mod) const { return linearOutFeatures(m, LinearModule(mod)); }
 
     void collectTrainable()
     {
@@ -501,38 +488,124 @@ private:
         return out;
     }
 
+    // The attention block's q, k and v as (b, heads, s, d) views, by how the family projects.
+    struct Qkv
+    {
+        T q, k, v;
+    };
+    Qkv project(LayerParams &L, const T &hnorm)
+    {
+        using M = LinearModule;
+        const int64_t qn = checkedMul(tok, qOut), kvn = checkedMul(tok, kvOut);
+        Qkv r;
+        if (!m.fusedQkv) {
+            // q_proj(x).view(...).transpose(1, 2), k, then v (Qwen3: an RMSNorm over head_dim first).
+            auto one = [&](int mod, const T &w, const T *bias, LoraPair *lora, const T *qkn, int64_t nHeads,
+                           bool copyBack) {
+                T y = linear(hnorm, mod, w, bias, lora);
+                if (qkn) {
+                    T n = rmsnorm(y, *qkn, tok * nHeads, hd);
+                    S.drop(y);
+                    y = n;
+                }
+                T v = O.headsView(y, copyBack);
+                S.drop(y);
+                return v;
+            };
+            r.q = one(int(M::Q), L.q, &L.qb, &L.lora[0], m.qkNorm ? &L.qn : nullptr, heads, true);
+            r.k = one(int(M::K), L.k, &L.kb, &L.lora[1], m.qkNorm ? &L.kn : nullptr, kvHeads, true);
+            r.v = one(int(M::V), L.v, &L.vb, &L.lora[2], nullptr, kvHeads, false);
+            return r;
+        }
+        T qkv = linear(hnorm, int(M::Q), L.q, &L.qb, &L.lora[0]);
+        if (m.modelType == "gpt2") {
+            // c_attn(x).split(hidden, dim=2), each .view(...).transpose(1, 2); attention's
+            // gradients come back in the projection's layout, so no copies on the way back.
+            auto parts = O.split(qkv, {qn, kvn, kvn});
+            r.q = O.headsView(parts[0], false);
+            r.k = O.headsView(parts[1], false);
+            r.v = O.headsView(parts[2], false);
+            for (T &p : parts)
+                S.drop(p);
+        } else if (m.modelType == "gpt_neox") {
+            // query_key_value(x).view(b, s, heads, 3 d).transpose(1, 2).chunk(3, dim=-1)
+            T hv = O.headsView(qkv, true);
+            auto parts = O.split(hv, {qn, kvn, kvn});
+            S.drop(hv);
+            r.q = parts[0];
+            r.k = parts[1];
+            r.v = parts[2];
+        } else {
+            // Phi-3: qkv[..., :q], qkv[..., q:q+kv], qkv[..., q+kv:], each viewed per head.
+            T q = O.slice(qkv, qn), k = O.slice(qkv, kvn), v = O.slice(qkv, kvn);
+            r.q = O.headsView(q, true);
+            r.k = O.headsView(k, true);
+            r.v = O.headsView(v, false);
+            S.drop(q);
+            S.drop(k);
+            S.drop(v);
+        }
+        S.drop(qkv);
+        return r;
+    }
+
+    // Rotary embedding as the family applies it: none (GPT-2's learned positions), on all of
+    // head_dim (Llama), or on its first rotary_dim features, then torch.cat with the rest (Phi-3
+    // and GPT-NeoX's apply_rotary_pos_emb, which concatenate even when nothing passes through).
+    T rotary(const T &x, const T &cos, const T &sin, int64_t features)
+    {
+        if (m.learnedPositions)
+            return S.view(x);
+        if (m.modelType != "phi3" && m.modelType != "gpt_neox")
+            return rope(x, cos, sin, features);
+        const int64_t rotF = features / hd * rotaryDim(), passF = features - rotF;
+        T rot = O.slice(x, checkedMul(tok, rotF));
+        T pass = O.slice(x, checkedMul(tok, passF));
+        T emb = rope(rot, cos, sin, rotF);
+        S.drop(rot);
+        T out = O.cat({&emb, &pass}, checkedMul(tok, features), emb.elem);
+        S.drop(emb);
+        S.drop(pass);
+        return out;
+    }
+    int64_t rotaryDim() const { return static_cast<int64_t>(static_cast<double>(hd) * m.rotaryFraction); }
+
     T layerForward(LayerParams &L, const T &x, const T &cos, const T &sin)
     {
-        const bool layerNorm = m.norm == NormKind::LayerNorm;
         T hnorm = norm(x, L.n1, L.n1b);
         S.setOp("self_attn");
-        // q_proj(x).view(...).transpose(1, 2), k, then v (Qwen3: an RMSNorm over head_dim first).
-        auto project = [&](int mod, const T &w, const T *bias, LoraPair *lora, const T *qkn, int64_t nHeads,
-                           bool copyBack) {
-            T y = linear(hnorm, mod, w, bias, lora);
-            if (qkn) {
-                T n = rmsnorm(y, *qkn, tok * nHeads, hd);
-                S.drop(y);
-                y = n;
-            }
-            T v = O.headsView(y, copyBack);
-            S.drop(y);
-            return v;
-        };
-        T qh = project(int(LinearModule::Q), L.q, &L.qb, &L.lora[0], m.qkNorm ? &L.qn : nullptr, heads, true);
-        T kh = project(int(LinearModule::K), L.k, &L.kb, &L.lora[1], m.qkNorm ? &L.kn : nullptr, kvHeads, true);
-        T v = project(int(LinearModule::V), L.v, &L.vb, &L.lora[2], nullptr, kvHeads, false);
-        T qe = rope(qh, cos, sin, qOut);
-        T ke = rope(kh, cos, sin, kvOut);
-        S.drop(qh);
-        S.drop(kh);
-        T attn = attention(qe, ke, v);
+        Qkv p = project(L, hnorm);
+        T qe = rotary(p.q, cos, sin, qOut);
+        T ke = rotary(p.k, cos, sin, kvOut);
+        S.drop(p.q);
+        S.drop(p.k);
+        T attn = attention(qe, ke, p.v);
         S.drop(qe);
         S.drop(ke);
-        S.drop(v);
+        S.drop(p.v);
         T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
         S.drop(attn);
         S.drop(hnorm);
+        {
+            T od = O.dropout(o, m.residDropout); // GPT-2 resid_dropout, Phi-3 resid_attn_dropout
+            S.drop(o);
+            o = od;
+        }
+        if (m.parallelResidual) {
+            // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)), as mlp_output + attn_output + hidden_states.
+            T h2 = norm(x, L.n2, L.n2b);
+            T mo = mlp(L, h2);
+            S.drop(h2);
+            T md = O.dropout(mo, m.residDropout);
+            S.drop(mo);
+            S.setOp("residual");
+            T s1 = O.add(md, o, re);
+            S.drop(md);
+            S.drop(o);
+            T x2 = O.add(s1, x, re);
+            S.drop(s1);
+            return x2;
+        }
         const bool sandwich = m.normsPerLayer >= 4; // Gemma 2: norms after attention and MLP too
         if (sandwich) {
             T on = norm(o, L.n2, L.n2b); // post_attention_layernorm
@@ -550,11 +623,15 @@ private:
             S.drop(mlpOut);
             mlpOut = mn;
         }
+        {
+            T md = O.dropout(mlpOut, m.residDropout);
+            S.drop(mlpOut);
+            mlpOut = md;
+        }
         S.setOp("residual");
         T x2 = O.add(x1, mlpOut, re);
         S.drop(mlpOut);
         S.drop(x1);
-        (void)layerNorm;
         return x2;
     }
 
@@ -570,6 +647,20 @@ private:
     {
         const int e = amp ? 2 : ce;
         const int64_t n = checkedMul(tok, mlpWidth());
+        if (m.fusedGateUp) {
+            // Phi-3: gate_up_proj(x).chunk(2, dim=-1); up * act(gate); down_proj
+            T gu = linear(x, int(LinearModule::Gate), L.gate, nullptr, &L.lora[4]);
+            auto parts = O.split(gu, {n, n});
+            S.drop(gu);
+            T a = O.activation(parts[0], m.activation);
+            T p = O.mul(parts[1], a, n, e);
+            S.drop(a);
+            S.drop(parts[0]);
+            S.drop(parts[1]);
+            T d = linear(p, int(LinearModule::Down), L.down, &L.downB, &L.lora[6]);
+            S.drop(p);
+            return d;
+        }
         if (m.mlp == MlpKind::Gated) {
             T g = linear(x, int(LinearModule::Gate), L.gate, nullptr, &L.lora[4]);
             T a = O.activation(g, m.activation);
@@ -659,7 +750,8 @@ private:
         S.drop(selIn);
         T upm = O.maskedFill(up, mask);
         S.drop(up);
-        auto [g, u] = O.chunk2(upm);
+        auto gu = O.split(upm, {checkedMul(pairs, Ie), checkedMul(pairs, Ie)});
+        T &g = gu[0], &u = gu[1];
         T a = O.activation(g, m.activation);
         T p = O.mul(a, u, checkedMul(pairs, Ie), upm.elem);
         S.drop(a);
@@ -746,11 +838,18 @@ private:
         }
         T pos;
         if (m.learnedPositions) {
-            T pe2 = O.embedding(positions, ids, tok, m.maxPositions, h);
+            // GPT-2: wpe(position_ids) has one row per position (position_ids is (1, s)),
+            // broadcast over the batch by the add; then the embedding dropout.
+            T pid = S.make(s * 8, 8);
+            T pe2 = O.embedding(positions, pid, s, m.maxPositions, h);
+            S.drop(pid);
             T x2 = O.add(x, pe2, x.elem);
             S.drop(pe2);
             S.drop(x);
             x = x2;
+            T xd = O.dropout(x, m.embdDropout);
+            S.drop(x);
+            x = xd;
         }
         // cache_position / position_ids (int64, one row) and the causal-mask helpers.
         S.setOp("positions");
@@ -767,16 +866,17 @@ private:
             S.setOp("rotary_emb");
             T inv = S.make(4096, 4);
             S.blasWorkspace(0); // inv_freq @ position_ids: the forward's first matmul
-            T freqs = S.make(s * hd / 2 * 4, 4);
-            T emb = S.make(s * hd * 4, 4);
-            T c32 = S.make(s * hd * 4, 4);
-            T c2 = S.make(s * hd * 4, 4);
+            const int64_t rd = rotaryDim(); // the tables cover the rotated features only
+            T freqs = S.make(s * rd / 2 * 4, 4);
+            T emb = S.make(s * rd * 4, 4);
+            T c32 = S.make(s * rd * 4, 4);
+            T c2 = S.make(s * rd * 4, 4);
             S.drop(c32);
-            T s32 = S.make(s * hd * 4, 4);
-            T s2 = S.make(s * hd * 4, 4);
+            T s32 = S.make(s * rd * 4, 4);
+            T s2 = S.make(s * rd * 4, 4);
             S.drop(s32);
-            cos = x.elem == 4 ? S.view(c2) : S.make(s * hd * x.elem, x.elem);
-            sin = x.elem == 4 ? S.view(s2) : S.make(s * hd * x.elem, x.elem);
+            cos = x.elem == 4 ? S.view(c2) : S.make(s * rd * x.elem, x.elem);
+            sin = x.elem == 4 ? S.view(s2) : S.make(s * rd * x.elem, x.elem);
             S.drop(inv);
             S.drop(freqs);
             S.drop(emb);

@@ -35,6 +35,16 @@ struct ModelArch
     std::string activation = "silu";
     int activationSavedTensors = 1;   // tensors the activation saves for backward (gelu_new: 4)
     double finalLogitSoftcap = 0.0;   // Gemma 2
+    // Fused projections: one Linear for q, k and v (Phi-3 qkv_proj, GPT-NeoX query_key_value,
+    // GPT-2 c_attn), one for gate and up (Phi-3 gate_up_proj).
+    bool fusedQkv = false;
+    bool fusedGateUp = false;
+    bool parallelResidual = false;    // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+    double rotaryFraction = 1.0;      // share of head_dim that rotary embedding turns
+    // Dropout probabilities in training (GPT-2's embd/attn/resid_pdrop, Phi-3's, NeoX's).
+    double embdDropout = 0.0;
+    double attnDropout = 0.0;
+    double residDropout = 0.0;
     // Mixture of experts
     int64_t numExperts = 0;
     int64_t expertsPerToken = 0;
@@ -65,6 +75,17 @@ struct ParamTensor
 };
 
 std::vector<ParamTensor> parameterInventory(const ModelArch &m);
+
+// The decoder layer's Linear modules as Hugging Face names them, indexed by LinearModule. A
+// fused q/k/v projection sits at Q (K and V empty), a fused gate/up at Gate (Up empty); an
+// empty name: no such Linear (Mixtral's experts are stacked Parameters, not Linears).
+std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m);
+// The Linears PEFT's LoRA wraps: those whose name is a target (PEFT matches the module name's
+// last component), every one for "all-linear". Names are checked with loraTargetMask first.
+std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, const std::vector<std::string> &targets);
+// In and out features of each Linear above (0 where there is none).
+int64_t linearInFeatures(const ModelArch &m, LinearModule mod);
+int64_t linearOutFeatures(const ModelArch &m, LinearModule mod);
 int64_t parameterCount(const ModelArch &m);
 
 // Import a Hugging Face config.json. Throws InputError naming the missing field or unknown model_type.
