@@ -446,7 +446,11 @@ private:
         return out;
     }
 
-    T attention(const T &q, const T &k, const T &v)
+    // `headsMajor`: q is laid out (b, heads, s, d) in memory (torch.cat made it), so SDPA's
+    // output, which takes q's layout, needs a copy in transpose(1, 2).contiguous()
+    // (sdpa_attention.py); after Llama's element-wise rotary q keeps the projection's
+    // (b, s, heads, d) layout and the transpose is free.
+    T attention(const T &q, const T &k, const T &v, bool headsMajor = false)
     {
         S.setOp("attention");
         Ops::AttnShape a;
@@ -477,10 +481,13 @@ private:
             T cont = O.copy(out);
             S.drop(out);
             out = cont;
-        } else if (e == 4) {
-            out = O.sdpaEfficient(qc, kc, vc, a, e);
         } else {
-            out = O.sdpaFlash(qc, kc, vc, a, e);
+            out = e == 4 ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
+            if (headsMajor) {
+                T cont = O.copy(out);
+                S.drop(out);
+                out = cont;
+            }
         }
         S.drop(qc);
         S.drop(kc);
@@ -579,7 +586,8 @@ private:
         T ke = rotary(p.k, cos, sin, kvOut);
         S.drop(p.q);
         S.drop(p.k);
-        T attn = attention(qe, ke, p.v);
+        const bool catRotary = !m.learnedPositions && (m.modelType == "phi3" || m.modelType == "gpt_neox");
+        T attn = attention(qe, ke, p.v, catRotary);
         S.drop(qe);
         S.drop(ke);
         S.drop(p.v);
