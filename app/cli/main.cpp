@@ -31,6 +31,8 @@ struct Flags
     std::string optimizerImpl = "foreach";
     std::string finetune = "full";
     std::string loraRank = "16";
+    std::string loraAlpha;
+    std::string loraDropout = "0";
     std::string loraTargets;
     std::string batch = "1";
     std::string seq = "2048";
@@ -67,7 +69,8 @@ double parseFraction(const std::string &flag, const std::string &text)
     if (text.empty() || end == text.c_str() || *end != '\0')
         throw InputError(flag, text, "must be a number");
     if (!(v >= 0.0 && v < 1.0))
-        throw InputError(flag, text, "must be in [0, 1), e.g. 0.10 for a 10% reserve");
+        throw InputError(flag, text, flag == "--lora-dropout" ? "must be in [0, 1), e.g. 0.05"
+                                                              : "must be in [0, 1), e.g. 0.10 for a 10% reserve");
     return v;
 }
 
@@ -101,6 +104,14 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.finetune = parseFineTune(f.finetune, "--finetune");
     c.lora.rank = static_cast<int>(parseInteger("--lora-rank", f.loraRank, 1, 65536));
     c.lora.alpha = 2.0 * c.lora.rank;
+    if (!f.loraAlpha.empty()) {
+        char *end = nullptr;
+        const double a = std::strtod(f.loraAlpha.c_str(), &end);
+        if (end == f.loraAlpha.c_str() || *end != '\0' || !(a > 0.0 && a < 1e6))
+            throw InputError("--lora-alpha", f.loraAlpha, "must be a positive number");
+        c.lora.alpha = a;
+    }
+    c.lora.dropout = parseFraction("--lora-dropout", f.loraDropout);
     if (!f.loraTargets.empty())
         c.lora.targets = splitList(f.loraTargets);
     c.microBatch = listsAllowed ? parseIntegerList("--batch", f.batch, 1, 1 << 20).front()
@@ -144,6 +155,8 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--optimizer-impl", f.optimizerImpl, "foreach | fused | for-loop")->capture_default_str();
     cmd->add_option("--finetune", f.finetune, "full | lora | qlora")->capture_default_str();
     cmd->add_option("--lora-rank", f.loraRank, "LoRA rank")->capture_default_str();
+    cmd->add_option("--lora-alpha", f.loraAlpha, "LoRA alpha (default: twice the rank)");
+    cmd->add_option("--lora-dropout", f.loraDropout, "LoRA dropout probability, in [0, 1)")->capture_default_str();
     cmd->add_option("--lora-targets", f.loraTargets, "Comma-separated modules (default: all linear layers)");
     cmd->add_option("--batch", f.batch, lists ? "Micro-batch sizes, comma-separated" : "Micro-batch size")
         ->capture_default_str();

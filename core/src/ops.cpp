@@ -160,9 +160,10 @@ T Ops::neg(const T &x)
     return out;
 }
 
-T Ops::pow2(const T &x)
+T Ops::pow2(const T &x, int elem)
 {
-    T out = s.make(x.bytes, x.elem);
+    const int e = elem ? elem : x.elem;
+    T out = s.make(x.numel() * e, e);
     const int64_t back = x.bytes;
     s.record({&out}, {&x}, {x.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         // pow_backward: grad * (2 * self.pow(1)): self.pow(1), * 2, * grad.
@@ -238,9 +239,9 @@ T Ops::dropout(const T &x, double p)
 {
     if (p <= 0.0)
         return s.view(x);
-    // native_dropout: the output and a bool mask (saved).
-    T out = s.make(x.bytes, x.elem);
+    // native_dropout: a bool mask (saved), then the output (H200 streams: GPT-2's dropouts).
     const int mask = s.allocate(x.numel(), Category::Activations);
+    T out = s.make(x.bytes, x.elem);
     const int64_t back = x.bytes;
     s.record({&out}, {&x}, {mask}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         if (!needs[0] || g[0] < 0)

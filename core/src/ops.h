@@ -33,7 +33,7 @@ public:
     // x + scalar: passes the gradient through.
     T addScalar(const T &x);
     T neg(const T &x);
-    T pow2(const T &x);       // PowBackward0 saves x
+    T pow2(const T &x, int elem = 0); // PowBackward0 saves x; `elem`: autocast's fp32 output
     T rsqrt(const T &x);      // RsqrtBackward0 saves its result
     T tanh(const T &x);       // TanhBackward0 saves its result
     T mean(const T &x, int64_t outNumel); // MeanBackward1: the gradient expanded and divided

@@ -593,7 +593,11 @@ private:
         S.drop(p.v);
         T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
         S.drop(attn);
-        S.drop(hnorm);
+        // GPT2Block binds the attention's result to a new name, so `hidden_states` (ln_1's
+        // output) lives until the residual add; elsewhere the attention's result rebinds it.
+        const bool keepNorms = m.modelType == "gpt2";
+        if (!keepNorms)
+            S.drop(hnorm);
         {
             T od = O.dropout(o, m.residDropout); // GPT-2 resid_dropout, Phi-3 resid_attn_dropout
             S.drop(o);
@@ -623,9 +627,12 @@ private:
         S.setOp("residual");
         T x1 = O.add(x, o, re);
         S.drop(o);
+        if (keepNorms)
+            S.drop(hnorm);
         T h2 = sandwich ? norm(x1, L.n3, T{}) : norm(x1, L.n2, L.n2b);
         T mlpOut = mlp(L, h2);
-        S.drop(h2);
+        if (!keepNorms)
+            S.drop(h2);
         if (sandwich) {
             T mn = norm(mlpOut, L.n4, T{}); // post_feedforward_layernorm
             S.drop(mlpOut);
@@ -640,6 +647,8 @@ private:
         T x2 = O.add(x1, mlpOut, re);
         S.drop(mlpOut);
         S.drop(x1);
+        if (keepNorms)
+            S.drop(h2);
         return x2;
     }
 
@@ -808,12 +817,16 @@ private:
     {
         if (m.activationSavedTensors <= 1)
             return O.activation(x, m.activation);
-        // gelu_new: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+        // gelu_new (NewGELUActivation): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3)))),
+        // left to right: 0.5 * x first. Autocast runs pow in fp32 (its fp32 op list), and the
+        // rest of the bracket follows by type promotion.
         const int64_t n = x.numel();
-        T x3 = O.pow2(x);
+        const int fe = amp ? 4 : x.elem;
+        T half = O.scale(x);
+        T x3 = O.pow2(x, fe);
         T k = O.scale(x3);
         S.drop(x3);
-        T inner = O.add(x, k);
+        T inner = O.add(x, k, fe);
         S.drop(k);
         T sc = O.scale(inner);
         S.drop(inner);
@@ -821,8 +834,7 @@ private:
         S.drop(sc);
         T one = O.addScalar(th);
         S.drop(th);
-        T half = O.scale(x);
-        T out = O.mul(half, one, n, x.elem);
+        T out = O.mul(half, one, n, std::max(x.elem, fe));
         S.drop(half);
         S.drop(one);
         return out;
