@@ -823,7 +823,10 @@ private:
         const int64_t n = x.numel();
         const int fe = amp ? 4 : x.elem;
         T half = O.scale(x);
-        T x3 = O.pow2(x, fe);
+        // Autocast casts pow's input to fp32 first; pow saves that copy, not x.
+        T xp = O.to(x, fe);
+        T x3 = O.pow2(xp, fe);
+        S.drop(xp);
         T k = O.scale(x3);
         S.drop(x3);
         T inner = O.add(x, k, fe);
