@@ -301,11 +301,14 @@ private:
     T linear(const T &x, int mod, const T &w, const T *bias, LoraPair *lora)
     {
         const int64_t in = inFeatures(mod), out = outFeatures(mod);
-        T xin = amp ? O.to(x, 2) : S.view(x);
-        T wc = weightFor(w);
+        // Autocast's cached_cast runs over F.linear's arguments in the order GCC evaluates
+        // function arguments, last first: bias, weight, then input (H200 streams: the weight's
+        // bf16 copy is allocated before the input's).
         T bc;
         if (bias && bias->valid())
             bc = amp ? weightFor(*bias) : S.view(*bias);
+        T wc = weightFor(w);
+        T xin = amp ? O.to(x, 2) : S.view(x);
         T y = O.linear(xin, wc, bc.valid() ? &bc : nullptr, tok, in, out, amp ? 2 : ce);
         S.drop(xin);
         S.drop(wc);
@@ -315,11 +318,13 @@ private:
             return y;
         // PEFT lora.Linear.forward: x cast to the adapters' dtype, dropout, lora_B(lora_A(x)) *
         // scaling, added to the base result, cast back to the base result's dtype.
-        T xa = amp ? S.view(x) : O.to(x, kLoraElem);
+        // PEFT's _cast_input_dtype: x.to(lora_A.weight.dtype) whenever the dtypes differ (also
+        // under autocast, where o_proj's and down_proj's inputs are bf16).
+        T xa = O.to(x, kLoraElem);
         T xd = O.dropout(xa, c.lora.dropout);
         S.drop(xa);
-        T ain = amp ? O.to(xd, 2) : S.view(xd);
         T wa = weightFor(lora->a);
+        T ain = amp ? O.to(xd, 2) : S.view(xd);
         const int le = amp ? 2 : kLoraElem;
         T a = O.linear(ain, wa, nullptr, tok, in, c.lora.rank, le);
         S.drop(ain);
