@@ -408,7 +408,9 @@ void Sim::backward(const T &root, int64_t seedBytes)
         ready.pop();
         if (m_nodes[static_cast<size_t>(i)].done)
             continue;
-        if (m_nodes[static_cast<size_t>(i)].region >= 0)
+        // Checkpoint recomputes when a node unpacks a saved tensor (the saved-tensor hooks of
+        // torch.utils.checkpoint); nodes of the region that saved nothing run before that.
+        if (m_nodes[static_cast<size_t>(i)].region >= 0 && m_nodes[static_cast<size_t>(i)].wantsSaved)
             recompute(m_nodes[static_cast<size_t>(i)].region);
         Node &n = m_nodes[static_cast<size_t>(i)];
         n.done = true;

@@ -446,26 +446,47 @@ T Ops::sdpaFlash(const T &q, const T &k, const T &v, const AttnShape &a, int ele
     return out;
 }
 
-T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
+T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem, const T *bias)
 {
-    // aten::_efficient_attention_forward (fp32): the output and a logsumexp padded to 32 rows.
+    // aten::_efficient_attention_forward: the output and a logsumexp padded to 32 rows; with a
+    // mask (bf16, Mistral at its sliding window) a 256-byte scratch too.
     const int64_t lseLen = ((a.s + 31) / 32) * 32;
     const int seed = s.allocate(8, Category::Activations);
     const int offset = s.allocate(8, Category::Activations);
     T out = s.make(a.b * a.s * a.heads * a.dv * elem, elem, Category::Temporaries);
     const int lse = s.allocate(a.b * a.heads * lseLen * 4, Category::Activations);
+    if (bias) {
+        const int scratch = s.allocate(256, Category::Temporaries);
+        s.unref(scratch);
+    }
     const int64_t qb = q.bytes, kb = k.bytes, vb = v.bytes;
     const int64_t delta = a.b * a.heads * lseLen * 4;
-    s.record({&out}, {&q, &k, &v}, {q.sto, k.sto, v.sto, out.sto, lse, seed, offset},
+    const bool masked = bias != nullptr;
+    std::vector<int> saved = {q.sto, k.sto, v.sto, out.sto, lse, seed, offset};
+    if (bias)
+        saved.push_back(bias->sto);
+    s.record({&out}, {&q, &k, &v}, saved,
              [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
                  std::vector<int> r(3, -1);
                  if (g[0] < 0)
                      return r;
-                 const int d = s.allocate(delta, Category::Temporaries);
-                 r[0] = s.allocate(qb, Category::Temporaries);
-                 r[1] = s.allocate(kb, Category::Temporaries);
-                 r[2] = s.allocate(vb, Category::Temporaries);
-                 s.unref(d);
+                 if (masked) {
+                     // bf16 with a bias (H200, Mistral-7B at s = 4096): the gradient made
+                     // contiguous and dropped, dq, dk, dv, then an fp32 dq accumulator and delta.
+                     const int gc = s.allocate(qb, Category::Temporaries);
+                     s.unref(gc);
+                     r[0] = s.allocate(qb, Category::Temporaries);
+                     r[1] = s.allocate(kb, Category::Temporaries);
+                     r[2] = s.allocate(vb, Category::Temporaries);
+                     const int acc = s.allocate(qb / elem * 4 + delta, Category::Temporaries);
+                     s.unref(acc);
+                 } else {
+                     const int d = s.allocate(delta, Category::Temporaries);
+                     r[0] = s.allocate(qb, Category::Temporaries);
+                     r[1] = s.allocate(kb, Category::Temporaries);
+                     r[2] = s.allocate(vb, Category::Temporaries);
+                     s.unref(d);
+                 }
                  for (int i = 0; i < 3; ++i)
                      if (!needs[static_cast<size_t>(i)]) {
                          s.unref(r[static_cast<size_t>(i)]);
@@ -476,6 +497,18 @@ T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int
     s.unref(lse);
     s.unref(seed);
     s.unref(offset);
+    return out;
+}
+
+T Ops::repeatKv(const T &x, int64_t fullBytes)
+{
+    T out = s.make(fullBytes, x.elem);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
     return out;
 }
 

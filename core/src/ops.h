@@ -64,7 +64,11 @@ public:
         int64_t b = 1, s = 1, heads = 1, kvHeads = 1, dq = 1, dv = 1;
     };
     T sdpaFlash(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
-    T sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
+    // `bias`: an additive mask (b, 1, s, s) the op saves (SDPA converts a boolean mask to one).
+    T sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem, const T *bias = nullptr);
+    // transformers' repeat_kv: (b, kv_heads, s, d) expanded to every head and reshaped (a copy);
+    // ExpandBackward0 sums the gradient back to kv_heads.
+    T repeatKv(const T &x, int64_t fullBytes);
     T sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
     T eagerAttention(const T &q, const T &k, const T &v, const T *mask, const AttnShape &a, int elem,
                      double softcap);

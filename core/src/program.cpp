@@ -455,7 +455,26 @@ private:
     // output, which takes q's layout, needs a copy in transpose(1, 2).contiguous()
     // (sdpa_attention.py); after Llama's element-wise rotary q keeps the projection's
     // (b, s, heads, d) layout and the transpose is free.
-    T attention(const T &q, const T &k, const T &v, bool headsMajor = false)
+    // Whether HF hands SDPA an explicit mask: a sliding window no longer than the sequence
+    // (masking_utils' _ignore_causal_mask_sdpa keeps is_causal only when kv_length < window).
+    // Gemma 2 slides on every other layer (layer_types), Qwen2 only with use_sliding_window.
+    bool slidingMask(int64_t layer) const
+    {
+        const nlohmann::json &hc = m.hfConfig;
+        if (!hc.is_object() || !hc.contains("sliding_window") || !hc.at("sliding_window").is_number_integer())
+            return false;
+        if ((m.modelType == "qwen2" || m.modelType == "qwen2_moe" || m.modelType == "qwen3" ||
+             m.modelType == "qwen3_moe") &&
+            !(hc.contains("use_sliding_window") && hc.at("use_sliding_window").is_boolean() &&
+              hc.at("use_sliding_window").get<bool>()))
+            return false;
+        if (m.modelType == "gemma2" && layer % 2 != 0)
+            return false;
+        const int64_t window = hc.at("sliding_window").get<int64_t>();
+        return window > 0 && s >= window;
+    }
+
+    T attention(const T &q, const T &k, const T &v, bool headsMajor = false, bool masked = false)
     {
         S.setOp("attention");
         Ops::AttnShape a;
@@ -486,6 +505,26 @@ private:
             T cont = O.copy(out);
             S.drop(out);
             out = cont;
+        } else if (masked) {
+            // sdpa_attention_forward with a mask: repeat_kv copies k and v to every head
+            // (use_gqa_in_sdpa needs mask None), SDPA turns the boolean mask into an additive one
+            // of (b, 1, s, s), and runs the memory-efficient kernel.
+            T kr = kc, vr = vc;
+            if (kvHeads < heads) {
+                kr = O.repeatKv(kc, kc.bytes / kvHeads * heads);
+                vr = O.repeatKv(vc, vc.bytes / kvHeads * heads);
+            }
+            T t1 = S.make(2, 2), t2 = S.make(2, 2);
+            T bias = S.make(checkedMul(checkedMul(b, s), s) * e, e);
+            S.drop(t2);
+            S.drop(t1);
+            a.kvHeads = heads;
+            out = O.sdpaEfficient(qc, kr, vr, a, e, &bias);
+            S.drop(bias);
+            if (kvHeads < heads) {
+                S.drop(kr);
+                S.drop(vr);
+            }
         } else {
             out = e == 4 ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
             if (headsMajor) {
@@ -592,7 +631,8 @@ private:
         S.drop(p.q);
         S.drop(p.k);
         const bool catRotary = !m.learnedPositions && (m.modelType == "phi3" || m.modelType == "gpt_neox");
-        T attn = attention(qe, ke, p.v, catRotary);
+        const int64_t li = &L - layers.data();
+        T attn = attention(qe, ke, p.v, catRotary, slidingMask(li));
         S.drop(qe);
         S.drop(ke);
         S.drop(p.v);
@@ -884,6 +924,19 @@ private:
         T cachePos = S.make(s * 8, 8);
         T posIds = S.make(s * 8, 8);
         S.drop(cachePos);
+        T sdpaMask;
+        if (c.attention != Attention::Eager && slidingMask(0)) {
+            // masking_utils.sdpa_mask: a boolean (1, 1, s, s) sliding-window causal mask, made
+            // through two temporaries of its size.
+            S.setOp("sliding_window_mask");
+            T t1 = S.make(checkedMul(s, s), 1);
+            T t2 = S.make(checkedMul(s, s), 1);
+            S.drop(t1);
+            T t3 = S.make(checkedMul(s, s), 1);
+            sdpaMask = S.make(checkedMul(s, s), 1);
+            S.drop(t3);
+            S.drop(t2);
+        }
         if (c.attention == Attention::Eager) {
             S.setOp("causal_mask");
             eagerMask = S.make(checkedMul(checkedMul(b, s), s) * (amp ? 4 : ce), amp ? 4 : ce);
@@ -948,6 +1001,8 @@ private:
         }
         if (eagerMask.valid())
             S.drop(eagerMask);
+        if (sdpaMask.valid())
+            S.drop(sdpaMask);
         S.drop(x);
         S.setOp("lm_head");
         T xin = amp ? O.to(fn, 2) : S.view(fn);
