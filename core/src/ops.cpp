@@ -592,9 +592,12 @@ T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem
     return out;
 }
 
-T Ops::eagerAttention(const T &q, const T &k, const T &v, const T *mask, const AttnShape &a, int elem,
-                      double softcap)
+T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const AttnShape &a, int elem,
+                      const EagerStyle &style)
 {
+    const double softcap = style.softcap;
+    // matmul of a strided view: expand + reshape makes a contiguous copy (CloneBackward passes).
+    T q = style.stridedQkv ? copy(q0) : s.view(q0);
     // HF eager_attention_forward: repeat_kv (a copy when grouped), q @ k^T, * scaling, (soft-cap:
     // / cap, tanh, * cap), + mask, softmax in fp32, .to(q.dtype), dropout, @ v, transpose.
     Ops o(s);
@@ -613,8 +616,8 @@ T Ops::eagerAttention(const T &q, const T &k, const T &v, const T *mask, const A
         });
         return r;
     };
-    T kr = repeat(k, rep);
-    T vr = repeat(v, repV);
+    T kr = style.stridedQkv ? copy(k) : repeat(k, rep);
+    T vr = repeat(v0, repV);
     const int64_t scores = a.b * a.heads * a.s * a.s;
     T sc = s.make(scores * elem, elem);
     s.record({&sc}, {&q, &kr}, {q.sto, kr.sto},
@@ -646,13 +649,14 @@ T Ops::eagerAttention(const T &q, const T &k, const T &v, const T *mask, const A
         s.drop(x);
         x = m;
     }
-    T p32 = s.make(scores * 4, 4);
-    s.record({&p32}, {&x}, {p32.sto}, [xb = x.bytes, scores](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-        // _softmax_backward_data in fp32, then the cast back to the input's dtype
+    const int se = style.softmaxFp32 ? 4 : elem;
+    T p32 = s.make(scores * se, se);
+    s.record({&p32}, {&x}, {p32.sto}, [xb = x.bytes, scores, se](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+        // _softmax_backward_data in the softmax's dtype, then the cast back to the input's
         if (!n[0] || g[0] < 0)
             return std::vector<int>{-1};
-        const int r = s.allocate(scores * 4, Category::Temporaries);
-        if (xb == scores * 4)
+        const int r = s.allocate(scores * se, Category::Temporaries);
+        if (xb == scores * se)
             return std::vector<int>{r};
         const int c = s.allocate(xb, Category::Temporaries);
         s.unref(r);
@@ -661,6 +665,16 @@ T Ops::eagerAttention(const T &q, const T &k, const T &v, const T *mask, const A
     s.drop(x);
     T p = o.to(p32, elem);
     s.drop(p32);
+    if (style.dropout > 0.0) {
+        T pd = o.dropout(p, style.dropout);
+        s.drop(p);
+        p = pd;
+    }
+    if (style.stridedQkv) {
+        T vc = copy(vr);
+        s.drop(vr);
+        vr = vc;
+    }
     T out = s.make(a.b * a.heads * a.s * a.dv * elem, elem);
     s.record({&out}, {&p, &vr}, {p.sto, vr.sto},
              [pb = p.bytes, vb = vr.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
@@ -676,6 +690,7 @@ T Ops::eagerAttention(const T &q, const T &k, const T &v, const T *mask, const A
     s.drop(p);
     s.drop(kr);
     s.drop(vr);
+    s.drop(q);
     return out;
 }
 

@@ -70,8 +70,18 @@ public:
     // ExpandBackward0 sums the gradient back to kv_heads.
     T repeatKv(const T &x, int64_t fullBytes);
     T sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
+    // How a family writes eager_attention_forward: Llama upcasts the softmax to fp32; GPT-2
+    // keeps the model dtype, applies attention dropout, and its q, k, v are strided views of
+    // c_attn's output, which torch.matmul copies contiguous (and saves) first.
+    struct EagerStyle
+    {
+        double softcap = 0.0;
+        bool softmaxFp32 = true;
+        bool stridedQkv = false;
+        double dropout = 0.0;
+    };
     T eagerAttention(const T &q, const T &k, const T &v, const T *mask, const AttnShape &a, int elem,
-                     double softcap);
+                     const EagerStyle &style);
 
     // ---- mixture of experts (transformers/integrations/moe.py, grouped_mm path)
     // softmax over the last dimension: SoftmaxBackward0 saves its result.

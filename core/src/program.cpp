@@ -491,11 +491,16 @@ private:
         T out;
         if (c.attention == Attention::Eager) {
             // Gemma 2's attn_logit_softcapping: scores / cap, tanh, * cap (eager_attention_forward).
-            double softcap = 0.0;
+            Ops::EagerStyle style;
             if (m.hfConfig.is_object() && m.hfConfig.contains("attn_logit_softcapping") &&
                 m.hfConfig.at("attn_logit_softcapping").is_number())
-                softcap = m.hfConfig.at("attn_logit_softcapping").get<double>();
-            out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, softcap);
+                style.softcap = m.hfConfig.at("attn_logit_softcapping").get<double>();
+            if (m.modelType == "gpt2") { // modeling_gpt2.eager_attention_forward
+                style.softmaxFp32 = false;
+                style.stridedQkv = true;
+            }
+            style.dropout = m.attnDropout;
+            out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, style);
             // attn_output.transpose(1, 2).contiguous(): a copy
             T cont = O.copy(out);
             S.drop(out);
