@@ -1177,6 +1177,12 @@ def run(args, R, out, t_start, rank):
         raise BadRequest("config.world_size", cfg["world_size"], f"differs from the {D.world} ranks started")
     if D.enabled:
         cfg["world_size"] = D.world
+        # Each rank records its own stream: rank 0 at the path given, rank r at PATH.rank<r>.
+        if D.rank > 0:
+            if args.timeline:
+                args.timeline = f"{args.timeline}.rank{D.rank}"
+            if args.snapshot:
+                args.snapshot = f"{args.snapshot}.rank{D.rank}"
     if cuda:
         if D.device_index() >= torch.cuda.device_count():
             raise Missing(f"no CUDA device {D.device_index()} for rank {D.rank} (one GPU per rank: "

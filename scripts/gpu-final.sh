@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The last H200 call of a session (scripts/gpu_final.py says what it measures). Results under
+# $OUT/final: run.log, ranks/<job>/{rank0.json,rank1.json,timeline.json,timeline.json.rank1},
+# libtorch_vs_engine.json, timing.json, build.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/headroom-out}
+F="$OUT/final"
+mkdir -p "$F"
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+    python3 -c "import sys, torch, transformers, peft; print(sys.version.split()[0], torch.__version__, transformers.__version__, peft.__version__)"
+} >"$F/run.log" 2>&1
+source scripts/gpu-build-probe.sh
+(gpu_build_probe "$F/build.log" >>"$F/run.log" 2>&1) &
+BUILD=$!
+python3 scripts/gpu_final.py --out "$F" --deadline-s "${DEADLINE_S:-380}" --build-pid "$BUILD"
+wait "$BUILD" 2>/dev/null
+tail -30 "$F/run.log"
