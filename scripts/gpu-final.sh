@@ -15,6 +15,8 @@ mkdir -p "$F"
 source scripts/gpu-build-probe.sh
 (gpu_build_probe "$F/build.log" >>"$F/run.log" 2>&1) &
 BUILD=$!
-python3 scripts/gpu_final.py --out "$F" --deadline-s "${DEADLINE_S:-380}" --build-pid "$BUILD"
+python3 scripts/gpu_final.py --out "$F" | tee "$OUT/final.log" --deadline-s "${DEADLINE_S:-380}" --build-pid "$BUILD"
 wait "$BUILD" 2>/dev/null
-tail -30 "$F/run.log"
+# One file back: the device tool returns a limited number of files.
+(cd "$OUT" && tar cJf final.tar.xz final && rm -rf final)
+tail -30 "$OUT/../final.log" 2>/dev/null; ls -la "$OUT"

@@ -89,6 +89,8 @@ def main():
         if engine == "transformers":
             cmd += ["--python", sys.executable]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(10, min(90, left() - 20)))
+        with open(os.path.join(a.out, f"{n}.{engine}.stderr.log"), "w") as f:
+            f.write(p.stderr)
         return p.returncode, time.time() - ts, p.stderr[-600:]
 
     for n in [HEADLINE] + LIBTORCH:
