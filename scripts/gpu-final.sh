@@ -4,6 +4,7 @@
 # libtorch_vs_engine.json, timing.json, build.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+pkill -f headroom_engine.py 2>/dev/null; sleep 1
 OUT=${OUT:-/tmp/headroom-out}
 F="$OUT/final"
 mkdir -p "$F"
@@ -15,8 +16,8 @@ mkdir -p "$F"
 source scripts/gpu-build-probe.sh
 (gpu_build_probe "$F/build.log" >>"$F/run.log" 2>&1) &
 BUILD=$!
-python3 scripts/gpu_final.py --out "$F" | tee "$OUT/final.log" --deadline-s "${DEADLINE_S:-380}" --build-pid "$BUILD"
+python3 scripts/gpu_final.py --out "$F" --deadline-s "${DEADLINE_S:-380}" --build-pid "$BUILD" > "$OUT/final.log" 2>&1
 wait "$BUILD" 2>/dev/null
 # One file back: the device tool returns a limited number of files.
 (cd "$OUT" && tar cJf final.tar.xz final && rm -rf final)
-tail -30 "$OUT/../final.log" 2>/dev/null; ls -la "$OUT"
+tail -32 "$OUT/final.log"
