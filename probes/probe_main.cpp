@@ -447,7 +447,12 @@ int main(int argc, char **argv)
         o.sharding = sharding;
         o.memoryCapBytes = memoryCap;
         o.shareGpu = shareGpu;
-        return runTransformersEngine(request, o);
+        const int code = runTransformersEngine(request, o);
+        // Leave without static destructors: on the H200 a LibTorch-linked headroom-probe died of
+        // SIGSEGV after a transformers-engine run whose result it had already written (rc -11,
+        // nothing on stderr); LibTorch's CUDA and c10d libraries are loaded but never used here.
+        std::fflush(nullptr);
+        std::_Exit(code);
     }
     if (!libtorchAvailable())
         return fail(probe::NoDevice, "this headroom-probe was built without LibTorch: use --engine transformers");
