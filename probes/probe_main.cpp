@@ -422,10 +422,8 @@ int main(int argc, char **argv)
                 if (given)
                     throw InputError(flag, "given", "needs --engine transformers");
             request.model.validate(); // the LibTorch engine builds only what core can describe
-            if (request.config.zeroStage == 3 && request.config.finetune != FineTune::Full)
-                throw InputError("config.zero_stage", "3",
-                                 "the LibTorch engine shards full fine-tuning only (LoRA/QLoRA with ZeRO-3: "
-                                 "--engine transformers)");
+            if (const auto no = protocol::libtorchRefusal(request.model, request.config))
+                throw InputError(no->field, no->value, no->reason);
             if (request.config.offloadOptimizer)
                 throw InputError("config.offload_optimizer", "true",
                                  "the probe keeps the optimizer on the device; offload is estimated, not measured");

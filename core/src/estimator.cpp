@@ -1097,7 +1097,11 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
                              "LoRA on qwen3_moe's experts (PEFT ParamWrapper) cannot be estimated yet; "
                              "target the attention only, or measure with --engine transformers");
     }
-    if (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer || cfg.finetune == FineTune::QLoRA)
+    // Simulated: one GPU, DDP and ZeRO-1 (ZeroRedundancyOptimizer). FSDP (stages 2 and 3),
+    // optimizer offload and QLoRA still go through the per-op ledger.
+    const bool simulated = (cfg.zeroStage == 0 || (cfg.zeroStage == 1 && cfg.worldSize > 1)) &&
+                           !cfg.offloadOptimizer && cfg.finetune != FineTune::QLoRA;
+    if (!simulated)
         return estimateLedger(model, cfg, opt);
 
     Estimate est = estimateLedger(model, cfg, opt); // parameters and notes

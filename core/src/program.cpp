@@ -112,6 +112,7 @@ private:
     std::vector<LayerParams> layers;
     std::vector<T> batches;
     std::vector<T *> trainable; // in model.parameters() order
+    std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
     std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
 
     // ------------------------------------------------------------------ building the model
@@ -236,9 +237,62 @@ private:
             S.setLayer(-1);
         }
         collectTrainable();
+        stepped = trainable;
+        if (c.worldSize > 1 && c.zeroStage <= 1)
+            dataParallel();
         S.setOp("input_ids");
         for (int64_t i = 0; i < c.gradAccum; ++i)
             batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
+    }
+
+    // DistributedDataParallel (torch/nn/parallel/distributed.py, reducer.cpp): the Reducer's
+    // buckets, in reverse parameter order, the first capped at 1 MiB and the rest at 25 MiB
+    // (bucket_cap_mb), one flat tensor each in the gradients' dtype, kept for the run; the
+    // gradients are copied in, all-reduced and copied back in place (gradient_as_bucket_view
+    // False). Measured: two ranks sharing the H200, every phase +1x the trainable bytes.
+    // ZeroRedundancyOptimizer (ZeRO-1) over it: the optimizer steps this rank's share only,
+    // parameters assigned largest first to the least-loaded rank (_partition_parameters); the
+    // estimate takes the rank with the most, and the updated parameters are broadcast in place.
+    void dataParallel()
+    {
+        S.setOp("ddp_buckets");
+        const int64_t firstCap = int64_t(1) << 20, cap = opt.ddpBucketBytes;
+        int64_t bucket = 0;
+        bool first = true;
+        int elem = 0;
+        for (auto it = trainable.rbegin(); it != trainable.rend(); ++it) {
+            const T &p = **it;
+            if (bucket > 0 && p.elem != elem) {
+                S.allocate(bucket, Category::Communication);
+                bucket = 0;
+                first = false;
+            }
+            elem = p.elem;
+            bucket = checkedAdd(bucket, p.bytes);
+            if (bucket >= (first ? firstCap : cap)) {
+                S.allocate(bucket, Category::Communication);
+                bucket = 0;
+                first = false;
+            }
+        }
+        if (bucket > 0)
+            S.allocate(bucket, Category::Communication);
+        if (c.zeroStage != 1)
+            return;
+        std::vector<T *> bySize = trainable;
+        std::stable_sort(bySize.begin(), bySize.end(), [](const T *a, const T *b) { return a->numel() > b->numel(); });
+        std::vector<int64_t> load(static_cast<size_t>(c.worldSize), 0);
+        std::vector<std::vector<T *>> share(static_cast<size_t>(c.worldSize));
+        for (T *p : bySize) {
+            const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+            load[r] += p->numel();
+            share[r].push_back(p);
+        }
+        const size_t most = static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
+        stepped.clear();
+        for (T *p : trainable) // in the optimizer's order
+            if (std::find(share[most].begin(), share[most].end(), p) != share[most].end())
+                stepped.push_back(p);
     }
 
     bool present(int mod) const { return !linearModuleNames(m)[static_cast<size_t>(mod)].empty(); }
@@ -1043,7 +1097,7 @@ private:
         switch (c.optimizer) {
         case Optimizer::AdamW:
             if (first) // _init_group: exp_avg and exp_avg_sq per parameter, in its dtype
-                for (T *p : trainable) {
+                for (T *p : stepped) {
                     if (fused)
                         state.push_back(S.allocate(4, Category::OptimizerState)); // device step
                     state.push_back(S.allocate(p->bytes, Category::OptimizerState));
@@ -1052,7 +1106,7 @@ private:
             if (fused)
                 return; // _fused_adamw_: in place
             if (forLoop) {
-                for (T *p : trainable) { // denom = (exp_avg_sq.sqrt() / bc2).add_(eps)
+                for (T *p : stepped) { // denom = (exp_avg_sq.sqrt() / bc2).add_(eps)
                     const int a = S.allocate(p->bytes, Category::Temporaries);
                     const int d = S.allocate(p->bytes, Category::Temporaries);
                     S.unref(a);
@@ -1063,7 +1117,7 @@ private:
             {
                 // _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)
                 std::vector<int> tmp;
-                for (T *p : trainable)
+                for (T *p : stepped)
                     tmp.push_back(S.allocate(p->bytes, Category::Temporaries));
                 // A Python list lets its items go from the last to the first.
                 for (auto it = tmp.rbegin(); it != tmp.rend(); ++it)
@@ -1074,7 +1128,7 @@ private:
             return; // _foreach_add_(params, grads, alpha=-lr)
         case Optimizer::SGDMomentum:
             if (first) // momentum_buffer = torch.clone(grad).detach()
-                for (T *p : trainable)
+                for (T *p : stepped)
                     state.push_back(S.allocate(p->bytes, Category::OptimizerState));
             return;
         case Optimizer::Adafactor:
@@ -1082,7 +1136,7 @@ private:
             return;
         case Optimizer::AdamW8bit:
             if (first)
-                for (T *p : trainable) {
+                for (T *p : stepped) {
                     const int64_t n = p->numel();
                     const int64_t bytes = n >= 4096 ? 2 * (n + ((n + 255) / 256) * 4) : n * 8;
                     state.push_back(S.allocate(bytes, Category::OptimizerState));
@@ -1090,7 +1144,7 @@ private:
             return;
         case Optimizer::Lion:
             if (first)
-                for (T *p : trainable)
+                for (T *p : stepped)
                     state.push_back(S.allocate(p->bytes, Category::OptimizerState));
             return;
         }
@@ -1102,7 +1156,7 @@ private:
     void adafactorStep(bool first)
     {
         int prevUpdate = -1;
-        for (T *p : trainable) {
+        for (T *p : stepped) {
             const int64_t n = p->numel();
             const bool low = p->elem != 4;
             const int gf = low ? S.allocate(n * 4, Category::Temporaries) : -1;

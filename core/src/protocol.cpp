@@ -155,4 +155,34 @@ std::string describe(const Progress &p)
     return s;
 }
 
+std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig &c)
+{
+    static const char *kTypes[] = {"llama", "mistral", "qwen2", "qwen3"};
+    bool known = false;
+    for (const char *t : kTypes)
+        known = known || m.modelType == t;
+    if (!known || m.isMoe() || m.fusedQkv || m.fusedGateUp || m.norm != NormKind::RMSNorm)
+        return Refusal{"model.model_type", m.modelType,
+                       "the LibTorch engine follows Llama-style modeling only (llama, mistral, qwen2, qwen3); "
+                       "use --engine transformers"};
+    const nlohmann::json &hc = m.hfConfig;
+    if (hc.is_object() && hc.contains("sliding_window") && hc.at("sliding_window").is_number_integer()) {
+        const int64_t window = hc.at("sliding_window").get<int64_t>();
+        const bool slides = m.modelType == "mistral" ||
+                            (hc.contains("use_sliding_window") && hc.at("use_sliding_window").is_boolean() &&
+                             hc.at("use_sliding_window").get<bool>());
+        if (slides && window > 0 && c.seqLen >= window)
+            return Refusal{"config.seq_len", std::to_string(c.seqLen), "at or past the sliding window (" + std::to_string(window) +
+                                                 ") HF masks attention explicitly, which the LibTorch engine does not "
+                                                 "reproduce; use --engine transformers"};
+    }
+    if (c.gradAccum > 1)
+        return Refusal{"config.grad_accum", std::to_string(c.gradAccum), "the LibTorch engine measured 10.5% under the real stack with gradient "
+                                            "accumulation; use --engine transformers"};
+    if (c.zeroStage > 0)
+        return Refusal{"config.zero_stage", std::to_string(c.zeroStage), "ZeRO/FSDP sharding is measured with the real FSDP2 and "
+                                            "ZeroRedundancyOptimizer: use --engine transformers"};
+    return std::nullopt;
+}
+
 } // namespace headroom::protocol
