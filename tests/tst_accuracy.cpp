@@ -1,103 +1,223 @@
-// The estimator against real HF Transformers training steps measured on an H200
-// (tests/data/hf_reference_h200.json, bench/hf_reference.py). Targets from the issue:
-// median |error| <= 3%, max <= 10% on peak allocated, and no case under-estimated by more than 5%.
-#include "hfreference.h"
-
+// The estimator and the LibTorch probe against the truth: real Transformers + PEFT + PyTorch
+// training steps run by the transformers engine on an H200 (tests/data/corpus/h200.jsonl, made by
+// scripts/gpu-corpus.sh from scripts/corpus-plan.json; 149 configurations, 17 families).
+//
+// Targets (issues 11 and 12), on every configuration the estimator simulates:
+//   peak allocated: median |error| <= 0.5%, max <= 2%, never under by more than 1%;
+//   every phase's peak within 2%;
+//   peak reserved (the allocator model): median |error| <= 1%.
+// What the estimator does not simulate yet (FSDP2, ZeRO stages 2 and 3) is listed, not held to
+// the targets, and must stay exactly that list. Model types the core cannot describe must say so.
+#include "headroom/allocator.h"
+#include "headroom/error.h"
+#include "headroom/estimator.h"
 #include "headroom/measurement.h"
+#include "headroom/protocol.h"
 
 #include <QtTest>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 
 using namespace headroom;
+using nlohmann::json;
+
+namespace {
+
+struct Run
+{
+    std::string name;
+    Measurement m;
+    std::string allocConf;
+};
+
+// The corpus's measured runs, with the allocator settings the plan ran them with.
+std::vector<Run> loadCorpus()
+{
+    std::map<std::string, std::string> conf;
+    {
+        std::ifstream in(HEADROOM_SOURCE_DIR "/scripts/corpus-plan.json");
+        const json plan = json::parse(in);
+        for (const auto &j : plan.at("jobs"))
+            if (j.contains("alloc_conf") && j.at("alloc_conf").is_string())
+                conf[j.at("name").get<std::string>()] = j.at("alloc_conf").get<std::string>();
+    }
+    std::vector<Run> out;
+    std::ifstream in(QFINDTESTDATA("data/corpus/h200.jsonl").toStdString());
+    std::string line;
+    while (std::getline(in, line)) {
+        const json r = json::parse(line);
+        const std::string name = r.at("name").get<std::string>();
+        if (name.rfind("plain-", 0) == 0 || !r.at("result").is_object())
+            continue; // the plain-script twins are checked against the engine by the corpus script
+        const json &res = r.at("result");
+        if (res.value("event", "") != "result" || (res.contains("oom") && !res.at("oom").is_null()))
+            continue;
+        out.push_back({name, measurementFromJson(res), conf.count(name) ? conf[name] : std::string()});
+    }
+    return out;
+}
+
+int64_t steadyPeak(const Measurement &m, Phase p)
+{
+    int64_t v = 0;
+    for (const auto &ph : m.phases)
+        if (ph.phase == p && (p == Phase::AfterLoad || ph.step >= 1))
+            v = std::max(v, ph.peakAllocatedBytes);
+    return v;
+}
+
+std::pair<double, double> medianMax(std::vector<double> v)
+{
+    for (auto &x : v)
+        x = std::abs(x);
+    std::sort(v.begin(), v.end());
+    if (v.empty())
+        return {0, 0};
+    const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    return {median, v.back()};
+}
+
+} // namespace
 
 class TestAccuracy : public QObject
 {
     Q_OBJECT
 private Q_SLOTS:
-    void againstHfOnH200()
+    void estimateMatchesTheRealStack()
     {
-        const auto cases = testing::loadHfReference(QFINDTESTDATA("data/hf_reference_h200.json").toStdString());
-        QVERIFY2(cases.size() >= 30, "the reference holds at least 30 configurations");
-        std::vector<double> errs, resErrs, devErrs;
-        std::string table =
-            "| case | phase | measured peak alloc (GiB) | estimated (GiB) | error | measured reserved | est. reserved | "
-            "error | nvidia-smi used | est. device total | error |\n"
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-        auto g = [](int64_t b) { return double(b) / 1073741824.0; };
-        char line[512];
-        for (const auto &c : cases) {
-            const Estimate e = estimate(c.model, c.config);
-            const double err = double(e.peakAllocatedBytes - c.peakAllocated()) / double(c.peakAllocated());
-            const double rerr = double(e.peakReservedBytes - c.peakReserved) / double(c.peakReserved);
-            const double derr = c.nvmlUsed ? double(e.deviceTotalBytes - c.nvmlUsed) / double(c.nvmlUsed) : 0.0;
-            errs.push_back(err);
-            resErrs.push_back(rerr);
-            devErrs.push_back(derr);
-            std::snprintf(line, sizeof line,
-                          "| %s | %s | %.3f | %.3f | %+.2f%% | %.3f | %.3f | %+.1f%% | %.3f | %.3f | %+.1f%% |\n",
-                          c.name.c_str(), std::string(toString(e.peakPhase)).c_str(), g(c.peakAllocated()),
-                          g(e.peakAllocatedBytes), 100 * err, g(c.peakReserved), g(e.peakReservedBytes), 100 * rerr,
-                          g(c.nvmlUsed), g(e.deviceTotalBytes), 100 * derr);
+        const std::vector<Run> runs = loadCorpus();
+        QVERIFY2(runs.size() >= 140, "the corpus holds at least 140 measured configurations");
+        std::vector<double> alloc, reserved;
+        std::set<std::string> families, notSimulated, unavailable;
+        std::string table = "| configuration | family | measured peak (GiB) | error | worst phase | measured reserved | error |\n"
+                            "|---|---|---:|---:|---:|---:|---:|\n";
+        std::string gaps;
+        char line[400];
+        auto gib = [](int64_t b) { return double(b) / 1073741824.0; };
+        for (const Run &r : runs) {
+            const Measurement &m = r.m;
+            families.insert(m.model.modelType);
+            if (!m.model.estimable) {
+                unavailable.insert(r.name + " (" + m.model.modelType + ")");
+                continue;
+            }
+            EstimatorOptions o;
+            if (!r.allocConf.empty())
+                o.allocator = parseAllocConf(r.allocConf);
+            Estimate e;
+            try {
+                e = estimate(m.model, m.config, o);
+            } catch (const InputError &err) {
+                unavailable.insert(r.name + " (" + err.what() + ")");
+                continue;
+            }
+            const double err = double(e.peakAllocatedBytes - m.peakAllocatedBytes) / double(m.peakAllocatedBytes);
+            const double rerr = double(e.peakReservedBytes - m.peakReservedBytes) / double(m.peakReservedBytes);
+            double worstPhase = 0;
+            for (Phase p : kAllPhases) {
+                const int64_t measured = steadyPeak(m, p);
+                if (measured > 0) {
+                    const double pe = double(e.phase(p).peakAllocatedBytes - measured) / double(measured);
+                    if (std::abs(pe) > std::abs(worstPhase))
+                        worstPhase = pe;
+                }
+            }
+            std::snprintf(line, sizeof line, "| %s | %s | %.2f | %+.3f%% | %+.2f%% | %.2f | %+.2f%% |\n", r.name.c_str(),
+                          m.model.modelType.c_str(), gib(m.peakAllocatedBytes), 100 * err, 100 * worstPhase,
+                          gib(m.peakReservedBytes), 100 * rerr);
+            // FSDP2 (ZeRO-2/3) still goes through the per-op ledger: reported, not held to targets.
+            if (m.config.zeroStage >= 2) {
+                notSimulated.insert(r.name);
+                gaps += line;
+                continue;
+            }
             table += line;
-            QVERIFY2(err > -0.05, qPrintable(QStringLiteral("under-estimated by more than 5%: ") +
-                                             QString::fromStdString(c.name)));
+            alloc.push_back(err);
+            reserved.push_back(rerr);
+            QVERIFY2(err >= -0.01, qPrintable(QString::fromStdString(r.name) + QStringLiteral(": under by more than 1%")));
+            QVERIFY2(std::abs(worstPhase) <= 0.02,
+                     qPrintable(QString::fromStdString(r.name) + QStringLiteral(": a phase off by more than 2%")));
         }
-        auto stats = [](std::vector<double> v) {
-            for (auto &x : v)
-                x = std::abs(x);
-            std::sort(v.begin(), v.end());
-            const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-            return std::pair{median, v.back()};
-        };
-        const auto [median, worst] = stats(errs);
-        const auto [rMedian, rWorst] = stats(resErrs);
-        const auto [dMedian, dWorst] = stats(devErrs);
+        const auto [median, worst] = medianMax(alloc);
+        const auto [rMedian, rWorst] = medianMax(reserved);
         std::snprintf(line, sizeof line,
-                      "\n%zu cases. Peak allocated: median |error| %.2f%%, max %.2f%%. Peak reserved: median %.1f%%, "
-                      "max %.1f%%. Device total vs NVML: median %.1f%%, max %.1f%%.\n",
-                      cases.size(), 100 * median, 100 * worst, 100 * rMedian, 100 * rWorst, 100 * dMedian, 100 * dWorst);
-        table += line;
-        std::printf("%s", table.c_str());
-        std::ofstream(HEADROOM_DOCS_OUT "/accuracy_table.md") << table;
-        QVERIFY2(median <= 0.03, "median |error| on peak allocated must be <= 3%");
-        QVERIFY2(worst <= 0.10, "max |error| on peak allocated must be <= 10%");
-    }
-    // Golden GPU results: headroom-probe (CUDA LibTorch 2.11) on the H200, next to HF on the same card.
-    // Each parses strictly, round-trips, and is within 2% of HF's peak allocated.
-    void probeGoldenMatchesHf()
-    {
-        std::ifstream in(QFINDTESTDATA("data/probe_h200.json").toStdString());
-        const auto doc = nlohmann::json::parse(in);
-        const auto cases = testing::loadHfReference(QFINDTESTDATA("data/hf_reference_h200.json").toStdString());
-        size_t checked = 0;
-        for (const auto &r : doc.at("results")) {
-            const Measurement m = measurementFromJson(r.at("probe"));
-            QCOMPARE(toJson(measurementFromJson(toJson(m))), toJson(m));
-            QCOMPARE(QString::fromStdString(m.device), QStringLiteral("cuda"));
-            const std::string name = r.at("name").get<std::string>();
-            auto hf = std::find_if(cases.begin(), cases.end(), [&](const auto &c) { return c.name == name; });
-            QVERIFY2(hf != cases.end(), name.c_str());
-            const double err = double(m.peakAllocatedBytes - hf->peakAllocated()) / double(hf->peakAllocated());
-            QVERIFY2(std::abs(err) <= 0.02, qPrintable(QString::fromStdString(name) + QStringLiteral(": ") +
-                                                       QString::number(100 * err) + QStringLiteral("%")));
-            ++checked;
+                      "\n%zu configurations simulated (%zu families measured). Peak allocated: median |error| %.3f%%, "
+                      "max %.3f%%. Peak reserved: median %.2f%%, max %.2f%%.\n",
+                      alloc.size(), families.size(), 100 * median, 100 * worst, 100 * rMedian, 100 * rWorst);
+        std::string doc = table + line;
+        doc += "\nNot simulated yet (FSDP2 through the per-op ledger):\n\n" + table.substr(0, table.find('\n') + 1) +
+               "|---|---|---:|---:|---:|---:|---:|\n" + gaps;
+        doc += "\nNo estimate (the model type or option is not described by core yet):\n\n";
+        for (const auto &u : unavailable)
+            doc += "- " + u + "\n";
+        std::printf("%s", doc.c_str());
+        std::ofstream(HEADROOM_DOCS_OUT "/accuracy_table.md") << doc;
+        QVERIFY2(alloc.size() >= 110, "at least 110 configurations are simulated");
+        QVERIFY2(median <= 0.005, "median |error| on peak allocated must be <= 0.5%");
+        QVERIFY2(worst <= 0.02, "max |error| on peak allocated must be <= 2%");
+        QVERIFY2(rMedian <= 0.01, "median |error| on peak reserved must be <= 1%");
+        // The exceptions are exactly these: FSDP2's runs, and the types core does not describe.
+        QCOMPARE(notSimulated, (std::set<std::string>{"share2-l1b-ampbf16-full-adamw-b2s1024-z2",
+                                                      "share2-l1b-ampbf16-full-adamw-b2s1024-z3",
+                                                      "share2-l1b-bf16-full-adamw-b2s1024-z3",
+                                                      "share2-l1b-bf16-lora16-b2s1024-z3"}));
+        for (const auto &u : unavailable) {
+            const bool known = u.find("(deepseek_v2)") != std::string::npos || u.find("(deepseek_v3)") != std::string::npos ||
+                               u.find("(gemma3_text)") != std::string::npos || u.find("(olmo2)") != std::string::npos ||
+                               u.find("(olmo3)") != std::string::npos || u.find("(starcoder2)") != std::string::npos ||
+                               u.find("qwen3_moe's experts") != std::string::npos;
+            QVERIFY2(known, u.c_str());
         }
-        QVERIFY(checked >= 12);
     }
-    // The probe's multi-process path over c10d's NCCL at world size 1 on the H200
-    // (scripts/gpu-nccl.sh): ZeRO 0-3 of Llama-3.2-1B amp-bf16 and ZeRO-3 of Llama-3.1-8B bf16.
-    // At one rank the shards are whole, but the machinery is all there: ZeRO-1/2's buckets and
-    // FSDP's gathered root and units, whole layer gradients and their concatenation.
-    void ncclAtOneRankMatchesTheEstimate_data()
+
+    // The LibTorch probe on the H200 next to the transformers engine on the same configurations
+    // (tests/data/h200/final-2026-12-01). What the LibTorch engine accepts it measures within 1%
+    // of the real stack; where it missed, it now refuses and names the field.
+    void libtorchProbeMatchesOrRefuses()
+    {
+        std::map<std::string, Measurement> corpus;
+        for (Run &r : loadCorpus())
+            corpus.emplace(r.name, std::move(r.m));
+        std::ifstream in(QFINDTESTDATA("data/h200/final-2026-12-01/libtorch_vs_engine.json").toStdString());
+        size_t accepted = 0, refused = 0;
+        const json rows = json::parse(in);
+        for (const auto &row : rows) {
+            const std::string name = row.at("name").get<std::string>();
+            QVERIFY2(corpus.count(name), name.c_str());
+            QCOMPARE(row.at("rc").get<int>(), 0);
+            const Measurement &m = corpus.at(name);
+            QCOMPARE(row.at("engine_peak_allocated").get<int64_t>(), m.peakAllocatedBytes);
+            const double err = double(row.at("libtorch_peak_allocated").get<int64_t>() - m.peakAllocatedBytes) /
+                               double(m.peakAllocatedBytes);
+            const auto no = protocol::libtorchRefusal(m.model, m.config);
+            if (no) {
+                ++refused;
+                QVERIFY2(std::abs(err) > 0.01, qPrintable(QString::fromStdString(name) + QStringLiteral(": refused but it matched")));
+            } else {
+                ++accepted;
+                QVERIFY2(std::abs(err) <= 0.01, qPrintable(QString::fromStdString(name) + QStringLiteral(": ") +
+                                                           QString::number(100 * err) + QStringLiteral("%")));
+            }
+        }
+        QVERIFY(accepted >= 10);
+        QCOMPARE(refused, size_t(2)); // gradient accumulation, Gemma
+    }
+
+    // NCCL's communicator is device memory the caching allocator never sees: the same step with
+    // and without c10d's NCCL at world size 1 (H200, scripts/gpu-nccl.sh) differs in the CUDA
+    // context by exactly the estimator's term once a collective has run (ZeRO-1 and up), and not
+    // at all before (ZeRO-0 at one rank makes none).
+    void ncclCommunicatorIsTheEstimatorsTerm_data()
     {
         QTest::addColumn<QString>("name");
-        for (const char *n : {"1b-plain", "1b-nccl-z0", "1b-nccl-z1", "1b-nccl-z2", "1b-nccl-z3", "8b-plain", "8b-nccl-z3"})
+        for (const char *n : {"1b-nccl-z0", "1b-nccl-z1", "1b-nccl-z2", "1b-nccl-z3", "8b-nccl-z3"})
             QTest::addRow("%s", n) << QString::fromLatin1(n);
     }
-    void ncclAtOneRankMatchesTheEstimate()
+    void ncclCommunicatorIsTheEstimatorsTerm()
     {
         QFETCH(QString, name);
         auto load = [](const QString &n) {
@@ -105,18 +225,7 @@ private Q_SLOTS:
             return measurementFromJson(nlohmann::json::parse(in));
         };
         const Measurement m = load(name);
-        const bool nccl = name.contains(QStringLiteral("nccl"));
-        QCOMPARE(QString::fromStdString(m.backend), nccl ? QStringLiteral("nccl") : QString());
-        QCOMPARE(m.ranks.size(), size_t(nccl ? 1 : 0));
-        const Estimate e = estimate(m.model, m.config);
-        for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer}) {
-            const double measured = double(m.steady(p)->peakAllocatedBytes);
-            const double err = double(e.phase(p).peakAllocatedBytes) / measured - 1;
-            QVERIFY2(std::abs(err) <= 0.005, qPrintable(QStringLiteral("%1: %2%").arg(QString::fromLatin1(toString(p).data()))
-                                                            .arg(100 * err)));
-        }
-        // NCCL's communicator is device memory the allocator never sees: the same run with and
-        // without it differs by exactly the estimator's term (ZeRO-0 at one rank makes no collective).
+        QCOMPARE(QString::fromStdString(m.backend), QStringLiteral("nccl"));
         const Measurement plain = load(name.startsWith(QLatin1String("8b")) ? QStringLiteral("8b-plain")
                                                                             : QStringLiteral("1b-plain"));
         const int64_t extra = m.cudaContextBytes - plain.cudaContextBytes;

@@ -109,7 +109,12 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
     std::vector<Recommendation> out;
     const Estimate base = estimate(m, c, opt);
     auto consider = [&](RecommendationGroup g, std::string id, std::string title, std::string cost, TrainingConfig t) {
-        const Estimate e = estimate(m, t, opt);
+        Estimate e;
+        try {
+            e = estimate(m, t, opt);
+        } catch (const InputError &) {
+            return; // an alternative Headroom cannot estimate is not advice
+        }
         const int64_t saving = base.deviceTotalBytes - e.deviceTotalBytes;
         if (saving <= 0)
             return;
