@@ -13,6 +13,7 @@
 #include "headroom/error.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -113,20 +114,15 @@ struct CachingAllocatorModel::Impl
     {
         small.small = true;
     }
-    ~Impl()
-    {
-        for (Block *b : all)
-            delete b;
-    }
-    std::vector<Block *> all; // owner of every Block
+    std::deque<Block> all; // owner of every Block (a deque keeps their addresses)
 
     Block *make(int64_t size, int64_t addr, Pool *pool)
     {
-        Block *b = new Block;
+        all.emplace_back();
+        Block *b = &all.back();
         b->size = size;
         b->addr = addr;
         b->pool = pool;
-        all.push_back(b);
         return b;
     }
     void destroy(Block *b)

@@ -1105,7 +1105,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         return estimateLedger(model, cfg, opt);
 
     Estimate est = estimateLedger(model, cfg, opt); // parameters and notes
-    const Timeline t = simulateRun(model, cfg, opt, 2);
+    const Timeline t = simulateRun(model, cfg, opt, 1);
     AllocatorConfig ac = opt.allocator;
     ac.capacityBytes = INT64_MAX; // the estimate asks what the step needs, not whether it fits
     const Replay r = replay(t, ac);
@@ -1175,7 +1175,7 @@ Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &cfg, con
 {
     model.validate();
     cfg.validate();
-    return simulateRun(model, cfg, opt, 2);
+    return simulateRun(model, cfg, opt, 1);
 }
 
 } // namespace headroom
