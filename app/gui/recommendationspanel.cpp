@@ -48,7 +48,16 @@ RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
     });
     connect(undoButton, &QPushButton::clicked, session->undoStack(), &QUndoStack::undo);
     connect(session->undoStack(), &QUndoStack::canUndoChanged, undoButton, &QPushButton::setEnabled);
-    const auto refresh = [this] { m_model.setContent(m_session->report().recommendations, m_session->units()); };
+    const auto refresh = [this, title, applyButton] {
+        m_model.setContent(m_session->report().recommendations, m_session->units());
+        // Until the advice for the new scenario lands, the shown rows are the previous one's:
+        // greyed out, and not applicable (applying would bring the old configuration back).
+        const bool stale = m_session->adviceIsStale();
+        m_view->setEnabled(!stale);
+        applyButton->setEnabled(!stale);
+        title->setText(stale ? tr("<b>What to change</b> — updating…")
+                             : tr("<b>What to change</b> — dynamic peak first, then the static base, then sharding"));
+    };
     connect(session, &Session::reportReady, this, refresh);
     connect(session, &Session::unitsChanged, this, refresh);
     refresh();
@@ -56,6 +65,8 @@ RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
 
 void RecommendationsPanel::apply(int row)
 {
+    if (m_session->adviceIsStale())
+        return;
     const headroom::Recommendation *r = m_model.at(row);
     if (!r)
         return;

@@ -63,9 +63,15 @@ Session::Session(QObject *parent)
 {
     connect(&m_watcher, &QFutureWatcher<Computed>::finished, this, [this] {
         m_running = false;
-        land(m_watcher.result());
-        if (m_pending)
+        const Computed c = m_watcher.result();
+        const bool current = c.generation == m_generation;
+        land(c);
+        if (m_pending) {
             launch();
+        } else if (current && c.quick && c.report.error.empty()) {
+            m_running = true; // the advice and curves for the same scenario
+            m_watcher.setFuture(QtConcurrent::run(&Session::compute, m_generation, m_scenario, false));
+        }
     });
     launch();
 }
@@ -75,12 +81,13 @@ Session::~Session()
     m_watcher.waitForFinished();
 }
 
-Session::Computed Session::compute(quint64 generation, const Scenario &s)
+Session::Computed Session::compute(quint64 generation, const Scenario &s, bool quick)
 {
     Computed c;
     c.generation = generation;
-    c.report = buildReport(s);
-    if (!c.report.error.empty())
+    c.quick = quick;
+    c.report = buildReport(s, !quick);
+    if (quick || !c.report.error.empty())
         return c;
     const int64_t seqMax = std::min<int64_t>(131072, std::max<int64_t>(s.model.maxPositions, 128));
     for (bool ckpt : {false, true}) {
@@ -112,15 +119,24 @@ void Session::launch()
     }
     m_pending = false;
     m_running = true;
-    m_watcher.setFuture(QtConcurrent::run(&Session::compute, m_generation, m_scenario));
+    m_watcher.setFuture(QtConcurrent::run(&Session::compute, m_generation, m_scenario, true));
 }
 
 void Session::land(Computed c)
 {
     if (c.generation != m_generation)
         return; // a newer scenario is on its way
-    m_report = std::move(c.report);
-    m_scaling = std::move(c.scaling);
+    if (c.quick && c.report.error.empty()) {
+        // The previous advice stays on screen, marked stale, until the full pass lands.
+        std::vector<Recommendation> advice = std::move(m_report.recommendations);
+        m_report = std::move(c.report);
+        m_report.recommendations = std::move(advice);
+        m_adviceStale = true;
+    } else {
+        m_report = std::move(c.report);
+        m_scaling = std::move(c.scaling);
+        m_adviceStale = false;
+    }
     emit reportReady();
 }
 
@@ -129,7 +145,7 @@ void Session::recomputeNow()
     m_watcher.waitForFinished();
     m_running = false;
     m_pending = false;
-    land(compute(m_generation, m_scenario));
+    land(compute(m_generation, m_scenario, false));
 }
 
 void Session::setScenario(const Scenario &s)

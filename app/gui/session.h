@@ -51,6 +51,8 @@ public:
     const headroom::Report &report() const { return m_report; }
     const ScalingData &scaling() const { return m_scaling; }
     bool isComputing() const { return m_running; }
+    // True while the shown advice and scaling curves are the previous scenario's.
+    bool adviceIsStale() const { return m_adviceStale; }
     quint64 generation() const { return m_generation; }
     // Computes the current scenario on this thread and applies it; for screenshots and tests.
     void recomputeNow();
@@ -77,13 +79,16 @@ signals:
     void selectionChanged();
 
 private:
+    // Two passes per scenario: a quick one (the estimate and the verdicts, one simulated step)
+    // that lands at once, then the full one (advice, solvers, scaling curves).
     struct Computed
     {
         quint64 generation = 0;
+        bool quick = false;
         headroom::Report report;
         ScalingData scaling;
     };
-    static Computed compute(quint64 generation, const headroom::Scenario &s);
+    static Computed compute(quint64 generation, const headroom::Scenario &s, bool quick);
     void launch();
     void land(Computed c);
 
@@ -93,6 +98,7 @@ private:
     quint64 m_generation = 0;
     bool m_running = false;
     bool m_pending = false;
+    bool m_adviceStale = false;
     QFutureWatcher<Computed> m_watcher;
     QUndoStack m_undo;
     headroom::Unit m_units = headroom::Unit::GiB;

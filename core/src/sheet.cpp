@@ -64,14 +64,15 @@ const std::vector<std::string> &commonCardIds()
     return ids;
 }
 
-Report buildReport(const Scenario &s)
+Report buildReport(const Scenario &s, bool withAdvice)
 {
     Report r;
     r.scenario = s;
     try {
         r.estimate = estimate(s.model, s.config);
         r.verdict = judge(r.estimate, s.gpu, s.reserve);
-        r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve);
+        if (withAdvice)
+            r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve);
         for (const auto &id : commonCardIds()) {
             const GpuSpec &g = findGpu(id);
             r.otherCards.emplace_back(g, judge(r.estimate, g, s.reserve));

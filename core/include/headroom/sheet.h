@@ -39,7 +39,9 @@ struct Report
     std::vector<std::pair<GpuSpec, Verdict>> otherCards; // common cards, same configuration
     std::string error; // non-empty when the scenario cannot be estimated (the InputError text)
 };
-Report buildReport(const Scenario &s);
+// `withAdvice` false: the estimate and the verdicts only, without the recommendations (which
+// estimate a dozen alternatives and run the solvers), for a first answer while they compute.
+Report buildReport(const Scenario &s, bool withAdvice = true);
 // Cards a sheet judges the configuration on besides the chosen one.
 const std::vector<std::string> &commonCardIds();
 
