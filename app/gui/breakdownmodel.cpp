@@ -44,20 +44,16 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
             if (measured)
                 m_bars.push_back(barOf(tr("Measured"), true, measuredBreakdown(*measured)));
         } else {
-            // The estimator's slack is a fixed fraction of the peak allocated (estimator.cpp), so a
-            // phase's slack scales with that phase's allocation; the context is the same throughout.
-            const double slackFraction = e.peakAllocatedBytes > 0
-                                             ? static_cast<double>(e.peak[Category::AllocatorSlack]) /
-                                                   static_cast<double>(e.peakAllocatedBytes)
-                                             : 0.0;
             static const char *const shortNames[] = {"Load", "Fwd", "Bwd", "Opt"};
             for (Phase p : kAllPhases) {
                 const auto mp = measured ? measured->steady(p) : std::nullopt;
                 const bool pair = mp.has_value();
                 const QString name = pair ? QLatin1String(shortNames[static_cast<int>(p)]) : qs(label(p)).section(QLatin1Char(' '), 0, 0);
                 Breakdown b = e.phase(p).atPeak;
-                b[Category::AllocatorSlack] =
-                    static_cast<int64_t>(slackFraction * static_cast<double>(e.phase(p).peakAllocatedBytes));
+                // As for the measured bar: what the allocator holds in the phase beyond the tensors
+                // (the replayed reserved pool; the ledger path has none per phase).
+                if (e.phase(p).peakReservedBytes > 0)
+                    b[Category::AllocatorSlack] = std::max<int64_t>(0, e.phase(p).peakReservedBytes - b.allocated());
                 b[Category::CudaContext] = e.peak[Category::CudaContext];
                 m_bars.push_back(barOf(pair ? name + tr(" est") : name, false, b));
                 if (mp) {

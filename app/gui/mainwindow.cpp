@@ -16,6 +16,8 @@
 #include "headroom/config.h"
 #include "headroom/error.h"
 
+#include <algorithm>
+
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDragEnterEvent>
@@ -25,6 +27,7 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -56,8 +59,11 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     auto *scroll = new QScrollArea(this);
     scroll->setWidget(m_config);
     scroll->setWidgetResizable(true);
-    scroll->setMinimumWidth(340);
     scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    // Never narrower than the form needs with the vertical scroll bar showing (a short window,
+    // 1280x800), or its fields are cut off on the right.
+    scroll->setMinimumWidth(std::max(340, m_config->minimumSizeHint().width() +
+                                              scroll->verticalScrollBar()->sizeHint().width() + 2 * scroll->frameWidth()));
 
     auto *breakdown = new QSplitter(Qt::Vertical, this);
     auto *top = new QWidget(breakdown);

@@ -16,10 +16,11 @@ MeasurementsPanel::MeasurementsPanel(Session *session, QWidget *parent)
 {
     auto *layout = new QVBoxLayout(this);
     auto *head = new QHBoxLayout;
-    head->addWidget(new QLabel(tr("<b>Probe runs</b> — select one to overlay it on the breakdown. "
-                                  "Error is measured against the estimate of the same configuration."),
-                               this),
-                    1);
+    auto *intro = new QLabel(tr("<b>Probe runs</b> — select one to overlay it on the breakdown. "
+                                "Error is measured against the estimate of the same configuration."),
+                             this);
+    intro->setWordWrap(true); // a narrow window wraps it instead of widening the tabs
+    head->addWidget(intro, 1);
     auto *importButton = new QPushButton(tr("Import measurement…"), this);
     importButton->setObjectName(QStringLiteral("importMeasurement"));
     head->addWidget(importButton);

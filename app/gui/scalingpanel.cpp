@@ -31,7 +31,9 @@ ScalingPanel::ScalingPanel(Session *session, QWidget *parent)
     auto *tableLayout = new QVBoxLayout(tableBox);
     tableLayout->setContentsMargins(0, 0, 0, 0);
     auto *head = new QHBoxLayout;
-    head->addWidget(new QLabel(tr("<b>Scaling table</b> — what each step costs against the row above"), tableBox), 1);
+    auto *intro = new QLabel(tr("<b>Scaling table</b> — what each step costs against the row above"), tableBox);
+    intro->setWordWrap(true);
+    head->addWidget(intro, 1);
     auto *copy = new QPushButton(tr("Copy as Markdown"), tableBox);
     copy->setObjectName(QStringLiteral("copyScaling"));
     head->addWidget(copy);

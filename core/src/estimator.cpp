@@ -1150,6 +1150,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         if (!best[i])
             continue;
         pe.peakAllocatedBytes = i == 0 ? best[i]->endAllocatedBytes : best[i]->peakAllocatedBytes;
+        pe.peakReservedBytes = i == 0 ? best[i]->endReservedBytes : best[i]->peakReservedBytes;
         pe.atPeak = bd[i];
         // Blocks the allocator did not split count whole in its allocated bytes: the rest of a
         // block beyond the tensor's rounded size is slack.

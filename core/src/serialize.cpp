@@ -203,6 +203,7 @@ json toJson(const Estimate &e)
     for (const auto &p : e.phases)
         phases.push_back({{"phase", toString(p.phase)},
                           {"peak_allocated_bytes", p.peakAllocatedBytes},
+                          {"peak_reserved_bytes", p.peakReservedBytes},
                           {"breakdown", toJson(p.atPeak)}});
     return {{"tokens", e.tokens},
             {"parameters",

@@ -22,6 +22,9 @@ struct PhaseEstimate
 {
     Phase phase = Phase::AfterLoad;
     int64_t peakAllocatedBytes = 0;
+    // What the caching allocator holds at most during the phase (its peak since the phase began,
+    // as torch.cuda.max_memory_reserved after reset_peak_memory_stats); 0 from the ledger path.
+    int64_t peakReservedBytes = 0;
     Breakdown atPeak; // allocated categories at this phase's peak
 };
 
