@@ -110,12 +110,20 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
     const Estimate base = estimate(m, c, opt);
     auto consider = [&](RecommendationGroup g, std::string id, std::string title, std::string cost, TrainingConfig t) {
         Estimate e;
+        int64_t from = base.deviceTotalBytes;
         try {
             e = estimate(m, t, opt);
+            if (isSimulated(c) && !isSimulated(t)) {
+                // The alternative only has the ledger's estimate: the saving is measured ledger
+                // against ledger, so it is the change's, not the two mechanisms' difference.
+                EstimatorOptions ledger = opt;
+                ledger.ledgerOnly = true;
+                from = estimate(m, c, ledger).deviceTotalBytes;
+            }
         } catch (const InputError &) {
             return; // an alternative Headroom cannot estimate is not advice
         }
-        const int64_t saving = base.deviceTotalBytes - e.deviceTotalBytes;
+        const int64_t saving = from - e.deviceTotalBytes;
         if (saving <= 0)
             return;
         Recommendation r{g, std::move(id), std::move(title), std::move(cost), saving,

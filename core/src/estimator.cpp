@@ -1082,6 +1082,12 @@ std::vector<Breakdown> breakdownsAt(const Timeline &t, const std::vector<size_t>
 
 } // namespace
 
+bool isSimulated(const TrainingConfig &cfg)
+{
+    return (cfg.zeroStage == 0 || (cfg.zeroStage == 1 && cfg.worldSize > 1)) && !cfg.offloadOptimizer &&
+           cfg.finetune != FineTune::QLoRA;
+}
+
 Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
 {
     model.validate();
@@ -1099,9 +1105,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     }
     // Simulated: one GPU, DDP and ZeRO-1 (ZeroRedundancyOptimizer). FSDP (stages 2 and 3),
     // optimizer offload and QLoRA still go through the per-op ledger.
-    const bool simulated = (cfg.zeroStage == 0 || (cfg.zeroStage == 1 && cfg.worldSize > 1)) &&
-                           !cfg.offloadOptimizer && cfg.finetune != FineTune::QLoRA;
-    if (!simulated)
+    if (!isSimulated(cfg) || opt.ledgerOnly)
         return estimateLedger(model, cfg, opt);
 
     Estimate est = estimateLedger(model, cfg, opt); // parameters and notes

@@ -54,7 +54,14 @@ struct EstimatorOptions
     double allocatorSlackFraction = 0.0;     // <= 0: use the measured default (see estimator.cpp)
     int64_t ddpBucketBytes = 25 * 1048576;   // DDP bucket_cap_mb default
     AllocatorConfig allocator;               // PYTORCH_CUDA_ALLOC_CONF the run will use
+    // Use the per-op ledger even where the step is simulated: to compare a configuration that
+    // only the ledger covers (FSDP, offload, QLoRA) with the same mechanism on both sides.
+    bool ledgerOnly = false;
 };
+
+// Whether estimate() simulates this configuration op by op (one GPU, DDP, ZeRO-1), or uses the
+// per-op ledger (FSDP stages 2-3, optimizer offload, QLoRA).
+bool isSimulated(const TrainingConfig &config);
 
 struct Estimate
 {
