@@ -106,7 +106,7 @@ private Q_SLOTS:
         tinyScenario(s, w);
         Scenario sc = s.scenario();
         sc.config.worldSize = 2;
-        sc.config.zeroStage = 2;
+        sc.config.zeroStage = 0; // DDP: the LibTorch engine's own ranks
         s.setScenario(sc);
         QVERIFY(settle(s));
         QSignalSpy added(&s, &Session::measurementsChanged);
@@ -116,9 +116,29 @@ private Q_SLOTS:
         const Measurement &m = s.measurements()[0];
         QCOMPARE(m.backend, std::string("gloo"));
         QCOMPARE(m.ranks.size(), size_t(2));
-        QCOMPARE(m.config.zeroStage, 2);
+        QCOMPARE(m.config.zeroStage, 0);
         QVERIFY(rankSpread(m) < kUnevenSpread);
         QVERIFY(waitIdle(w.measureBar(), 5000));
+    }
+
+    // What the LibTorch engine refuses (here gradient accumulation) goes to the transformers
+    // engine, and the status says so; without Transformers installed that run ends in a clear
+    // message, with the GUI alive.
+    void refusedConfigurationsUseTheTransformersEngine()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        tinyScenario(s, w);
+        Scenario sc = s.scenario();
+        sc.config.gradAccum = 2;
+        s.setScenario(sc);
+        QVERIFY(settle(s));
+        w.findChild<QPushButton *>(QStringLiteral("measureNow"))->click();
+        QVERIFY2(w.measureBar()->statusText().contains(QStringLiteral("transformers engine")),
+                 qPrintable(w.measureBar()->statusText()));
+        QVERIFY(waitIdle(w.measureBar(), 120000));
+        QVERIFY(!w.measureBar()->statusText().isEmpty());
     }
 
     void cancelStops()

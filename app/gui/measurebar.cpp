@@ -152,12 +152,23 @@ void MeasureBar::measureOn(const QString &device)
     request.config = m_session->scenario().config;
     request.steps = o.steps;
     request.device = device.toStdString();
+    // What the LibTorch engine does not reproduce (other families, accumulation, ZeRO/FSDP...) is
+    // measured by the transformers engine instead, and the status says why.
+    QString why;
+    if (o.engine != QLatin1String("transformers")) {
+        if (const auto no = protocol::libtorchRefusal(request.model, request.config)) {
+            o.engine = QStringLiteral("transformers");
+            why = tr(" with the transformers engine (%1 = %2: the LibTorch engine does not reproduce it)")
+                      .arg(qs(no->field), qs(no->value));
+        }
+    }
     request.engine = o.engine.toStdString();
     if (m_runner.start(request, o)) {
         setRunning(true);
-        showStatus(device == QLatin1String("cpu")
-                       ? tr("Measuring on the CPU (the whole model runs in this machine's memory)…")
-                       : tr("Measuring…"),
+        showStatus((device == QLatin1String("cpu")
+                        ? tr("Measuring on the CPU (the whole model runs in this machine's memory)")
+                        : tr("Measuring")) +
+                       why + QStringLiteral("…"),
                    nullptr);
     }
 }
