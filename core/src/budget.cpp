@@ -124,8 +124,9 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
             return; // an alternative Headroom cannot estimate is not advice
         }
         const int64_t saving = from - e.deviceTotalBytes;
-        if (saving <= 0)
-            return;
+        if (saving <= 0 || saving < from / 200)
+            return; // a change that saves less than 0.5% of the total is not advice
+
         Recommendation r{g, std::move(id), std::move(title), std::move(cost), saving,
                          judge(e, gpu, reserve).fit == Fit::Fits, t};
         out.push_back(std::move(r));
@@ -139,16 +140,19 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                  "none: same math, no s x s matrices kept", t);
     }
     if (c.microBatch > 1) {
-        // The largest micro-batch that fits, else half; accumulation keeps the effective batch.
+        // A smaller micro-batch that divides the effective batch, so that accumulation keeps it
+        // exactly: the largest such that fits, else the largest below the current one.
         TrainingConfig t = c;
-        int64_t b = maxMicroBatch(m, c, gpu, reserve, opt);
-        if (b <= 0 || b >= c.microBatch)
-            b = c.microBatch / 2;
-        if (b < 1)
-            b = 1;
         const int64_t effective = c.microBatch * c.gradAccum;
+        const int64_t fits = maxMicroBatch(m, c, gpu, reserve, opt);
+        int64_t b = 0;
+        for (int64_t d = c.microBatch - 1; d >= 1 && b == 0; --d)
+            if (effective % d == 0 && (fits <= 0 || d <= fits))
+                b = d;
+        if (b == 0)
+            b = 1;
         t.microBatch = b;
-        t.gradAccum = (effective + b - 1) / b;
+        t.gradAccum = effective / b;
         consider(G::Dynamic, "micro-batch",
                  "Micro-batch " + std::to_string(b) + " x gradient accumulation " + std::to_string(t.gradAccum),
                  "same effective batch (" + std::to_string(effective) + "); more, smaller steps: lower GPU utilisation",
@@ -167,6 +171,12 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                  "longer samples get truncated or split; check your length distribution", t);
     }
     // 2. Static base.
+    if (c.precision == Precision::FP32) {
+        TrainingConfig t = c;
+        t.precision = Precision::AmpBF16;
+        consider(G::Static, "amp-bf16", "bf16 mixed precision (autocast) instead of fp32",
+                 "needs bf16 (Ampere or newer); fp32 master weights keep the optimizer exact", t);
+    }
     if (c.finetune == FineTune::Full) {
         TrainingConfig t = c;
         t.finetune = FineTune::LoRA;
@@ -192,23 +202,32 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                  "the optimizer step runs on the CPU: slower steps, PCIe traffic, and host RAM for the state", t);
     }
     // 3. Sharding.
-    if (c.zeroStage < 3 || c.worldSize < 8) {
+    // 3. Sharding: the fewest GPUs (up to 64) on which a full shard fits; none if even 64 do not.
+    if (c.zeroStage < 3 || c.worldSize < 64) {
         TrainingConfig t = c;
         t.zeroStage = 3;
-        for (int n : {2, 4, 8}) {
+        int found = 0;
+        for (int n : {2, 4, 8, 16, 32, 64}) {
             if (n <= c.worldSize)
                 continue;
             t.worldSize = n;
-            if (judge(estimate(m, t, opt), gpu, reserve).fit == Fit::Fits)
+            try {
+                if (judge(estimate(m, t, opt), gpu, reserve).fit == Fit::Fits) {
+                    found = n;
+                    break;
+                }
+            } catch (const InputError &) {
                 break;
+            }
         }
-        if (t.worldSize < 2)
-            t.worldSize = 2;
-        consider(G::Sharding, "zero",
-                 "ZeRO-3 / FSDP full shard across " + std::to_string(t.worldSize) + " GPUs",
-                 "all-gathers every layer each step: needs fast interconnect and " + std::to_string(t.worldSize) +
-                     " GPUs",
-                 t);
+        if (found > 0) {
+            t.worldSize = found;
+            consider(G::Sharding, "zero",
+                     "ZeRO-3 / FSDP full shard: needs " + std::to_string(found) + " GPUs",
+                     "all-gathers every layer each step: needs fast interconnect between the " +
+                         std::to_string(found) + " GPUs",
+                     t);
+        }
     }
     return out;
 }
