@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,31 +89,35 @@ struct Child
     int fd = -1;
 };
 
+// posix_spawn, not fork: a LibTorch-linked headroom-probe has CUDA's and LibTorch's pthread_atfork
+// handlers, and after a fork()ed engine run it died of SIGSEGV on the H200 with its result already
+// written (rc 139, the crashing frame's stack unreadable). glibc's posix_spawn runs no fork handlers.
 Child spawn(const std::vector<std::string> &args)
 {
     int fds[2];
-    if (pipe(fds) != 0)
+    if (pipe2(fds, O_CLOEXEC) != 0)
         return {};
-    const pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0); // the engine and torchrun's workers: one group to stop together
-        dup2(fds[1], STDOUT_FILENO);
-        close(fds[0]);
-        close(fds[1]);
-        std::vector<char *> argv;
-        for (const auto &a : args)
-            argv.push_back(const_cast<char *>(a.c_str()));
-        argv.push_back(nullptr);
-        execv(args[0].c_str(), argv.data());
-        std::fprintf(stderr, "headroom-probe: cannot start %s: %s\n", args[0].c_str(), std::strerror(errno));
-        _exit(127);
-    }
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO); // dup2 clears FD_CLOEXEC
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0); // the engine and torchrun's workers: one group to stop together
+    std::vector<char *> argv;
+    for (const auto &a : args)
+        argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, args[0].c_str(), &actions, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
     close(fds[1]);
-    if (pid < 0) {
+    if (rc != 0) {
+        std::fprintf(stderr, "headroom-probe: cannot start %s: %s\n", args[0].c_str(), std::strerror(rc));
         close(fds[0]);
         return {};
     }
-    setpgid(pid, pid);
     return {pid, fds[0]};
 }
 

@@ -20,6 +20,8 @@
 #include <chrono>
 #include <optional>
 #include <csignal>
+#include <execinfo.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -97,6 +99,18 @@ void onSignal(int sig)
 {
     g_signal = sig;
     g_stop = true;
+}
+
+// A crash leaves its call stack on stderr (the GUI shows stderr's tail), then dies of the same
+// signal, so the exit status still says what happened.
+void onCrash(int sig)
+{
+    static const char head[] = "headroom-probe: crashed; call stack:\n";
+    (void)!write(STDERR_FILENO, head, sizeof head - 1);
+    void *frames[64];
+    backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
 }
 
 // ---------------------------------------------------------------- --nproc: the launcher
@@ -318,6 +332,11 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
 
 int main(int argc, char **argv)
 {
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT})
+        std::signal(sig, onCrash);
+    // Load CUDA kernels on first use, as PyTorch sets it before CUDA starts (torch/cuda/__init__.py, _lazy_init), so that
+    // the context costs what it costs in a user's training process whatever the driver's default.
+    setenv("CUDA_MODULE_LOADING", "LAZY", 0);
     CLI::App app{"headroom-probe: measure one training step's memory, phase by phase"};
     app.set_version_flag("--version", std::string("headroom-probe ") + HEADROOM_VERSION);
     std::string requestPath, outPath, device, allocConf, snapshotPath, timelinePath, engineName, python, factory;

@@ -9,6 +9,8 @@
 // What the estimator does not simulate yet (FSDP2, ZeRO stages 2 and 3) is listed, not held to
 // the targets, and must stay exactly that list. Model types the core cannot describe must say so.
 #include "headroom/allocator.h"
+#include "headroom/budget.h"
+#include "headroom/catalog.h"
 #include "headroom/error.h"
 #include "headroom/estimator.h"
 #include "headroom/measurement.h"
@@ -18,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -172,6 +175,52 @@ private Q_SLOTS:
                                u.find("qwen3_moe's experts") != std::string::npos;
             QVERIFY2(known, u.c_str());
         }
+    }
+
+    // Solver boundaries (issue 12): for each configuration of the plan, the real stack ran on the
+    // H200 at a ladder of values (scripts/gpu_boundary.py, fresh process each, reserve 0). The
+    // solver must give the largest value that ran, and the next step up must have run out of memory.
+    void solverBoundariesMatchTheRealStack()
+    {
+        const QString dir = QFINDTESTDATA("data/h200/boundary-2026-12-01");
+        std::ifstream in(dir.toStdString() + "/plan.json");
+        const json plan = json::parse(in);
+        const GpuSpec &h200 = findGpu("h200");
+        int checked = 0;
+        for (const auto &job : plan.at("jobs")) {
+            const std::string name = job.at("name").get<std::string>();
+            const std::string field = job.at("field").get<std::string>();
+            const int64_t step = job.at("step").get<int64_t>();
+            std::map<int64_t, bool> ran; // value -> completed without an OOM
+            for (const auto &f : std::filesystem::directory_iterator(dir.toStdString() + "/" + name)) {
+                const std::string file = f.path().filename().string();
+                const int64_t v = std::stoll(file.substr(0, file.find('.')));
+                std::ifstream r(f.path());
+                const json res = json::parse(r);
+                ran[v] = res.at("oom").is_null();
+            }
+            int64_t largest = 0;
+            for (const auto &[v, ok] : ran)
+                if (ok)
+                    largest = std::max(largest, v);
+            QVERIFY2(largest > 0, name.c_str());
+            QVERIFY2(ran.count(largest + step) && !ran[largest + step],
+                     qPrintable(QString::fromStdString(name + ": the next step up was not seen to run out of memory")));
+            for (const auto &[v, ok] : ran) // monotone: nothing above the boundary ran
+                QVERIFY2(v <= largest || !ok, name.c_str());
+            const ProbeRequest req = probeRequestFromJson(job.at("request"));
+            EstimatorOptions o;
+            if (job.at("alloc_conf").is_string())
+                o.allocator = parseAllocConf(job.at("alloc_conf").get<std::string>());
+            const int64_t solved = field == "micro_batch" ? maxMicroBatch(req.model, req.config, h200, 0.0, o)
+                                                          : maxSeqLen(req.model, req.config, h200, 0.0, o, step);
+            std::printf("%-48s %-11s solver %6lld  real stack: runs %6lld, OOM at %6lld\n", name.c_str(), field.c_str(),
+                        static_cast<long long>(solved), static_cast<long long>(largest),
+                        static_cast<long long>(largest + step));
+            QCOMPARE(solved, largest);
+            ++checked;
+        }
+        QVERIFY2(checked >= 6, "at least six configurations");
     }
 
     // The LibTorch probe on the H200 next to the transformers engine on the same configurations

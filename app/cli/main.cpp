@@ -205,7 +205,7 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
 }
 
 void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
-                const std::vector<Recommendation> &recs)
+                const std::vector<Recommendation> &recs, const EstimatorOptions &opt)
 {
     std::printf("%s\n", describeConfig(m, c).c_str());
     std::printf("Parameters: %.3f B total, %.2f M trainable\n\n", e.params.total / 1e9, e.params.trainable / 1e6);
@@ -218,11 +218,13 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
         std::printf("  %s %s", std::string(toString(p.phase)).c_str(), human(p.peakAllocatedBytes).c_str());
     std::printf("\npeak allocated %s | peak reserved %s | nvidia-smi total %s\n", human(e.peakAllocatedBytes).c_str(),
                 human(e.peakReservedBytes).c_str(), human(e.deviceTotalBytes).c_str());
-    const Verdict v = judge(e, gpu, reserve);
+    const Verdict v = judge(m, c, e, gpu, reserve, opt);
     std::printf("\n%s on %s: needs %s of %s (%.1f%% headroom, %.0f%% reserve)\n",
                 v.fit == Fit::Fits ? "FITS" : v.fit == Fit::Tight ? "TIGHT" : "OOM", gpu.name.c_str(),
                 human(v.neededBytes).c_str(), human(v.capacityBytes).c_str(), 100.0 * v.headroomFraction(),
                 100.0 * reserve);
+    if (v.cacheFlushes > 0)
+        std::printf("note: %s\n", cacheFlushNote(v).c_str());
     for (const auto &n : e.notes)
         std::printf("note: %s\n", n.c_str());
     if (!recs.empty()) {
@@ -344,6 +346,8 @@ int main(int argc, char **argv)
     auto *ms = app.add_subcommand("max-seq", "Longest sequence that fits the GPU");
     Flags fq;
     addTrainingFlags(ms, fq, false);
+    int64_t seqMultiple = 1;
+    ms->add_option("--multiple-of", seqMultiple, "Only lengths that are a multiple of this (e.g. 128)")->capture_default_str();
     bool modelsJson = false, gpusJson = false;
     auto *models = app.add_subcommand("models", "List the built-in model presets");
     models->add_flag("--json", modelsJson, "JSON output");
@@ -411,12 +415,13 @@ int main(int argc, char **argv)
         }
         if (*est) {
             const auto [m, c, gpu, reserve] = resolveBudget(f, false);
-            const Estimate e = estimate(m, c, optionsFor(f));
-            const auto recs = recommend(m, c, gpu, reserve);
+            const EstimatorOptions opt = optionsFor(f);
+            const Estimate e = estimate(m, c, opt);
+            const auto recs = recommend(m, c, gpu, reserve, opt);
             if (f.json)
-                std::printf("%s\n", estimateDocument(m, c, e, gpu, reserve, recs).dump(2).c_str());
+                std::printf("%s\n", estimateDocument(m, c, e, gpu, reserve, recs, opt).dump(2).c_str());
             else
-                printTable(m, c, e, gpu, reserve, recs);
+                printTable(m, c, e, gpu, reserve, recs, opt);
             return 0;
         }
         if (*sw) {
@@ -435,13 +440,16 @@ int main(int argc, char **argv)
                 throw InputError("--grad-checkpointing", k, "must be on, off or both");
             if (fs.format != "markdown" && fs.format != "csv")
                 throw InputError("--format", fs.format, "must be markdown or csv");
-            const auto rows = sweep(m, c, gpu, seqs, batches, ckpt, reserve);
+            const auto rows = sweep(m, c, gpu, seqs, batches, ckpt, reserve, {}, optionsFor(fs));
             std::printf("%s", (fs.format == "csv" ? sweepCsv(rows) : sweepMarkdown(rows)).c_str());
             return 0;
         }
         if (*mb || *ms) {
             const auto [m, c, gpu, reserve] = resolveBudget(*mb ? fb : fq, false);
-            const int64_t n = *mb ? maxMicroBatch(m, c, gpu, reserve) : maxSeqLen(m, c, gpu, reserve);
+            const EstimatorOptions opt = optionsFor(*mb ? fb : fq);
+            if (seqMultiple < 1 || seqMultiple > (1 << 20))
+                throw InputError("--multiple-of", std::to_string(seqMultiple), "must be in [1, 1048576]");
+            const int64_t n = *mb ? maxMicroBatch(m, c, gpu, reserve, opt) : maxSeqLen(m, c, gpu, reserve, opt, seqMultiple);
             if (n == 0) {
                 std::printf("none: even %s 1 does not fit %s with a %.0f%% reserve\n", *mb ? "batch" : "seq",
                             gpu.name.c_str(), 100 * reserve);

@@ -39,6 +39,8 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
     if (v.fit == Fit::Tight)
         t += tr(" — inside the %1% reserve").arg(std::lround(v.reserve * 100));
     t += QLatin1Char('.');
+    if (v.cacheFlushes > 0)
+        t += tr("<br>Only because %1.").arg(qs(cacheFlushNote(v)).toHtmlEscaped());
     if (m) {
         if (m->oom) {
             t += tr("<br>Measured: <b>OOM in %1 at %2</b> on %3.")

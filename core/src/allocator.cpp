@@ -106,7 +106,7 @@ struct CachingAllocatorModel::Impl
     Pool large;
     std::vector<Block *> byId;      // live allocations by the caller's id
     std::vector<Block *> segments;  // every block ever made, for deletion
-    int64_t nextAddr = int64_t(1) << 32;
+    int64_t nextAddr = int64_t(1) << 60;
 
     Impl(CachingAllocatorModel &owner, const AllocatorConfig &c)
         : q(owner)
@@ -198,8 +198,8 @@ struct CachingAllocatorModel::Impl
             return allocExpandable(pool, size, out);
         if (q.m_reserved + allocSize > cfg.capacityBytes)
             return false;
+        nextAddr -= allocSize + kRoundLarge; // segments do not touch: no merging across them
         out = make(allocSize, nextAddr, &pool);
-        nextAddr += allocSize + kRoundLarge; // segments do not touch: no merging across them
         addReserved(allocSize);
         ++q.m_segmentCount;
         return true;
@@ -513,6 +513,28 @@ int64_t CachingAllocatorModel::largestFreeBlockBytes() const
         if (!p->blocks.empty())
             best = std::max(best, (*p->blocks.rbegin())->size);
     return best;
+}
+
+std::vector<std::vector<int64_t>> CachingAllocatorModel::largeSegments() const
+{
+    std::set<const Block *, ByAddr> heads;
+    auto collect = [&](const Block *b) {
+        while (b->prev)
+            b = b->prev;
+        heads.insert(b);
+    };
+    for (const Block *b : d->large.blocks)
+        collect(b);
+    for (const Block *b : d->byId)
+        if (b && b->pool == &d->large)
+            collect(b);
+    std::vector<std::vector<int64_t>> out;
+    for (const Block *h : heads) {
+        out.emplace_back();
+        for (const Block *b = h; b; b = b->next)
+            out.back().push_back(b->allocated ? b->size : -b->size);
+    }
+    return out;
 }
 
 std::string AllocatorConfig::describe() const

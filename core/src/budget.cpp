@@ -48,12 +48,49 @@ Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve)
     return v;
 }
 
-namespace {
-
-int64_t need(const ModelArch &m, const TrainingConfig &c, const EstimatorOptions &opt)
+Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
+              const EstimatorOptions &opt)
 {
-    return estimate(m, c, opt).deviceTotalBytes;
+    Verdict v = judge(e, gpu, reserve);
+    if (v.fit == Fit::Fits || !isSimulated(c) || opt.ledgerOnly)
+        return v; // the ledger has no allocation stream to replay
+    // What the device gives the allocator: the budget less what lives outside it (the CUDA
+    // context, NCCL's communicator). At a failed cudaMalloc, CUDACachingAllocator's malloc()
+    // frees the cached blocks that could serve the request (release_available_cached_blocks),
+    // then every cached segment (release_cached_blocks), and retries before it raises.
+    const int64_t outside = e.deviceTotalBytes - e.peakReservedBytes;
+    const Timeline t = estimateTimeline(m, c, opt);
+    auto runsWithin = [&](int64_t budget) {
+        AllocatorConfig ac = opt.allocator;
+        ac.capacityBytes = budget - outside;
+        if (ac.capacityBytes <= 0)
+            return false;
+        const Replay r = replay(t, ac);
+        if (r.outOfMemory)
+            return false;
+        v.cacheFlushes = r.retries;
+        v.unboundedBytes = v.neededBytes;
+        v.neededBytes = r.peakReservedBytes + outside; // what nvidia-smi shows at its highest
+        return true;
+    };
+    if (runsWithin(v.usableBytes))
+        v.fit = Fit::Fits;
+    else if (v.fit == Fit::OOM && runsWithin(v.capacityBytes))
+        v.fit = Fit::Tight;
+    return v;
 }
+
+std::string cacheFlushNote(const Verdict &v)
+{
+    if (v.cacheFlushes <= 0)
+        return {};
+    return "the allocator's cache would grow to " + formatGiB(v.unboundedBytes, 1) + " with the context; at the " +
+           "budget it frees its cached blocks and retries (" + std::to_string(v.cacheFlushes) +
+           (v.cacheFlushes == 1 ? " time" : " times") +
+           " in the warm-up and two steps), so the step runs, each retry costing a device synchronize";
+}
+
+namespace {
 
 template<typename Set>
 int64_t largestFitting(int64_t lo, int64_t hi, const Set &fitsAt)
@@ -70,20 +107,17 @@ int64_t largestFitting(int64_t lo, int64_t hi, const Set &fitsAt)
     return lo;
 }
 
-} // namespace
-
-namespace {
-// The largest value of one field (set through `apply`) in [1, hi] whose device total fits.
+// The largest value of one field (set through `apply` to value x unit) in [unit, hi x unit] that
+// fits, or 0.
 template<typename Apply>
 int64_t solve(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
-              const EstimatorOptions &opt, int64_t hi, Apply apply)
+              const EstimatorOptions &opt, int64_t hi, int64_t unit, Apply apply)
 {
-    const int64_t usable = judge(estimate(m, c, opt), gpu, reserve).usableBytes;
-    return largestFitting(1, hi, [&](int64_t v) {
+    return unit * largestFitting(1, hi, [&](int64_t v) {
         TrainingConfig t = c;
-        apply(t, v);
+        apply(t, v * unit);
         try {
-            return need(m, t, opt) <= usable;
+            return judge(m, t, estimate(m, t, opt), gpu, reserve, opt).fit == Fit::Fits;
         } catch (const InputError &) {
             return false; // beyond 64-bit bytes: certainly does not fit
         }
@@ -94,13 +128,16 @@ int64_t solve(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, d
 int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
                       const EstimatorOptions &opt)
 {
-    return solve(m, c, gpu, reserve, opt, 1 << 20, [](TrainingConfig &t, int64_t v) { t.microBatch = v; });
+    return solve(m, c, gpu, reserve, opt, 1 << 20, 1, [](TrainingConfig &t, int64_t v) { t.microBatch = v; });
 }
 
 int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
-                  const EstimatorOptions &opt)
+                  const EstimatorOptions &opt, int64_t multiple)
 {
-    return solve(m, c, gpu, reserve, opt, 1 << 24, [](TrainingConfig &t, int64_t v) { t.seqLen = v; });
+    if (multiple < 1 || multiple > (1 << 20))
+        throw InputError("multiple", std::to_string(multiple), "must be in [1, 1048576]");
+    return solve(m, c, gpu, reserve, opt, (int64_t(1) << 24) / multiple, multiple,
+                 [](TrainingConfig &t, int64_t v) { t.seqLen = v; });
 }
 
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
@@ -128,7 +165,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
             return; // a change that saves less than 0.5% of the total is not advice
 
         Recommendation r{g, std::move(id), std::move(title), std::move(cost), saving,
-                         judge(e, gpu, reserve).fit == Fit::Fits, t};
+                         judge(m, t, e, gpu, reserve, opt).fit == Fit::Fits, t};
         out.push_back(std::move(r));
     };
     using G = RecommendationGroup;
@@ -212,7 +249,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                 continue;
             t.worldSize = n;
             try {
-                if (judge(estimate(m, t, opt), gpu, reserve).fit == Fit::Fits) {
+                if (judge(m, t, estimate(m, t, opt), gpu, reserve, opt).fit == Fit::Fits) {
                     found = n;
                     break;
                 }
@@ -235,7 +272,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
 std::vector<SweepRow> sweep(const ModelArch &m, const TrainingConfig &base, const GpuSpec &gpu,
                             const std::vector<int64_t> &seqs, const std::vector<int64_t> &batches,
                             const std::vector<bool> &checkpointing, double reserve,
-                            const std::function<bool(size_t, size_t)> &progress)
+                            const std::function<bool(size_t, size_t)> &progress, const EstimatorOptions &opt)
 {
     const std::vector<int64_t> S = seqs.empty() ? std::vector<int64_t>{base.seqLen} : seqs;
     const std::vector<int64_t> B = batches.empty() ? std::vector<int64_t>{base.microBatch} : batches;
@@ -261,8 +298,8 @@ std::vector<SweepRow> sweep(const ModelArch &m, const TrainingConfig &base, cons
                 t.gradCheckpointing = k;
                 SweepRow row;
                 row.config = t;
-                row.estimate = estimate(m, t);
-                row.verdict = judge(row.estimate, gpu, reserve);
+                row.estimate = estimate(m, t, opt);
+                row.verdict = judge(m, t, row.estimate, gpu, reserve, opt);
                 if (rows.empty()) {
                     row.grows = "baseline";
                 } else {

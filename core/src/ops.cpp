@@ -336,8 +336,10 @@ T Ops::slice(const T &x, int64_t numel)
 
 T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in, int64_t outF, int elem)
 {
-    s.blasWorkspace(0);
+    // addmm allocates its output, then cuBLAS takes the handle's workspace at its first call
+    // (measured on GPT-2, whose first matmul is c_attn: the 32 MiB come after the output).
     T out = s.make(tokens * outF * elem, elem);
+    s.blasWorkspace(0);
     std::vector<int> saved;
     if (w.requiresGrad && s.gradEnabled())
         saved.push_back(x.sto); // mm saves its input for the weight's gradient
@@ -514,33 +516,44 @@ T Ops::repeatKv(const T &x, int64_t fullBytes)
 
 T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
 {
-    // at::_scaled_dot_product_attention_math (fp32 with grouped-query attention): k and v
-    // repeated to every head, q and k scaled by sqrt(scale), softmax probabilities kept.
+    // at::_scaled_dot_product_attention_math (PyTorch 2.11; fp32 with grouped-query attention),
+    // in the order the H200 trace shows it: query * sqrt(scale); the causal mask (ones(L, S,
+    // bool).tril(), then where(mask, 0, -inf) in the query's dtype); key and value repeated to
+    // every head (pre_process_group_query_attention_input); key^T * sqrt(scale); the query made
+    // contiguous for bmm (HF hands it over transposed); q @ k^T; += mask in place;
+    // _safe_softmax (softmax, then a bool eq(-inf) mask and its row-wise all); @ value. The
+    // function's locals key_expanded, query and the mask go when it returns.
     const int64_t full = a.b * a.heads * a.s * a.dq * elem;
     const int64_t scores = a.b * a.heads * a.s * a.s * elem;
     Ops o(s);
     T qs = o.scale(q);
-    T kr = k;
+    const int ones = s.allocate(a.s * a.s, Category::Temporaries);
+    const int tril = s.allocate(a.s * a.s, Category::Temporaries);
+    s.unref(ones);
+    const int zero = s.allocate(4, Category::Temporaries);
+    const int ninf = s.allocate(4, Category::Temporaries);
+    const int mask = s.allocate(a.s * a.s * elem, Category::Temporaries);
+    s.unref(ninf);
+    s.unref(zero);
+    s.unref(tril);
     const bool gqa = a.kvHeads < a.heads;
-    T krep, vrep;
-    if (gqa) {
-        krep = s.make(full, elem);
-        s.record({&krep}, {&k}, {}, [kb = k.bytes, full](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+    auto repeat = [&](const T &x) {
+        T r = s.make(full, elem);
+        s.record({&r}, {&x}, {}, [xb = x.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+            // repeat_interleave's backward: the gradient summed over the repeats, no temporary
             if (!n[0] || g[0] < 0)
                 return std::vector<int>{-1};
-            const int t = s.allocate(full, Category::Temporaries);
-            const int r = s.allocate(kb, Category::Temporaries);
-            s.unref(t);
-            return std::vector<int>{r};
+            return std::vector<int>{s.allocate(xb, Category::Temporaries)};
         });
-        kr = krep;
-    }
-    T ks = o.scale(kr);
-    if (gqa)
-        s.drop(krep);
+        return r;
+    };
+    T krep = gqa ? repeat(k) : s.view(k);
+    T vrep = gqa ? repeat(v) : s.view(v);
+    T ks = o.scale(krep);
+    T qc = o.copy(qs);
     T sc = s.make(scores, elem);
-    s.record({&sc}, {&qs, &ks}, {qs.sto, ks.sto},
-             [qb = qs.bytes, kb = ks.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+    s.record({&sc}, {&qc, &ks}, {qc.sto, ks.sto},
+             [qb = qc.bytes, kb = ks.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
                  std::vector<int> r(2, -1);
                  if (g[0] < 0)
                      return r;
@@ -550,33 +563,27 @@ T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem
                      r[0] = s.allocate(qb, Category::Temporaries);
                  return r;
              });
-    const int mask = s.allocate(a.s * a.s, Category::Temporaries);
+    s.drop(qc);
+    s.drop(ks);
     T p = s.make(scores, elem);
     s.record({&p}, {&sc}, {p.sto}, [scores](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
         if (!n[0] || g[0] < 0)
             return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(scores, Category::Temporaries)}; // softmax_backward_data
+        // _safe_softmax's backward: _softmax_backward_data, and one temporary of its size
+        const int r = s.allocate(scores, Category::Temporaries);
+        s.unref(s.allocate(scores, Category::Temporaries));
+        return std::vector<int>{r};
     });
-    s.unref(mask);
+    const int inf = s.allocate(scores / elem, Category::Temporaries);       // eq(-inf): bool
+    const int rows = s.allocate(a.b * a.heads * a.s, Category::Temporaries); // all(dim=-1)
+    const int fill = s.allocate(4, Category::Temporaries);
+    s.unref(fill);
+    s.unref(rows);
+    s.unref(inf);
     s.drop(sc);
-    s.drop(qs);
-    s.drop(ks);
-    T vr = v;
-    if (gqa) {
-        vrep = s.make(full, elem);
-        s.record({&vrep}, {&v}, {}, [vb = v.bytes, full](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-            if (!n[0] || g[0] < 0)
-                return std::vector<int>{-1};
-            const int t = s.allocate(full, Category::Temporaries);
-            const int r = s.allocate(vb, Category::Temporaries);
-            s.unref(t);
-            return std::vector<int>{r};
-        });
-        vr = vrep;
-    }
     T out = s.make(a.b * a.heads * a.s * a.dv * elem, elem);
-    s.record({&out}, {&p, &vr}, {p.sto, vr.sto},
-             [pb = p.bytes, vb = vr.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+    s.record({&out}, {&p, &vrep}, {p.sto, vrep.sto},
+             [pb = p.bytes, vb = vrep.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
                  std::vector<int> r(2, -1);
                  if (g[0] < 0)
                      return r;
@@ -587,8 +594,10 @@ T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem
                  return r;
              });
     s.drop(p);
-    if (gqa)
-        s.drop(vrep);
+    s.drop(vrep);
+    s.drop(krep);
+    s.drop(qs);
+    s.unref(mask);
     return out;
 }
 

@@ -114,6 +114,7 @@ private:
     std::vector<T *> trainable; // in model.parameters() order
     std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
     std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
+    std::vector<T> embedLocals; // tensors a model's forward keeps in locals until it returns
 
     // ------------------------------------------------------------------ building the model
     T param(int64_t rows, int64_t cols, bool trainableHere, const char *name, int elem = 0)
@@ -219,7 +220,18 @@ private:
             (void)inv;
             (void)inv2;
         }
-        lmHead = m.tiedEmbeddings ? embed : param(V, h, t, "lm_head");
+        if (m.tiedEmbeddings) {
+            // HF builds the lm_head's own nn.Linear weight in __init__ and post_init's
+            // tie_weights() then points it at the embedding, freeing the first one (measured:
+            // modules/linear.py __init__, V x h, freed at once, on every tied model). The hole it
+            // leaves is where the first small blocks of the run go.
+            S.setOp("lm_head");
+            T untied = S.make(checkedMul(checkedMul(V, h), pe), static_cast<int>(pe), Category::Weights);
+            S.drop(untied);
+            lmHead = embed;
+        } else {
+            lmHead = param(V, h, t, "lm_head");
+        }
         if (!full) {
             // get_peft_model: an A and a B per targeted Linear, fp32, layer by layer.
             for (int64_t l = 0; l < m.numLayers; ++l) {
@@ -374,9 +386,8 @@ private:
         // scaling, added to the base result, cast back to the base result's dtype.
         // PEFT's _cast_input_dtype: x.to(lora_A.weight.dtype) whenever the dtypes differ (also
         // under autocast, where o_proj's and down_proj's inputs are bf16).
-        T xa = O.to(x, kLoraElem);
+        T xa = O.to(x, kLoraElem); // rebinds forward()'s `x`: it lives until forward returns
         T xd = O.dropout(xa, c.lora.dropout);
-        S.drop(xa);
         T wa = weightFor(lora->a);
         T ain = amp ? O.to(xd, 2) : S.view(xd);
         const int le = amp ? 2 : kLoraElem;
@@ -396,6 +407,7 @@ private:
         S.drop(y);
         T res = O.to(sum, amp ? 2 : ce);
         S.drop(sum);
+        S.drop(xa);
         return res;
     }
 
@@ -692,11 +704,13 @@ private:
         const bool catRotary = !m.learnedPositions && (m.modelType == "phi3" || m.modelType == "gpt_neox");
         const int64_t li = &L - layers.data();
         T attn = attention(qe, ke, p.v, catRotary, slidingMask(li));
+        T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
+        S.drop(attn);
+        // The attention's locals (query_states, key_states, value_states) go when its forward
+        // returns, after o_proj: it matters where nothing saves them (a checkpointed forward).
         S.drop(qe);
         S.drop(ke);
         S.drop(p.v);
-        T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
-        S.drop(attn);
         // GPT2Block binds the attention's result to a new name, so `hidden_states` (ln_1's
         // output) lives until the residual add; elsewhere the attention's result rebinds it.
         const bool keepNorms = m.modelType == "gpt2";
@@ -730,7 +744,9 @@ private:
         }
         S.setOp("residual");
         T x1 = O.add(x, o, re);
-        S.drop(o);
+        // GPT2Block names the attention's output attn_output: it lives until the block returns.
+        if (!keepNorms)
+            S.drop(o);
         if (keepNorms)
             S.drop(hnorm);
         T h2 = sandwich ? norm(x1, L.n3, T{}) : norm(x1, L.n2, L.n2b);
@@ -749,10 +765,12 @@ private:
         }
         S.setOp("residual");
         T x2 = O.add(x1, mlpOut, re);
+        if (keepNorms) { // GPT2Block's locals, in the order they go
+            S.drop(h2);
+            S.drop(o);
+        }
         S.drop(mlpOut);
         S.drop(x1);
-        if (keepNorms)
-            S.drop(h2);
         return x2;
     }
 
@@ -971,8 +989,9 @@ private:
             T pe2 = O.embedding(positions, pid, s, m.maxPositions, h);
             S.drop(pid);
             T x2 = O.add(x, pe2, x.elem);
-            S.drop(pe2);
-            S.drop(x);
+            // GPT2Model.forward's locals inputs_embeds and position_embeds hold both until it
+            // returns, after the final norm (measured: freed just before the lm_head).
+            embedLocals = {x, pe2};
             x = x2;
             T xd = O.dropout(x, m.embdDropout);
             S.drop(x);
@@ -1023,7 +1042,12 @@ private:
             S.drop(c2);
             S.drop(s2);
         }
+        // LlamaModel.forward: `hidden_states = inputs_embeds`, a second name for the embedding
+        // that lives until forward returns. GPT2Model's hidden_states is the dropout's output,
+        // bound to nothing else: the first block's result frees it.
         T hcur = S.view(x);
+        if (m.learnedPositions)
+            S.drop(x);
         for (int64_t l = 0; l < m.numLayers; ++l) {
             S.setLayer(static_cast<int>(l));
             LayerParams &L = layers[static_cast<size_t>(l)];
@@ -1062,7 +1086,11 @@ private:
             S.drop(eagerMask);
         if (sdpaMask.valid())
             S.drop(sdpaMask);
-        S.drop(x);
+        if (!m.learnedPositions)
+            S.drop(x);
+        for (T &t : embedLocals)
+            S.drop(t);
+        embedLocals.clear();
         S.setOp("lm_head");
         T xin = amp ? O.to(fn, 2) : S.view(fn);
         T w = weightFor(lmHead);

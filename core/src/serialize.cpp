@@ -232,7 +232,8 @@ json toJson(const Verdict &v, const GpuSpec &gpu)
             {"needed_bytes", v.neededBytes},
             {"reserve", v.reserve},
             {"headroom_bytes", v.headroomBytes()},
-            {"headroom_fraction", v.headroomFraction()}};
+            {"headroom_fraction", v.headroomFraction()},
+            {"cache_flushes", v.cacheFlushes}};
 }
 
 json toJson(const Recommendation &r)
@@ -244,13 +245,13 @@ json toJson(const Recommendation &r)
 }
 
 json estimateDocument(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
-                      double reserve, const std::vector<Recommendation> &recs)
+                      double reserve, const std::vector<Recommendation> &recs, const EstimatorOptions &opt)
 {
     json doc = toJson(e);
     doc["schema_version"] = kSchemaVersion;
     doc["model"] = {{"id", m.id}, {"name", m.name}, {"parameters", e.params.total}};
     doc["config"] = toJson(c);
-    doc["verdict"] = toJson(judge(e, gpu, reserve), gpu);
+    doc["verdict"] = toJson(judge(m, c, e, gpu, reserve, opt), gpu);
     json r = json::array();
     for (const auto &rec : recs)
         r.push_back(toJson(rec));

@@ -70,12 +70,12 @@ Report buildReport(const Scenario &s, bool withAdvice)
     r.scenario = s;
     try {
         r.estimate = estimate(s.model, s.config);
-        r.verdict = judge(r.estimate, s.gpu, s.reserve);
+        r.verdict = judge(s.model, s.config, r.estimate, s.gpu, s.reserve);
         if (withAdvice)
             r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve);
         for (const auto &id : commonCardIds()) {
             const GpuSpec &g = findGpu(id);
-            r.otherCards.emplace_back(g, judge(r.estimate, g, s.reserve));
+            r.otherCards.emplace_back(g, judge(s.model, s.config, r.estimate, g, s.reserve));
         }
     } catch (const InputError &e) {
         r.error = e.what();
@@ -414,6 +414,8 @@ std::string verdictLine(const Sheet &s, const Report &r)
       << formatBytes(v.neededBytes, s.units, 1) << " of " << formatBytes(v.capacityBytes, s.units, 0) << ", "
       << pct(v.headroomFraction()).substr(v.headroomFraction() >= 0 ? 1 : 0) << " headroom on "
       << s.scenario.gpu.name << " (reserve " << std::lround(s.scenario.reserve * 100) << "%).";
+    if (v.cacheFlushes > 0)
+        o << " Fits only because " << cacheFlushNote(v) << '.';
     return o.str();
 }
 

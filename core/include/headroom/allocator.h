@@ -52,6 +52,9 @@ public:
     int64_t segments() const { return m_segmentCount; }
     // Bytes reserved but not handed out, split into pieces too small to serve `bytes`.
     int64_t largestFreeBlockBytes() const;
+    // Every segment of the large pool in address order, each as its blocks' signed sizes
+    // (negative: free), for inspecting fragmentation.
+    std::vector<std::vector<int64_t>> largeSegments() const;
 
     static int64_t roundSize(int64_t bytes, int divisions = 0);
 

@@ -17,6 +17,10 @@ struct Verdict
     int64_t usableBytes = 0;   // the card minus the reserve
     int64_t neededBytes = 0;   // device total (what nvidia-smi would show)
     double reserve = 0.10;
+    // The step's unbounded peak reserved passes the budget, yet it runs: at a failed cudaMalloc
+    // the caching allocator frees its cached blocks and retries. This many retries per run.
+    int64_t cacheFlushes = 0;
+    int64_t unboundedBytes = 0; // then: the device total the cache would reach without the limit
     int64_t headroomBytes() const { return capacityBytes - neededBytes; }
     double headroomFraction() const
     {
@@ -26,6 +30,14 @@ struct Verdict
 
 // fits: needed <= usable; tight: within the reserve band; OOM: over the card.
 Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve = 0.10);
+// The same, and where the peak reserved passes a limit, whether the run still completes: the
+// simulated step is replayed through the allocator model with the limit as the device's memory,
+// so the allocator frees its cache and retries as PyTorch's does before it raises an OOM.
+Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
+              double reserve = 0.10, const EstimatorOptions &opt = {});
+
+// "peak reserved would pass the budget; ..." for a verdict with cacheFlushes > 0 ("" otherwise).
+std::string cacheFlushNote(const Verdict &v);
 
 enum class RecommendationGroup { Dynamic, Static, Sharding };
 std::string_view toString(RecommendationGroup);
@@ -45,11 +57,12 @@ struct Recommendation
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu,
                                       double reserve = 0.10, const EstimatorOptions &opt = {});
 
-// Largest micro-batch / sequence length whose device total fits the usable memory; 0 if none.
+// Largest micro-batch / sequence length that fits the usable memory (judge(m, c, ...) says Fits);
+// 0 if none. The sequence length is a multiple of `multiple` (1: any).
 int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve = 0.10,
                       const EstimatorOptions &opt = {});
 int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve = 0.10,
-                  const EstimatorOptions &opt = {});
+                  const EstimatorOptions &opt = {}, int64_t multiple = 1);
 
 struct SweepRow
 {
@@ -64,7 +77,8 @@ struct SweepRow
 std::vector<SweepRow> sweep(const ModelArch &m, const TrainingConfig &base, const GpuSpec &gpu,
                             const std::vector<int64_t> &seqs, const std::vector<int64_t> &batches,
                             const std::vector<bool> &checkpointing, double reserve = 0.10,
-                            const std::function<bool(size_t, size_t)> &progress = {});
+                            const std::function<bool(size_t, size_t)> &progress = {},
+                            const EstimatorOptions &opt = {});
 std::string sweepMarkdown(const std::vector<SweepRow> &rows);
 std::string sweepCsv(const std::vector<SweepRow> &rows);
 

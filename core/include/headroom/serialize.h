@@ -20,7 +20,8 @@ nlohmann::json toJson(const Recommendation &r);
 
 // The CLI's `estimate --json` document (schema_version 1).
 nlohmann::json estimateDocument(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
-                                double reserve, const std::vector<Recommendation> &recs);
+                                double reserve, const std::vector<Recommendation> &recs,
+                                const EstimatorOptions &opt = {});
 
 // Helpers for readers of untrusted JSON.
 const nlohmann::json &requireField(const nlohmann::json &obj, const std::string &key, const std::string &ctx);
