@@ -21,6 +21,8 @@
 #include <optional>
 #include <csignal>
 #include <execinfo.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
@@ -101,12 +103,30 @@ void onSignal(int sig)
     g_stop = true;
 }
 
-// A crash leaves its call stack on stderr (the GUI shows stderr's tail), then dies of the same
-// signal, so the exit status still says what happened.
-void onCrash(int sig)
+// A crash leaves where it happened on stderr (the GUI shows stderr's tail): the faulting
+// address, the instruction pointer and the mapping that holds it, the thread, and the call stack;
+// then the process dies of the same signal, so the exit status still says what happened.
+void onCrash(int sig, siginfo_t *info, void *context)
 {
-    static const char head[] = "headroom-probe: crashed; call stack:\n";
-    (void)!write(STDERR_FILENO, head, sizeof head - 1);
+    char line[512];
+    uintptr_t pc = 0;
+#if defined(__x86_64__)
+    pc = static_cast<uintptr_t>(static_cast<ucontext_t *>(context)->uc_mcontext.gregs[REG_RIP]);
+#else
+    (void)context;
+#endif
+    int n = std::snprintf(line, sizeof line, "headroom-probe: crashed (signal %d) at address %p, pc %p, thread %ld of %ld\n",
+                          sig, info ? info->si_addr : nullptr, reinterpret_cast<void *>(pc),
+                          static_cast<long>(syscall(SYS_gettid)), static_cast<long>(getpid()));
+    (void)!write(STDERR_FILENO, line, static_cast<size_t>(std::max(n, 0)));
+    if (FILE *maps = std::fopen("/proc/self/maps", "r")) { // which library holds the pc
+        while (std::fgets(line, sizeof line, maps)) {
+            unsigned long lo = 0, hi = 0;
+            if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 && pc >= lo && pc < hi)
+                (void)!write(STDERR_FILENO, line, std::strlen(line));
+        }
+        std::fclose(maps);
+    }
     void *frames[64];
     backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
     std::signal(sig, SIG_DFL);
@@ -332,8 +352,13 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
 
 int main(int argc, char **argv)
 {
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT})
-        std::signal(sig, onCrash);
+    {
+        struct sigaction sa = {};
+        sa.sa_sigaction = onCrash;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT})
+            sigaction(sig, &sa, nullptr);
+    }
     // Load CUDA kernels on first use, as PyTorch sets it before CUDA starts (torch/cuda/__init__.py, _lazy_init), so that
     // the context costs what it costs in a user's training process whatever the driver's default.
     setenv("CUDA_MODULE_LOADING", "LAZY", 0);

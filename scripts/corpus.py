@@ -191,7 +191,11 @@ def specs():
               "g2-2b-bf16-lora16-b4s1024", "phi3-bf16-full-adamw-b2s1024", "py28b-bf16-full-adamw-b2s1024",
               "gpt2-bf16-full-adamw-b8s1024", "qmoe-bf16-lora16-b2s1024", "g3-1b-bf16-full-adamw-b2s2048",
               "olmo2-1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-sgd-b4s1024", "q15b-bf16-full-adamw-b4s1024",
-              "l1b-ampbf16-lora16-b4s1024"]:
+              "l1b-ampbf16-lora16-b4s1024",
+              # 2026-12-01: more families and options with expandable segments (issue 12's >= 20)
+              "q3-06b-bf16-full-adamw-b4s1024", "l8b-bf16-lora16-b4s2048", "q7b-bf16-lora16-b2s2048",
+              "py410m-bf16-full-adamw-b8s1024", "gpt2-ampbf16-lora16-b8s1024", "l1b-fp32-full-adamw-b2s512",
+              "mix-bf16-lora16-b2s1024-l4", "l3b-bf16-full-adamw-b2s2048"]:
         base = next(s for s in S if s["name"] == n)
         a(dict(base, name=n + "-expandable", alloc_conf="expandable_segments:True", timeline=False,
                attribution=False))
