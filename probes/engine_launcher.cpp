@@ -9,6 +9,7 @@
 #include "headroom/serialize.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -156,10 +157,15 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
     struct Cleanup
     {
         std::string dir;
+        // libc's nftw, not std::filesystem::remove_all: in a headroom-probe linked against
+        // PyTorch's LibTorch (2.11 wheel) remove_all called address 0 from inside libtorch.so
+        // (SIGSEGV after every transformers-engine run on the H200, result already written).
         ~Cleanup()
         {
-            std::error_code ec;
-            fs::remove_all(dir, ec);
+            nftw(
+                dir.c_str(),
+                [](const char *path, const struct stat *, int, struct FTW *) { ::remove(path); return 0; }, 16,
+                FTW_DEPTH | FTW_PHYS);
         }
     } cleanup{dir};
     const std::string requestPath = dir + "/request.json";

@@ -119,6 +119,14 @@ void onCrash(int sig, siginfo_t *info, void *context)
                           sig, info ? info->si_addr : nullptr, reinterpret_cast<void *>(pc),
                           static_cast<long>(syscall(SYS_gettid)), static_cast<long>(getpid()));
     (void)!write(STDERR_FILENO, line, static_cast<size_t>(std::max(n, 0)));
+#if defined(__x86_64__)
+    if (pc == 0) { // a call through a null pointer: the caller's return address is on the stack
+        const auto *sp = reinterpret_cast<const uintptr_t *>(static_cast<ucontext_t *>(context)->uc_mcontext.gregs[REG_RSP]);
+        pc = sp ? *sp : 0;
+        n = std::snprintf(line, sizeof line, "headroom-probe: called from %p\n", reinterpret_cast<void *>(pc));
+        (void)!write(STDERR_FILENO, line, static_cast<size_t>(std::max(n, 0)));
+    }
+#endif
     if (FILE *maps = std::fopen("/proc/self/maps", "r")) { // which library holds the pc
         while (std::fgets(line, sizeof line, maps)) {
             unsigned long lo = 0, hi = 0;
@@ -490,10 +498,10 @@ int main(int argc, char **argv)
         o.memoryCapBytes = memoryCap;
         o.shareGpu = shareGpu;
         const int code = runTransformersEngine(request, o);
-        // Leave without static destructors: on the H200 a LibTorch-linked headroom-probe died of
-        // SIGSEGV after a transformers-engine run whose result it had already written (rc -11,
-        // nothing on stderr); LibTorch's CUDA and c10d libraries are loaded but never used here.
-        std::fflush(nullptr);
+        // Leave without static destructors: LibTorch's CUDA libraries are loaded but never
+        // initialised on this path (engine_launcher.cpp: why it cleans up with nftw).
+        std::fflush(stdout);
+        std::fflush(stderr);
         std::_Exit(code);
     }
     if (!libtorchAvailable())
