@@ -35,8 +35,10 @@ namespace {
 void compareChartWithCore(MainWindow &w, Session &s)
 {
     QVERIFY(settle(s));
-    const Estimate e = estimate(s.scenario().model, s.scenario().config);
-    const Verdict v = judge(e, s.scenario().gpu, s.scenario().reserve);
+    const Scenario &sc = s.scenario();
+    const EstimatorOptions opt = estimatorOptions(sc); // the allocator settings too
+    const Estimate e = estimate(sc.model, sc.config, opt);
+    const Verdict v = judge(sc.model, sc.config, e, sc.gpu, sc.reserve, opt);
     BreakdownChart *chart = w.chartPanel()->chart();
     for (int row = 0; row < kCategoryCount; ++row) {
         const QList<qreal> values = chart->values(row);
@@ -134,6 +136,11 @@ private Q_SLOTS:
                                            << Check([](const Scenario &s) { return s.config.offloadOptimizer; });
         QTest::addRow("reserve") << Act([](MainWindow &w) { child<QSpinBox>(w, "reserve")->setValue(15); })
                                  << Check([](const Scenario &s) { return s.reserve == 0.15; });
+        QTest::addRow("allocator settings") << Act([](MainWindow &w) {
+            auto *e = child<QLineEdit>(w, "allocConf");
+            e->setText(QStringLiteral("expandable_segments:True"));
+            emit e->editingFinished();
+        }) << Check([](const Scenario &s) { return s.allocConf == "expandable_segments:True"; });
         QTest::addRow("grad accumulation") << Act([](MainWindow &w) { child<QSpinBox>(w, "gradAccum")->setValue(8); })
                                            << Check([](const Scenario &s) { return s.config.gradAccum == 8; });
         QTest::addRow("model") << Act([](MainWindow &w) {

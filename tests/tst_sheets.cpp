@@ -28,6 +28,7 @@ void populate(Session &s, MainWindow &w)
     Scenario sc = s.scenario();
     sc.gpu = findGpu("h200");
     sc.reserve = 0.15;
+    sc.allocConf = "expandable_segments:True";
     s.setScenario(sc);
     s.setUnits(Unit::GB);
     QVERIFY(settle(s));
@@ -172,6 +173,7 @@ private Q_SLOTS:
         QTest::addRow("negative batch") << QStringLiteral("sheets/negative_batch.json") << QStringLiteral("micro_batch = -3");
         QTest::addRow("unknown precision") << QStringLiteral("sheets/unknown_precision.json") << QStringLiteral("precision = fp8");
         QTest::addRow("reserve") << QStringLiteral("sheets/reserve_out_of_range.json") << QStringLiteral("sheet.reserve = 5");
+        QTest::addRow("alloc conf") << QStringLiteral("sheets/bad_alloc_conf.json") << QStringLiteral("sheet.alloc_conf");
         QTest::addRow("units") << QStringLiteral("sheets/bad_units.json") << QStringLiteral("units = furlongs");
         QTest::addRow("selection") << QStringLiteral("sheets/selection_out_of_range.json") << QStringLiteral("selected_measurement = 3");
         QTest::addRow("measurement") << QStringLiteral("sheets/bad_measurement.json") << QStringLiteral("sheet.measurements[0]");

@@ -214,6 +214,12 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     hw->addRow(tr("ZeRO stage"), m_zero);
     hw->addRow(QString(), m_offload);
     hw->addRow(tr("Reserve"), m_reserve);
+    m_allocConf = new QLineEdit(hwBox);
+    m_allocConf->setObjectName(QStringLiteral("allocConf"));
+    m_allocConf->setPlaceholderText(QStringLiteral("defaults, or expandable_segments:True"));
+    m_allocConf->setToolTip(tr("PYTORCH_CUDA_ALLOC_CONF as your run sets it: the estimate replays the caching allocator "
+                               "with it, and Measure passes it to the probe"));
+    hw->addRow(tr("Allocator"), m_allocConf);
     outer->addWidget(hwBox);
     m_problem = new QLabel(this);
     m_problem->setObjectName(QStringLiteral("configProblem"));
@@ -241,6 +247,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     onCombo(m_zero, [](Scenario &s, int v) { s.config.zeroStage = v; });
     connect(m_loraRank, qOverload<int>(&QSpinBox::valueChanged), this,
             [this](int v) { edit([&](Scenario &s) { s.config.lora.rank = v; }); });
+    connect(m_allocConf, &QLineEdit::editingFinished, this,
+            [this] { edit([&](Scenario &s) { s.allocConf = m_allocConf->text().trimmed().toStdString(); }); });
     connect(m_loraTargets, &QLineEdit::editingFinished, this, [this] {
         std::vector<std::string> targets;
         for (const QString &t : m_loraTargets->text().split(QLatin1Char(','), Qt::SkipEmptyParts))
@@ -339,7 +347,7 @@ void ConfigPanel::syncFromSession()
     const Scenario &s = m_session->scenario();
     const TrainingConfig &c = s.config;
     const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_batchSlider,
-                                  m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve, m_offload};
+                                  m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve, m_offload, m_allocConf};
     std::vector<std::unique_ptr<QSignalBlocker>> blocks;
     for (QObject *o : all)
         blocks.push_back(std::make_unique<QSignalBlocker>(o));
@@ -374,5 +382,7 @@ void ConfigPanel::syncFromSession()
     m_customGiB->setValue(toUnit(s.gpu.memoryBytes, Unit::GiB));
     m_gpuCount->setValue(c.worldSize);
     m_reserve->setValue(static_cast<int>(std::lround(s.reserve * 100)));
+    if (m_allocConf->text().trimmed().toStdString() != s.allocConf)
+        m_allocConf->setText(qs(s.allocConf));
     updateVisibility();
 }

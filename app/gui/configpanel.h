@@ -56,6 +56,7 @@ private:
     QComboBox *m_zero;
     QCheckBox *m_offload;
     QSpinBox *m_reserve;
+    QLineEdit *m_allocConf;
     QLabel *m_problem;
     QList<QWidget *> m_loraOnly;
 };

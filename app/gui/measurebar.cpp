@@ -129,7 +129,9 @@ void MeasureBar::measureOn(const QString &device)
     o.device = device;
     o.steps = settings.probeSteps();
     o.timeoutSeconds = settings.probeTimeoutSeconds();
-    o.allocConf = settings.probeAllocConf();
+    // The scenario's allocator settings (what the estimate replays), else Settings' default.
+    o.allocConf = m_session->scenario().allocConf.empty() ? settings.probeAllocConf()
+                                                           : qs(m_session->scenario().allocConf);
     o.engine = settings.probeEngine();
     o.python = settings.probePython();
     o.shareGpu = settings.probeShareGpu();

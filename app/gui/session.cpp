@@ -39,7 +39,7 @@ void scalingTable(const Scenario &s, ScalingData &out)
     const TrainingConfig &base = s.config;
     const auto group = [&](const QString &name, std::vector<int64_t> seqs, std::vector<int64_t> batches,
                            std::vector<bool> ckpt) {
-        const auto rows = sweep(s.model, base, s.gpu, seqs, batches, ckpt, s.reserve);
+        const auto rows = sweep(s.model, base, s.gpu, seqs, batches, ckpt, s.reserve, {}, estimatorOptions(s));
         for (size_t i = 0; i < rows.size(); ++i)
             out.table.push_back({name, rows[i],
                                  i == 0 ? 0 : rows[i].estimate.deviceTotalBytes - rows[i - 1].estimate.deviceTotalBytes});
@@ -97,12 +97,12 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
         cfg.gradCheckpointing = ckpt;
         for (int64_t L : powersOfTwo(128, seqMax)) {
             cfg.seqLen = L;
-            seq.points.emplace_back(L, estimate(s.model, cfg).deviceTotalBytes);
+            seq.points.emplace_back(L, estimate(s.model, cfg, estimatorOptions(s)).deviceTotalBytes);
         }
         cfg.seqLen = s.config.seqLen;
         for (int64_t b : powersOfTwo(1, 1024)) {
             cfg.microBatch = b;
-            batch.points.emplace_back(b, estimate(s.model, cfg).deviceTotalBytes);
+            batch.points.emplace_back(b, estimate(s.model, cfg, estimatorOptions(s)).deviceTotalBytes);
         }
         c.scaling.bySeq.push_back(std::move(seq));
         c.scaling.byBatch.push_back(std::move(batch));

@@ -42,7 +42,14 @@ std::string formatBytes(int64_t bytes, Unit u, int decimals)
 bool Scenario::operator==(const Scenario &o) const
 {
     return toJson(model) == toJson(o.model) && toJson(config) == toJson(o.config) && gpu.id == o.gpu.id &&
-           gpu.memoryBytes == o.gpu.memoryBytes && reserve == o.reserve;
+           gpu.memoryBytes == o.gpu.memoryBytes && reserve == o.reserve && allocConf == o.allocConf;
+}
+
+EstimatorOptions estimatorOptions(const Scenario &s)
+{
+    EstimatorOptions o;
+    o.allocator = parseAllocConf(s.allocConf, "alloc_conf");
+    return o;
 }
 
 Scenario defaultScenario()
@@ -69,13 +76,14 @@ Report buildReport(const Scenario &s, bool withAdvice)
     Report r;
     r.scenario = s;
     try {
-        r.estimate = estimate(s.model, s.config);
-        r.verdict = judge(s.model, s.config, r.estimate, s.gpu, s.reserve);
+        const EstimatorOptions opt = estimatorOptions(s);
+        r.estimate = estimate(s.model, s.config, opt);
+        r.verdict = judge(s.model, s.config, r.estimate, s.gpu, s.reserve, opt);
         if (withAdvice)
-            r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve);
+            r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve, opt);
         for (const auto &id : commonCardIds()) {
             const GpuSpec &g = findGpu(id);
-            r.otherCards.emplace_back(g, judge(s.model, s.config, r.estimate, g, s.reserve));
+            r.otherCards.emplace_back(g, judge(s.model, s.config, r.estimate, g, s.reserve, opt));
         }
     } catch (const InputError &e) {
         r.error = e.what();
@@ -206,6 +214,7 @@ json toJson(const Sheet &s)
             {"config", toJson(s.scenario.config)},
             {"gpu", toJson(s.scenario.gpu)},
             {"reserve", s.scenario.reserve},
+            {"alloc_conf", s.scenario.allocConf},
             {"units", toString(s.units)},
             {"estimate", toJson(r.estimate)},
             {"verdict", toJson(r.verdict, s.scenario.gpu)},
@@ -246,6 +255,14 @@ Sheet sheetFromJson(const json &j)
     if (!reserve.is_number() || !(reserve.get<double>() >= 0.0 && reserve.get<double>() < 0.9))
         throw InputError(ctx + ".reserve", reserve.dump(), "must be a number in [0, 0.9)");
     s.scenario.reserve = reserve.get<double>();
+    if (j.contains("alloc_conf")) {
+        const json &ac = j.at("alloc_conf");
+        if (!ac.is_string() || ac.get<std::string>().size() > 512)
+            throw InputError(ctx + ".alloc_conf", ac.is_string() ? ac.get<std::string>().substr(0, 40) + "..." : ac.dump(),
+                             "must be a PYTORCH_CUDA_ALLOC_CONF string of at most 512 characters");
+        s.scenario.allocConf = ac.get<std::string>();
+        (void)parseAllocConf(s.scenario.allocConf, ctx + ".alloc_conf"); // names the bad entry
+    }
     if (j.contains("units")) {
         if (!j.at("units").is_string())
             throw InputError(ctx + ".units", j.at("units").dump(), "must be GiB or GB");
@@ -329,7 +346,8 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
                 {"GPUs, ZeRO stage", std::to_string(c.worldSize) + ", " + std::to_string(c.zeroStage)},
                 {"Optimizer state", c.offloadOptimizer ? "offloaded to the CPU" : "on the GPU"},
                 {"GPU", s.scenario.gpu.name + " (" + fmt(s.scenario.gpu.memoryBytes) + ")"},
-                {"Reserve", std::to_string(static_cast<int>(std::lround(s.scenario.reserve * 100))) + "%"}};
+                {"Reserve", std::to_string(static_cast<int>(std::lround(s.scenario.reserve * 100))) + "%"},
+                {"Allocator (PYTORCH_CUDA_ALLOC_CONF)", s.scenario.allocConf.empty() ? "defaults" : s.scenario.allocConf}};
     t.push_back(cfg);
 
     Table bd{"Breakdown at the peak (" + std::string(label(r.estimate.peakPhase)) + ")",

@@ -21,10 +21,15 @@ struct Scenario
     TrainingConfig config;
     GpuSpec gpu;
     double reserve = 0.10;
+    std::string allocConf; // PYTORCH_CUDA_ALLOC_CONF the run will use ("" for the defaults)
 
     bool operator==(const Scenario &o) const;
     bool operator!=(const Scenario &o) const { return !(*this == o); }
 };
+
+// What the estimator needs beyond the model and configuration: the allocator settings.
+// Throws InputError (field "alloc_conf") for settings it cannot parse.
+EstimatorOptions estimatorOptions(const Scenario &s);
 
 // The default the app and scripts/run open on: Llama-3.1-8B, LoRA r16, batch 4 x 2048, bf16, H100 80 GB.
 Scenario defaultScenario();
