@@ -7,6 +7,7 @@
 #include "mainwindow.h"
 #include "recommendationspanel.h"
 #include "settings.h"
+#include "timelinepanel.h"
 #include "sheetio.h"
 #include "verdictbanner.h"
 
@@ -164,6 +165,36 @@ private Q_SLOTS:
         QVERIFY2(changed(s.scenario()), "the control did not change its field");
         QVERIFY(s.scenario() != before);
         compareChartWithCore(w, s);
+    }
+
+    // The Timeline tab: the estimate stacked by category over the steady step, a real H200 run of
+    // the same configuration (the transformers engine's --timeline) drawn over it, the largest
+    // live tensors under the mouse, and a clear refusal of a file that is not a timeline.
+    void timelineOverlaysAMeasuredRun()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        Scenario sc = s.scenario();
+        sc.model = findModelPreset("gpt2");
+        sc.config.finetune = FineTune::Full;
+        sc.config.microBatch = 8;
+        sc.config.seqLen = 1024;
+        sc.gpu = findGpu("h200");
+        s.setScenario(sc);
+        QVERIFY(settle(s));
+        w.showTab(MainWindow::Tab::Timeline);
+        TimelinePanel *t = w.timelinePanel();
+        const int estimateOnly = t->chart()->seriesCount();
+        QVERIFY2(estimateOnly >= 4, "weights, gradients, optimizer state, activations, logits, temporaries");
+        QCOMPARE(t->openMeasured(testData("h200/timelines/gpt2-bf16-full-adamw-b8s1024.json")), QString());
+        QCOMPARE(t->chart()->seriesCount(), estimateOnly + 1);
+        t->showDetailsAt(100);
+        QVERIFY2(t->details().contains(QStringLiteral("forward")), qPrintable(t->details()));
+        QVERIFY2(t->details().contains(QStringLiteral("GiB")), qPrintable(t->details()));
+        const QString problem = t->openMeasured(testData("h200/llama1b-full-b4s1024.result.json"));
+        QVERIFY2(problem.contains(QStringLiteral("timeline.kind")), qPrintable(problem));
+        QCOMPARE(t->chart()->seriesCount(), estimateOnly + 1); // the overlay it had stays
     }
 
     void unitsAndPhases()

@@ -333,3 +333,95 @@ QPixmap ScalingChart::toPixmap(const QSize &size) const
 {
     return renderView(m_view, size);
 }
+
+TimelineChart::TimelineChart(QWidget *parent)
+    : QWidget(parent)
+    , m_chart(new QChart)
+    , m_view(makeView(m_chart, this))
+{
+    m_chart->setTitle(tr("Memory over one steady training step"));
+    m_chart->legend()->setAlignment(Qt::AlignBottom);
+}
+
+void TimelineChart::setContent(const std::vector<double> &x, const std::vector<std::vector<int64_t>> &stacked,
+                               const std::vector<std::pair<double, int64_t>> &measured, const QString &measuredName,
+                               const std::vector<TimelineBand> &bands, Unit units)
+{
+    m_chart->removeAllSeries();
+    const auto oldAxes = m_chart->axes();
+    for (QAbstractAxis *a : oldAxes) {
+        m_chart->removeAxis(a);
+        delete a;
+    }
+    auto *ax = new QCategoryAxis;
+    ax->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
+    ax->setTitleText(tr("the step's allocations, in order (forward, backward, optimizer)"));
+    auto *ay = new QValueAxis;
+    ay->setTitleText(QString::fromLatin1(units == Unit::GiB ? "GiB allocated" : "GB allocated"));
+    ay->setLabelFormat(QStringLiteral("%.1f"));
+    m_chart->addAxis(ax, Qt::AlignBottom);
+    m_chart->addAxis(ay, Qt::AlignLeft);
+    double xmax = x.empty() ? 1.0 : x.back();
+    for (const TimelineBand &b : bands) {
+        ax->append(b.label, b.to);
+        xmax = std::max(xmax, b.to);
+    }
+    ax->setRange(0, xmax);
+    double ymax = 0;
+    std::vector<double> base(x.size(), 0.0);
+    for (size_t c = 0; c < stacked.size(); ++c) {
+        bool any = false;
+        for (int64_t v : stacked[c])
+            any = any || v > 0;
+        if (!any)
+            continue;
+        auto *lower = new QLineSeries;
+        auto *upper = new QLineSeries;
+        for (size_t i = 0; i < x.size() && i < stacked[c].size(); ++i) {
+            lower->append(x[i], base[i]);
+            base[i] += toUnit(stacked[c][i], units);
+            upper->append(x[i], base[i]);
+            ymax = std::max(ymax, base[i]);
+        }
+        auto *area = new QAreaSeries(upper, lower);
+        area->setName(QString::fromLatin1(headroom::toString(headroom::kAllCategories[c]).data()));
+        area->setColor(categoryColor(static_cast<int>(c)));
+        area->setBorderColor(categoryColor(static_cast<int>(c)).darker(115));
+        m_chart->addSeries(area);
+        area->attachAxis(ax);
+        area->attachAxis(ay);
+        connect(area, &QAreaSeries::hovered, this, [this](const QPointF &p, bool state) {
+            if (state)
+                emit hovered(p.x());
+        });
+    }
+    if (!measured.empty()) {
+        auto *line = new QLineSeries;
+        line->setName(measuredName);
+        QPen pen(QColor(0x1f, 0x1f, 0x1f));
+        pen.setWidthF(1.6);
+        line->setPen(pen);
+        for (const auto &[px, b] : measured) {
+            line->append(px, toUnit(b, units));
+            ymax = std::max(ymax, toUnit(b, units));
+        }
+        m_chart->addSeries(line);
+        line->attachAxis(ax);
+        line->attachAxis(ay);
+        connect(line, &QLineSeries::hovered, this, [this](const QPointF &p, bool state) {
+            if (state)
+                emit hovered(p.x());
+        });
+    }
+    ay->setRange(0, ymax > 0 ? ymax * 1.08 : 1.0);
+}
+
+int TimelineChart::seriesCount() const
+{
+    return static_cast<int>(m_chart->series().size());
+}
+
+QPixmap TimelineChart::toPixmap(const QSize &size) const
+{
+    return renderView(m_view, size);
+}

@@ -53,6 +53,33 @@ private:
     int64_t m_usableBytes = 0;
 };
 
+// Memory over one training step: the estimate's live bytes stacked by category along the events
+// of the steady step, phase bands on the x axis, and a measured run's total as a line on top.
+struct TimelineBand
+{
+    double from = 0, to = 0;
+    QString label;
+};
+class TimelineChart : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit TimelineChart(QWidget *parent = nullptr);
+    // stacked[c][i]: category c's bytes at point i; x[i] its position.
+    void setContent(const std::vector<double> &x, const std::vector<std::vector<int64_t>> &stacked,
+                    const std::vector<std::pair<double, int64_t>> &measured, const QString &measuredName,
+                    const std::vector<TimelineBand> &bands, headroom::Unit units);
+    int seriesCount() const;
+    QPixmap toPixmap(const QSize &size = {}) const;
+
+signals:
+    void hovered(double x); // the x under the mouse, in the content's coordinates
+
+private:
+    QChart *m_chart;
+    QChartView *m_view;
+};
+
 // Peak against one variable (sequence length or batch) on a log2 axis, one line per curve,
 // with the capacity line and a marker at the current value.
 class ScalingChart : public QWidget

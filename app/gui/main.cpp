@@ -3,6 +3,7 @@
 
 #include "chartpanel.h"
 #include "mainwindow.h"
+#include "timelinepanel.h"
 #include "session.h"
 #include "settings.h"
 
@@ -55,13 +56,16 @@ int main(int argc, char **argv)
                                     QStringLiteral("Open a budget sheet (or a config.json) at start."), QStringLiteral("sheet.json"));
     const QCommandLineOption measurement(QStringLiteral("measurement"),
                                          QStringLiteral("Import a probe result (may be repeated)."), QStringLiteral("result.json"));
-    const QCommandLineOption tab(QStringLiteral("tab"), QStringLiteral("breakdown | scaling | measurements"),
+    const QCommandLineOption tab(QStringLiteral("tab"), QStringLiteral("breakdown | scaling | measurements | timeline"),
                                  QStringLiteral("TAB"), QStringLiteral("breakdown"));
     const QCommandLineOption view(QStringLiteral("view"), QStringLiteral("step | phases (the breakdown chart)"),
                                   QStringLiteral("VIEW"), QStringLiteral("step"));
     const QCommandLineOption size(QStringLiteral("size"), QStringLiteral("Window size for --screenshot, e.g. 1400x900."),
                                   QStringLiteral("WxH"), QStringLiteral("1400x900"));
-    parser.addOptions({screenshot, model, gpu, config, measurement, tab, view, size});
+    const QCommandLineOption timeline(QStringLiteral("timeline"),
+                                      QStringLiteral("Overlay a measured timeline (headroom-probe --timeline) on the Timeline tab."),
+                                      QStringLiteral("timeline.json"));
+    parser.addOptions({screenshot, model, gpu, config, measurement, tab, view, size, timeline});
     parser.process(app);
 
     Session session;
@@ -86,13 +90,18 @@ int main(int argc, char **argv)
     for (const QString &path : parser.values(config) + parser.values(measurement))
         if (const QString problem = window.openFile(path); !problem.isEmpty())
             return fail(problem);
+    if (parser.isSet(timeline))
+        if (const QString problem = window.timelinePanel()->openMeasured(parser.value(timeline)); !problem.isEmpty())
+            return fail(QStringLiteral("--timeline: %1").arg(problem));
     const QString tabName = parser.value(tab);
     if (tabName == QLatin1String("scaling"))
         window.showTab(MainWindow::Tab::Scaling);
     else if (tabName == QLatin1String("measurements"))
         window.showTab(MainWindow::Tab::Measurements);
+    else if (tabName == QLatin1String("timeline"))
+        window.showTab(MainWindow::Tab::Timeline);
     else if (tabName != QLatin1String("breakdown"))
-        return fail(QStringLiteral("--tab = %1: must be breakdown, scaling or measurements").arg(tabName));
+        return fail(QStringLiteral("--tab = %1: must be breakdown, scaling, measurements or timeline").arg(tabName));
     if (parser.value(view) == QLatin1String("phases"))
         window.chartPanel()->setView(BreakdownModel::View::Phases);
     else if (parser.value(view) != QLatin1String("step"))

@@ -8,6 +8,7 @@
 #include "qtutil.h"
 #include "recommendationspanel.h"
 #include "scalingpanel.h"
+#include "timelinepanel.h"
 #include "settings.h"
 #include "settingsdialog.h"
 #include "sheetio.h"
@@ -49,6 +50,7 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     , m_measure(new MeasureBar(session, this))
     , m_recommendations(new RecommendationsPanel(session, this))
     , m_scaling(new ScalingPanel(session, this))
+    , m_timeline(new TimelinePanel(session, this))
     , m_measurements(new MeasurementsPanel(session, this))
     , m_tabs(new QTabWidget(this))
 {
@@ -78,6 +80,7 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     m_tabs->addTab(breakdown, tr("Breakdown"));
     m_tabs->addTab(m_scaling, tr("Scaling"));
     m_tabs->addTab(m_measurements, tr("Measurements"));
+    m_tabs->addTab(m_timeline, tr("Timeline"));
 
     auto *right = new QWidget(this);
     auto *rightLayout = new QVBoxLayout(right);

@@ -10,6 +10,7 @@ class MeasureBar;
 class MeasurementsPanel;
 class RecommendationsPanel;
 class ScalingPanel;
+class TimelinePanel;
 class VerdictBanner;
 class QTabWidget;
 
@@ -18,7 +19,7 @@ class MainWindow : public QMainWindow
 {
     Q_OBJECT
 public:
-    enum class Tab { Breakdown, Scaling, Measurements };
+    enum class Tab { Breakdown, Scaling, Measurements, Timeline };
     explicit MainWindow(Session *session, QWidget *parent = nullptr);
 
     // Open a sheet, a probe result or a HF config.json, whichever the file is. Returns the
@@ -32,6 +33,7 @@ public:
     MeasureBar *measureBar() { return m_measure; }
     RecommendationsPanel *recommendationsPanel() { return m_recommendations; }
     ScalingPanel *scalingPanel() { return m_scaling; }
+    TimelinePanel *timelinePanel() { return m_timeline; }
     MeasurementsPanel *measurementsPanel() { return m_measurements; }
     VerdictBanner *verdictBanner() { return m_verdict; }
 
@@ -53,6 +55,7 @@ private:
     MeasureBar *m_measure;
     RecommendationsPanel *m_recommendations;
     ScalingPanel *m_scaling;
+    TimelinePanel *m_timeline;
     MeasurementsPanel *m_measurements;
     QTabWidget *m_tabs;
     QString m_sheetPath;

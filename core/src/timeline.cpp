@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_map>
 
 namespace headroom {
 
@@ -133,6 +134,47 @@ std::vector<TimelineSample> stackedSamples(const Timeline &t, int step, size_t m
             out.push_back(best);
             bestTotal = -1;
         }
+    }
+    return out;
+}
+
+std::vector<LiveTensor> largestLiveAt(const Timeline &t, size_t event, size_t count)
+{
+    std::unordered_map<uint32_t, size_t> live; // id -> its allocation's event
+    const size_t n = std::min(event, t.events.size());
+    for (size_t i = 0; i < n; ++i) {
+        const MemEvent &e = t.events[i];
+        if (e.kind == MemEvent::Alloc)
+            live[e.id] = i;
+        else
+            live.erase(e.id);
+    }
+    std::vector<LiveTensor> out;
+    out.reserve(live.size());
+    for (const auto &[id, at] : live) {
+        const MemEvent &e = t.events[at];
+        out.push_back({CachingAllocatorModel::roundSize(e.bytes), e.category, e.layer,
+                       e.op < t.ops.size() ? t.ops[e.op] : std::string()});
+    }
+    const size_t k = std::min(count, out.size());
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k), out.end(),
+                      [](const LiveTensor &a, const LiveTensor &b) { return a.bytes > b.bytes; });
+    out.resize(k);
+    return out;
+}
+
+std::vector<PhaseSpan> stepPhases(const Timeline &t, int step)
+{
+    std::vector<PhaseSpan> out;
+    for (size_t i = 0; i < t.marks.size(); ++i) {
+        const TimelineMark &m = t.marks[i];
+        if (m.step != step || m.phase == Phase::AfterLoad)
+            continue;
+        PhaseSpan p{m.phase, m.event, i + 1 < t.marks.size() ? t.marks[i + 1].event : t.events.size()};
+        if (!out.empty() && out.back().phase == p.phase) // micro-batches: one span per phase kind in a row
+            out.back().end = p.end;
+        else
+            out.push_back(p);
     }
     return out;
 }

@@ -81,6 +81,25 @@ struct TimelineSample
 };
 std::vector<TimelineSample> stackedSamples(const Timeline &t, int step, size_t maxSamples = 2000);
 
+// The largest tensors alive after the first `event` events, biggest first (hover in the Timeline tab).
+struct LiveTensor
+{
+    int64_t bytes = 0; // rounded as the allocator rounds
+    Category category = Category::Temporaries;
+    int layer = -1;
+    std::string op;
+};
+std::vector<LiveTensor> largestLiveAt(const Timeline &t, size_t event, size_t count = 8);
+
+// The steady step's phases as [first event, end event) ranges, in order.
+struct PhaseSpan
+{
+    Phase phase = Phase::Forward;
+    size_t first = 0;
+    size_t end = 0;
+};
+std::vector<PhaseSpan> stepPhases(const Timeline &t, int step);
+
 // The probe's --timeline file (schema_version 1, kind probe_timeline). Throws InputError.
 Timeline timelineFromJson(const nlohmann::json &j);
 Timeline readTimelineFile(const std::string &path);
