@@ -46,7 +46,7 @@ QVariant RecommendationModel::data(const QModelIndex &index, int role) const
             return r.group == RecommendationGroup::Dynamic  ? tr("1 · dynamic")
                    : r.group == RecommendationGroup::Static ? tr("2 · static")
                                                             : tr("3 · sharding");
-        case Saves: return tr("−%1").arg(qs(formatBytes(r.savingBytes, m_units, 1)));
+        case Saves: return qs(formatBytes(r.savingBytes, m_units, 1)); // the column says "Saves": no sign
         case Cost: return qs(r.cost);
         case FitsAfter: return r.fitsAfter ? tr("fits") : tr("not yet");
         }

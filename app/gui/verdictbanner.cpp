@@ -41,6 +41,8 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
     t += QLatin1Char('.');
     if (v.cacheFlushes > 0)
         t += tr("<br>Only because %1.").arg(qs(cacheFlushNote(v)).toHtmlEscaped());
+    for (const auto &n : r.notes)
+        t += QStringLiteral("<br><small>• %1</small>").arg(qs(n).toHtmlEscaped());
     if (m) {
         if (m->oom) {
             t += tr("<br>Measured: <b>OOM in %1 at %2</b> on %3.")

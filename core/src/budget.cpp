@@ -140,6 +140,38 @@ int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gp
                  [](TrainingConfig &t, int64_t v) { t.seqLen = v; });
 }
 
+std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+                                   const EstimatorOptions &opt)
+{
+    std::vector<std::string> out;
+    const bool bf16 = c.precision == Precision::BF16 || c.precision == Precision::AmpBF16;
+    if (bf16 && !gpu.bf16)
+        out.push_back(gpu.name + " has no bf16: use fp16 mixed precision (amp-fp16, with a GradScaler)");
+    const Estimate e = estimate(m, c, opt);
+    if (judge(m, c, e, gpu, reserve, opt).fit != Fit::Fits) {
+        // The smallest card of the catalog this configuration fits as it is, if any.
+        const GpuSpec *best = nullptr;
+        for (const GpuSpec &g : gpuCatalog())
+            if (g.memoryBytes > gpu.memoryBytes && (!best || g.memoryBytes < best->memoryBytes) &&
+                judge(m, c, e, g, reserve, opt).fit == Fit::Fits)
+                best = &g;
+        out.push_back(best ? "as it is, it fits " + best->name + " (the smallest card in the catalog that holds it)"
+                           : "as it is, it fits no single card in the catalog: change it, or shard it across GPUs");
+        return out;
+    }
+    const int64_t b = maxMicroBatch(m, c, gpu, reserve, opt);
+    const int64_t s = maxSeqLen(m, c, gpu, reserve, opt, 128);
+    std::string room = "room to grow on " + gpu.name + ":";
+    if (b > c.microBatch)
+        room += " micro-batch up to " + std::to_string(b) + " (at sequence " + std::to_string(c.seqLen) + ")";
+    if (s > c.seqLen)
+        room += std::string(b > c.microBatch ? ", or" : "") + " sequence up to " + std::to_string(s) +
+                " (multiples of 128, at micro-batch " + std::to_string(c.microBatch) + ")";
+    if (b > c.microBatch || s > c.seqLen)
+        out.push_back(room + ", keeping the " + std::to_string(std::lround(reserve * 100)) + "% reserve");
+    return out;
+}
+
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
                                       const EstimatorOptions &opt)
 {
@@ -264,6 +296,63 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                      "all-gathers every layer each step: needs fast interconnect between the " +
                          std::to_string(found) + " GPUs",
                      t);
+        }
+    }
+    // 4. When no single change fits on this card and GPU count: the shortest cumulative plan, in
+    // the same order (dynamic first), that does.
+    const bool baseFits = judge(m, c, base, gpu, reserve, opt).fit == Fit::Fits;
+    bool anyFits = false;
+    for (const auto &r : out)
+        anyFits = anyFits || (r.fitsAfter && r.id != "zero");
+    if (!baseFits && !anyFits) {
+        TrainingConfig t = c;
+        std::vector<std::string> steps, costs;
+        auto tryStep = [&](bool applicable, const std::function<void(TrainingConfig &)> &apply, const std::string &what,
+                           const std::string &cost) {
+            if (!applicable)
+                return false;
+            TrainingConfig n = t;
+            apply(n);
+            try {
+                const Estimate e = estimate(m, n, opt);
+                t = n;
+                steps.push_back(what);
+                costs.push_back(cost);
+                return judge(m, n, e, gpu, reserve, opt).fit == Fit::Fits;
+            } catch (const InputError &) {
+                return false; // a step Headroom cannot estimate is skipped
+            }
+        };
+        const int64_t effective = c.microBatch * c.gradAccum;
+        bool fits = tryStep(c.attention == Attention::Eager, [](TrainingConfig &n) { n.attention = Attention::SDPA; },
+                            "SDPA attention", "none") ||
+                    tryStep(!c.gradCheckpointing, [](TrainingConfig &n) { n.gradCheckpointing = true; }, "checkpointing",
+                            "+20-40% step time") ||
+                    tryStep(c.microBatch > 1, [&](TrainingConfig &n) { n.microBatch = 1; n.gradAccum = effective; },
+                            "micro-batch 1 x accumulation " + std::to_string(effective), "lower GPU utilisation") ||
+                    tryStep(c.precision == Precision::FP32, [](TrainingConfig &n) { n.precision = Precision::AmpBF16; },
+                            "bf16 autocast", "needs bf16") ||
+                    tryStep(c.optimizer == Optimizer::AdamW, [](TrainingConfig &n) { n.optimizer = Optimizer::AdamW8bit; },
+                            "8-bit AdamW", "needs bitsandbytes") ||
+                    tryStep(c.finetune == FineTune::Full, [](TrainingConfig &n) { n.finetune = FineTune::LoRA; },
+                            "LoRA r" + std::to_string(c.lora.rank), "adapters only") ||
+                    tryStep(c.finetune != FineTune::QLoRA, [](TrainingConfig &n) {
+                        n.finetune = FineTune::QLoRA;
+                        if (n.precision == Precision::FP32)
+                            n.precision = Precision::AmpBF16;
+                    }, "QLoRA (4-bit base)", "+30% step time") ||
+                    tryStep(c.optimizer != Optimizer::SGD && !c.offloadOptimizer,
+                            [](TrainingConfig &n) { n.offloadOptimizer = true; }, "optimizer state on the CPU",
+                            "slower steps");
+        if (fits && steps.size() > 1) {
+            std::string title = "Plan: ", cost;
+            for (size_t i = 0; i < steps.size(); ++i) {
+                title += (i ? " + " : "") + steps[i];
+                cost += (i ? "; " : "") + steps[i] + ": " + costs[i];
+            }
+            const Estimate e = estimate(m, t, opt);
+            out.insert(out.begin(), Recommendation{G::Dynamic, "plan", title, cost, base.deviceTotalBytes - e.deviceTotalBytes,
+                                                   true, t});
         }
     }
     return out;

@@ -1030,6 +1030,10 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
         x.notes.push_back(std::string("the optimizer state (") + gib +
                           " per rank) and its step run on the CPU; the host needs that much pinned memory");
     }
+    if (model.maxPositions > 0 && cfg.seqLen > model.maxPositions)
+        x.notes.push_back("sequence length " + std::to_string(cfg.seqLen) + " is above the model's "
+                          "max_position_embeddings (" + std::to_string(model.maxPositions) +
+                          "): it was not trained for it (rope_scaling, or a shorter sequence)");
     if (x.amp)
         x.notes.push_back("autocast keeps a bf16 copy of every Linear weight until backward, and the residual "
                           "stream stays fp32");

@@ -79,8 +79,12 @@ Report buildReport(const Scenario &s, bool withAdvice)
         const EstimatorOptions opt = estimatorOptions(s);
         r.estimate = estimate(s.model, s.config, opt);
         r.verdict = judge(s.model, s.config, r.estimate, s.gpu, s.reserve, opt);
-        if (withAdvice)
+        r.notes = r.estimate.notes;
+        if (withAdvice) {
             r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve, opt);
+            for (auto &n : cardNotes(s.model, s.config, s.gpu, s.reserve, opt))
+                r.notes.push_back(std::move(n));
+        }
         for (const auto &id : commonCardIds()) {
             const GpuSpec &g = findGpu(id);
             r.otherCards.emplace_back(g, judge(s.model, s.config, r.estimate, g, s.reserve, opt));
@@ -386,6 +390,12 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
         recs.rows.push_back({std::to_string(i++), rec.title, std::string(toString(rec.group)), fmt(rec.savingBytes),
                              rec.cost, rec.fitsAfter ? "yes" : "no"});
     t.push_back(recs);
+    if (!r.notes.empty()) {
+        Table notes{"Notes", {"Note"}, {}};
+        for (const auto &n : r.notes)
+            notes.rows.push_back({n});
+        t.push_back(notes);
+    }
 
     if (!s.measurements.empty()) {
         Table runs{"Measurements",

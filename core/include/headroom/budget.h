@@ -57,6 +57,11 @@ struct Recommendation
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu,
                                       double reserve = 0.10, const EstimatorOptions &opt = {});
 
+// What to tell the user about this card and this run besides the verdict: bf16 on a card
+// without it; when it fits, how far the micro-batch and the sequence can grow.
+std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu,
+                                   double reserve = 0.10, const EstimatorOptions &opt = {});
+
 // Largest micro-batch / sequence length that fits the usable memory (judge(m, c, ...) says Fits);
 // 0 if none. The sequence length is a multiple of `multiple` (1: any).
 int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve = 0.10,

@@ -42,6 +42,7 @@ struct Report
     Verdict verdict;
     std::vector<Recommendation> recommendations;
     std::vector<std::pair<GpuSpec, Verdict>> otherCards; // common cards, same configuration
+    std::vector<std::string> notes; // the estimator's, then the card's (bf16, room to grow, a card that fits)
     std::string error; // non-empty when the scenario cannot be estimated (the InputError text)
 };
 // `withAdvice` false: the estimate and the verdicts only, without the recommendations (which
