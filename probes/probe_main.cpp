@@ -358,7 +358,7 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
 
 } // namespace
 
-int main(int argc, char **argv)
+int probeMain(int argc, char **argv)
 {
     {
         struct sigaction sa = {};
@@ -500,9 +500,11 @@ int main(int argc, char **argv)
         const int code = runTransformersEngine(request, o);
         // Leave without static destructors: LibTorch's CUDA libraries are loaded but never
         // initialised on this path (engine_launcher.cpp: why it cleans up with nftw).
-        std::fflush(stdout);
+        const bool written = std::fflush(stdout) == 0 && !std::ferror(stdout);
+        if (!written)
+            std::fprintf(stderr, "headroom-probe: stdout: the events could not be written (%s)\n", std::strerror(errno));
         std::fflush(stderr);
-        std::_Exit(code);
+        std::_Exit(written || code != 0 ? code : Internal);
     }
     if (!libtorchAvailable())
         return fail(probe::NoDevice, "this headroom-probe was built without LibTorch: use --engine transformers");
@@ -562,4 +564,16 @@ int main(int argc, char **argv)
     if (out.code == probe::OutOfMemory)
         std::fprintf(stderr, "headroom-probe: %s\n", out.message.c_str());
     return out.code;
+}
+
+// The protocol's lines go to stdout: a full disk or a closed pipe must not end in exit 0 with the
+// events lost (issue 15: the probe exited 0 with stdout on /dev/full).
+int main(int argc, char **argv)
+{
+    const int rc = probeMain(argc, argv);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "headroom-probe: stdout: the events could not be written (%s)\n", std::strerror(errno));
+        return rc != 0 ? rc : Internal;
+    }
+    return rc;
 }

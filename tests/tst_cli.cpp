@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
 namespace {
 struct Run
 {
@@ -85,6 +87,41 @@ private Q_SLOTS:
         QCOMPARE(r.code, 2);
         QVERIFY2(r.err.contains(mentions), qPrintable(r.err));
         QCOMPARE(r.err.count(QLatin1Char('\n')), 1); // one line
+    }
+    // Issue 15, item 1: sizes that would wrap a product are refused, naming the field.
+    void implausibleModelFieldsAreRefused_data()
+    {
+        QTest::addColumn<QString>("preset");
+        QTest::addColumn<QString>("field");
+        QTest::addColumn<qlonglong>("value");
+        QTest::addRow("head_dim 2^62") << QStringLiteral("llama-3.1-8b") << QStringLiteral("head_dim") << (qlonglong(1) << 62);
+        QTest::addRow("n_positions 2^50") << QStringLiteral("gpt2") << QStringLiteral("n_positions") << (qlonglong(1) << 50);
+        QTest::addRow("moe_intermediate_size 2^40") << QStringLiteral("qwen1.5-moe-a2.7b") << QStringLiteral("moe_intermediate_size") << (qlonglong(1) << 40);
+    }
+    void implausibleModelFieldsAreRefused()
+    {
+        QFETCH(QString, preset);
+        QFETCH(QString, field);
+        QFETCH(qlonglong, value);
+        QTemporaryDir dir;
+        std::ifstream in(QStringLiteral(HEADROOM_SOURCE_DIR "/resources/models/%1.json").arg(preset).toStdString());
+        nlohmann::json c = nlohmann::json::parse(in).at("config");
+        c[field.toStdString()] = value;
+        const QString path = dir.filePath(QStringLiteral("config.json"));
+        std::ofstream(path.toStdString()) << c.dump();
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), path});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("implausibly large")), qPrintable(r.err));
+    }
+    // Issue 15, item 5: output that cannot be written is an error, not exit 0.
+    void fullStdoutIsAnError()
+    {
+        QProcess p;
+        p.setStandardOutputFile(QStringLiteral("/dev/full"));
+        p.start(QStringLiteral(HEADROOM_CLI), {QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("gpt2")});
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains(QStringLiteral("stdout")));
     }
     void sweepTables()
     {

@@ -323,7 +323,7 @@ int compare(const std::string &path, double tolerance, bool asJson)
 
 } // namespace
 
-int main(int argc, char **argv)
+int runCli(int argc, char **argv)
 {
     CLI::App app{"headroom-cli: GPU memory budgets for training runs"};
     app.set_version_flag("--version", std::string("headroom-cli ") + HEADROOM_VERSION);
@@ -468,4 +468,16 @@ int main(int argc, char **argv)
         return 2;
     }
     return 0;
+}
+
+// Everything goes to stdout through stdio: a full disk or a closed pipe must not end in exit 0
+// with the output lost (issue 15: `headroom-cli estimate > /dev/full` exited 0).
+int main(int argc, char **argv)
+{
+    const int rc = runCli(argc, argv);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "headroom-cli: error: stdout: the output could not be written (%s)\n", std::strerror(errno));
+        return 2;
+    }
+    return rc;
 }

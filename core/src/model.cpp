@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <tuple>
 #include <fstream>
 #include <map>
 
@@ -113,6 +114,25 @@ void ModelArch::validate() const
         if (v > limit)
             throw InputError(std::string("model.") + f, std::to_string(v), "is implausibly large (limit 16777216)");
     }
+    // Every other size that multiplies into a tensor's element count: bounded so that no product
+    // of them can wrap (issue 15: head_dim 2^62 reported 6.7 B parameters for an 8 B model).
+    for (auto [f, v, lim] : {std::tuple{"head_dim", headDim, int64_t(1) << 16},
+                             {"num_attention_heads", numHeads, int64_t(1) << 16},
+                             {"num_key_value_heads", numKvHeads, int64_t(1) << 16},
+                             {"max_position_embeddings", maxPositions, int64_t(1) << 24},
+                             {"num_experts", numExperts, int64_t(1) << 16},
+                             {"moe_intermediate_size", expertIntermediateSize, int64_t(1) << 24},
+                             {"shared_expert_intermediate_size", sharedExpertIntermediateSize, int64_t(1) << 24}}) {
+        if (v < 0)
+            throw InputError(std::string("model.") + f, std::to_string(v), "must not be negative");
+        if (v > lim)
+            throw InputError(std::string("model.") + f, std::to_string(v),
+                             "is implausibly large (limit " + std::to_string(lim) + ")");
+    }
+    const int64_t params = parameterCount(*this);
+    if (params > int64_t(100000000000000)) // 10^14
+        throw InputError("model", std::to_string(params) + " parameters",
+                         "is implausibly large (limit 10^14 parameters)");
     for (auto [f, v] : {std::pair{"embd_dropout", embdDropout}, {"attn_dropout", attnDropout}, {"resid_dropout", residDropout}})
         if (!(v >= 0.0 && v < 1.0))
             throw InputError(std::string("model.") + f, std::to_string(v), "must be at least 0 and below 1");
