@@ -113,6 +113,23 @@ private Q_SLOTS:
         QCOMPARE(r.code, 2);
         QVERIFY2(r.err.contains(QStringLiteral("implausibly large")), qPrintable(r.err));
     }
+    // Issue 14: a launch guard. `estimate --check && accelerate launch ...`
+    void checkGatesALaunch()
+    {
+        const QStringList fits = {QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("llama-3.2-1b"),
+                                  QStringLiteral("--finetune"), QStringLiteral("lora"), QStringLiteral("--gpu"),
+                                  QStringLiteral("h100-80"), QStringLiteral("--check")};
+        QCOMPARE(cli(fits).code, 0);
+        QStringList oom = fits;
+        oom << QStringLiteral("--batch") << QStringLiteral("64") << QStringLiteral("--seq") << QStringLiteral("8192");
+        const Run r = cli(oom);
+        QCOMPARE(r.code, 1);
+        QVERIFY2(r.err.contains(QStringLiteral("out of memory on NVIDIA H100")), qPrintable(r.err));
+        QVERIFY(r.out.contains(QStringLiteral("recommendations"))); // the table is still printed
+        QStringList bad = fits;
+        bad << QStringLiteral("--batch") << QStringLiteral("0");
+        QCOMPARE(cli(bad).code, 2); // bad input stays 2, apart from the verdict
+    }
     // Issue 15, item 5: output that cannot be written is an error, not exit 0.
     void fullStdoutIsAnError()
     {

@@ -333,6 +333,9 @@ int runCli(int argc, char **argv)
     auto *est = app.add_subcommand("estimate", "Estimate one configuration's peak memory");
     addTrainingFlags(est, f, false);
     est->add_flag("--json", f.json, "Print one JSON object");
+    bool check = false;
+    est->add_flag("--check", check,
+                  "Launch guard: exit 1 when the verdict is out of memory, 0 otherwise (tight: a warning on stderr)");
     Flags ft;
     auto *tl = app.add_subcommand("timeline", "Every allocation and free of the estimated run, as a probe_timeline JSON");
     addTrainingFlags(tl, ft, false);
@@ -424,6 +427,19 @@ int runCli(int argc, char **argv)
                 std::printf("%s\n", estimateDocument(m, c, e, gpu, reserve, recs, opt).dump(2).c_str());
             else
                 printTable(m, c, e, gpu, reserve, recs, opt);
+            if (check) {
+                const Verdict v = judge(m, c, e, gpu, reserve, opt);
+                if (v.fit == Fit::Tight)
+                    std::fprintf(stderr, "headroom-cli: warning: tight on %s: %s of %s, inside the %.0f%% reserve\n",
+                                 gpu.name.c_str(), human(v.neededBytes).c_str(), human(v.capacityBytes).c_str(),
+                                 100.0 * reserve);
+                if (v.fit == Fit::OOM) {
+                    std::fprintf(stderr, "headroom-cli: out of memory on %s: needs %s of %s\n", gpu.name.c_str(),
+                                 human(v.neededBytes).c_str(), human(v.capacityBytes).c_str());
+                    std::fflush(stdout);
+                    return 1;
+                }
+            }
             return 0;
         }
         if (*sw) {
