@@ -59,6 +59,10 @@ Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, co
     // frees the cached blocks that could serve the request (release_available_cached_blocks),
     // then every cached segment (release_cached_blocks), and retries before it raises.
     const int64_t outside = e.deviceTotalBytes - e.peakReservedBytes;
+    // What is allocated at the peak cannot be freed by any flush: past the card with it alone,
+    // the run cannot fit, and the replay (a second simulation) is not needed.
+    if (checkedAdd(e.peakAllocatedBytes, outside) > v.capacityBytes)
+        return v;
     const Timeline t = estimateTimeline(m, c, opt);
     auto runsWithin = [&](int64_t budget) {
         AllocatorConfig ac = opt.allocator;
