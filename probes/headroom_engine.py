@@ -1073,6 +1073,74 @@ def snapshot_at_peak(trace, marks, step):
             "largest_block_bytes": sizes[:64], "segments": seg_list[:4096]}
 
 
+# ---------------------------------------------------------------- a user's snapshot
+def _plain_unpickler(f):
+    """torch.cuda.memory._dump_snapshot pickles plain dicts, lists, strings and numbers: refuse
+    anything that would import a class (a pickle can run code; the file is the user's own, but a
+    snapshot never needs it)."""
+    import pickle
+
+    class Plain(pickle.Unpickler):
+        def find_class(self, module, name):
+            raise BadRequest("snapshot", f"{module}.{name}", "a memory snapshot holds plain data only")
+    return Plain(f)
+
+
+def _phase_of(frame):
+    if frame.startswith("backward"):
+        return "backward"
+    if frame.startswith("optim/") or "torch/optim" in frame:  # frame_of keeps the path's last two parts
+        return "optimizer"
+    return "forward"
+
+
+def convert_snapshot(path, out_path, limit=2 << 30):
+    """A memory snapshot from the user's own training (torch.cuda.memory._dump_snapshot, with
+    _record_memory_history on) as a probe_timeline: the busiest device's trace, every allocation
+    and free, phases read from the frames (autograd's are backward, torch/optim's the optimizer,
+    the rest forward), steps cut where a forward follows an optimizer step; the last whole step
+    is the one to draw."""
+    size = os.path.getsize(path)
+    if size > limit:
+        raise BadRequest("snapshot", f"{size} bytes", f"is larger than the {limit}-byte limit")
+    with open(path, "rb") as f:
+        try:
+            snap = _plain_unpickler(f).load()
+        except BadRequest:
+            raise
+        except Exception as e:
+            raise BadRequest("snapshot", os.path.basename(path), f"not a PyTorch memory snapshot ({type(e).__name__})")
+    if not isinstance(snap, dict) or not isinstance(snap.get("device_traces"), list):
+        raise BadRequest("snapshot.device_traces", "(missing)",
+                         "no allocation trace: record it with torch.cuda.memory._record_memory_history() first")
+    traces = [t for t in snap["device_traces"] if isinstance(t, list)]
+    trace = max(traces, key=len) if traces else []
+    if not any(isinstance(e, dict) and e.get("action") == "alloc" for e in trace):
+        raise BadRequest("snapshot.device_traces", "0 allocations", "the trace is empty")
+    tl = build_timeline(trace, [], {}, set(), 0)
+    frames = tl["frames"]
+    marks, step, cur = [], 0, None
+    for i, e in enumerate(tl["events"]):
+        if e[0] != 0:
+            continue
+        ph = _phase_of(frames[e[4]])
+        if ph == cur:
+            continue
+        if ph == "forward" and cur == "optimizer":
+            step += 1
+        if ph == "backward" and cur is None:
+            marks.append({"step": step, "phase": "forward", "micro_batch": 0, "event": 0, "allocated_bytes": 0,
+                          "exact": False})
+        marks.append({"step": step, "phase": ph, "micro_batch": 0, "event": i, "allocated_bytes": 0, "exact": False})
+        cur = ph
+    whole = step - 1 if step >= 1 and cur != "optimizer" else step
+    tl["marks"] = marks
+    tl.update({"schema_version": SCHEMA_VERSION, "kind": "probe_timeline", "engine": "snapshot",
+               "device": "cuda", "step": max(whole, 0), "source_file": os.path.basename(path)})
+    write_atomically(out_path, tl, indent=None)
+    return tl
+
+
 # ---------------------------------------------------------------- the run
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="headroom_engine", description=__doc__.split("\n\n")[0])
@@ -1089,6 +1157,8 @@ def main(argv=None):
     ap.add_argument("--sharding", choices=("fsdp", "deepspeed"), default="fsdp")
     ap.add_argument("--alloc-conf")
     ap.add_argument("--no-attribution", action="store_true")
+    ap.add_argument("--convert-snapshot", metavar="SNAPSHOT.pickle",
+                    help="convert a torch.cuda.memory._dump_snapshot file into a probe_timeline at --out, then exit")
     ap.add_argument("--torchrun", type=int, default=0,
                     help="start N ranks of this engine through torch.distributed.run (torchrun)")
     try:
@@ -1097,6 +1167,18 @@ def main(argv=None):
             ap.error(f"unrecognized arguments: {' '.join(rest)}")
     except SystemExit as e:
         return EXIT_BAD_REQUEST if e.code else EXIT_OK
+    if args.convert_snapshot:
+        try:
+            if not args.out:
+                raise BadRequest("--out", "(missing)", "--convert-snapshot writes the timeline there")
+            convert_snapshot(args.convert_snapshot, args.out)
+            return EXIT_OK
+        except BadRequest as e:
+            print(f"headroom-engine: {e}", file=sys.stderr)
+            return EXIT_BAD_REQUEST
+        except OSError as e:
+            print(f"headroom-engine: snapshot = {args.convert_snapshot}: {e.strerror}", file=sys.stderr)
+            return EXIT_BAD_REQUEST
     if args.torchrun:
         return torchrun(args.torchrun, [a for a in (argv if argv is not None else sys.argv[1:])])
     rank = int(os.environ.get("RANK", "0"))

@@ -197,6 +197,32 @@ private Q_SLOTS:
         QCOMPARE(t->chart()->seriesCount(), estimateOnly + 1); // the overlay it had stays
     }
 
+    // A user's own PyTorch memory snapshot (torch.cuda.memory._dump_snapshot around a plain
+    // Transformers loop on the H200, scripts/gpu_snapshot.py) is converted by the engine's Python
+    // and drawn: its last whole step over the estimate. A pickle that would import code is refused.
+    void timelineImportsAPyTorchSnapshot()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        w.showTab(MainWindow::Tab::Timeline);
+        TimelinePanel *t = w.timelinePanel();
+        const int estimateOnly = t->chart()->seriesCount();
+        QCOMPARE(t->openMeasured(testData("h200/snapshots/l1b-2layers-user.pickle")), QString());
+        QCOMPARE(t->chart()->seriesCount(), estimateOnly + 1);
+        QTemporaryDir dir;
+        const QString evil = dir.filePath(QStringLiteral("evil.pickle"));
+        {
+            QFile f(evil);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            // pickle protocol 2: GLOBAL builtins.print, called on ("x",): what a hostile file does
+            f.write(QByteArray::fromHex("8002635f5f6275696c74696e5f5f0a7072696e740a710058010000007871018571025271032e"));
+        }
+        const QString problem = t->openMeasured(evil);
+        QVERIFY2(problem.contains(QStringLiteral("plain data only")), qPrintable(problem));
+    }
+
     void unitsAndPhases()
     {
         Session s;

@@ -6,7 +6,12 @@
 #include "headroom/error.h"
 #include "headroom/sheet.h"
 
+#include "settings.h"
+
+#include <QCoreApplication>
 #include <QFileDialog>
+#include <QProcess>
+#include <QTemporaryDir>
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -47,7 +52,8 @@ TimelinePanel::TimelinePanel(Session *session, QWidget *parent)
     head->addWidget(m_source, 1);
     auto *open = new QPushButton(tr("Overlay a measured timeline…"), this);
     open->setObjectName(QStringLiteral("openTimeline"));
-    open->setToolTip(tr("A probe_timeline JSON: headroom-probe --timeline FILE (either engine)"));
+    open->setToolTip(tr("A probe_timeline JSON (headroom-probe --timeline FILE), or a PyTorch memory snapshot "
+                        "from your own training (torch.cuda.memory._dump_snapshot, *.pickle)"));
     head->addWidget(open);
     layout->addLayout(head);
     layout->addWidget(m_chart, 1);
@@ -69,10 +75,66 @@ void TimelinePanel::showEvent(QShowEvent *e)
         refresh();
 }
 
+namespace {
+
+// The transformers engine's script, where headroom-probe looks for it too.
+QString engineScript()
+{
+    const QString env = qEnvironmentVariable("HEADROOM_ENGINE_SCRIPT");
+    if (!env.isEmpty())
+        return env;
+    const QString dir = QCoreApplication::applicationDirPath();
+    for (const QString &rel : {QStringLiteral("/headroom_engine.py"), QStringLiteral("/../probes/headroom_engine.py"),
+                               QStringLiteral("/../../probes/headroom_engine.py"),
+                               QStringLiteral("/../share/headroom/headroom_engine.py")})
+        if (QFileInfo::exists(dir + rel))
+            return QFileInfo(dir + rel).canonicalFilePath();
+    return {};
+}
+
+} // namespace
+
+// A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) goes through the transformers
+// engine's converter, in the Python interpreter of Settings: Python's own unpickler reads it, so
+// the GUI never parses a pickle.
+QString TimelinePanel::convertSnapshot(const QString &path, const QString &out)
+{
+    const QString script = engineScript();
+    if (script.isEmpty())
+        return tr("snapshot = %1: the converter (headroom_engine.py) was not found; set HEADROOM_ENGINE_SCRIPT").arg(path);
+    const Settings settings;
+    const QString python = !settings.probePython().isEmpty() ? settings.probePython()
+                           : qEnvironmentVariableIsEmpty("HEADROOM_PYTHON") ? QStringLiteral("python3")
+                                                                             : qEnvironmentVariable("HEADROOM_PYTHON");
+    QProcess p;
+    p.start(python, {script, QStringLiteral("--convert-snapshot"), path, QStringLiteral("--out"), out});
+    if (!p.waitForStarted(10000))
+        return tr("snapshot = %1: cannot start %2 to convert it (set the interpreter in Measure → Settings)").arg(path, python);
+    if (!p.waitForFinished(120000)) {
+        p.kill();
+        p.waitForFinished(2000);
+        return tr("snapshot = %1: its conversion took more than two minutes").arg(path);
+    }
+    if (p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0) {
+        QString why = QString::fromUtf8(p.readAllStandardError()).trimmed();
+        why = why.section(QLatin1Char('\n'), -1).left(300);
+        return why.isEmpty() ? tr("snapshot = %1: the converter failed (exit %2)").arg(path).arg(p.exitCode()) : why;
+    }
+    return {};
+}
+
 QString TimelinePanel::openMeasured(const QString &path)
 {
     try {
-        Timeline t = readTimelineFile(path.toStdString());
+        QString file = path;
+        QTemporaryDir tmp;
+        if (path.endsWith(QStringLiteral(".pickle"), Qt::CaseInsensitive) ||
+            path.endsWith(QStringLiteral(".pkl"), Qt::CaseInsensitive)) {
+            file = tmp.filePath(QStringLiteral("timeline.json"));
+            if (const QString problem = convertSnapshot(path, file); !problem.isEmpty())
+                return problem;
+        }
+        Timeline t = readTimelineFile(file.toStdString());
         if (stepPhases(t, t.steadyStep).empty())
             return tr("%1: the timeline has no steady step (step %2) to draw").arg(path).arg(t.steadyStep);
         m_measured = std::move(t);
@@ -87,8 +149,9 @@ QString TimelinePanel::openMeasured(const QString &path)
 
 void TimelinePanel::chooseFile()
 {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Measured timeline"), QString(),
-                                                      tr("Probe timeline (*.json);;All files (*)"));
+    const QString path = QFileDialog::getOpenFileName(
+        this, tr("Measured timeline"), QString(),
+        tr("Probe timeline or PyTorch memory snapshot (*.json *.pickle *.pkl);;All files (*)"));
     if (path.isEmpty())
         return;
     const QString problem = openMeasured(path);

@@ -19,7 +19,8 @@ class TimelinePanel : public QWidget
     Q_OBJECT
 public:
     explicit TimelinePanel(Session *session, QWidget *parent = nullptr);
-    // Loads a probe_timeline JSON to overlay; "" on success, else the one-line reason.
+    // Loads a probe_timeline JSON, or converts a PyTorch memory snapshot (.pickle) through the
+    // engine's converter, to overlay; "" on success, else the one-line reason.
     QString openMeasured(const QString &path);
     TimelineChart *chart() { return m_chart; }
     QString details() const;
@@ -31,6 +32,7 @@ protected:
 private:
     void refresh();
     void chooseFile();
+    QString convertSnapshot(const QString &path, const QString &out);
 
     Session *m_session;
     TimelineChart *m_chart;
