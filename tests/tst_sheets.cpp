@@ -98,6 +98,10 @@ private Q_SLOTS:
             break;
         case sheetio::Format::Html:
             QVERIFY(bytes.contains("<table"));
+            // the breakdown and the timeline as pictures, and the notes
+            QCOMPARE(bytes.count("src=\"data:image/png;base64,"), 2);
+            QVERIFY(bytes.contains("Memory over one steady step"));
+            QVERIFY(bytes.contains("<h2>Notes</h2>"));
             QVERIFY(bytes.contains("data:image/png;base64,"));
             QVERIFY(bytes.contains("NVIDIA H200"));
             break;

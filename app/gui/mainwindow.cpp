@@ -203,7 +203,8 @@ QString MainWindow::exportTo(const QString &path)
     if (!format)
         return tr("Cannot export to %1: use .pdf, .html, .md, .csv, .json or .png").arg(QFileInfo(path).fileName());
     m_session->recomputeNow(); // the sheet describes exactly what is on screen
-    const QString problem = sheetio::exportSheet(path, *format, m_session->toSheet(), m_chart->chart()->toPixmap(QSize(900, 520)));
+    const QString problem = sheetio::exportSheet(path, *format, m_session->toSheet(), m_chart->chart()->toPixmap(QSize(900, 520)),
+                                                 m_timeline->picture(QSize(900, 460)));
     if (problem.isEmpty()) {
         if (*format == sheetio::Format::Json)
             m_sheetPath = path;

@@ -85,7 +85,7 @@ QString writeAtomic(const QString &path, const QByteArray &bytes)
     return {};
 }
 
-QString exportSheet(const QString &path, Format format, const Sheet &sheet, const QPixmap &chart)
+QString exportSheet(const QString &path, Format format, const Sheet &sheet, const QPixmap &chart, const QPixmap &timeline)
 {
     QByteArray bytes;
     try {
@@ -96,7 +96,9 @@ QString exportSheet(const QString &path, Format format, const Sheet &sheet, cons
         case Format::Html: {
             const std::string src = chart.isNull() ? std::string()
                                                    : "data:image/png;base64," + pngBytes(chart).toBase64().toStdString();
-            bytes = QByteArray::fromStdString(sheetHtml(sheet, src));
+            const std::string tsrc = timeline.isNull() ? std::string()
+                                                       : "data:image/png;base64," + pngBytes(timeline).toBase64().toStdString();
+            bytes = QByteArray::fromStdString(sheetHtml(sheet, src, tsrc));
             break;
         }
         case Format::Png: bytes = pngBytes(chart); break;
@@ -105,7 +107,10 @@ QString exportSheet(const QString &path, Format format, const Sheet &sheet, cons
             const QUrl chartUrl(QStringLiteral("headroom-chart.png"));
             if (!chart.isNull())
                 doc.addResource(QTextDocument::ImageResource, chartUrl, chart.toImage());
-            doc.setHtml(QString::fromStdString(sheetHtml(sheet, chart.isNull() ? std::string() : "headroom-chart.png")));
+            if (!timeline.isNull())
+                doc.addResource(QTextDocument::ImageResource, QUrl(QStringLiteral("headroom-timeline.png")), timeline.toImage());
+            doc.setHtml(QString::fromStdString(sheetHtml(sheet, chart.isNull() ? std::string() : "headroom-chart.png",
+                                                         timeline.isNull() ? std::string() : "headroom-timeline.png")));
             QBuffer buffer(&bytes);
             buffer.open(QIODevice::WriteOnly);
             QPdfWriter writer(&buffer);

@@ -16,7 +16,9 @@ QString filterString(); // for file dialogs
 
 // Returns an empty string on success, else the reason.
 QString writeAtomic(const QString &path, const QByteArray &bytes);
-QString exportSheet(const QString &path, Format format, const headroom::Sheet &sheet, const QPixmap &chart);
+// `timeline` (the Timeline tab's chart) goes into HTML and PDF after the breakdown; may be null.
+QString exportSheet(const QString &path, Format format, const headroom::Sheet &sheet, const QPixmap &chart,
+                    const QPixmap &timeline = {});
 
 enum class FileKind { Sheet, Measurement, ModelConfig };
 // What a dropped or opened JSON file is: a budget sheet, a probe result, or a HF config.json.

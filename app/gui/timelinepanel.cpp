@@ -64,8 +64,8 @@ TimelinePanel::TimelinePanel(Session *session, QWidget *parent)
     layout->addWidget(m_details);
     connect(open, &QPushButton::clicked, this, &TimelinePanel::chooseFile);
     connect(m_chart, &TimelineChart::hovered, this, &TimelinePanel::showDetailsAt);
-    connect(session, &Session::reportReady, this, &TimelinePanel::refresh);
-    connect(session, &Session::unitsChanged, this, &TimelinePanel::refresh);
+    connect(session, &Session::reportReady, this, [this] { refresh(); });
+    connect(session, &Session::unitsChanged, this, [this] { refresh(); });
 }
 
 void TimelinePanel::showEvent(QShowEvent *e)
@@ -159,9 +159,16 @@ void TimelinePanel::chooseFile()
         m_details->setText(tr("<b>Not opened:</b> %1").arg(problem.toHtmlEscaped()));
 }
 
-void TimelinePanel::refresh()
+QPixmap TimelinePanel::picture(const QSize &size)
 {
-    if (!isVisible()) {
+    if (m_dirty)
+        refresh(true);
+    return m_estimate.events.empty() ? QPixmap() : m_chart->toPixmap(size);
+}
+
+void TimelinePanel::refresh(bool force)
+{
+    if (!isVisible() && !force) {
         m_dirty = true;
         return;
     }

@@ -24,13 +24,15 @@ public:
     QString openMeasured(const QString &path);
     TimelineChart *chart() { return m_chart; }
     QString details() const;
+    // The chart as a picture for sheets, brought up to date even if the tab was never shown.
+    QPixmap picture(const QSize &size);
     void showDetailsAt(double x);
 
 protected:
     void showEvent(QShowEvent *e) override;
 
 private:
-    void refresh();
+    void refresh(bool force = false);
     void chooseFile();
     QString convertSnapshot(const QString &path, const QString &out);
 

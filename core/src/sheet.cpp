@@ -472,7 +472,7 @@ std::string sheetMarkdown(const Sheet &s)
     return o.str();
 }
 
-std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc)
+std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc, const std::string &timelineImageSrc)
 {
     const Report r = reportOrThrow(s.scenario);
     std::ostringstream o;
@@ -485,6 +485,9 @@ std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc)
       << ";font-weight:bold\">" << escapeHtml(verdictLine(s, r)) << "</p>\n";
     if (!chartImageSrc.empty())
         o << "<p><img alt=\"breakdown chart\" width=\"640\" src=\"" << escapeHtml(chartImageSrc) << "\"></p>\n";
+    if (!timelineImageSrc.empty())
+        o << "<h2>Memory over one steady step</h2>\n<p><img alt=\"timeline\" width=\"640\" src=\""
+          << escapeHtml(timelineImageSrc) << "\"></p>\n";
     for (const Table &t : sheetTables(s, r)) {
         o << "<h2>" << escapeHtml(t.title) << "</h2>\n<table cellspacing=\"0\" cellpadding=\"3\" border=\"1\"><tr>";
         for (const auto &h : t.header)

@@ -72,7 +72,7 @@ Sheet sheetFromText(const std::string &text);
 // Human forms of the same sheet. `chartImageSrc` (optional): an img src for the chart, e.g. a data: URL.
 std::string sheetMarkdown(const Sheet &s);
 std::string sheetCsv(const Sheet &s);
-std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {});
+std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {}, const std::string &timelineImageSrc = {});
 
 // Difference of measured against estimated device total, as a fraction of the estimate.
 double measuredError(const Measurement &m, const Estimate &e);
