@@ -118,13 +118,13 @@ private Q_SLOTS:
                 unavailable.insert(r.name + " (" + err.what() + ")");
                 continue;
             }
-            const double err = double(e.peakAllocatedBytes - m.peakAllocatedBytes) / double(m.peakAllocatedBytes);
-            const double rerr = double(e.peakReservedBytes - m.peakReservedBytes) / double(m.peakReservedBytes);
+            const double err = relativeError(e.peakAllocatedBytes, m.peakAllocatedBytes);
+            const double rerr = relativeError(e.peakReservedBytes, m.peakReservedBytes);
             double worstPhase = 0;
             for (Phase p : kAllPhases) {
                 const int64_t measured = steadyPeak(m, p);
                 if (measured > 0) {
-                    const double pe = double(e.phase(p).peakAllocatedBytes - measured) / double(measured);
+                    const double pe = relativeError(e.phase(p).peakAllocatedBytes, measured);
                     if (std::abs(pe) > std::abs(worstPhase))
                         worstPhase = pe;
                 }

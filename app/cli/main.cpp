@@ -250,9 +250,7 @@ int compare(const std::string &path, double tolerance, bool asJson)
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const Measurement m = measurementFromJson(parseUntrusted(text, "result"));
     const Estimate e = estimate(m.model, m.config);
-    auto err = [](int64_t measured, int64_t estimated) {
-        return measured > 0 ? double(estimated) / double(measured) - 1 : 0.0;
-    };
+    auto err = [](int64_t measured, int64_t estimated) { return relativeError(estimated, measured); };
     bool ok = true;
     nlohmann::json phases = nlohmann::json::array(), ranks = nlohmann::json::array();
     for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer}) {

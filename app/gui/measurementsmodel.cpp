@@ -60,7 +60,7 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
         case Optimizer: return phaseCell(Phase::Optimizer);
         case Peak: return qs(formatBytes(m.peakAllocatedBytes, u, 2));
         case Estimated: return est ? qs(formatBytes(est->peakAllocatedBytes, u, 2)) : QStringLiteral("—");
-        case Error: return est ? QString::asprintf("%+.1f%%", measuredError(m, *est) * 100.0) : QStringLiteral("—");
+        case Error: return est ? QString::asprintf("%+.1f%%", estimateError(m, *est) * 100.0) : QStringLiteral("—");
         case Result:
             return m.oom ? tr("OOM in %1 at %2").arg(qs(toString(m.oom->phase)), qs(formatBytes(m.oom->inUseBytes, u, 1)))
                          : tr("ok");
@@ -82,7 +82,7 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
     } else if (role == Qt::ForegroundRole) {
         if (index.column() == Result && m.oom)
             return QColor(0xb3, 0x26, 0x1e);
-        if (index.column() == Error && est && std::abs(measuredError(m, *est)) > 0.05)
+        if (index.column() == Error && est && std::abs(estimateError(m, *est)) > 0.05)
             return QColor(0xa1, 0x5c, 0x00);
         if (index.column() == Ranks && rankSpread(m) > kUnevenSpread)
             return QColor(0xa1, 0x5c, 0x00);

@@ -50,15 +50,17 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
                           qs(m->deviceName).toHtmlEscaped());
         } else {
             const bool same = toJson(m->config) == toJson(current.config) && m->model.id == current.model.id;
-            const double err = same ? measuredError(*m, r.estimate) : 0.0;
+            const double err = same ? estimateError(*m, r.estimate) : 0.0;
             t += tr("<br>Measured on %1: peak allocated %2").arg(qs(m->deviceName).toHtmlEscaped(),
                                                                    qs(formatBytes(m->peakAllocatedBytes, u, 2)));
             if (!same)
                 t += tr(" — for %1, not the current configuration.").arg(qs(summarize(m->config)).toHtmlEscaped());
             else if (std::abs(err) > 0.05)
-                t += tr(" — <b>differs from the estimate by %1%</b>.").arg(err * 100.0, 0, 'f', 1);
+                t += tr(" — <b>the estimate is %1% %2 it</b>.")
+                         .arg(std::abs(err) * 100.0, 0, 'f', 1)
+                         .arg(err < 0 ? tr("under") : tr("over"));
             else
-                t += tr(", %1% from the estimate.").arg(err * 100.0, 0, 'f', 1);
+                t += tr(", the estimate %1% from it.").arg(err * 100.0, 0, 'f', 1);
             if (m->ranks.size() > 1) {
                 const double spread = rankSpread(*m);
                 t += tr(" Busiest of %1 ranks (%2)").arg(m->ranks.size()).arg(qs(m->backend));

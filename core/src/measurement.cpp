@@ -7,6 +7,12 @@
 
 namespace headroom {
 
+double relativeError(int64_t estimated, int64_t measured)
+{
+    return measured > 0 ? static_cast<double>(estimated - measured) / static_cast<double>(measured) : 0.0;
+}
+
+
 using nlohmann::json;
 
 namespace {

@@ -126,11 +126,9 @@ Breakdown measuredBreakdown(const Measurement &m)
     return b;
 }
 
-double measuredError(const Measurement &m, const Estimate &e)
+double estimateError(const Measurement &m, const Estimate &e)
 {
-    if (e.peakAllocatedBytes <= 0)
-        return 0.0;
-    return static_cast<double>(m.peakAllocatedBytes - e.peakAllocatedBytes) / static_cast<double>(e.peakAllocatedBytes);
+    return relativeError(e.peakAllocatedBytes, m.peakAllocatedBytes);
 }
 
 json toJson(const GpuSpec &g)
@@ -405,7 +403,7 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
         for (const auto &mm : s.measurements) {
             std::string err = "-";
             try {
-                err = pct(measuredError(mm, estimate(mm.model, mm.config)));
+                err = pct(estimateError(mm, estimate(mm.model, mm.config)));
             } catch (const InputError &) {
             }
             // Several ranks: the busiest one's peak, and how far apart the ranks were.

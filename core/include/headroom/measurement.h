@@ -17,6 +17,11 @@ struct ProbeRequest
     std::string engine = "libtorch"; // libtorch | transformers (headroom-probe --engine overrides)
 };
 
+// The one sign convention for an estimate against a measurement, everywhere (CLI compare, GUI,
+// sheets, the accuracy test): (estimated - measured) / measured. Negative: the estimate is under,
+// the run needs more than it says (an OOM risk). 0 when nothing was measured.
+double relativeError(int64_t estimated, int64_t measured);
+
 nlohmann::json toJson(const ProbeRequest &r);
 ProbeRequest probeRequestFromJson(const nlohmann::json &j);
 

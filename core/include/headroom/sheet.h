@@ -74,8 +74,8 @@ std::string sheetMarkdown(const Sheet &s);
 std::string sheetCsv(const Sheet &s);
 std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {}, const std::string &timelineImageSrc = {});
 
-// Difference of measured against estimated device total, as a fraction of the estimate.
-double measuredError(const Measurement &m, const Estimate &e);
+// The estimate's error on peak allocated against a measurement, by relativeError's convention.
+double estimateError(const Measurement &m, const Estimate &e);
 
 } // namespace headroom
 
