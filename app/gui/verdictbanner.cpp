@@ -59,8 +59,12 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
                 t += tr(" — <b>the estimate is %1% %2 it</b>.")
                          .arg(std::abs(err) * 100.0, 0, 'f', 1)
                          .arg(err < 0 ? tr("under") : tr("over"));
+            else if (std::abs(err) < 0.0005)
+                t += tr(", the estimate within 0.05% of it.");
             else
-                t += tr(", the estimate %1% from it.").arg(err * 100.0, 0, 'f', 1);
+                t += tr(", the estimate %1% %2 it.")
+                         .arg(std::abs(err) * 100.0, 0, 'f', 1)
+                         .arg(err < 0 ? tr("under") : tr("over"));
             if (m->ranks.size() > 1) {
                 const double spread = rankSpread(*m);
                 t += tr(" Busiest of %1 ranks (%2)").arg(m->ranks.size()).arg(qs(m->backend));
