@@ -1118,6 +1118,20 @@ def convert_snapshot(path, out_path, limit=2 << 30):
     if not any(isinstance(e, dict) and e.get("action") == "alloc" for e in trace):
         raise BadRequest("snapshot.device_traces", "0 allocations", "the trace is empty")
     tl = build_timeline(trace, [], {}, set(), 0)
+    # Blocks allocated before recording began (the weights, usually) are not in the trace; what
+    # the segments hold at the dump, less what the trace leaves alive, is that baseline.
+    alive_at_end = {}
+    for e in tl["events"]:
+        if e[0] == 0:
+            alive_at_end[e[1]] = e[2]
+        elif e[0] == 1:
+            alive_at_end.pop(e[1], None)
+    active = 0
+    for seg in snap.get("segments") or []:
+        for b in (seg.get("blocks") or []) if isinstance(seg, dict) else []:
+            if isinstance(b, dict) and b.get("state") == "active_allocated":
+                active += int(b.get("size", 0))
+    tl["startup_bytes"] = max(0, active - sum(alive_at_end.values()))
     frames = tl["frames"]
     marks, step, cur = [], 0, None
     for i, e in enumerate(tl["events"]):
