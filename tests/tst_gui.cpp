@@ -223,6 +223,24 @@ private Q_SLOTS:
         QVERIFY2(problem.contains(QStringLiteral("plain data only")), qPrintable(problem));
     }
 
+    // Issue 13: the model box finds preset ids, and typed text that matches nothing does not stay.
+    void modelBoxFindsPresetIds()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        auto *box = child<QComboBox>(w, "model");
+        box->lineEdit()->setText(QStringLiteral("qwen2.5-7b"));
+        emit box->lineEdit()->editingFinished();
+        QVERIFY(settle(s));
+        QCOMPARE(QString::fromStdString(s.scenario().model.id), QStringLiteral("qwen2.5-7b"));
+        box->lineEdit()->setText(QStringLiteral("no such model"));
+        emit box->lineEdit()->editingFinished();
+        QCOMPARE(box->lineEdit()->text(), box->itemText(box->currentIndex()));
+        QCOMPARE(QString::fromStdString(s.scenario().model.id), QStringLiteral("qwen2.5-7b"));
+    }
+
     void unitsAndPhases()
     {
         Session s;

@@ -235,6 +235,35 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
         if (idx >= 0 && idx < static_cast<int>(m_models.size()))
             edit([&](Scenario &s) { s.model = m_models[static_cast<size_t>(idx)]; });
     });
+    // Typed text that is not a list entry: a preset id ("qwen2.5-7b") or a unique part of one
+    // name or id selects that model; anything else goes back to the current model's name.
+    connect(m_model->lineEdit(), &QLineEdit::editingFinished, this, [this] {
+        const QString text = m_model->lineEdit()->text().trimmed();
+        if (m_model->findText(text) >= 0)
+            return;
+        int found = -1, hits = 0;
+        for (int i = 0; i < m_model->count(); ++i) {
+            const int idx = m_model->itemData(i).toInt();
+            if (idx < 0 || idx >= static_cast<int>(m_models.size()))
+                continue;
+            const QString id = qs(m_models[static_cast<size_t>(idx)].id);
+            if (id.compare(text, Qt::CaseInsensitive) == 0) {
+                found = i;
+                hits = 1;
+                break;
+            }
+            if (!text.isEmpty() && (id.contains(text, Qt::CaseInsensitive) || m_model->itemText(i).contains(text, Qt::CaseInsensitive))) {
+                found = i;
+                ++hits;
+            }
+        }
+        if (hits == 1) {
+            m_model->setCurrentIndex(found);
+            emit m_model->activated(found);
+        } else {
+            m_model->lineEdit()->setText(m_model->itemText(m_model->currentIndex()));
+        }
+    });
     const auto onCombo = [this](QComboBox *c, auto apply) {
         connect(c, qOverload<int>(&QComboBox::currentIndexChanged), this,
                 [this, c, apply](int) { edit([&](Scenario &s) { apply(s, c->currentData().toInt()); }); });
