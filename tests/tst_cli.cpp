@@ -198,6 +198,22 @@ private Q_SLOTS:
         QVERIFY2(bad.err.contains(QStringLiteral("result.")), qPrintable(bad.err));
         QCOMPARE(cli({QStringLiteral("compare"), QStringLiteral("/nonexistent.json")}).code, 2);
         QCOMPARE(cli({QStringLiteral("compare"), nccl, QStringLiteral("--tolerance"), QStringLiteral("2")}).code, 2);
+        // Issue 15, item 6: compare does not pass its own gate on nothing.
+        QCOMPARE(cli({QStringLiteral("compare"), nccl, QStringLiteral("--tolerance"), QStringLiteral("nan")}).code, 2);
+        QTemporaryDir dir;
+        std::ifstream in(nccl.toStdString());
+        nlohmann::json r = nlohmann::json::parse(in);
+        for (auto &ph : r.at("phases"))
+            ph["peak_allocated_bytes"] = 0;
+        const QString zero = dir.filePath(QStringLiteral("zero.json"));
+        std::ofstream(zero.toStdString()) << r.dump();
+        QCOMPARE(cli({QStringLiteral("compare"), zero}).code, 1); // phases that measured 0 bytes
+        r["phases"] = nlohmann::json::array();
+        const QString none = dir.filePath(QStringLiteral("none.json"));
+        std::ofstream(none.toStdString()) << r.dump();
+        const Run empty = cli({QStringLiteral("compare"), none});
+        QCOMPARE(empty.code, 1); // no phases at all
+        QVERIFY2(empty.err.contains(QStringLiteral("no steady-state phase")), qPrintable(empty.err));
     }
 };
 

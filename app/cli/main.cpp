@@ -244,6 +244,8 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
 // ranks are uneven, so scripts can gate on it.
 int compare(const std::string &path, double tolerance, bool asJson)
 {
+    if (!(tolerance >= 0.0 && tolerance <= 1.0)) // also NaN
+        throw InputError("--tolerance", std::to_string(tolerance), "must be a fraction in [0, 1]");
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw InputError("RESULT", path, "cannot open the file");
@@ -252,13 +254,16 @@ int compare(const std::string &path, double tolerance, bool asJson)
     const Estimate e = estimate(m.model, m.config);
     auto err = [](int64_t measured, int64_t estimated) { return relativeError(estimated, measured); };
     bool ok = true;
+    int compared = 0;
     nlohmann::json phases = nlohmann::json::array(), ranks = nlohmann::json::array();
     for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer}) {
         const auto sp = m.steady(p);
         if (!sp)
             continue;
         const double d = err(sp->peakAllocatedBytes, e.phase(p).peakAllocatedBytes);
-        ok = ok && std::abs(d) <= tolerance;
+        // A phase that measured nothing is no evidence: it fails the gate rather than pass at 0%.
+        ok = ok && sp->peakAllocatedBytes > 0 && std::abs(d) <= tolerance;
+        ++compared;
         phases.push_back({{"phase", toString(p)},
                           {"measured_bytes", sp->peakAllocatedBytes},
                           {"estimated_bytes", e.phase(p).peakAllocatedBytes},
@@ -266,7 +271,7 @@ int compare(const std::string &path, double tolerance, bool asJson)
     }
     for (const auto &r : m.ranks) {
         const double d = err(r.peakAllocatedBytes, e.peakAllocatedBytes);
-        ok = ok && !r.oom && std::abs(d) <= tolerance;
+        ok = ok && !r.oom && r.peakAllocatedBytes > 0 && std::abs(d) <= tolerance;
         ranks.push_back({{"rank", r.rank},
                          {"measured_bytes", r.peakAllocatedBytes},
                          {"estimated_bytes", e.peakAllocatedBytes},
@@ -274,7 +279,9 @@ int compare(const std::string &path, double tolerance, bool asJson)
                          {"oom", r.oom}});
     }
     const double spread = rankSpread(m);
-    ok = ok && spread <= kUnevenSpread && !m.oom;
+    ok = ok && compared > 0 && spread <= kUnevenSpread && !m.oom;
+    if (compared == 0)
+        std::fprintf(stderr, "headroom-cli: compare: %s has no steady-state phase to compare\n", path.c_str());
     if (asJson) {
         nlohmann::json j = {{"model", m.model.id},
                             {"config", summarize(m.config)},
