@@ -34,6 +34,13 @@ void populate(Session &s, MainWindow &w)
     QVERIFY(settle(s));
 }
 
+Sheet defaultSheetForTest()
+{
+    Sheet sheet;
+    sheet.scenario = defaultScenario();
+    return sheet;
+}
+
 } // namespace
 
 class TestSheets : public QObject
@@ -142,6 +149,30 @@ private Q_SLOTS:
         QCOMPARE(s.measurements().size(), size_t(1));
         QCOMPARE(s.selectedIndex(), 0);
         QCOMPARE(w.chartPanel()->chart()->barLabels().size(), 2); // estimated and measured
+    }
+
+    // Issue 15, item 9: a sheet of 1,000 runs restores every run with its estimate, each distinct
+    // configuration estimated once (it took 20 s through one signal and one estimate per run; now
+    // 0.24 s for the whole app start, docs/performance.md).
+    void manyMeasurementsRestore()
+    {
+        Sheet sheet = defaultSheetForTest();
+        const Measurement m = sheetio::readMeasurement(testData("h200/llama8b-lora16-b4s2048.result.json"));
+        Measurement other = sheetio::readMeasurement(testData("h200/llama1b-full-b4s1024.result.json"));
+        for (int i = 0; i < 1000; ++i)
+            sheet.measurements.push_back(i % 2 ? m : other);
+        sheet.selectedMeasurement = 999;
+        Session s;
+        s.restore(sheet);
+        QCOMPARE(s.measurements().size(), size_t(1000));
+        QCOMPARE(s.measurementEstimates().size(), size_t(1000));
+        QCOMPARE(s.selectedIndex(), 999);
+        const Estimate e8 = estimate(m.model, m.config);
+        const Estimate e1 = estimate(other.model, other.config);
+        for (size_t i = 0; i < 1000; ++i) {
+            QVERIFY(s.measurementEstimates()[i].has_value());
+            QCOMPARE(s.measurementEstimates()[i]->peakAllocatedBytes, (i % 2 ? e8 : e1).peakAllocatedBytes);
+        }
     }
 
     // A run of several ranks goes to the team with its ranks, and comes back with them.

@@ -1,5 +1,9 @@
 #include "session.h"
 
+#include "headroom/serialize.h"
+
+#include <unordered_map>
+
 #include <QtConcurrent/QtConcurrentRun>
 
 using namespace headroom;
@@ -212,11 +216,28 @@ Sheet Session::toSheet() const
 
 void Session::restore(const Sheet &sheet)
 {
+    // Linear in the measurements: one estimate per distinct model and configuration (a sheet's
+    // runs mostly repeat a few), and one signal at the end, not one per run (issue 15: 1,000
+    // measurements took 20 s through addMeasurement's per-run signal and estimate).
     m_selected = -1;
-    m_measurements.clear();
+    m_measurements = sheet.measurements;
     m_measurementEstimates.clear();
-    for (const auto &m : sheet.measurements)
-        addMeasurement(m);
+    m_measurementEstimates.reserve(m_measurements.size());
+    std::unordered_map<std::string, std::optional<Estimate>> byConfig;
+    for (const auto &m : m_measurements) {
+        const std::string key = toJson(m.model).dump() + toJson(m.config).dump();
+        auto it = byConfig.find(key);
+        if (it == byConfig.end()) {
+            std::optional<Estimate> e;
+            try {
+                e = estimate(m.model, m.config);
+            } catch (const std::exception &) {
+                // e.g. a model this build cannot estimate
+            }
+            it = byConfig.emplace(key, std::move(e)).first;
+        }
+        m_measurementEstimates.push_back(it->second);
+    }
     emit measurementsChanged();
     selectMeasurement(sheet.selectedMeasurement);
     setUnits(sheet.units);
