@@ -130,6 +130,20 @@ private Q_SLOTS:
         bad << QStringLiteral("--batch") << QStringLiteral("0");
         QCOMPARE(cli(bad).code, 2); // bad input stays 2, apart from the verdict
     }
+    // Issue 15, item 10: a value with control characters still makes a one-line message.
+    void controlCharactersStayOnOneLine()
+    {
+        QTemporaryDir dir;
+        std::ifstream in(HEADROOM_SOURCE_DIR "/resources/models/llama-3.2-1b.json");
+        nlohmann::json c = nlohmann::json::parse(in).at("config");
+        c["model_type"] = "llama\nevil\x1b[31m";
+        const QString path = dir.filePath(QStringLiteral("config.json"));
+        std::ofstream(path.toStdString()) << c.dump();
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), path});
+        QCOMPARE(r.code, 2);
+        QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+        QVERIFY2(r.err.contains(QStringLiteral("llama\\nevil\\x1b[31m")), qPrintable(r.err));
+    }
     // Issue 15, item 5: output that cannot be written is an error, not exit 0.
     void fullStdoutIsAnError()
     {

@@ -1,5 +1,8 @@
 #include "headroom/types.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "headroom/error.h"
 
 #include <map>
@@ -186,6 +189,33 @@ void TrainingConfig::validate() const
     }
     if (finetune == FineTune::QLoRA && (precision == Precision::FP32))
         throw InputError("precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16");
+}
+
+std::string oneLineValue(const std::string &s, size_t limit)
+{
+    std::string out;
+    out.reserve(std::min(s.size(), limit) + 8);
+    size_t shown = 0;
+    for (unsigned char c : s) {
+        if (shown >= limit) {
+            out += "...";
+            break;
+        }
+        if (c == '\n')
+            out += "\\n";
+        else if (c == '\r')
+            out += "\\r";
+        else if (c == '\t')
+            out += "\\t";
+        else if (c < 0x20 || c == 0x7f) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\x%02x", c);
+            out += buf;
+        } else
+            out += static_cast<char>(c);
+        ++shown;
+    }
+    return out;
 }
 
 int64_t checkedMul(int64_t a, int64_t b)

@@ -7,11 +7,15 @@ namespace headroom {
 
 // Bad user input: a config file, a flag, a sheet or a probe result. The message always
 // names the field and the offending value, so the CLI and GUI can show it as is.
+// One line, always: control characters in the field or value are escaped (\n, \x1b...) and a
+// value longer than 200 characters is cut, so a hostile file cannot spread a message over lines.
+std::string oneLineValue(const std::string &s, size_t limit = 200);
+
 class InputError : public std::runtime_error
 {
 public:
     InputError(std::string field, std::string value, const std::string &why)
-        : std::runtime_error(field + " = " + value + ": " + why)
+        : std::runtime_error(oneLineValue(field) + " = " + oneLineValue(value) + ": " + oneLineValue(why, 2000))
         , m_field(std::move(field))
         , m_value(std::move(value))
         , m_why(why)
