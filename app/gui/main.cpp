@@ -3,6 +3,7 @@
 
 #include "chartpanel.h"
 #include "mainwindow.h"
+#include "sheetio.h"
 #include "timelinepanel.h"
 #include "session.h"
 #include "settings.h"
@@ -11,6 +12,7 @@
 #include "headroom/config.h"
 
 #include <QApplication>
+#include <QBuffer>
 #include <QCommandLineParser>
 #include <QIcon>
 #include <QTimer>
@@ -116,8 +118,14 @@ int main(int argc, char **argv)
         window.show();
         session.recomputeNow();
         QCoreApplication::processEvents(); // lay out and paint once
-        if (!window.grab().save(parser.value(screenshot)))
-            return fail(QStringLiteral("--screenshot = %1: cannot write the image").arg(parser.value(screenshot)));
+        // Encoded in memory, then written through the same atomic save as sheets: a failed write
+        // keeps the old file (issue 15: the screenshot was written in place).
+        QByteArray png;
+        QBuffer buffer(&png);
+        if (!buffer.open(QIODevice::WriteOnly) || !window.grab().save(&buffer, "PNG"))
+            return fail(QStringLiteral("--screenshot = %1: cannot encode the image").arg(parser.value(screenshot)));
+        if (const QString problem = sheetio::writeAtomic(parser.value(screenshot), png); !problem.isEmpty())
+            return fail(QStringLiteral("--screenshot = %1: %2").arg(parser.value(screenshot), problem));
         return 0;
     }
     window.show();
