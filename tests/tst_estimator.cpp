@@ -212,6 +212,7 @@ private Q_SLOTS:
         QFETCH(int, finetune);
         TrainingConfig c = base();
         c.finetune = FineTune(finetune);
+        c.lora.targets = {"all-linear"}; // GPT-2's and NeoX's Linears are not named like Llama's
         const Estimate e = estimate(findModelPreset(id.toStdString()), c);
         // At the optimizer step every gradient the backward pass made is alive, each rounded up to
         // the allocator's 512 bytes, and of the forward's saved tensors only the batch's token ids
@@ -231,6 +232,32 @@ private Q_SLOTS:
         c.microBatch = 1 << 20;
         c.seqLen = 1 << 24;
         QVERIFY_THROWS_EXCEPTION(InputError, estimate(findModelPreset("gemma-2-27b"), c));
+    }
+    // PEFT refuses targets that name no module of the model; so does the estimate, naming the
+    // model's own Linears. The LoRA advice for such a model takes all-linear.
+    void targetsThatMatchNothingAreRefused()
+    {
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        c.lora.targets = {"q_proj", "v_proj"};
+        try {
+            estimate(findModelPreset("gpt2"), c);
+            QFAIL("accepted");
+        } catch (const InputError &e) {
+            QCOMPARE(QString::fromStdString(e.field()), QStringLiteral("lora.targets"));
+            QVERIFY2(QString::fromStdString(e.what()).contains(QStringLiteral("c_attn, c_proj, c_fc")), e.what());
+        }
+        c.finetune = FineTune::Full;
+        c.microBatch = 1;
+        c.seqLen = 512;
+        const auto recs = recommend(findModelPreset("pythia-2.8b"), c, findGpu("t4")); // NeoX: query_key_value...
+        bool lora = false;
+        for (const auto &r : recs)
+            if (r.id == "lora") {
+                lora = true;
+                QCOMPARE(r.config.lora.targets, std::vector<std::string>{"all-linear"});
+            }
+        QVERIFY(lora);
     }
     void unknownLoraTargetIsNamed()
     {
@@ -389,6 +416,7 @@ private Q_SLOTS:
                 TrainingConfig c = base();
                 c.finetune = f;
                 c.precision = p;
+                c.lora.targets = {"all-linear"};
                 const Estimate e = estimate(findModelPreset(id.toStdString()), c);
                 QVERIFY(e.peakAllocatedBytes >= e.params.weightBytes);
                 QVERIFY(e.deviceTotalBytes > e.peakReservedBytes);

@@ -2,6 +2,7 @@
 
 #include "headroom/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -250,14 +251,22 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
         consider(G::Static, "amp-bf16", "bf16 mixed precision (autocast) instead of fp32",
                  "needs bf16 (Ampere or newer); fp32 master weights keep the optimizer exact", t);
     }
+    // An adapter alternative keeps the user's targets where they name this model's Linears, and
+    // takes all-linear where they do not (GPT-2's are c_attn / c_proj / c_fc, not q_proj...).
+    const auto adaptable = [&](TrainingConfig t) {
+        const auto on = loraAdaptedModules(m, t.lora.targets);
+        if (std::none_of(on.begin(), on.end(), [](bool b) { return b; }))
+            t.lora.targets = {"all-linear"};
+        return t;
+    };
     if (c.finetune == FineTune::Full) {
-        TrainingConfig t = c;
+        TrainingConfig t = adaptable(c);
         t.finetune = FineTune::LoRA;
         consider(G::Static, "lora", "LoRA (rank " + std::to_string(c.lora.rank) + ") instead of full fine-tuning",
                  "trains adapters only; quality can trail full fine-tuning on hard tasks", t);
     }
     if (c.finetune != FineTune::QLoRA && c.precision != Precision::FP32) {
-        TrainingConfig t = c;
+        TrainingConfig t = adaptable(c);
         t.finetune = FineTune::QLoRA;
         consider(G::Static, "qlora", "QLoRA: 4-bit NF4 base with LoRA adapters",
                  "about +30% step time for dequantization; small quality cost", t);
@@ -338,9 +347,10 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                             "bf16 autocast", "needs bf16") ||
                     tryStep(c.optimizer == Optimizer::AdamW, [](TrainingConfig &n) { n.optimizer = Optimizer::AdamW8bit; },
                             "8-bit AdamW", "needs bitsandbytes") ||
-                    tryStep(c.finetune == FineTune::Full, [](TrainingConfig &n) { n.finetune = FineTune::LoRA; },
+                    tryStep(c.finetune == FineTune::Full, [&](TrainingConfig &n) { n = adaptable(n); n.finetune = FineTune::LoRA; },
                             "LoRA r" + std::to_string(c.lora.rank), "adapters only") ||
-                    tryStep(c.finetune != FineTune::QLoRA, [](TrainingConfig &n) {
+                    tryStep(c.finetune != FineTune::QLoRA, [&](TrainingConfig &n) {
+                        n = adaptable(n);
                         n.finetune = FineTune::QLoRA;
                         if (n.precision == Precision::FP32)
                             n.precision = Precision::AmpBF16;

@@ -18,6 +18,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <map>
 
@@ -1106,6 +1107,23 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
             throw InputError("lora.targets", "gate_proj/up_proj/down_proj",
                              "LoRA on qwen3_moe's experts (PEFT ParamWrapper) cannot be estimated yet; "
                              "target the attention only, or measure with --engine transformers");
+    }
+    // PEFT's get_peft_model raises when no target module is found in the model ("Target modules
+    // {...} not found in the base model"); an estimate of that run would have no adapters at all.
+    if (cfg.finetune != FineTune::Full) {
+        const auto on = loraAdaptedModules(model, cfg.lora.targets);
+        if (std::none_of(on.begin(), on.end(), [](bool b) { return b; })) {
+            std::string targets, names;
+            for (const auto &t : cfg.lora.targets)
+                targets += (targets.empty() ? "" : ",") + t;
+            std::set<std::string> seen;
+            for (const auto &n : linearModuleNames(model))
+                if (!n.empty() && seen.insert(n).second)
+                    names += (names.empty() ? "" : ", ") + n;
+            throw InputError("lora.targets", targets,
+                             "none is a Linear module of " + model.modelType + ", so PEFT would refuse the run; its "
+                             "Linear modules are " + names + " (or all-linear)");
+        }
     }
     // Simulated: one GPU, DDP and ZeRO-1 (ZeroRedundancyOptimizer). FSDP (stages 2 and 3),
     // optimizer offload and QLoRA still go through the per-op ledger.
