@@ -239,6 +239,14 @@ private Q_SLOTS:
         emit box->lineEdit()->editingFinished();
         QCOMPARE(box->lineEdit()->text(), box->itemText(box->currentIndex()));
         QCOMPARE(QString::fromStdString(s.scenario().model.id), QStringLiteral("qwen2.5-7b"));
+        // Switching a LoRA run to GPT-2, whose Linears are not named like Llama's, keeps adapters
+        // (all-linear) instead of an error.
+        QVERIFY(s.scenario().config.finetune == FineTune::LoRA);
+        box->lineEdit()->setText(QStringLiteral("gpt2"));
+        emit box->lineEdit()->editingFinished();
+        QVERIFY(settle(s));
+        QCOMPARE(s.scenario().config.lora.targets, std::vector<std::string>{"all-linear"});
+        QVERIFY2(s.report().error.empty(), s.report().error.c_str());
     }
 
     void unitsAndPhases()

@@ -233,7 +233,10 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     connect(m_model, qOverload<int>(&QComboBox::activated), this, [this](int i) {
         const int idx = m_model->itemData(i).toInt();
         if (idx >= 0 && idx < static_cast<int>(m_models.size()))
-            edit([&](Scenario &s) { s.model = m_models[static_cast<size_t>(idx)]; });
+            edit([&](Scenario &s) {
+                s.model = m_models[static_cast<size_t>(idx)];
+                s.config.lora.targets = loraTargetsFor(s.model, s.config.lora.targets);
+            });
     });
     // Typed text that is not a list entry: a preset id ("qwen2.5-7b") or a unique part of one
     // name or id selects that model; anything else goes back to the current model's name.
@@ -355,6 +358,7 @@ void ConfigPanel::addImportedModel(const ModelArch &m)
     modelIndex(m);
     Scenario s = m_session->scenario();
     s.model = m;
+    s.config.lora.targets = loraTargetsFor(m, s.config.lora.targets);
     m_session->applyScenario(s, tr("Import %1").arg(qs(m.name)));
 }
 

@@ -81,8 +81,10 @@ int main(int argc, char **argv)
     MainWindow window(&session);
     try {
         Scenario s = session.scenario();
-        if (parser.isSet(model))
+        if (parser.isSet(model)) {
             s.model = resolveModel(parser.value(model).toStdString(), "--model");
+            s.config.lora.targets = loraTargetsFor(s.model, s.config.lora.targets);
+        }
         if (parser.isSet(gpu))
             s.gpu = findGpu(parser.value(gpu).toStdString(), "--gpu");
         session.setScenario(s);

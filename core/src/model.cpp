@@ -392,6 +392,18 @@ std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, cons
     return on;
 }
 
+std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets)
+{
+    try {
+        const auto on = loraAdaptedModules(m, targets);
+        if (std::any_of(on.begin(), on.end(), [](bool b) { return b; }))
+            return targets;
+    } catch (const InputError &) {
+        return targets; // a name Headroom does not know: the estimate names it
+    }
+    return {"all-linear"};
+}
+
 int64_t linearInFeatures(const ModelArch &m, LinearModule mod)
 {
     if (linearModuleNames(m)[static_cast<size_t>(mod)].empty())

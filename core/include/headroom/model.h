@@ -83,6 +83,9 @@ std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m
 // The Linears PEFT's LoRA wraps: those whose name is a target (PEFT matches the module name's
 // last component), every one for "all-linear". Names are checked with loraTargetMask first.
 std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, const std::vector<std::string> &targets);
+// The targets, or {"all-linear"} where they name no Linear of `m` (a model switched from Llama to
+// GPT-2 keeps adapters instead of an error).
+std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets);
 // In and out features of each Linear above (0 where there is none).
 int64_t linearInFeatures(const ModelArch &m, LinearModule mod);
 int64_t linearOutFeatures(const ModelArch &m, LinearModule mod);
