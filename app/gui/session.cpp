@@ -93,6 +93,17 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
     c.report = buildReport(s, !quick);
     if (quick || !c.report.error.empty())
         return c;
+    // Runs on a worker thread: nothing may escape it (QFutureWatcher::result() would rethrow it
+    // on the GUI thread). A point that cannot be estimated (bytes beyond 64 bits at batch 1024 x
+    // 128k tokens) ends its curve there.
+    const EstimatorOptions opt = estimatorOptions(s);
+    auto point = [&](const TrainingConfig &cfg) -> std::optional<int64_t> {
+        try {
+            return estimate(s.model, cfg, opt).deviceTotalBytes;
+        } catch (const std::exception &) {
+            return std::nullopt;
+        }
+    };
     const int64_t seqMax = std::min<int64_t>(131072, std::max<int64_t>(s.model.maxPositions, 128));
     for (bool ckpt : {false, true}) {
         const QString name = ckpt ? QStringLiteral("checkpointing on") : QStringLiteral("checkpointing off");
@@ -101,17 +112,27 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
         cfg.gradCheckpointing = ckpt;
         for (int64_t L : powersOfTwo(128, seqMax)) {
             cfg.seqLen = L;
-            seq.points.emplace_back(L, estimate(s.model, cfg, estimatorOptions(s)).deviceTotalBytes);
+            const auto v = point(cfg);
+            if (!v)
+                break;
+            seq.points.emplace_back(L, *v);
         }
         cfg.seqLen = s.config.seqLen;
         for (int64_t b : powersOfTwo(1, 1024)) {
             cfg.microBatch = b;
-            batch.points.emplace_back(b, estimate(s.model, cfg, estimatorOptions(s)).deviceTotalBytes);
+            const auto v = point(cfg);
+            if (!v)
+                break;
+            batch.points.emplace_back(b, *v);
         }
         c.scaling.bySeq.push_back(std::move(seq));
         c.scaling.byBatch.push_back(std::move(batch));
     }
-    scalingTable(s, c.scaling);
+    try {
+        scalingTable(s, c.scaling);
+    } catch (const std::exception &) {
+        c.scaling.table.clear(); // a row beyond what can be estimated: no table rather than a crash
+    }
     return c;
 }
 
