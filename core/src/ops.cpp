@@ -104,18 +104,28 @@ T Ops::mul(const T &a, const T &b, int64_t numel, int elem, bool aFull, bool bFu
     return out;
 }
 
-T Ops::scale(const T &x, int elem)
+T Ops::unary(const T &x, int64_t outBytes, int elem, Keeps keeps)
 {
-    const int e = elem ? elem : x.elem;
-    T out = s.make(x.numel() * e, e);
+    T out = s.make(outBytes, elem);
+    std::vector<int> saved;
+    if (keeps == Keeps::Input)
+        saved.push_back(x.sto);
+    else if (keeps == Keeps::Output)
+        saved.push_back(out.sto);
     const int64_t back = x.bytes;
-    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        // MulBackward1: grad * scalar
+    s.record({&out}, {&x}, saved, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         if (!needs[0] || g[0] < 0)
             return std::vector<int>{-1};
         return std::vector<int>{s.allocate(back, Category::Temporaries)};
     });
     return out;
+}
+
+T Ops::scale(const T &x, int elem)
+{
+    // MulBackward1: grad * scalar
+    const int e = elem ? elem : x.elem;
+    return unary(x, x.numel() * e, e, Keeps::Nothing);
 }
 
 T Ops::add(const T &a, const T &b, int elem)
@@ -150,14 +160,7 @@ T Ops::addScalar(const T &x)
 
 T Ops::neg(const T &x)
 {
-    T out = s.make(x.bytes, x.elem);
-    const int64_t back = x.bytes;
-    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        if (!needs[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(back, Category::Temporaries)}; // NegBackward0: -grad
-    });
-    return out;
+    return unary(x, x.bytes, x.elem, Keeps::Nothing); // NegBackward0: -grad
 }
 
 T Ops::pow2(const T &x, int elem)
@@ -199,40 +202,18 @@ T Ops::rsqrt(const T &x)
 
 T Ops::tanh(const T &x)
 {
-    T out = s.make(x.bytes, x.elem);
-    const int64_t back = x.bytes;
-    s.record({&out}, {&x}, {out.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        if (!needs[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(back, Category::Temporaries)}; // tanh_backward
-    });
-    return out;
+    return unary(x, x.bytes, x.elem, Keeps::Output); // tanh_backward
 }
 
 T Ops::mean(const T &x, int64_t outNumel)
 {
-    T out = s.make(outNumel * x.elem, x.elem);
-    const int64_t back = x.bytes;
-    s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        // MeanBackward1: grad.expand(self.sizes()) / numel
-        if (!needs[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(back, Category::Temporaries)};
-    });
-    return out;
+    return unary(x, outNumel * x.elem, x.elem, Keeps::Nothing); // MeanBackward1: grad.expand(self.sizes()) / numel
 }
 
 T Ops::activation(const T &x, const std::string &kind)
 {
     (void)kind; // silu, gelu, gelu_pytorch_tanh: one ATen op that saves its input
-    T out = s.make(x.bytes, x.elem);
-    const int64_t back = x.bytes;
-    s.record({&out}, {&x}, {x.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        if (!needs[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(back, Category::Temporaries)};
-    });
-    return out;
+    return unary(x, x.bytes, x.elem, Keeps::Input);
 }
 
 T Ops::dropout(const T &x, double p)
@@ -707,27 +688,12 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
 
 T Ops::softmax(const T &x)
 {
-    T out = s.make(x.bytes, x.elem);
-    const int64_t back = x.bytes;
-    s.record({&out}, {&x}, {out.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        // _softmax_backward_data(grad, output): one tensor of the input's size.
-        if (!needs[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(back, Category::Temporaries)};
-    });
-    return out;
+    return unary(x, x.bytes, x.elem, Keeps::Output); // _softmax_backward_data(grad, output)
 }
 
 T Ops::sigmoid(const T &x)
 {
-    T out = s.make(x.bytes, x.elem);
-    const int64_t back = x.bytes;
-    s.record({&out}, {&x}, {out.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        if (!needs[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(back, Category::Temporaries)};
-    });
-    return out;
+    return unary(x, x.bytes, x.elem, Keeps::Output); // sigmoid_backward(grad, output)
 }
 
 std::pair<T, T> Ops::topk(const T &x, int64_t rows, int k)

@@ -119,6 +119,10 @@ public:
 
 private:
     int gradAlloc(int64_t bytes) { return s.allocate(bytes, Category::Temporaries); }
+    // An op of `outBytes` output in `elem` whose backward allocates one tensor of x's size (the
+    // input's gradient) and nothing else; its node keeps x, its output, or nothing.
+    enum class Keeps { Nothing, Input, Output };
+    T unary(const T &x, int64_t outBytes, int elem, Keeps keeps);
 };
 
 } // namespace headroom::sim
