@@ -64,6 +64,17 @@ double niceCeiling(double v)
     return 10 * p;
 }
 
+// Every series and axis off the chart, before it is drawn anew.
+void clearChart(QChart *chart)
+{
+    chart->removeAllSeries();
+    const auto oldAxes = chart->axes();
+    for (QAbstractAxis *a : oldAxes) {
+        chart->removeAxis(a);
+        delete a;
+    }
+}
+
 QPixmap renderView(QChartView *view, const QSize &size)
 {
     if (!size.isValid())
@@ -261,12 +272,7 @@ double log2d(int64_t v)
 void ScalingChart::setContent(const std::vector<ScalingCurve> &curves, int64_t current, int64_t capacityBytes,
                               Unit units)
 {
-    m_chart->removeAllSeries();
-    const auto oldAxes = m_chart->axes();
-    for (QAbstractAxis *a : oldAxes) {
-        m_chart->removeAxis(a);
-        delete a;
-    }
+    clearChart(m_chart);
     // x is log2 of the variable, labelled with the variable itself (128, 256, ... 4k, 8k).
     auto *x = new QCategoryAxis;
     x->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
@@ -347,12 +353,7 @@ void TimelineChart::setContent(const std::vector<double> &x, const std::vector<s
                                const std::vector<std::pair<double, int64_t>> &measured, const QString &measuredName,
                                const std::vector<TimelineBand> &bands, Unit units)
 {
-    m_chart->removeAllSeries();
-    const auto oldAxes = m_chart->axes();
-    for (QAbstractAxis *a : oldAxes) {
-        m_chart->removeAxis(a);
-        delete a;
-    }
+    clearChart(m_chart);
     auto *ax = new QCategoryAxis;
     ax->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
     ax->setTitleText(tr("the step's allocations, in order (forward, backward, optimizer)"));
