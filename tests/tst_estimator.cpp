@@ -316,7 +316,7 @@ private Q_SLOTS:
         c.seqLen = 1024;
         auto joined = [&](const GpuSpec &g) {
             std::string all;
-            for (const auto &n : cardNotes(m, c, g))
+            for (const auto &n : cardNotes(m, c, estimate(m, c), g))
                 all += n + "\n";
             return QString::fromStdString(all);
         };

@@ -225,7 +225,7 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
                 100.0 * reserve);
     if (v.cacheFlushes > 0)
         std::printf("note: %s\n", cacheFlushNote(v).c_str());
-    for (const auto &n : cardNotes(m, c, gpu, reserve, opt))
+    for (const auto &n : cardNotes(m, c, e, gpu, reserve, opt))
         std::printf("note: %s\n", n.c_str());
     for (const auto &n : e.notes)
         std::printf("note: %s\n", n.c_str());

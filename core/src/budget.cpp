@@ -145,14 +145,13 @@ int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gp
                  [](TrainingConfig &t, int64_t v) { t.seqLen = v; });
 }
 
-std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
-                                   const EstimatorOptions &opt)
+std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
+                                   double reserve, const EstimatorOptions &opt)
 {
     std::vector<std::string> out;
     const bool bf16 = c.precision == Precision::BF16 || c.precision == Precision::AmpBF16;
     if (bf16 && !gpu.bf16)
         out.push_back(gpu.name + " has no bf16: use fp16 mixed precision (amp-fp16, with a GradScaler)");
-    const Estimate e = estimate(m, c, opt);
     if (judge(m, c, e, gpu, reserve, opt).fit != Fit::Fits) {
         // The smallest card of the catalog this configuration fits as it is, if any.
         const GpuSpec *best = nullptr;

@@ -252,7 +252,7 @@ json estimateDocument(const ModelArch &m, const TrainingConfig &c, const Estimat
     doc["model"] = {{"id", m.id}, {"name", m.name}, {"parameters", e.params.total}};
     doc["config"] = toJson(c);
     doc["verdict"] = toJson(judge(m, c, e, gpu, reserve, opt), gpu);
-    doc["card_notes"] = cardNotes(m, c, gpu, reserve, opt);
+    doc["card_notes"] = cardNotes(m, c, e, gpu, reserve, opt);
     json r = json::array();
     for (const auto &rec : recs)
         r.push_back(toJson(rec));

@@ -82,7 +82,7 @@ Report buildReport(const Scenario &s, bool withAdvice)
         r.notes = r.estimate.notes;
         if (withAdvice) {
             r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve, opt);
-            for (auto &n : cardNotes(s.model, s.config, s.gpu, s.reserve, opt))
+            for (auto &n : cardNotes(s.model, s.config, r.estimate, s.gpu, s.reserve, opt))
                 r.notes.push_back(std::move(n));
         }
         for (const auto &id : commonCardIds()) {

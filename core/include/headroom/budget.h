@@ -59,7 +59,8 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
 
 // What to tell the user about this card and this run besides the verdict: bf16 on a card
 // without it; when it fits, how far the micro-batch and the sequence can grow.
-std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu,
+// `e` is the configuration's estimate with `opt`, as the caller already has it.
+std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
                                    double reserve = 0.10, const EstimatorOptions &opt = {});
 
 // Largest micro-batch / sequence length that fits the usable memory (judge(m, c, ...) says Fits);
