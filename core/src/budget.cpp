@@ -253,9 +253,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
     // An adapter alternative keeps the user's targets where they name this model's Linears, and
     // takes all-linear where they do not (GPT-2's are c_attn / c_proj / c_fc, not q_proj...).
     const auto adaptable = [&](TrainingConfig t) {
-        const auto on = loraAdaptedModules(m, t.lora.targets);
-        if (std::none_of(on.begin(), on.end(), [](bool b) { return b; }))
-            t.lora.targets = {"all-linear"};
+        t.lora.targets = loraTargetsFor(m, t.lora.targets);
         return t;
     };
     if (c.finetune == FineTune::Full) {
