@@ -341,9 +341,10 @@ private Q_SLOTS:
         const Measurement a = *ddp.result(), b = *zero1.result();
         QCOMPARE(a.ranks.size(), size_t(2));
         QCOMPARE(QString::fromStdString(a.backend), QStringLiteral("gloo"));
-        // On the CPU the profiler also counts what Gloo's own threads allocate, at moments that
-        // differ between ranks; the ranks still agree closely (the 1% flag is for GPUs).
-        QVERIFY2(rankSpread(a) < 1.05, std::to_string(rankSpread(a)).c_str());
+        // The ranks agree as closely on the CPU as on a GPU: DDP's start-up broadcast no longer
+        // leaves a free on a Gloo thread the profiler does not follow (in_place_init_sync; before
+        // it, one rank in a few was the model's size too high, a spread of 1.11).
+        QVERIFY2(rankSpread(a) < kUnevenSpread, std::to_string(rankSpread(a)).c_str());
         QCOMPARE(a.ranks[0].parametersSum, a.ranks[1].parametersSum);
         // ZeRO-1 keeps half of AdamW's state per rank: its optimizer phase is lower.
         auto opt = [](const Measurement &m) {
