@@ -6,7 +6,7 @@ HEADROOM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 HEADROOM_PACKAGES=(
     g++ cmake ninja-build pkg-config git ccache
     qt6-base-dev qt6-charts-dev fonts-dejavu-core libqt6opengl6-dev qt6-svg-dev
-    nlohmann-json3-dev libcli11-dev libbenchmark-dev
+    nlohmann-json3-dev libcli11-dev libbenchmark-dev libcurl4-openssl-dev libyaml-cpp-dev
     libtorch-dev libopenblas0-pthread libgloo-dev
     python3-torch python3-jsonschema
     xvfb xauth

@@ -11,14 +11,66 @@ struct Run
     int code = -1;
     QString out, err;
 };
-Run cli(const QStringList &args)
+Run cli(const QStringList &args, const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment())
 {
     QProcess p;
+    p.setProcessEnvironment(env);
     p.start(QStringLiteral(HEADROOM_CLI), args);
     p.waitForFinished(60000);
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
 }
+// tests/hub_server.py: the Hub's URL layout on a loopback port, logging every request.
+struct HubServer
+{
+    QProcess proc;
+    QTemporaryDir dir;
+    int port = 0;
+    bool start()
+    {
+        proc.start(QStringLiteral("python3"), {QStringLiteral(HEADROOM_SOURCE_DIR "/tests/hub_server.py"),
+                                                QStringLiteral("--log"), log()});
+        if (!proc.waitForStarted(10000) || !proc.waitForReadyRead(10000))
+            return false;
+        port = proc.readLine().trimmed().toInt();
+        return port > 0;
+    }
+    QString log() const { return dir.filePath(QStringLiteral("requests.log")); }
+    QStringList requests() const
+    {
+        QFile f(log());
+        if (!f.open(QIODevice::ReadOnly))
+            return {};
+        return QString::fromUtf8(f.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    }
+    QString endpoint() const { return QStringLiteral("http://127.0.0.1:%1").arg(port); }
+    ~HubServer()
+    {
+        proc.closeWriteChannel();
+        if (!proc.waitForFinished(3000))
+            proc.kill();
+        proc.waitForFinished(1000);
+    }
+};
+
+// An environment with nothing of the user's Hugging Face set-up: a fresh cache, no token.
+QProcessEnvironment hubEnv(const QString &endpoint, const QString &cache)
+{
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const char *k : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                          "HUGGINGFACE_HUB_CACHE", "HF_TOKEN_PATH"})
+        env.remove(QString::fromLatin1(k));
+    env.insert(QStringLiteral("HF_ENDPOINT"), endpoint);
+    env.insert(QStringLiteral("HF_HUB_CACHE"), cache);
+    env.insert(QStringLiteral("HF_HOME"), cache + QStringLiteral("/home"));
+    return env;
+}
+
+int64_t peakOf(const Run &r)
+{
+    return nlohmann::json::parse(r.out.toStdString()).at("peak").at("allocated_bytes").get<int64_t>();
+}
+
 } // namespace
 
 class TestCli : public QObject
@@ -184,6 +236,131 @@ private Q_SLOTS:
     }
     // `compare` gates scripts on a probe result: exit 0 within tolerance, 1 outside (or out of
     // memory, or uneven ranks), 2 for a file it cannot read, naming the field.
+    // A Hub id: downloaded from the (loopback) Hub into the cache in huggingface_hub's layout,
+    // then found there offline with no request at all. The estimate is the config.json's.
+    void hubIdDownloadsThenWorksOffline()
+    {
+        HubServer hub;
+        QVERIFY(hub.start());
+        QTemporaryDir cache;
+        const QString id = QStringLiteral("TinyLlama/TinyLlama-1.1B-Chat-v1.0");
+        const QStringList args{QStringLiteral("estimate"), QStringLiteral("--model"), id, QStringLiteral("--json")};
+        const Run online = cli(args, hubEnv(hub.endpoint(), cache.path()));
+        QVERIFY2(online.code == 0, qPrintable(online.err));
+        const Run local = cli({QStringLiteral("estimate"), QStringLiteral("--model"),
+                               QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/configs/tinyllama_1.1b.json"),
+                               QStringLiteral("--json")});
+        QCOMPARE(peakOf(online), peakOf(local));
+        const auto j = nlohmann::json::parse(online.out.toStdString());
+        QCOMPARE(QString::fromStdString(j["model"]["id"].get<std::string>()), id);
+        QCOMPARE(j["model"]["parameters"].get<int64_t>(), int64_t(1100048384));
+        QVERIFY2(online.err.isEmpty(), qPrintable(online.err)); // the index agrees: no note
+        const QString repo = cache.filePath(QStringLiteral("models--TinyLlama--TinyLlama-1.1B-Chat-v1.0"));
+        QFile ref(repo + QStringLiteral("/refs/main"));
+        QVERIFY(ref.open(QIODevice::ReadOnly));
+        const QString commit = QString::fromLatin1(ref.readAll());
+        QCOMPARE(commit.size(), 40);
+        const QFileInfo snap(repo + QStringLiteral("/snapshots/") + commit + QStringLiteral("/config.json"));
+        QVERIFY(snap.isSymLink()); // to ../../blobs/<etag>, as huggingface_hub links it
+        QVERIFY(snap.symLinkTarget().contains(QStringLiteral("/blobs/")));
+        QCOMPARE(hub.requests().size(), 2); // config.json and model.safetensors.index.json
+
+        // Offline, with the Hub gone: the cache answers, and nothing is asked of the network.
+        QProcessEnvironment off = hubEnv(QStringLiteral("http://127.0.0.1:9"), cache.path());
+        off.insert(QStringLiteral("HF_HUB_OFFLINE"), QStringLiteral("1"));
+        const Run offline = cli(args, off);
+        QVERIFY2(offline.code == 0, qPrintable(offline.err));
+        QCOMPARE(peakOf(offline), peakOf(online));
+        QCOMPARE(hub.requests().size(), 2);
+        // Without HF_HUB_OFFLINE too: the cache comes first.
+        QCOMPARE(cli(args, hubEnv(QStringLiteral("http://127.0.0.1:9"), cache.path())).code, 0);
+    }
+
+    // A cache written by huggingface_hub, not by us: refs/main, snapshots/<commit>/config.json.
+    void hubIdFromAFakeCache()
+    {
+        QTemporaryDir cache;
+        const QString snap = cache.filePath(QStringLiteral("models--acme--tiny-llama/snapshots/") +
+                                            QStringLiteral("0123456789abcdef0123456789abcdef01234567"));
+        QVERIFY(QDir().mkpath(snap));
+        QVERIFY(QDir().mkpath(cache.filePath(QStringLiteral("models--acme--tiny-llama/refs"))));
+        QFile ref(cache.filePath(QStringLiteral("models--acme--tiny-llama/refs/main")));
+        QVERIFY(ref.open(QIODevice::WriteOnly));
+        ref.write("0123456789abcdef0123456789abcdef01234567\n");
+        ref.close();
+        QVERIFY(QFile::copy(QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/configs/tinyllama_1.1b.json"),
+                            snap + QStringLiteral("/config.json")));
+        QProcessEnvironment env = hubEnv(QStringLiteral("http://127.0.0.1:9"), cache.path());
+        env.insert(QStringLiteral("HF_HUB_OFFLINE"), QStringLiteral("1"));
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("acme/tiny-llama"),
+                           QStringLiteral("--json")}, env);
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QCOMPARE(nlohmann::json::parse(r.out.toStdString())["model"]["parameters"].get<int64_t>(), int64_t(1100048384));
+        // Not in the cache and offline: one line that says so and what to do.
+        const Run miss = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("acme/other")}, env);
+        QCOMPARE(miss.code, 2);
+        QVERIFY2(miss.err.contains(QStringLiteral("--model = acme/other")) && miss.err.contains(QStringLiteral("HF_HUB_OFFLINE")),
+                 qPrintable(miss.err));
+        QCOMPARE(miss.err.count(QLatin1Char('\n')), 1);
+    }
+
+    // What the Hub can answer, each as one line naming --model and what to do.
+    void hubErrorsSayWhatToDo_data()
+    {
+        QTest::addColumn<QString>("id");
+        QTest::addColumn<QString>("token");
+        QTest::addColumn<QString>("timeout");
+        QTest::addColumn<QString>("mentions");
+        QTest::addRow("gated, no token") << "gated-org/Llama-Gated" << "" << "" << "set HF_TOKEN";
+        QTest::addRow("gated, no access") << "gated-org/Llama-Gated" << "hf_test_noaccess" << "" << "request access";
+        QTest::addRow("not found") << "nobody/nothing" << "" << "" << "404";
+        QTest::addRow("timed out") << "slow-org/model" << "" << "1" << "did not answer within 1 s";
+        QTest::addRow("not an id") << "a/b/c" << "" << "" << "cannot open";
+    }
+    void hubErrorsSayWhatToDo()
+    {
+        QFETCH(QString, id);
+        QFETCH(QString, token);
+        QFETCH(QString, timeout);
+        QFETCH(QString, mentions);
+        HubServer hub;
+        QVERIFY(hub.start());
+        QTemporaryDir cache;
+        QProcessEnvironment env = hubEnv(hub.endpoint(), cache.path());
+        if (!token.isEmpty())
+            env.insert(QStringLiteral("HF_TOKEN"), token);
+        if (!timeout.isEmpty())
+            env.insert(QStringLiteral("HEADROOM_HUB_TIMEOUT"), timeout);
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), id}, env);
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("--model = ") + id) && r.err.contains(mentions), qPrintable(r.err));
+        QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+        QVERIFY(r.out.isEmpty());
+    }
+
+    // The token goes to the Hub when set (and only then); a granted token opens a gated model; a
+    // checkpoint whose index disagrees with config.json's parameter count gets a note.
+    void hubTokenAndCrossCheck()
+    {
+        HubServer hub;
+        QVERIFY(hub.start());
+        QTemporaryDir cache;
+        QProcessEnvironment env = hubEnv(hub.endpoint(), cache.path());
+        const Run plain = cli({QStringLiteral("estimate"), QStringLiteral("--model"),
+                               QStringLiteral("headroom-test/int4-checkpoint")}, env);
+        QCOMPARE(plain.code, 0);
+        QVERIFY2(plain.err.contains(QStringLiteral("0.275 B parameters")) && plain.err.contains(QStringLiteral("1.100 B")),
+                 qPrintable(plain.err));
+        QVERIFY(!hub.requests().join(QLatin1Char('\n')).contains(QStringLiteral("Bearer")));
+        env.insert(QStringLiteral("HF_TOKEN"), QStringLiteral("hf_test_good"));
+        const Run gated = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("gated-org/Llama-Gated")}, env);
+        QVERIFY2(gated.code == 0, qPrintable(gated.err));
+        QVERIFY(hub.requests().last().endsWith(QStringLiteral("Bearer hf_test_good")));
+        // A renamed repo: the Hub's 307 is followed.
+        QCOMPARE(cli({QStringLiteral("estimate"), QStringLiteral("--model"),
+                      QStringLiteral("old-name/TinyLlama-1.1B-Chat-v1.0")}, env).code, 0);
+    }
+
     void compareProbeResults()
     {
         const QString nccl = QFINDTESTDATA("data/h200/nccl-ws1/8b-nccl-z3.result.json");

@@ -5,16 +5,20 @@
 #include "headroom/catalog.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "headroom/hub.h"
 #include "headroom/measurement.h"
 #include "headroom/serialize.h"
 #include "headroom/sheet.h"
 #include "headroom/timeline.h"
+
+#include "hubfetch.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -139,15 +143,30 @@ struct Budget
     double reserve = 0.1;
 };
 
+// A preset id, a config.json, or a Hugging Face model id (the local cache first, then the Hub).
+// The Hub's notes (the parameter cross-check) go to stderr, so --json output stays one document.
+ModelArch resolveModelFlag(const std::string &text, const std::string &flag)
+{
+    std::error_code ec;
+    if (!std::filesystem::exists(text, ec) && hub::looksLikeHubId(text)) {
+        const hub::Resolved r = hub::resolve(text, hub::settingsFromEnvironment(), curlFetch(), flag);
+        for (const auto &n : r.notes)
+            std::fprintf(stderr, "headroom-cli: note: %s: %s\n", text.c_str(), n.c_str());
+        return r.model;
+    }
+    return resolveModel(text, flag);
+}
+
 Budget resolveBudget(const Flags &f, bool listsAllowed)
 {
-    return {resolveModel(f.model, "--model"), buildConfig(f, listsAllowed), findGpu(f.gpu, "--gpu"),
+    return {resolveModelFlag(f.model, "--model"), buildConfig(f, listsAllowed), findGpu(f.gpu, "--gpu"),
             parseFraction("--reserve", f.reserve)};
 }
 
 void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
 {
-    cmd->add_option("--model", f.model, "Preset id (see `models`) or path to a Hugging Face config.json")
+    cmd->add_option("--model", f.model, "Preset id (see `models`), a Hugging Face model id (org/name: the local cache, then the Hub; "
+                                     "HF_TOKEN for gated models, HF_HUB_OFFLINE=1 for the cache only) or a config.json path")
         ->capture_default_str();
     cmd->add_option("--precision", f.precision, "fp32 | bf16 | fp16 | amp-bf16 | amp-fp16")->capture_default_str();
     cmd->add_option("--optimizer", f.optimizer, "adamw | adamw-8bit | sgd | sgd-momentum | adafactor | lion")
