@@ -1,6 +1,8 @@
 // headroom-cli as a user runs it: real process, real files.
 #include <QtTest>
 
+#include "hubserver.h"
+
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -20,52 +22,6 @@ Run cli(const QStringList &args, const QProcessEnvironment &env = QProcessEnviro
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
 }
-// tests/hub_server.py: the Hub's URL layout on a loopback port, logging every request.
-struct HubServer
-{
-    QProcess proc;
-    QTemporaryDir dir;
-    int port = 0;
-    bool start()
-    {
-        proc.start(QStringLiteral("python3"), {QStringLiteral(HEADROOM_SOURCE_DIR "/tests/hub_server.py"),
-                                                QStringLiteral("--log"), log()});
-        if (!proc.waitForStarted(10000) || !proc.waitForReadyRead(10000))
-            return false;
-        port = proc.readLine().trimmed().toInt();
-        return port > 0;
-    }
-    QString log() const { return dir.filePath(QStringLiteral("requests.log")); }
-    QStringList requests() const
-    {
-        QFile f(log());
-        if (!f.open(QIODevice::ReadOnly))
-            return {};
-        return QString::fromUtf8(f.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
-    }
-    QString endpoint() const { return QStringLiteral("http://127.0.0.1:%1").arg(port); }
-    ~HubServer()
-    {
-        proc.closeWriteChannel();
-        if (!proc.waitForFinished(3000))
-            proc.kill();
-        proc.waitForFinished(1000);
-    }
-};
-
-// An environment with nothing of the user's Hugging Face set-up: a fresh cache, no token.
-QProcessEnvironment hubEnv(const QString &endpoint, const QString &cache)
-{
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    for (const char *k : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                          "HUGGINGFACE_HUB_CACHE", "HF_TOKEN_PATH"})
-        env.remove(QString::fromLatin1(k));
-    env.insert(QStringLiteral("HF_ENDPOINT"), endpoint);
-    env.insert(QStringLiteral("HF_HUB_CACHE"), cache);
-    env.insert(QStringLiteral("HF_HOME"), cache + QStringLiteral("/home"));
-    return env;
-}
-
 int64_t peakOf(const Run &r)
 {
     return nlohmann::json::parse(r.out.toStdString()).at("peak").at("allocated_bytes").get<int64_t>();

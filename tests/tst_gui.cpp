@@ -4,6 +4,7 @@
 #include "charts.h"
 #include "configpanel.h"
 #include "guitestutil.h"
+#include "hubserver.h"
 #include "mainwindow.h"
 #include "recommendationspanel.h"
 #include "settings.h"
@@ -247,6 +248,40 @@ private Q_SLOTS:
         QVERIFY(settle(s));
         QCOMPARE(s.scenario().config.lora.targets, std::vector<std::string>{"all-linear"});
         QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+    }
+
+    // Issue 14: a Hugging Face id typed into the model field is looked up (off the GUI thread)
+    // on the Hub, selected, and found again in the cache; a gated one says what to do.
+    void modelBoxTakesHubIds()
+    {
+        HubServer hub;
+        QVERIFY(hub.start());
+        QTemporaryDir cache;
+        useHubInThisProcess(hub.endpoint(), cache.path());
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        auto *box = child<QComboBox>(w, "model");
+        box->lineEdit()->setText(QStringLiteral("TinyLlama/TinyLlama-1.1B-Chat-v1.0"));
+        emit box->lineEdit()->editingFinished();
+        QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(s.scenario().model.id),
+                                  QStringLiteral("TinyLlama/TinyLlama-1.1B-Chat-v1.0"), 15000);
+        QVERIFY(settle(s));
+        QCOMPARE(parameterCount(s.scenario().model), int64_t(1100048384));
+        QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+        QVERIFY(box->currentText().contains(QStringLiteral("TinyLlama")));
+        QCOMPARE(hub.requests().size(), 2);
+
+        box->lineEdit()->setText(QStringLiteral("gated-org/Llama-Gated"));
+        emit box->lineEdit()->editingFinished();
+        auto *problem = child<QLabel>(w, "configProblem");
+        QTRY_VERIFY_WITH_TIMEOUT(problem->isVisible() && problem->text().contains(QStringLiteral("HF_TOKEN")), 15000);
+        QCOMPARE(QString::fromStdString(s.scenario().model.id), QStringLiteral("TinyLlama/TinyLlama-1.1B-Chat-v1.0"));
+        QCOMPARE(box->lineEdit()->text(), box->itemText(box->currentIndex()));
+        qunsetenv("HF_ENDPOINT");
+        qunsetenv("HF_HUB_CACHE");
+        qunsetenv("HF_HOME");
     }
 
     void unitsAndPhases()

@@ -1,15 +1,18 @@
 #include "configpanel.h"
 
+#include "hubfetch.h"
 #include "qtutil.h"
 
 #include "headroom/catalog.h"
 #include "headroom/error.h"
+#include "headroom/hub.h"
 
 #include <QCheckBox>
 #include <QComboBox>
 #include <QCompleter>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
+#include <QFutureWatcher>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -18,6 +21,7 @@
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include <cmath>
 
@@ -83,7 +87,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_model->setInsertPolicy(QComboBox::NoInsert);
     m_model->completer()->setFilterMode(Qt::MatchContains);
     m_model->completer()->setCompletionMode(QCompleter::PopupCompletion);
-    m_model->setToolTip(tr("Type to search the presets, or import a Hugging Face config.json (also by drag and drop)"));
+    m_model->setToolTip(tr("Type to search the presets, type a Hugging Face id (org/name: the local cache, then the Hub), "
+                            "or import a config.json (also by drag and drop)"));
     for (size_t i = 0; i < m_models.size(); ++i)
         m_model->addItem(qs(m_models[i].name), static_cast<int>(i));
     auto *importButton = new QPushButton(tr("Import config.json…"), modelBox);
@@ -263,6 +268,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
         if (hits == 1) {
             m_model->setCurrentIndex(found);
             emit m_model->activated(found);
+        } else if (hub::looksLikeHubId(text.toStdString())) {
+            lookUpHubModel(text);
         } else {
             m_model->lineEdit()->setText(m_model->itemText(m_model->currentIndex()));
         }
@@ -360,6 +367,53 @@ void ConfigPanel::addImportedModel(const ModelArch &m)
     s.model = m;
     s.config.lora.targets = loraTargetsFor(m, s.config.lora.targets);
     m_session->applyScenario(s, tr("Import %1").arg(qs(m.name)));
+}
+
+void ConfigPanel::lookUpHubModel(const QString &id)
+{
+    if (m_hubLookup == id)
+        return;
+    m_hubLookup = id;
+    m_modelInfo->setText(tr("Looking up %1 in the Hugging Face cache, then on the Hub…").arg(id));
+    struct Found
+    {
+        std::optional<ModelArch> model;
+        std::vector<std::string> notes;
+        QString error;
+    };
+    auto *watcher = new QFutureWatcher<Found>(this);
+    connect(watcher, &QFutureWatcher<Found>::finished, this, [this, watcher, id] {
+        watcher->deleteLater();
+        if (m_hubLookup != id)
+            return; // another id was typed since
+        m_hubLookup.clear();
+        const Found f = watcher->result();
+        if (!f.model) {
+            m_model->lineEdit()->setText(m_model->itemText(m_model->currentIndex()));
+            syncFromSession();
+            m_problem->setText(f.error);
+            m_problem->show();
+            return;
+        }
+        addImportedModel(*f.model);
+        if (!f.notes.empty()) {
+            QStringList notes;
+            for (const auto &n : f.notes)
+                notes << qs(n);
+            m_problem->setText(notes.join(QLatin1Char('\n')));
+            m_problem->show();
+        }
+    });
+    // Nothing escapes the worker: QFutureWatcher would rethrow it on the GUI thread.
+    watcher->setFuture(QtConcurrent::run([text = id.toStdString()] {
+        Found f;
+        try {
+            f.model = resolveModelText(text, "model", &f.notes);
+        } catch (const std::exception &e) {
+            f.error = QString::fromUtf8(e.what());
+        }
+        return f;
+    }));
 }
 
 void ConfigPanel::updateVisibility()

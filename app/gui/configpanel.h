@@ -31,6 +31,9 @@ private:
     void edit(const std::function<void(headroom::Scenario &)> &change);
     int modelIndex(const headroom::ModelArch &m);
     void updateVisibility();
+    // A Hugging Face id typed into the model field: looked up off the GUI thread (the cache,
+    // then the Hub), then selected like an imported config.json.
+    void lookUpHubModel(const QString &id);
 
     Session *m_session;
     std::vector<headroom::ModelArch> m_models;
@@ -59,4 +62,5 @@ private:
     QLineEdit *m_allocConf;
     QLabel *m_problem;
     QList<QWidget *> m_loraOnly;
+    QString m_hubLookup; // the id being looked up, empty when none
 };

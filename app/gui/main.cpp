@@ -2,6 +2,7 @@
 // and exits, for docs and tests.
 
 #include "chartpanel.h"
+#include "hubfetch.h"
 #include "mainwindow.h"
 #include "sheetio.h"
 #include "timelinepanel.h"
@@ -82,7 +83,7 @@ int main(int argc, char **argv)
     try {
         Scenario s = session.scenario();
         if (parser.isSet(model)) {
-            s.model = resolveModel(parser.value(model).toStdString(), "--model");
+            s.model = resolveModelText(parser.value(model).toStdString(), "--model");
             s.config.lora.targets = loraTargetsFor(s.model, s.config.lora.targets);
         }
         if (parser.isSet(gpu))
