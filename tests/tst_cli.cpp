@@ -317,6 +317,208 @@ private Q_SLOTS:
                       QStringLiteral("old-name/TinyLlama-1.1B-Chat-v1.0")}, env).code, 0);
     }
 
+    // Issue 14: the training configs their projects publish, read for what changes memory.
+    void importsPublishedTrainingConfigs_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("expected"); // fields of the estimate's "config", as JSON
+        QTest::addColumn<QString>("stderrMentions");
+        QTest::addRow("axolotl lora") << "axolotl-llama3-lora-8b.yml"
+                                      << R"({"finetune":"lora","lora":{"rank":32,"alpha":16.0,"dropout":0.05,"targets":["all-linear"]},
+                                            "seq_len":4096,"micro_batch":2,"grad_accum":4,"optimizer":"adamw-8bit",
+                                            "precision":"bf16","grad_checkpointing":true,"attention":"sdpa"})"
+                                      << "lora_modules_to_save";
+        QTest::addRow("axolotl qlora") << "axolotl-llama3-qlora.yml"
+                                       << R"({"finetune":"qlora","lora":{"rank":32,"targets":["all-linear"]},"optimizer":"adamw",
+                                             "micro_batch":2,"grad_accum":4,"seq_len":4096})"
+                                       << "paged";
+        QTest::addRow("llama-factory lora") << "llamafactory-llama3-lora-sft.yaml"
+                                            << R"({"finetune":"lora","lora":{"rank":8,"alpha":16.0,"targets":["all-linear"]},
+                                                  "seq_len":2048,"micro_batch":1,"grad_accum":8,"precision":"bf16",
+                                                  "grad_checkpointing":true})"
+                                            << "";
+        QTest::addRow("trl sft") << "trl-zephyr-7b-sft-full.yaml"
+                                 << R"({"finetune":"full","precision":"bf16","micro_batch":16,"seq_len":2048,
+                                       "grad_checkpointing":true,"attention":"sdpa"})"
+                                 << "";
+        QTest::addRow("deepspeed z3") << "deepspeed-ds_z3_config.json" << R"({"zero_stage":3})" << "set --gpus";
+        QTest::addRow("accelerate fsdp") << "accelerate-fsdp_config.yaml"
+                                         << R"({"zero_stage":3,"world_size":2,"precision":"amp-fp16"})"
+                                         << "fsdp_offload_params";
+    }
+    void importsPublishedTrainingConfigs()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, expected);
+        QFETCH(QString, stderrMentions);
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"),
+                           QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/training-configs/") + file,
+                           QStringLiteral("--model"), QStringLiteral("llama-3.1-8b"), QStringLiteral("--json")});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const auto config = nlohmann::json::parse(r.out.toStdString()).at("config");
+        const auto want = nlohmann::json::parse(expected.toStdString());
+        for (const auto &[k, v] : want.items()) {
+            if (v.is_object()) {
+                for (const auto &[k2, v2] : v.items())
+                    QVERIFY2(config.at(k).at(k2) == v2, qPrintable(QString::fromStdString(k + "." + k2 + ": " + config.at(k).at(k2).dump())));
+            } else {
+                QVERIFY2(config.at(k) == v, qPrintable(QString::fromStdString(k + ": " + config.at(k).dump())));
+            }
+        }
+        if (!stderrMentions.isEmpty())
+            QVERIFY2(r.err.contains(stderrMentions), qPrintable(r.err));
+        // Nothing in the published files goes unrecognised.
+        QVERIFY2(!r.err.contains(QStringLiteral("not understood")), qPrintable(r.err));
+    }
+
+    // Export in every format, import again: the same estimate to the byte (the fields a format
+    // does not carry, e.g. the GPU count in Axolotl's YAML, passed as flags).
+    void exportedConfigsRoundTrip_data()
+    {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<QStringList>("settings");
+        QTest::addColumn<QStringList>("notCarried");
+        const QStringList qlora{QStringLiteral("--finetune"), QStringLiteral("qlora"), QStringLiteral("--lora-rank"),
+                                QStringLiteral("64"), QStringLiteral("--lora-alpha"), QStringLiteral("16"),
+                                QStringLiteral("--batch"), QStringLiteral("4"), QStringLiteral("--seq"), QStringLiteral("4096"),
+                                QStringLiteral("--grad-accum"), QStringLiteral("8"), QStringLiteral("--grad-checkpointing"),
+                                QStringLiteral("--optimizer"), QStringLiteral("adamw-8bit"), QStringLiteral("--zero"),
+                                QStringLiteral("3")};
+        const QStringList full{QStringLiteral("--precision"), QStringLiteral("amp-bf16"), QStringLiteral("--batch"),
+                               QStringLiteral("2"), QStringLiteral("--grad-accum"), QStringLiteral("4"),
+                               QStringLiteral("--gpus"), QStringLiteral("8"), QStringLiteral("--zero"), QStringLiteral("2"),
+                               QStringLiteral("--grad-checkpointing")};
+        const QStringList gpus{QStringLiteral("--gpus"), QStringLiteral("4")};
+        QTest::addRow("axolotl") << "axolotl" << qlora + gpus << gpus;
+        QTest::addRow("llamafactory") << "llamafactory" << qlora + gpus << gpus;
+        QTest::addRow("trainer qlora") << "trainer" << qlora + gpus << gpus;
+        QTest::addRow("trainer full amp") << "trainer" << full << QStringList{QStringLiteral("--gpus"), QStringLiteral("8")};
+        QTest::addRow("llamafactory full amp") << "llamafactory" << full << QStringList{QStringLiteral("--gpus"), QStringLiteral("8")};
+        QTest::addRow("deepspeed") << "deepspeed" << full
+                                   << QStringList{QStringLiteral("--grad-checkpointing")};
+        QTest::addRow("accelerate") << "accelerate" << full
+                                    << QStringList{QStringLiteral("--batch"), QStringLiteral("2"),
+                                                   QStringLiteral("--grad-accum"), QStringLiteral("4")};
+    }
+    void exportedConfigsRoundTrip()
+    {
+        QFETCH(QString, format);
+        QFETCH(QStringList, settings);
+        QFETCH(QStringList, notCarried);
+        QTemporaryDir dir;
+        const QString file = dir.filePath(QStringLiteral("exported.") + format);
+        const QStringList model{QStringLiteral("--model"), QStringLiteral("qwen2.5-7b")};
+        const Run ex = cli(QStringList{QStringLiteral("export"), QStringLiteral("--format"), format, QStringLiteral("--out"), file} +
+                           model + settings);
+        QVERIFY2(ex.code == 0, qPrintable(ex.err));
+        QVERIFY(ex.out.isEmpty());
+        const Run direct = cli(QStringList{QStringLiteral("estimate"), QStringLiteral("--json")} + model + settings);
+        // The exported file names the model by its Hub id, which resolves to the same preset offline.
+        QStringList again{QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), file};
+        if (format == QLatin1String("deepspeed") || format == QLatin1String("accelerate"))
+            again << model;
+        const Run back = cli(again + notCarried);
+        QVERIFY2(back.code == 0, qPrintable(back.err));
+        QCOMPARE(nlohmann::json::parse(back.out.toStdString()).at("config"),
+                 nlohmann::json::parse(direct.out.toStdString()).at("config"));
+        QCOMPARE(peakOf(back), peakOf(direct));
+    }
+
+    // What an import could not use is said, not dropped; contradictions are named; bad values
+    // and files are one line naming the file, the key and the value.
+    void importSaysWhatItDidNotUse()
+    {
+        QTemporaryDir dir;
+        auto write = [&](const char *name, const char *text) {
+            QFile f(dir.filePath(QString::fromLatin1(name)));
+            f.open(QIODevice::WriteOnly);
+            f.write(text);
+            return f.fileName();
+        };
+        const QString odd = write("odd.yml", "base_model: x/y\nadapter: lora\nload_in_4bit: true\nbf16: true\nfp16: true\n"
+                                             "micro_batch_size: 2\nfancy_new_feature: 3\n");
+        Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), odd, QStringLiteral("--model"),
+                     QStringLiteral("qwen2.5-0.5b"), QStringLiteral("--json")});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("not understood, so not used: fancy_new_feature")), qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("conflict: adapter = lora with load_in_4bit")), qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("conflict: bf16 and fp16")), qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("--model qwen2.5-0.5b from the command line replaces the file's x/y")), qPrintable(r.err));
+        QCOMPARE(nlohmann::json::parse(r.out.toStdString()).at("config").at("finetune").get<std::string>(), std::string("qlora"));
+        // A flag given on the command line wins over the file.
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), odd, QStringLiteral("--model"),
+                 QStringLiteral("qwen2.5-0.5b"), QStringLiteral("--batch"), QStringLiteral("8"), QStringLiteral("--json")});
+        QCOMPARE(nlohmann::json::parse(r.out.toStdString()).at("config").at("micro_batch").get<int>(), 8);
+
+        struct Bad
+        {
+            const char *name, *text, *mentions;
+        };
+        for (const Bad &b : {Bad{"neg.yml", "base_model: x/y\nmicro_batch_size: -1\n", "neg.yml: micro_batch_size = -1: must be between"},
+                             Bad{"broken.yml", "base_model: [x\n", "broken.yml = line"},
+                             Bad{"what.yml", "colour: blue\n", "--from-format"},
+                             Bad{"list.yml", "- a\n- b\n", "a mapping of keys"},
+                             Bad{"deep.json", "{\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}", "deep"},
+                             Bad{"stage.json", "{\"zero_optimization\": {\"stage\": 7}}", "zero_optimization.stage = 7"}}) {
+            r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), write(b.name, b.text)});
+            QCOMPARE(r.code, 2);
+            QVERIFY2(r.err.contains(QString::fromLatin1(b.mentions)), qPrintable(r.err));
+            QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+        }
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), dir.filePath(QStringLiteral("missing.yml"))});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains(QStringLiteral("--from = ")));
+    }
+
+    // An Axolotl YAML and the DeepSpeed JSON it names, imported together: the GPU count comes
+    // from DeepSpeed's train_batch_size; a setting the two disagree on is named.
+    void twoFilesMerge()
+    {
+        QTemporaryDir dir;
+        const QStringList cfg{QStringLiteral("--model"), QStringLiteral("qwen2.5-7b"), QStringLiteral("--batch"),
+                              QStringLiteral("2"), QStringLiteral("--grad-accum"), QStringLiteral("4"), QStringLiteral("--gpus"),
+                              QStringLiteral("8"), QStringLiteral("--zero"), QStringLiteral("3")};
+        const QString yml = dir.filePath(QStringLiteral("a.yml")), ds = dir.filePath(QStringLiteral("ds.json"));
+        QCOMPARE(cli(QStringList{QStringLiteral("export"), QStringLiteral("--format"), QStringLiteral("axolotl"),
+                                 QStringLiteral("--out"), yml} + cfg).code, 0);
+        QCOMPARE(cli(QStringList{QStringLiteral("export"), QStringLiteral("--format"), QStringLiteral("deepspeed"),
+                                 QStringLiteral("--out"), ds} + cfg).code, 0);
+        const Run both = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), yml,
+                              QStringLiteral("--from"), ds});
+        QVERIFY2(both.code == 0, qPrintable(both.err));
+        const auto c = nlohmann::json::parse(both.out.toStdString()).at("config");
+        QCOMPARE(c.at("world_size").get<int>(), 8);
+        QCOMPARE(c.at("zero_stage").get<int>(), 3);
+        QVERIFY2(!both.err.contains(QStringLiteral("set --gpus")), qPrintable(both.err));
+        QFile f(ds);
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}})");
+        f.close();
+        const Run clash = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), yml,
+                               QStringLiteral("--from"), ds});
+        QVERIFY2(clash.err.contains(QStringLiteral("conflict: the micro-batch differs between the files")), qPrintable(clash.err));
+        QVERIFY2(clash.err.contains(QStringLiteral("conflict: the ZeRO stage differs")), qPrintable(clash.err));
+        QCOMPARE(nlohmann::json::parse(clash.out.toStdString()).at("config").at("zero_stage").get<int>(), 2);
+    }
+
+    // export --out: a failed write keeps what was there and leaves no temporary file behind.
+    void exportOutIsAtomic()
+    {
+        QTemporaryDir dir;
+        const QString target = dir.filePath(QStringLiteral("taken"));
+        QVERIFY(QDir().mkdir(target)); // rename() cannot replace a folder with a file
+        Run r = cli({QStringLiteral("export"), QStringLiteral("--format"), QStringLiteral("axolotl"), QStringLiteral("--model"),
+                     QStringLiteral("qwen2.5-0.5b"), QStringLiteral("--out"), target});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.startsWith(QStringLiteral("headroom-cli: error: --out = ")), qPrintable(r.err));
+        QVERIFY(QFileInfo(target).isDir());
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files).size(), 0);
+        r = cli({QStringLiteral("export"), QStringLiteral("--format"), QStringLiteral("yaml"), QStringLiteral("--model"),
+                 QStringLiteral("qwen2.5-0.5b")});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains(QStringLiteral("--format = yaml")));
+    }
+
     void compareProbeResults()
     {
         const QString nccl = QFINDTESTDATA("data/h200/nccl-ws1/8b-nccl-z3.result.json");

@@ -10,6 +10,7 @@
 #include "headroom/serialize.h"
 #include "headroom/sheet.h"
 #include "headroom/timeline.h"
+#include "headroom/training_formats.h"
 
 #include "hubfetch.h"
 
@@ -18,6 +19,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -43,6 +45,7 @@ struct Flags
     std::string gradAccum = "1";
     bool gradCheckpointing = false;
     bool offloadOptimizer = false;
+    bool noDoubleQuant = false;
     std::string checkpointingList; // sweep: on | off | both
     std::string attention = "sdpa";
     std::string gpus = "1";
@@ -52,6 +55,9 @@ struct Flags
     std::string allocConf;
     bool json = false;
     std::string format = "markdown";
+    std::vector<std::string> from; // training configs to start from (--from, repeatable)
+    std::string fromFormat;        // their format, when detection is not wanted
+    CLI::App *cmd = nullptr;       // the subcommand these flags belong to: which were given
 };
 
 int64_t parseInteger(const std::string &flag, const std::string &text, int64_t lo, int64_t hi)
@@ -118,6 +124,7 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.lora.dropout = parseFraction("--lora-dropout", f.loraDropout);
     if (!f.loraTargets.empty())
         c.lora.targets = splitList(f.loraTargets);
+    c.lora.doubleQuant = !f.noDoubleQuant;
     c.microBatch = listsAllowed ? parseIntegerList("--batch", f.batch, 1, 1 << 20).front()
                                 : parseInteger("--batch", f.batch, 1, 1 << 20);
     c.seqLen = listsAllowed ? parseIntegerList("--seq", f.seq, 1, 1 << 24).front()
@@ -143,6 +150,97 @@ struct Budget
     double reserve = 0.1;
 };
 
+std::string formatNumber(double v)
+{
+    std::ostringstream o;
+    o << v;
+    return o.str();
+}
+
+// --from: the training configs' settings become the flags' values, except for flags given on
+// the command line, which win. What the files hold that Headroom did not use is said on stderr.
+Flags withImports(Flags f)
+{
+    if (f.from.empty())
+        return f;
+    std::optional<TrainingFormat> format;
+    if (!f.fromFormat.empty())
+        format = parseTrainingFormat(f.fromFormat, "--from-format");
+    std::vector<TrainingImport> files;
+    for (const auto &path : f.from)
+        files.push_back(importTrainingConfigFile(path, format));
+    const TrainingImport m = mergeImports(files);
+    auto say = [](const std::string &what) { std::fprintf(stderr, "headroom-cli: note: %s\n", what.c_str()); };
+    if (!m.unknownKeys.empty()) {
+        std::string keys;
+        for (const auto &k : m.unknownKeys)
+            keys += (keys.empty() ? "" : ", ") + k;
+        say("not understood, so not used: " + keys);
+    }
+    for (const auto &c : m.conflicts)
+        say("conflict: " + c);
+    for (const auto &n : m.notes)
+        say(n);
+    auto given = [&](const char *flag) {
+        if (f.cmd == nullptr || f.cmd->count(flag) == 0)
+            return false;
+        return true;
+    };
+    if (m.shardsWithoutGpuCount && !given("--gpus"))
+        say("the files shard (ZeRO-" + std::to_string(*m.settings.zeroStage) +
+            ") but do not say over how many GPUs: set --gpus");
+    const TrainingSettings &st = m.settings;
+    auto take = [&](const char *flag, std::string &into, const std::string &value) {
+        if (!given(flag))
+            into = value;
+        else if (into != value)
+            say(std::string(flag) + " " + into + " from the command line replaces the file's " + value);
+    };
+    if (st.model)
+        take("--model", f.model, *st.model);
+    if (st.precision)
+        take("--precision", f.precision, std::string(toString(*st.precision)));
+    if (st.optimizer)
+        take("--optimizer", f.optimizer, std::string(toString(*st.optimizer)));
+    if (st.optimizerImpl)
+        take("--optimizer-impl", f.optimizerImpl, std::string(toString(*st.optimizerImpl)));
+    if (st.finetune)
+        take("--finetune", f.finetune, std::string(toString(*st.finetune)));
+    if (st.loraRank)
+        take("--lora-rank", f.loraRank, std::to_string(*st.loraRank));
+    if (st.loraAlpha)
+        take("--lora-alpha", f.loraAlpha, formatNumber(*st.loraAlpha));
+    if (st.loraDropout)
+        take("--lora-dropout", f.loraDropout, formatNumber(*st.loraDropout));
+    if (st.loraTargets) {
+        std::string t;
+        for (const auto &x : *st.loraTargets)
+            t += (t.empty() ? "" : ",") + x;
+        take("--lora-targets", f.loraTargets, t);
+    }
+    if (st.microBatch)
+        take("--batch", f.batch, std::to_string(*st.microBatch));
+    if (st.seqLen)
+        take("--seq", f.seq, std::to_string(*st.seqLen));
+    if (st.gradAccum)
+        take("--grad-accum", f.gradAccum, std::to_string(*st.gradAccum));
+    if (st.gradCheckpointing && !given("--grad-checkpointing")) {
+        f.gradCheckpointing = *st.gradCheckpointing;
+        f.checkpointingList = *st.gradCheckpointing ? "on" : "off";
+    }
+    if (st.attention)
+        take("--attention", f.attention, std::string(toString(*st.attention)));
+    if (st.worldSize)
+        take("--gpus", f.gpus, std::to_string(*st.worldSize));
+    if (st.zeroStage)
+        take("--zero", f.zero, std::to_string(*st.zeroStage));
+    if (st.offloadOptimizer && !given("--offload-optimizer"))
+        f.offloadOptimizer = *st.offloadOptimizer;
+    if (st.doubleQuant && !given("--no-double-quant"))
+        f.noDoubleQuant = !*st.doubleQuant;
+    return f;
+}
+
 // A preset id, a config.json, or a Hugging Face model id (the local cache first, then the Hub).
 // The Hub's notes (the parameter cross-check) go to stderr, so --json output stays one document.
 ModelArch resolveModelFlag(const std::string &text, const std::string &flag)
@@ -157,14 +255,20 @@ ModelArch resolveModelFlag(const std::string &text, const std::string &flag)
     return resolveModel(text, flag);
 }
 
-Budget resolveBudget(const Flags &f, bool listsAllowed)
+Budget resolveBudget(const Flags &given, bool listsAllowed)
 {
+    const Flags f = withImports(given);
     return {resolveModelFlag(f.model, "--model"), buildConfig(f, listsAllowed), findGpu(f.gpu, "--gpu"),
             parseFraction("--reserve", f.reserve)};
 }
 
 void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
 {
+    f.cmd = cmd;
+    cmd->add_option("--from", f.from,
+                    "Start from a training config: Axolotl or LLaMA-Factory YAML, TrainingArguments/SFTConfig, DeepSpeed "
+                    "JSON, accelerate YAML (repeatable; flags given here win)");
+    cmd->add_option("--from-format", f.fromFormat, "The --from files' format, instead of detecting it");
     cmd->add_option("--model", f.model, "Preset id (see `models`), a Hugging Face model id (org/name: the local cache, then the Hub; "
                                      "HF_TOKEN for gated models, HF_HUB_OFFLINE=1 for the cache only) or a config.json path")
         ->capture_default_str();
@@ -177,6 +281,7 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--lora-alpha", f.loraAlpha, "LoRA alpha (default: twice the rank)");
     cmd->add_option("--lora-dropout", f.loraDropout, "LoRA dropout probability, in [0, 1)")->capture_default_str();
     cmd->add_option("--lora-targets", f.loraTargets, "Comma-separated modules (default: all linear layers)");
+    cmd->add_flag("--no-double-quant", f.noDoubleQuant, "QLoRA without bitsandbytes' double quantization of the scales");
     cmd->add_option("--batch", f.batch, lists ? "Micro-batch sizes, comma-separated" : "Micro-batch size")
         ->capture_default_str();
     cmd->add_option("--seq", f.seq, lists ? "Sequence lengths, comma-separated" : "Sequence length")
@@ -345,6 +450,35 @@ int compare(const std::string &path, double tolerance, bool asJson)
     return ok ? 0 : 1;
 }
 
+// --out: through a temporary file in the same folder and a rename, so a failed write (a full
+// disk, a missing folder) leaves whatever was there before untouched.
+void writeFileAtomically(const std::string &path, const std::string &text)
+{
+    const std::string tmp = path + ".headroom-tmp";
+    std::FILE *f = std::fopen(tmp.c_str(), "wb");
+    if (!f)
+        throw InputError("--out", path, std::string("cannot write there (") + std::strerror(errno) + ")");
+    const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    const bool flushed = std::fflush(f) == 0;
+    const int err = errno;
+    const bool closed = std::fclose(f) == 0;
+    if (!wrote || !flushed || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw InputError("--out", path, std::string("the file could not be written (") + std::strerror(err ? err : errno) +
+                                            "); any earlier file is unchanged");
+    }
+}
+
+// The model as a training config names it: a preset's Hugging Face id, else what was given.
+std::string modelNameForExport(const std::string &text)
+{
+    if (text.find('/') == std::string::npos && text.find(".json") == std::string::npos) {
+        const ModelArch &m = findModelPreset(text, "--model");
+        return m.source.empty() ? m.id : m.source;
+    }
+    return text;
+}
+
 } // namespace
 
 int runCli(int argc, char **argv)
@@ -393,6 +527,14 @@ int runCli(int argc, char **argv)
         ->check(CLI::Range(0.0, 1.0));
     cmp->add_flag("--json", compareJson, "Print one JSON object");
 
+    Flags fx;
+    auto *ex = app.add_subcommand("export", "The configuration as a training config: Axolotl, LLaMA-Factory, the HF "
+                                            "Trainer/TRL, DeepSpeed or accelerate");
+    addTrainingFlags(ex, fx, false);
+    std::string exportFormat, exportOut;
+    ex->add_option("--format", exportFormat, "axolotl | llamafactory | trainer | deepspeed | accelerate")->required();
+    ex->add_option("--out", exportOut, "Write to this file instead of stdout (an earlier file survives a failed write)");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
@@ -409,6 +551,20 @@ int runCli(int argc, char **argv)
     try {
         if (*cmp)
             return compare(resultPath, tolerance, compareJson);
+        if (*ex) {
+            const TrainingFormat format = parseTrainingFormat(exportFormat, "--format");
+            const Flags f = withImports(fx);
+            const TrainingConfig c = buildConfig(f, false);
+            std::vector<std::string> notes;
+            const std::string text = exportTrainingConfig(format, modelNameForExport(f.model), c, &notes);
+            for (const auto &n : notes)
+                std::fprintf(stderr, "headroom-cli: note: %s\n", n.c_str());
+            if (exportOut.empty())
+                std::fputs(text.c_str(), stdout);
+            else
+                writeFileAtomically(exportOut, text);
+            return 0;
+        }
         if (*models) {
             nlohmann::json j = nlohmann::json::array();
             if (!modelsJson)

@@ -1,5 +1,6 @@
 #include "headroom/hub.h"
 
+#include "headroom/catalog.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
 #include "headroom/serialize.h"
@@ -327,9 +328,23 @@ Resolved resolve(const std::string &id, const Settings &s, const Fetch &fetch, c
     if (!looksLikeHubId(id))
         throw InputError(field, id, "is not a Hugging Face model id (org/name) nor a file");
     Resolved out;
+    // A built-in preset made from this id (resources/models/*.json keep the config.json verbatim):
+    // no cache, no network.
+    auto lower = [](std::string t) {
+        std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+        return t;
+    };
+    for (const auto &p : modelPresets())
+        if (!p.source.empty() && lower(p.source) == lower(id)) {
+            out.model = p;
+            out.source = "built-in preset " + p.id;
+            out.fromCache = true;
+            return out;
+        }
     auto build = [&](const nlohmann::json &config) {
         try {
             out.model = modelFromHfConfig(config, id);
+            out.model.source = id;
         } catch (const InputError &e) {
             throw InputError(field, id, std::string("its config.json: ") + e.what());
         }

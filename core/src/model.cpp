@@ -479,6 +479,8 @@ json toJson(const ModelArch &m)
               {"shared_expert_intermediate_size", m.sharedExpertIntermediateSize},
               {"shared_expert_gate", m.sharedExpertGate},
               {"parameters", m.estimable ? parameterCount(m) : 0}};
+    if (!m.source.empty())
+        j["source"] = m.source;
     if (!m.hfConfig.is_null())
         j["hf_config"] = m.hfConfig;
     if (!m.estimable)
@@ -495,6 +497,7 @@ ModelArch modelArchFromJson(const json &j)
             throw InputError("model.headroom", show(meta).substr(0, 40), "must be a JSON object");
         ModelArch m = modelFromHfConfig(j.at("config"), optionalString(meta, "id", "", "model.headroom"));
         m.name = optionalString(meta, "name", m.id, "model.headroom");
+        m.source = optionalString(meta, "source", "", "model.headroom");
         // 0: not published (a config.json without a model card).
         if (meta.contains("published_params") && !(meta.at("published_params").is_number_integer() &&
                                                    meta.at("published_params").get<int64_t>() == 0))
@@ -507,6 +510,7 @@ ModelArch modelArchFromJson(const json &j)
     ModelArch m;
     m.id = optionalString(j, "id", "", ctx);
     m.name = optionalString(j, "name", m.id, ctx);
+    m.source = optionalString(j, "source", "", ctx);
     m.modelType = optionalString(j, "model_type", "llama", ctx);
     m.hiddenSize = requireInt(j, "hidden_size", ctx);
     m.numLayers = requireInt(j, "num_hidden_layers", ctx);

@@ -14,6 +14,7 @@ struct ModelArch
 {
     std::string id;         // preset id, or the file it came from
     std::string name;       // human name
+    std::string source;     // the Hugging Face id it was made from ("Qwen/Qwen2.5-0.5B"), when known
     std::string modelType;  // HF model_type
     int64_t hiddenSize = 0;
     int64_t numLayers = 0;

@@ -1,0 +1,77 @@
+#pragma once
+// The training configs people already have, in and out: Axolotl YAML, LLaMA-Factory YAML, HF
+// TrainingArguments / TRL SFTConfig (JSON or YAML), DeepSpeed JSON and accelerate config YAML.
+// Import reads only what changes memory and says what it did not understand; export writes the
+// scenario in the format's own keys, so an imported file re-exported gives the same settings.
+
+#include "headroom/types.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace headroom {
+
+enum class TrainingFormat { Axolotl, LlamaFactory, Trainer, DeepSpeed, Accelerate };
+inline constexpr TrainingFormat kAllTrainingFormats[] = {TrainingFormat::Axolotl, TrainingFormat::LlamaFactory,
+                                                         TrainingFormat::Trainer, TrainingFormat::DeepSpeed,
+                                                         TrainingFormat::Accelerate};
+std::string_view toString(TrainingFormat f);                    // axolotl, llamafactory, trainer, deepspeed, accelerate
+std::string_view describe(TrainingFormat f);                    // "Axolotl YAML", ...
+TrainingFormat parseTrainingFormat(std::string_view s, const std::string &field);
+
+// The settings one file makes; what it does not mention stays unset.
+struct TrainingSettings
+{
+    std::optional<std::string> model; // base_model / model_name_or_path (a Hub id or a path)
+    std::optional<Precision> precision;
+    std::optional<Optimizer> optimizer;
+    std::optional<OptimizerImpl> optimizerImpl;
+    std::optional<FineTune> finetune;
+    std::optional<int> loraRank;
+    std::optional<double> loraAlpha;
+    std::optional<double> loraDropout;
+    std::optional<std::vector<std::string>> loraTargets;
+    std::optional<bool> doubleQuant;
+    std::optional<int64_t> microBatch;
+    std::optional<int64_t> seqLen;
+    std::optional<int64_t> gradAccum;
+    std::optional<bool> gradCheckpointing;
+    std::optional<Attention> attention;
+    std::optional<int> worldSize;
+    std::optional<int> zeroStage;
+    std::optional<bool> offloadOptimizer;
+
+    // Onto a configuration: the fields set here replace the config's.
+    void applyTo(TrainingConfig &c) const;
+};
+
+struct TrainingImport
+{
+    TrainingFormat format = TrainingFormat::Axolotl;
+    TrainingSettings settings;
+    std::vector<std::string> unknownKeys; // "key" or "section.key": not understood, so not used
+    std::vector<std::string> conflicts;   // settings that contradict each other, and what was kept
+    std::vector<std::string> notes;       // what the estimate cannot follow (modules_to_save, 8-bit weights...)
+    bool shardsWithoutGpuCount = false;   // a ZeRO stage, but no word on how many GPUs
+};
+
+// Detects the format from the keys (DeepSpeed's zero_optimization, accelerate's
+// distributed_type, Axolotl's base_model, LLaMA-Factory's finetuning_type/stage, the Trainer's
+// per_device_train_batch_size). `name` names the file in errors: "name: key = value: why".
+// Text is bounded (4 MiB, depth 32, 100k nodes). Throws InputError.
+TrainingImport importTrainingConfig(const std::string &text, const std::string &name,
+                                    std::optional<TrainingFormat> format = std::nullopt);
+TrainingImport importTrainingConfigFile(const std::string &path, std::optional<TrainingFormat> format = std::nullopt);
+
+// Several files at once (an Axolotl YAML and the DeepSpeed JSON it names): later files fill in
+// what earlier ones left unset; a field two files set differently is a conflict (the later wins).
+TrainingImport mergeImports(const std::vector<TrainingImport> &files);
+
+// The scenario in the format's keys. `notes` gets what the format cannot say exactly (e.g.
+// ZeRO-1 in an accelerate FSDP config), also written as comments where the format has them.
+std::string exportTrainingConfig(TrainingFormat format, const std::string &model, const TrainingConfig &c,
+                                 std::vector<std::string> *notes = nullptr);
+
+} // namespace headroom
