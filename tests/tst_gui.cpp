@@ -14,6 +14,7 @@
 
 #include "headroom/catalog.h"
 #include "headroom/serialize.h"
+#include "headroom/training_formats.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -282,6 +283,69 @@ private Q_SLOTS:
         qunsetenv("HF_ENDPOINT");
         qunsetenv("HF_HUB_CACHE");
         qunsetenv("HF_HOME");
+    }
+
+    // Issue 14: File → Import training config applies an Axolotl YAML (undoably), its base_model
+    // selects the preset made from that Hub id offline; Export writes each format, and importing
+    // that again gives the same configuration.
+    void trainingConfigsInAndOut()
+    {
+        QTemporaryDir dir;
+        const QString yml = dir.filePath(QStringLiteral("qlora.yml"));
+        {
+            QFile f(yml);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("base_model: Qwen/Qwen2.5-7B\nadapter: qlora\nload_in_4bit: true\nlora_r: 64\nlora_alpha: 16\n"
+                    "lora_target_linear: true\nsequence_len: 4096\nmicro_batch_size: 2\ngradient_accumulation_steps: 8\n"
+                    "optimizer: paged_adamw_8bit\nbf16: auto\ngradient_checkpointing: true\nflash_attention: true\n"
+                    "shiny_new_option: 1\n");
+        }
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        const TrainingConfig before = s.scenario().config;
+        QCOMPARE(w.openFile(yml), QString()); // dropped or opened: sniffed as a training config
+        QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(s.scenario().model.id), QStringLiteral("qwen2.5-7b"), 10000);
+        QVERIFY(settle(s));
+        const TrainingConfig c = s.scenario().config;
+        QVERIFY(c.finetune == FineTune::QLoRA);
+        QCOMPARE(c.lora.rank, 64);
+        QCOMPARE(c.lora.alpha, 16.0);
+        QCOMPARE(c.lora.targets, std::vector<std::string>{"all-linear"});
+        QCOMPARE(c.seqLen, int64_t(4096));
+        QCOMPARE(c.microBatch, int64_t(2));
+        QCOMPARE(c.gradAccum, int64_t(8));
+        QVERIFY(c.optimizer == Optimizer::AdamW8bit);
+        QVERIFY(c.gradCheckpointing);
+        auto *notes = child<QLabel>(w, "configNotes");
+        QVERIFY2(notes->isVisible() && notes->text().contains(QStringLiteral("shiny_new_option")), qPrintable(notes->text()));
+        QVERIFY2(notes->text().contains(QStringLiteral("paged")), qPrintable(notes->text()));
+        QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+        for (TrainingFormat f : {TrainingFormat::Axolotl, TrainingFormat::LlamaFactory, TrainingFormat::Trainer}) {
+            const QString out = dir.filePath(QStringLiteral("out-") + QString::fromLatin1(toString(f).data()));
+            QCOMPARE(w.exportTrainingConfig(out, f), QString());
+            const auto back = importTrainingConfigFile(out.toStdString(), f);
+            TrainingConfig again = before;
+            back.settings.applyTo(again);
+            QCOMPARE(toJson(again), toJson(c));
+            QCOMPARE(QString::fromStdString(*back.settings.model), QStringLiteral("Qwen/Qwen2.5-7B"));
+        }
+        // A bad file says what is wrong in one line and changes nothing.
+        const QString bad = dir.filePath(QStringLiteral("bad.yml"));
+        {
+            QFile f(bad);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("base_model: x/y\nmicro_batch_size: 0\n");
+        }
+        const QString problem = w.importTrainingConfig(bad);
+        QVERIFY2(problem.contains(QStringLiteral("micro_batch_size = 0")), qPrintable(problem));
+        QCOMPARE(s.scenario().config.microBatch, int64_t(2));
+        // Undo takes the import back.
+        s.undoStack()->undo();
+        s.undoStack()->undo();
+        QVERIFY(settle(s));
+        QCOMPARE(s.scenario().config.microBatch, before.microBatch);
     }
 
     void unitsAndPhases()

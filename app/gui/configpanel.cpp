@@ -232,6 +232,14 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_problem->setStyleSheet(QStringLiteral("color: #b3261e"));
     m_problem->hide();
     outer->addWidget(m_problem);
+    // What the last import or Hub lookup could not follow; stays until the next one.
+    m_notes = new QLabel(this);
+    m_notes->setObjectName(QStringLiteral("configNotes"));
+    m_notes->setWordWrap(true);
+    m_notes->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_notes->setStyleSheet(QStringLiteral("color: #8a5a00"));
+    m_notes->hide();
+    outer->addWidget(m_notes);
     outer->addStretch(1);
 
     // Each control edits one field.
@@ -374,6 +382,7 @@ void ConfigPanel::lookUpHubModel(const QString &id)
     if (m_hubLookup == id)
         return;
     m_hubLookup = id;
+    m_notes->hide();
     m_modelInfo->setText(tr("Looking up %1 in the Hugging Face cache, then on the Hub…").arg(id));
     struct Found
     {
@@ -396,13 +405,11 @@ void ConfigPanel::lookUpHubModel(const QString &id)
             return;
         }
         addImportedModel(*f.model);
-        if (!f.notes.empty()) {
-            QStringList notes;
-            for (const auto &n : f.notes)
-                notes << qs(n);
-            m_problem->setText(notes.join(QLatin1Char('\n')));
-            m_problem->show();
-        }
+        QStringList notes;
+        for (const auto &n : f.notes)
+            notes << qs(n);
+        if (!notes.isEmpty())
+            showNotes(notes);
     });
     // Nothing escapes the worker: QFutureWatcher would rethrow it on the GUI thread.
     watcher->setFuture(QtConcurrent::run([text = id.toStdString()] {
@@ -414,6 +421,12 @@ void ConfigPanel::lookUpHubModel(const QString &id)
         }
         return f;
     }));
+}
+
+void ConfigPanel::showNotes(const QStringList &notes)
+{
+    m_notes->setText(notes.join(QLatin1Char('\n')));
+    m_notes->setVisible(!notes.isEmpty());
 }
 
 void ConfigPanel::updateVisibility()

@@ -22,6 +22,11 @@ public:
 
     // Adds an imported model to the list and selects it (undoable).
     void addImportedModel(const headroom::ModelArch &m);
+    // A Hugging Face id (typed, or named by an imported training config): looked up off the GUI
+    // thread (a preset, the cache, then the Hub), then selected like an imported config.json.
+    void lookUpHubModel(const QString &id);
+    // Lines shown under the controls (a Hub cross-check, what an import did not use).
+    void showNotes(const QStringList &notes);
 
 signals:
     void importConfigRequested();
@@ -31,9 +36,6 @@ private:
     void edit(const std::function<void(headroom::Scenario &)> &change);
     int modelIndex(const headroom::ModelArch &m);
     void updateVisibility();
-    // A Hugging Face id typed into the model field: looked up off the GUI thread (the cache,
-    // then the Hub), then selected like an imported config.json.
-    void lookUpHubModel(const QString &id);
 
     Session *m_session;
     std::vector<headroom::ModelArch> m_models;
@@ -61,6 +63,7 @@ private:
     QSpinBox *m_reserve;
     QLineEdit *m_allocConf;
     QLabel *m_problem;
+    QLabel *m_notes;
     QList<QWidget *> m_loraOnly;
     QString m_hubLookup; // the id being looked up, empty when none
 };

@@ -1,4 +1,7 @@
 #include "mainwindow.h"
+#include "headroom/hub.h"
+#include <QDir>
+#include <QSaveFile>
 
 #include "chartpanel.h"
 #include "charts.h"
@@ -132,6 +135,27 @@ void MainWindow::buildMenus()
     file->addAction(tr("Import &measurement…"), this, [this] {
         openInteractively(tr("Import a probe result"), tr("Probe results (*.json *.jsonl);;All files (*)"));
     });
+    file->addAction(tr("Import &training config…"), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Import a training config"), QString(),
+            tr("Training configs: Axolotl, LLaMA-Factory, accelerate, DeepSpeed, Trainer (*.yml *.yaml *.json);;All files (*)"));
+        if (!path.isEmpty())
+            reportProblem(importTrainingConfig(path));
+    });
+    file->addAction(tr("Export training con&fig…"), this, [this] {
+        QStringList filters;
+        for (TrainingFormat f : kAllTrainingFormats)
+            filters << qs(std::string(describe(f))) +
+                           (f == TrainingFormat::DeepSpeed || f == TrainingFormat::Trainer ? QStringLiteral(" (*.json)")
+                                                                                           : QStringLiteral(" (*.yaml *.yml)"));
+        QString chosen;
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export a training config"), QStringLiteral("train.yaml"),
+                                                          filters.join(QStringLiteral(";;")), &chosen);
+        if (path.isEmpty())
+            return;
+        const int i = std::max<qsizetype>(0, filters.indexOf(chosen));
+        reportProblem(exportTrainingConfig(path, kAllTrainingFormats[i]));
+    });
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 
@@ -189,6 +213,8 @@ QString MainWindow::openFile(const QString &path)
         case sheetio::FileKind::ModelConfig:
             m_config->addImportedModel(sheetio::readModelConfig(path));
             break;
+        case sheetio::FileKind::TrainingConfig:
+            return importTrainingConfig(path);
         }
     } catch (const std::exception &e) {
         return tr("Cannot open %1: %2").arg(QFileInfo(path).fileName(), qs(e.what()));
@@ -211,6 +237,57 @@ QString MainWindow::exportTo(const QString &path)
         statusBar()->showMessage(tr("Saved %1").arg(QFileInfo(path).fileName()), 5000);
     }
     return problem;
+}
+
+QString MainWindow::importTrainingConfig(const QString &path)
+{
+    TrainingImport in;
+    try {
+        in = headroom::importTrainingConfigFile(path.toStdString());
+        Scenario s = m_session->scenario();
+        in.settings.applyTo(s.config);
+        s.config.validate();
+        m_session->applyScenario(s, tr("Import %1").arg(QFileInfo(path).fileName()));
+    } catch (const std::exception &e) {
+        return tr("Cannot import %1: %2").arg(QFileInfo(path).fileName(), qs(e.what()));
+    }
+    QStringList notes;
+    if (!in.unknownKeys.empty()) {
+        QStringList keys;
+        for (const auto &k : in.unknownKeys)
+            keys << qs(k);
+        notes << tr("Not understood, so not used: %1").arg(keys.join(QStringLiteral(", ")));
+    }
+    for (const auto &c : in.conflicts)
+        notes << tr("Conflict: %1").arg(qs(c));
+    for (const auto &n : in.notes)
+        notes << qs(n);
+    if (in.shardsWithoutGpuCount)
+        notes << tr("The file shards but does not say over how many GPUs: set the GPU count.");
+    if (in.settings.model) {
+        const QString model = qs(*in.settings.model);
+        if (hub::looksLikeHubId(in.settings.model->c_str()) && !QFileInfo::exists(model))
+            m_config->lookUpHubModel(model); // hides the notes while it looks
+        else
+            reportProblem(openFile(QFileInfo(model).isDir() ? QDir(model).filePath(QStringLiteral("config.json")) : model));
+    }
+    m_config->showNotes(notes);
+    statusBar()->showMessage(tr("Imported %1 (%2)").arg(QFileInfo(path).fileName(), qs(std::string(describe(in.format)))), 8000);
+    return {};
+}
+
+QString MainWindow::exportTrainingConfig(const QString &path, TrainingFormat format)
+{
+    const Scenario &s = m_session->scenario();
+    std::vector<std::string> notes;
+    const std::string model = s.model.source.empty() ? s.model.id : s.model.source;
+    const std::string text = headroom::exportTrainingConfig(format, model, s.config, &notes);
+    QSaveFile f(path);
+    if (!f.open(QIODevice::WriteOnly) || f.write(text.data(), static_cast<qint64>(text.size())) != static_cast<qint64>(text.size()) ||
+        !f.commit())
+        return tr("Cannot write %1: %2 (any earlier file is unchanged)").arg(QFileInfo(path).fileName(), f.errorString());
+    statusBar()->showMessage(tr("Exported %1 as %2").arg(QFileInfo(path).fileName(), qs(std::string(describe(format)))), 8000);
+    return {};
 }
 
 void MainWindow::showTab(Tab t)

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "headroom/training_formats.h"
+
 #include "session.h"
 
 #include <QMainWindow>
@@ -26,6 +28,10 @@ public:
     // problem, or an empty string.
     QString openFile(const QString &path);
     QString exportTo(const QString &path); // format by extension
+    // A training config (Axolotl, LLaMA-Factory, Trainer, DeepSpeed, accelerate) onto the scenario,
+    // undoable; its model is looked up like a typed Hub id. Returns a problem, or empty.
+    QString importTrainingConfig(const QString &path);
+    QString exportTrainingConfig(const QString &path, headroom::TrainingFormat format);
     void showTab(Tab t);
 
     ChartPanel *chartPanel() { return m_chart; }

@@ -132,6 +132,9 @@ QString exportSheet(const QString &path, Format format, const Sheet &sheet, cons
 
 FileKind sniff(const QString &path)
 {
+    const QString suffix = QFileInfo(path).suffix().toLower();
+    if (suffix == QLatin1String("yml") || suffix == QLatin1String("yaml"))
+        return FileKind::TrainingConfig;
     json j;
     try {
         j = parseUntrusted(readText(path, "file"), "file");
@@ -143,6 +146,11 @@ FileKind sniff(const QString &path)
     // Anything else with a schema version is one of ours; the sheet reader says what is wrong with it.
     if (j.is_object() && (j.contains("schema_version") || j.contains("kind")) && !j.contains("model_type"))
         return FileKind::Sheet;
+    // DeepSpeed's or the Trainer's JSON: what training_formats.h detects, minus config.json's keys.
+    if (j.is_object() && !j.contains("model_type") &&
+        (j.contains("zero_optimization") || j.contains("train_micro_batch_size_per_gpu") ||
+         j.contains("per_device_train_batch_size")))
+        return FileKind::TrainingConfig;
     return FileKind::ModelConfig;
 }
 

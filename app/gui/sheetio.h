@@ -20,7 +20,7 @@ QString writeAtomic(const QString &path, const QByteArray &bytes);
 QString exportSheet(const QString &path, Format format, const headroom::Sheet &sheet, const QPixmap &chart,
                     const QPixmap &timeline = {});
 
-enum class FileKind { Sheet, Measurement, ModelConfig };
+enum class FileKind { Sheet, Measurement, ModelConfig, TrainingConfig };
 // What a dropped or opened JSON file is: a budget sheet, a probe result, or a HF config.json.
 FileKind sniff(const QString &path);
 
