@@ -9,7 +9,7 @@ HEADROOM_PACKAGES=(
     nlohmann-json3-dev libcli11-dev libbenchmark-dev libcurl4-openssl-dev libyaml-cpp-dev
     libtorch-dev libopenblas0-pthread libgloo-dev
     python3-torch python3-jsonschema
-    xvfb xauth
+    xvfb xauth dpkg-dev file
 )
 
 headroom_install_packages() {
