@@ -44,6 +44,7 @@ OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion")
 IMPLS = ("foreach", "fused", "for-loop")
 FINETUNES = ("full", "lora", "qlora")
 ATTENTIONS = ("sdpa", "eager")
+LOSSES = ("standard", "fused")
 MAX_REQUEST_BYTES = 64 << 20
 MAX_DEPTH = 64
 VERSION = "0.2.0"
@@ -213,6 +214,7 @@ def parse_config(c):
         "grad_accum": _int(c, "grad_accum", ctx, 1, 1 << 20, 1),
         "grad_checkpointing": _bool(c, "grad_checkpointing", ctx, False),
         "attention": _choice(c, "attention", ctx, ATTENTIONS, "sdpa"),
+        "loss": _choice(c, "loss", ctx, LOSSES, "standard"),
         "world_size": _int(c, "world_size", ctx, 1, 1 << 16, 1),
         "zero_stage": _int(c, "zero_stage", ctx, 0, 3, 0),
         "offload_optimizer": _bool(c, "offload_optimizer", ctx, False),
@@ -511,6 +513,20 @@ def require(module, purpose):
                       f"({sys.executable}) cannot import: {short(str(e), 120)}")
 
 
+def apply_fused_loss(model, info):
+    """--loss fused: Liger Kernel's FusedLinearCrossEntropy in the model's forward, and nothing
+    else of Liger (its RoPE, RMSNorm and SwiGLU kernels change memory too, and are not asked for)."""
+    liger = require("liger_kernel", "the fused loss (config.loss = fused)")
+    info["liger_kernel"] = getattr(liger, "__version__", "unknown")
+    from liger_kernel.transformers import _apply_liger_kernel_to_instance
+    try:
+        _apply_liger_kernel_to_instance(model=model, fused_linear_cross_entropy=True, cross_entropy=False,
+                                        rope=False, rms_norm=False, swiglu=False)
+    except TypeError:  # a family whose patch takes other switches (geglu, layer_norm...)
+        _apply_liger_kernel_to_instance(model=model, fused_linear_cross_entropy=True, cross_entropy=False,
+                                        rope=False, rms_norm=False)
+
+
 def build_model(torch, R, device, factory, info):
     cfg = R["config"]
     prec = cfg["precision"]
@@ -557,6 +573,8 @@ def build_model(torch, R, device, factory, info):
         info["model_class"] = type(model).__name__
         info["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
     check_stop()
+    if cfg["loss"] == "fused":
+        apply_fused_loss(model, info)
     if cfg["finetune"] == "qlora":
         model = quantize_4bit(torch, model, cfg, info)
     if cfg["grad_checkpointing"]:

@@ -323,6 +323,71 @@ struct MarkFn : public torch::autograd::Function<MarkFn>
     }
 };
 
+// ---------------------------------------------------------------- fused loss
+// A fused linear cross-entropy with the memory pattern of Liger's LigerFusedLinearCrossEntropy
+// (liger_kernel/ops/fused_linear_cross_entropy.py, reduction "mean"): the forward makes the
+// gradients chunk by chunk and keeps them; the logits never exist whole. Per chunk one
+// [chunk, vocab] buffer holds the logits, then (in place, as Liger's Triton kernel writes it) the
+// softmax gradient; grad_input takes a [chunk, hidden] product; grad_weight is accumulated in
+// place by addmm_. Without autocast (refused by protocol::libtorchRefusal).
+struct FusedLossFn : public torch::autograd::Function<FusedLossFn>
+{
+    static Tensor forward(torch::autograd::AutogradContext *ctx, Tensor x, Tensor w, Tensor labels)
+    {
+        const int64_t hidden = w.size(1), vocab = w.size(0);
+        Tensor in = x.reshape({-1, hidden});
+        const int64_t tokens = in.size(0);
+        Tensor gradInput = torch::zeros_like(in);
+        Tensor gradWeight = w.requires_grad() ? torch::zeros_like(w) : Tensor();
+        Tensor loss1d = torch::zeros({tokens}, in.options().dtype(torch::kFloat));
+        Tensor valid = labels.ne(-100);
+        const int64_t nonIgnored = std::max<int64_t>(1, valid.sum().item<int64_t>());
+        const int64_t inc = (vocab + hidden - 1) / hidden;
+        int64_t chunk = 1;
+        while (chunk < (tokens + inc - 1) / inc)
+            chunk *= 2;
+        chunk = std::min(chunk, tokens);
+        for (int64_t start = 0; start < tokens; start += chunk) {
+            const int64_t n = std::min(chunk, tokens - start);
+            Tensor xc = in.narrow(0, start, n);
+            Tensor target = labels.narrow(0, start, n);
+            Tensor keep = valid.narrow(0, start, n).unsqueeze(1);
+            Tensor idx = target.clamp_min(0).unsqueeze(1);
+            Tensor logits = torch::mm(xc, w.t());
+            {
+                Tensor picked = logits.gather(1, idx).to(torch::kFloat);
+                Tensor top = std::get<0>(logits.max(1, true));
+                logits.sub_(top).exp_();
+                Tensor sum = logits.sum(1, true, torch::kFloat);
+                loss1d.narrow(0, start, n).copy_(((sum.log() + top.to(torch::kFloat) - picked) * keep).squeeze(1) / nonIgnored);
+                logits.div_(sum.to(logits.scalar_type()));
+                logits.scatter_add_(1, idx, torch::full({n, 1}, -1.0, logits.options()));
+                logits.mul_(keep.to(logits.scalar_type())).div_(static_cast<double>(nonIgnored));
+            }
+            gradInput.narrow(0, start, n).copy_(torch::mm(logits, w));
+            if (gradWeight.defined())
+                gradWeight.addmm_(logits.t(), xc);
+        }
+        valid.reset();
+        Tensor loss = loss1d.sum();
+        ctx->save_for_backward({gradInput, gradWeight.defined() ? gradWeight : Tensor()});
+        ctx->saved_data["shape"] = x.sizes().vec();
+        return loss;
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads)
+    {
+        auto saved = ctx->get_saved_variables();
+        Tensor gi = saved[0], gw = saved[1];
+        if (!grads[0].equal(torch::ones({}, grads[0].options()))) { // element_mul in place
+            gi.mul_(grads[0]);
+            if (gw.defined())
+                gw.mul_(grads[0]);
+        }
+        return {gi.view(ctx->saved_data["shape"].toIntVector()), gw, Tensor()};
+    }
+};
+
 // ---------------------------------------------------------------- autocast
 class AutocastGuard
 {
@@ -811,6 +876,8 @@ struct Step
                 marker.at("forward, after layer " + std::to_string(i));
         }
         x = net.norm(x, net.finalNorm, net.finalNormB);
+        if (net.c.loss == Loss::Fused)
+            return FusedLossFn::apply(x, net.lmHead.defined() ? net.lmHead : net.embed, labels);
         Tensor logits = torch::linear(x, net.lmHead.defined() ? net.lmHead : net.embed);
         if (m.finalLogitSoftcap > 0)
             logits = torch::tanh(logits / m.finalLogitSoftcap) * m.finalLogitSoftcap;

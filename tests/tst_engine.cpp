@@ -301,6 +301,10 @@ private Q_SLOTS:
         QVERIFY(r.error().value("message", std::string()).find("peft") != std::string::npos);
         r = runEngine(request(), {}, QStringLiteral("/nonexistent/python3"));
         QCOMPARE(r.code, 4);
+        // The fused loss is Liger's, measured only where liger-kernel is installed.
+        r = runEngine(request({{"loss", "fused"}}));
+        QCOMPARE(r.code, 4);
+        QVERIFY2(r.error().value("message", std::string()).find("liger_kernel") != std::string::npos, r.err.toUtf8().constData());
     }
 
     // SIGTERM mid-run: the engine stops within a second, says so, exits 143.

@@ -3,6 +3,7 @@
 #include "headroom/catalog.h"
 #include "headroom/error.h"
 #include "headroom/estimator.h"
+#include "headroom/serialize.h"
 
 #include <QtTest>
 
@@ -302,8 +303,51 @@ private Q_SLOTS:
         QVERIFY(recs.front().fitsAfter);
         const auto &m = findModelPreset("llama-3.1-8b");
         QVERIFY(judge(m, recs.front().config, estimate(m, recs.front().config), findGpu("h100-80")).fit == Fit::Fits);
-        QVERIFY(QString::fromStdString(recs.front().title).startsWith(QStringLiteral("Plan: checkpointing")));
-        QCOMPARE(QString::fromStdString(recs[1].id), QStringLiteral("micro-batch"));
+        // The free step first: the fused loss (no logits), then checkpointing.
+        QVERIFY2(QString::fromStdString(recs.front().title).startsWith(QStringLiteral("Plan: fused cross-entropy + checkpointing")),
+                 recs.front().title.c_str());
+        QCOMPARE(QString::fromStdString(recs[1].id), QStringLiteral("fused-loss"));
+        QCOMPARE(QString::fromStdString(recs[2].id), QStringLiteral("micro-batch"));
+    }
+
+    // Issue 14: a fused linear cross-entropy (Liger's) never holds the logits: the forward keeps
+    // grad_input and grad_weight instead, and one chunk of about tokens x hidden logits at a time.
+    void fusedLossDropsTheLogits()
+    {
+        const auto &m = findModelPreset("qwen2.5-0.5b"); // vocab 151936 over hidden 896
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        c.microBatch = 4;
+        c.seqLen = 2048;
+        const int64_t tokens = c.microBatch * c.seqLen;
+        const Estimate standard = estimate(m, c);
+        c.loss = Loss::Fused;
+        const Estimate fused = estimate(m, c);
+        // The standard step holds at least the fp32 log-probabilities and their gradient.
+        QVERIFY(standard.peak[Category::Logits] >= 2 * tokens * m.vocabSize * 4);
+        // Fused: at most grad_input plus one chunk (next_pow2(tokens / ceil(V / h)) rows) of logits.
+        const int64_t inc = (m.vocabSize + m.hiddenSize - 1) / m.hiddenSize;
+        int64_t chunk = 1;
+        while (chunk < (tokens + inc - 1) / inc)
+            chunk *= 2;
+        QVERIFY2(fused.peak[Category::Logits] <= tokens * m.hiddenSize * 2 + chunk * m.vocabSize * 2,
+                 std::to_string(fused.peak[Category::Logits]).c_str());
+        QVERIFY(standard.peakAllocatedBytes - fused.peakAllocatedBytes > tokens * m.vocabSize * 4);
+        // The mechanism without the simulator (ZeRO-3, QLoRA, offload) agrees with it.
+        EstimatorOptions ledger;
+        ledger.ledgerOnly = true;
+        const Estimate l = estimate(m, c, ledger);
+        QVERIFY2(std::abs(double(l.peakAllocatedBytes - fused.peakAllocatedBytes)) < 0.025 * fused.peakAllocatedBytes,
+                 (std::to_string(l.peakAllocatedBytes) + " vs " + std::to_string(fused.peakAllocatedBytes)).c_str());
+        // Full fine-tuning: the lm_head's gradient exists from the forward on (Liger makes it there).
+        c.finetune = FineTune::Full;
+        const Estimate full = estimate(m, c);
+        const int64_t headGrad = m.vocabSize * m.hiddenSize * 2;
+        const auto &fwd = full.phase(Phase::Forward).atPeak; // counted as the gradient it becomes
+        QVERIFY(fwd[Category::Logits] + fwd[Category::Gradients] >= headGrad);
+        // A saved sheet or request carries the loss only when it is fused; it reads back.
+        QVERIFY(!toJson(base()).contains("loss"));
+        QVERIFY(trainingConfigFromJson(toJson(c)).loss == Loss::Fused);
     }
     // Notes about the card: bf16 where there is none, how far a fitting run can grow, and the
     // smallest card that holds one that does not fit.

@@ -48,6 +48,7 @@ struct Flags
     bool noDoubleQuant = false;
     std::string checkpointingList; // sweep: on | off | both
     std::string attention = "sdpa";
+    std::string loss = "standard";
     std::string gpus = "1";
     std::string zero = "0";
     std::string gpu = "h100-80";
@@ -133,6 +134,7 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.gradCheckpointing = f.gradCheckpointing;
     c.offloadOptimizer = f.offloadOptimizer;
     c.attention = parseAttention(f.attention, "--attention");
+    c.loss = parseLoss(f.loss, "--loss");
     c.worldSize = static_cast<int>(parseInteger("--gpus", f.gpus, 1, 65536));
     c.zeroStage = static_cast<int>(parseInteger("--zero", f.zero, 0, 3));
     if (c.finetune == FineTune::QLoRA && c.precision == Precision::FP32)
@@ -230,6 +232,8 @@ Flags withImports(Flags f)
     }
     if (st.attention)
         take("--attention", f.attention, std::string(toString(*st.attention)));
+    if (st.loss)
+        take("--loss", f.loss, std::string(toString(*st.loss)));
     if (st.worldSize)
         take("--gpus", f.gpus, std::to_string(*st.worldSize));
     if (st.zeroStage)
@@ -293,6 +297,8 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
         cmd->add_flag("--grad-checkpointing", f.gradCheckpointing, "Checkpoint every decoder layer");
     cmd->add_flag("--offload-optimizer", f.offloadOptimizer, "Optimizer state and step on the CPU (ZeRO-Offload)");
     cmd->add_option("--attention", f.attention, "sdpa | eager")->capture_default_str();
+    cmd->add_option("--loss", f.loss, "standard | fused (linear cross-entropy that never materializes the logits, as Liger's)")
+        ->capture_default_str();
     cmd->add_option("--gpus", f.gpus, "Data-parallel world size")->capture_default_str();
     cmd->add_option("--zero", f.zero, "ZeRO stage 0..3 (3 = FSDP full shard)")->capture_default_str();
     cmd->add_option("--gpu", f.gpu, "GPU catalog id (see `gpus`)")->capture_default_str();
@@ -322,7 +328,8 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
       << ") | batch " << c.microBatch << " x seq " << c.seqLen;
     if (c.gradAccum > 1)
         o << " x accum " << c.gradAccum;
-    o << " | " << toString(c.attention) << (c.gradCheckpointing ? " | checkpointing" : "");
+    o << " | " << toString(c.attention) << (c.gradCheckpointing ? " | checkpointing" : "")
+      << (c.loss == Loss::Fused ? " | fused loss" : "");
     if (c.worldSize > 1 || c.zeroStage > 0) // ZeRO's machinery applies at one GPU too
         o << " | " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << ", ZeRO-" << c.zeroStage;
     return o.str();

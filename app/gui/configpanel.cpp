@@ -145,6 +145,10 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
                             trainBox);
     m_checkpointing = new QCheckBox(tr("Gradient checkpointing"), trainBox);
     m_checkpointing->setObjectName(QStringLiteral("checkpointing"));
+    m_fusedLoss = new QCheckBox(tr("Fused linear cross-entropy (Liger)"), trainBox);
+    m_fusedLoss->setObjectName(QStringLiteral("fusedLoss"));
+    m_fusedLoss->setToolTip(tr("The loss computed chunk by chunk with the lm_head, so the logits never exist whole "
+                               "(Liger Kernel's FusedLinearCrossEntropy, Cut Cross-Entropy)"));
     form->addRow(tr("Mode"), m_finetune);
     form->addRow(tr("LoRA rank"), m_loraRank);
     form->addRow(tr("Targets"), m_loraTargets);
@@ -154,6 +158,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     form->addRow(tr("Implementation"), m_optimizerImpl);
     form->addRow(tr("Attention"), m_attention);
     form->addRow(QString(), m_checkpointing);
+    form->addRow(QString(), m_fusedLoss);
     m_loraOnly = {m_loraRank, m_loraTargets, form->labelForField(m_loraRank), form->labelForField(m_loraTargets)};
     outer->addWidget(trainBox);
 
@@ -313,6 +318,9 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     connect(m_doubleQuant, &QCheckBox::toggled, this, [this](bool on) { edit([&](Scenario &s) { s.config.lora.doubleQuant = on; }); });
     connect(m_offload, &QCheckBox::toggled, this,
             [this](bool on) { edit([&](Scenario &s) { s.config.offloadOptimizer = on; }); });
+    connect(m_fusedLoss, &QCheckBox::toggled, this, [this](bool on) {
+        edit([&](Scenario &s) { s.config.loss = on ? Loss::Fused : Loss::Standard; });
+    });
     connect(m_checkpointing, &QCheckBox::toggled, this,
             [this](bool on) { edit([&](Scenario &s) { s.config.gradCheckpointing = on; }); });
     connect(m_batchSlider, &QSlider::valueChanged, this, [this](int k) { m_batch->setValue(1 << k); });
@@ -446,7 +454,7 @@ void ConfigPanel::syncFromSession()
 {
     const Scenario &s = m_session->scenario();
     const TrainingConfig &c = s.config;
-    const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_batchSlider,
+    const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_fusedLoss, m_batchSlider,
                                   m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve, m_offload, m_allocConf};
     std::vector<std::unique_ptr<QSignalBlocker>> blocks;
     for (QObject *o : all)
@@ -471,6 +479,7 @@ void ConfigPanel::syncFromSession()
     m_loraTargets->setText(targets.join(QStringLiteral(", ")));
     m_doubleQuant->setChecked(c.lora.doubleQuant);
     m_checkpointing->setChecked(c.gradCheckpointing);
+    m_fusedLoss->setChecked(c.loss == Loss::Fused);
     m_offload->setChecked(c.offloadOptimizer);
     m_batch->setValue(static_cast<int>(c.microBatch));
     m_batchSlider->setValue(log2Floor(c.microBatch));

@@ -50,6 +50,7 @@ private:
     QCheckBox *m_doubleQuant;
     QComboBox *m_attention;
     QCheckBox *m_checkpointing;
+    QCheckBox *m_fusedLoss;
     QSlider *m_batchSlider;
     QSpinBox *m_batch;
     QSlider *m_seqSlider;

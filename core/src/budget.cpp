@@ -205,7 +205,16 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
         out.push_back(std::move(r));
     };
     using G = RecommendationGroup;
-    // 1. Dynamic peak.
+    // 1. Dynamic peak. The logits first: with 128k-256k vocabularies they are often the largest
+    // single term, and a fused loss removes them without changing the math.
+    if (c.loss == Loss::Standard) {
+        TrainingConfig t = c;
+        t.loss = Loss::Fused;
+        consider(G::Dynamic, "fused-loss", "Fused linear cross-entropy (Liger Kernel, Cut Cross-Entropy)",
+                 "none measurable: the logits are made chunk by chunk and never whole; needs liger-kernel "
+                 "(Trainer: use_liger_kernel=True; Axolotl: liger_fused_linear_cross_entropy)",
+                 t);
+    }
     if (c.attention == Attention::Eager) {
         TrainingConfig t = c;
         t.attention = Attention::SDPA;
@@ -336,6 +345,8 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
         const int64_t effective = c.microBatch * c.gradAccum;
         bool fits = tryStep(c.attention == Attention::Eager, [](TrainingConfig &n) { n.attention = Attention::SDPA; },
                             "SDPA attention", "none") ||
+                    tryStep(c.loss == Loss::Standard, [](TrainingConfig &n) { n.loss = Loss::Fused; },
+                            "fused cross-entropy", "needs liger-kernel") ||
                     tryStep(!c.gradCheckpointing, [](TrainingConfig &n) { n.gradCheckpointing = true; }, "checkpointing",
                             "+20-40% step time") ||
                     tryStep(c.microBatch > 1, [&](TrainingConfig &n) { n.microBatch = 1; n.gradAccum = effective; },

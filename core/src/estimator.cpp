@@ -829,20 +829,48 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
     bool unused = false;
     Input fn = norm(H, x, x.T, x.h, x.r, true, true, unused);
     const bool headTrainable = x.full;
-    if (headTrainable) {
+    const bool fused = cfg.loss == Loss::Fused;
+    // Fused linear cross-entropy (Ops::fusedLinearCrossEntropy has the code path): the gradients
+    // of the final hidden state and of the lm_head weight are made in forward, chunk by chunk,
+    // and kept; the logits never exist whole.
+    int64_t fusedGradIn = 0, fusedGradW = 0, fusedCast = 0, logits = 0, logprobs = 0, softcapKeep = 0;
+    const int cl = x.amp ? 2 : x.c; // logits dtype: lm_head runs in bf16 under autocast
+    if (fused) {
+        releaseInput(H, fn, true); // Liger saves its gradients, not its input
+        const int64_t weightCast = (x.amp && !x.qlora) ? checkedMul(checkedMul(x.V, x.h), 2) : 0;
+        fusedCast = headTrainable ? weightCast : 0; // autocast caches a trainable leaf's cast
+        H.alloc(C::Activations, fusedCast);
+        fusedGradIn = x.tok(x.h) * x.r;            // zeros_like(_input)
+        fusedGradW = headTrainable ? (model.tiedEmbeddings ? P.embedGradBytes : P.lmHeadGradBytes) : 0;
+        H.alloc(C::Logits, fusedGradIn);
+        H.alloc(C::Logits, fusedGradW);
+        const int64_t small = checkedAdd(checkedMul(x.T, 4 + 1 + 8), checkedMul(x.b, 8)); // loss_1d, mask, labels
+        H.alloc(C::Temporaries, small);
+        const int64_t inc = (x.V + x.h - 1) / x.h;
+        int64_t chunk = 1;
+        while (chunk < (x.T + inc - 1) / inc)
+            chunk *= 2;
+        chunk = std::min(chunk, x.T);
+        const int64_t transient = checkedAdd(checkedAdd(checkedMul(chunk, x.V * cl), checkedMul(chunk, x.h * cl)),
+                                             checkedAdd(x.amp ? checkedMul(chunk, x.h * 2) : 0,
+                                                        headTrainable ? 0 : weightCast));
+        H.alloc(C::Logits, transient);
+        H.free(C::Logits, transient);
+        H.free(C::Temporaries, small);
+    }
+    if (headTrainable && !fused) {
         if (x.amp)
             H.alloc(C::Activations, x.tok(x.h) * 2); // autocast copy saved by lm_head
         else
             fn.saved = true;
     }
+    if (!fused) {
     releaseInput(H, fn, true);
     // Under autocast the lm_head weight is cast to bf16 too and saved by its matmul.
     const int64_t headCopy = (x.amp && !x.qlora) ? checkedMul(checkedMul(x.V, x.h), 2) : 0;
     H.alloc(C::Activations, headCopy);
-    const int cl = x.amp ? 2 : x.c; // logits dtype: lm_head runs in bf16 under autocast
-    const int64_t logits = checkedMul(x.tok(x.V), cl);
+    logits = checkedMul(x.tok(x.V), cl);
     H.alloc(C::Logits, logits);
-    int64_t softcapKeep = 0;
     if (model.finalLogitSoftcap > 0) {
         // Gemma 2: logits / cap (new), tanh (saves its output), * cap (new): the tanh output stays.
         H.alloc(C::Logits, logits);
@@ -855,12 +883,14 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
     // ForCausalLMLoss: logits.float(), then cross_entropy = log_softmax (saves its output) + nll_loss.
     const int64_t upcast = cl < 4 ? x.tok(x.V) * 4 : 0;
     H.alloc(C::Logits, upcast);
-    const int64_t logprobs = x.tok(x.V) * 4;
+    logprobs = x.tok(x.V) * 4;
     H.alloc(C::Logits, logprobs);
     H.free(C::Logits, upcast);
     H.free(C::Logits, logits); // the output object (and its logits) is dropped before backward
+    }
     G.probe(H.atPeak());
     G.add(H.current());
+    G.free(C::Activations, fusedCast); // the autocast cache goes as the forward's autocast ends
     G.free(C::Temporaries, eagerMask);
     G.free(C::Temporaries, stream); // the final hidden state
     est.phases[1].phase = Phase::Forward;
@@ -872,6 +902,11 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
     // Gradients ZeRO-2 and FSDP see whole before they reduce them: each tensor's for ZeRO-2 (it
     // is reduced as AccumulateGrad finishes it), a unit's for FSDP (reduced when the unit is done).
     auto whole = [&](int64_t perTensor) { return zero >= 2 ? perTensor : perRank(2, perTensor); };
+    if (fused) {
+        // The saved gradients are handed on: grad_input to the final norm, grad_weight to .grad.
+        G.free(C::Logits, fusedGradIn);
+        G.free(C::Logits, fusedGradW);
+    } else {
     G.alloc(C::Logits, logprobs); // nll_loss_backward: grad of the log-probabilities
     G.alloc(C::Logits, logprobs); // _log_softmax_backward_data
     G.free(C::Logits, logprobs);  // the saved log-probabilities are released
@@ -885,6 +920,7 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
         G.free(C::Logits, logits);
         G.free(C::Logits, softcapKeep);
     }
+    }
     G.alloc(C::Temporaries, x.tok(x.h) * x.c); // lm_head backward: grad of the final hidden state
     // The lm_head's weight gradient (tied: the embedding's, summed into later), then the final norm's.
     // ZeRO-2 reduces each as it is accumulated and keeps its part; the FSDP root keeps them whole
@@ -897,7 +933,8 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
         G.free(C::Gradients, headGrads);
         G.alloc(C::Gradients, perRank(2, headGrads));
     }
-    G.free(C::Logits, cl < 4 ? logits : logprobs); // the gradient of the logits is consumed
+    if (!fused)
+        G.free(C::Logits, cl < 4 ? logits : logprobs); // the gradient of the logits is consumed
     G.free(C::Activations, H.current()[C::Activations]); // final norm's saved tensors go
 
     // Decoder layers, top to bottom. FSDP: the running layer's unit and the prefetched one below it

@@ -855,6 +855,80 @@ T Ops::sumGroups(const T &x, int64_t outNumel)
     return out;
 }
 
+T Ops::fusedLinearCrossEntropy(const T &x, const T &w, int64_t b, int64_t seq, int64_t hidden, int64_t vocab,
+                                  int computeElem)
+{
+    // LigerForCausalLMLoss (liger_kernel/transformers/model/loss_utils.py): the labels padded by
+    // one and shifted, a contiguous int64 copy, then LigerFusedLinearCrossEntropyFunction
+    // (liger_kernel/ops/fused_linear_cross_entropy.py, reduction "mean") whose forward computes
+    // the gradients chunk by chunk and keeps them for backward:
+    //   grad_input = zeros_like(_input)        [tokens, hidden] in the input's dtype, saved
+    //   grad_weight = zeros_like(weight)       [vocab, hidden] in the weight's dtype, when it trains
+    //   loss_1d = zeros(tokens, fp32); target_mask = target != ignore_index (and its .sum())
+    //   per chunk: logits_chunk = x_chunk @ weight.t()   [chunk, vocab], softmax grad in place
+    //              grad_input[chunk] = grad_logits_chunk @ weight   (a [chunk, hidden] temporary)
+    //              addmm(grad_weight, grad_logits.t(), x_chunk, out=grad_weight)  (in place; an
+    //              fp32 input under autocast is cast to the chunk's dtype first)
+    //   chunk = min(tokens, next_pow2(ceil(tokens / ceil(vocab / hidden)))): about tokens x hidden
+    // Backward hands the saved gradients on (element_mul in place when grad_output != 1).
+    const int64_t tokens = b * seq;
+    const int padded = s.allocate((tokens + b) * 8, Category::Temporaries);
+    const int target = s.allocate(tokens * 8, Category::Temporaries);
+    s.unref(padded);
+    const int gradInput = s.allocate(tokens * hidden * x.elem, Category::Logits);
+    const bool weightGrad = w.requiresGrad && s.gradEnabled();
+    const int gradWeight = weightGrad ? s.allocate(w.bytes, Category::Logits) : -1;
+    const int loss1d = s.allocate(tokens * 4, Category::Temporaries);
+    const int mask = s.allocate(tokens, Category::Temporaries);
+    const int count = s.allocate(8, Category::Temporaries); // target_mask.sum(), then .item()
+    s.unref(count);
+    const int64_t inc = (vocab + hidden - 1) / hidden;
+    int64_t chunk = 1;
+    while (chunk < (tokens + inc - 1) / inc)
+        chunk *= 2;
+    chunk = std::min(chunk, tokens);
+    for (int64_t start = 0; start < tokens; start += chunk) {
+        const int64_t n = std::min(chunk, tokens - start);
+        const int cast = x.elem != computeElem ? s.allocate(n * hidden * computeElem, Category::Temporaries) : -1;
+        const int logits = s.allocate(n * vocab * computeElem, Category::Logits);
+        s.blasWorkspace(0);
+        if (cast >= 0)
+            s.unref(cast); // autocast's copy of the chunk, gone after the mm
+        const int gi = s.allocate(n * hidden * computeElem, Category::Temporaries);
+        s.unref(gi); // copied into grad_input[start:end]
+        if (weightGrad && x.elem != computeElem) {
+            const int in = s.allocate(n * hidden * computeElem, Category::Temporaries); // input_chunk.to(...)
+            s.unref(in);
+        }
+        s.unref(logits); // del grad_logits_chunk at the end of the iteration
+    }
+    s.unref(mask);
+    T loss = s.make(4, 4);
+    s.unref(loss1d); // torch.sum(loss_1d) is the loss; loss_1d goes with the function's frame
+    std::vector<int> saved = {gradInput};
+    if (gradWeight >= 0)
+        saved.push_back(gradWeight);
+    s.record({&loss}, {&x, &w}, saved, [gradInput, gradWeight](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
+        std::vector<int> r{-1, -1};
+        if (g[0] < 0)
+            return r;
+        if (nd[0]) {
+            s.ref(gradInput); // handed on as the input's gradient (the node's saved copy goes after)
+            r[0] = gradInput;
+        }
+        if (nd[1] && gradWeight >= 0) {
+            s.ref(gradWeight);
+            r[1] = gradWeight;
+        }
+        return r;
+    });
+    s.unref(gradInput);
+    if (gradWeight >= 0)
+        s.unref(gradWeight);
+    s.unref(target);
+    return loss;
+}
+
 T Ops::causalLmLoss(const T &logits, int64_t b, int64_t seq, int64_t vocab)
 {
     // ForCausalLMLoss: logits.float(); labels padded with ignore_index and shifted (a contiguous

@@ -112,6 +112,11 @@ public:
 
     // ---- loss: logits (tokens x vocab) -> scalar, as ForCausalLMLoss does it.
     T causalLmLoss(const T &logits, int64_t b, int64_t s, int64_t vocab);
+    // ---- loss: hidden states (tokens x hidden) and the lm_head weight -> scalar, without the
+    // logits: Liger's fused linear cross-entropy. `w` is the lm_head parameter (its gradient is
+    // made in forward when it trains); `cast` the autocast copy the chunks' matmuls use, if any.
+    T fusedLinearCrossEntropy(const T &x, const T &w, int64_t b, int64_t s, int64_t hidden, int64_t vocab,
+                              int computeElem);
 
     // Sum over the leading rows of a [rows, cols] tensor into [cols] (bias and norm-weight
     // gradients): what the CUDA reduction allocates besides its result.

@@ -1091,6 +1091,20 @@ private:
         for (T &t : embedLocals)
             S.drop(t);
         embedLocals.clear();
+        if (c.loss == Loss::Fused) {
+            // Liger: no lm_head module call, no logits; under autocast the chunks' matmuls use
+            // the cached bf16 copy of the weight (autocast's cache, a trainable leaf).
+            S.setOp("loss");
+            T cast;
+            if (amp)
+                cast = weightFor(lmHead);
+            T loss = O.fusedLinearCrossEntropy(fn, lmHead, b, s, h, V, amp ? 2 : ce);
+            S.drop(fn);
+            if (cast.valid())
+                S.drop(cast);
+            clearAmpCache();
+            return loss;
+        }
         S.setOp("lm_head");
         T xin = amp ? O.to(fn, 2) : S.view(fn);
         T w = weightFor(lmHead);

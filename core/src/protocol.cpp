@@ -179,6 +179,10 @@ std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig 
     if (c.gradAccum > 1)
         return Refusal{"config.grad_accum", std::to_string(c.gradAccum), "the LibTorch engine measured 10.5% under the real stack with gradient "
                                             "accumulation; use --engine transformers"};
+    if (c.loss == Loss::Fused && (c.precision == Precision::AmpBF16 || c.precision == Precision::AmpFP16))
+        return Refusal{"config.loss", "fused", "the LibTorch engine's fused loss runs without autocast (Liger's fp32 "
+                                               "accumulator path needs addmm's out_dtype); use bf16, fp16 or fp32, or "
+                                               "--engine transformers with liger-kernel installed"};
     if (c.zeroStage > 0)
         return Refusal{"config.zero_stage", std::to_string(c.zeroStage), "ZeRO/FSDP sharding is measured with the real FSDP2 and "
                                             "ZeroRedundancyOptimizer: use --engine transformers"};

@@ -89,7 +89,7 @@ json readJsonFile(const std::string &path, const std::string &field, size_t maxB
 
 json toJson(const TrainingConfig &c)
 {
-    return {{"precision", toString(c.precision)},
+    json j = {{"precision", toString(c.precision)},
             {"optimizer", toString(c.optimizer)},
             {"optimizer_impl", toString(c.optimizerImpl)},
             {"finetune", toString(c.finetune)},
@@ -103,6 +103,9 @@ json toJson(const TrainingConfig &c)
             {"world_size", c.worldSize},
             {"zero_stage", c.zeroStage},
             {"offload_optimizer", c.offloadOptimizer}};
+    if (c.loss != Loss::Standard) // written only when set: documents from before stay byte-identical
+        j["loss"] = toString(c.loss);
+    return j;
 }
 
 TrainingConfig trainingConfigFromJson(const json &j)
@@ -131,6 +134,8 @@ TrainingConfig trainingConfigFromJson(const json &j)
     }
     if (j.contains("attention"))
         c.attention = parseAttention(str("attention"), ctx + ".attention");
+    if (j.contains("loss"))
+        c.loss = parseLoss(str("loss"), ctx + ".loss");
     if (j.contains("world_size"))
         c.worldSize = static_cast<int>(requireInt64(j, "world_size", ctx, 1, 1 << 16));
     if (j.contains("zero_stage"))

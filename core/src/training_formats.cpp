@@ -287,6 +287,13 @@ void readFsdpString(Reader &r, const std::string &key, const json &v)
         r.note(key + ": offloaded parameters are not modelled; the estimate keeps them on the GPU (an over-estimate)");
 }
 
+// Liger's kernels (they include FusedLinearCrossEntropy) or Cut Cross-Entropy: no logits.
+void readFusedLoss(Reader &r, const std::string &key, const json &v)
+{
+    if (!v.is_null())
+        r.out.settings.loss = r.flag(key, v) ? Loss::Fused : Loss::Standard;
+}
+
 // A DeepSpeed config named from another file: the stage from names like zero3.json, ds_z2_config.json.
 void readDeepSpeedPath(Reader &r, const std::string &key, const json &v)
 {
@@ -328,7 +335,7 @@ bool isBookkeeping(const std::string &k)
         "early_stopping_patience", "local_rank", "debug", "strict", "train_on_inputs", "group_by_length",
         "sample_packing", "pad_to_sequence_len", "gradient_checkpointing_kwargs", "use_reentrant", "bf16_full_eval",
         "fp16_full_eval", "packing", "ddp_find_unused_parameters", "include_tokens_per_second", "stage_config",
-        "torch_compile", "use_liger_kernel", "neftune_noise_alpha", "model_type", "max_prompt_length",
+        "torch_compile", "neftune_noise_alpha", "model_type", "max_prompt_length",
         "flash_attn_cross_entropy", "flash_attn_rms_norm", "cutoff_len_eval", "lora_model_dir", "lora_fan_in_fan_out",
         "xformers_attention", "wandb_project", "wandb_entity", "wandb_watch", "wandb_name", "wandb_log_model",
         "base_model_config", "is_llama_derived_model", "loss_watchdog_threshold", "loss_watchdog_patience"};
@@ -419,6 +426,14 @@ void importAxolotl(Reader &r, const json &j)
                        r.out.settings.attention = Attention::Eager;
                }},
               {"deepspeed", readDeepSpeedPath},
+              {"liger_fused_linear_cross_entropy", readFusedLoss},
+              {"cut_cross_entropy", readFusedLoss},
+              {"plugins", [](Reader &, const std::string &, const json &) {}},
+              {"liger_rope", [](Reader &, const std::string &, const json &) {}},
+              {"liger_rms_norm", [](Reader &, const std::string &, const json &) {}},
+              {"liger_glu_activation", [](Reader &, const std::string &, const json &) {}},
+              {"liger_layer_norm", [](Reader &, const std::string &, const json &) {}},
+              {"liger_cross_entropy", [](Reader &, const std::string &, const json &) {}},
               {"fsdp", [](Reader &r, const std::string &k, const json &v) {
                    if (!v.is_null())
                        readFsdpString(r, k, v);
@@ -516,6 +531,7 @@ void importLlamaFactory(Reader &r, const json &j)
                        r.bad(k, v, "must be auto, disabled, sdpa or fa2");
                }},
               {"optim", readOptim},
+              {"enable_liger_kernel", readFusedLoss},
               {"deepspeed", readDeepSpeedPath}});
     if (type == "freeze") {
         st.finetune = FineTune::Full;
@@ -571,6 +587,7 @@ void importTrainer(Reader &r, const json &j)
                    r.out.settings.attention = s == "eager" ? Attention::Eager : Attention::SDPA;
                }},
               {"optim", readOptim},
+              {"use_liger_kernel", readFusedLoss},
               {"use_peft", [&](Reader &r, const std::string &k, const json &v) { peft = r.flag(k, v); }},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},
               {"load_in_8bit", [](Reader &r, const std::string &k, const json &v) {
@@ -865,6 +882,7 @@ void TrainingSettings::applyTo(TrainingConfig &c) const
     if (gradAccum) c.gradAccum = *gradAccum;
     if (gradCheckpointing) c.gradCheckpointing = *gradCheckpointing;
     if (attention) c.attention = *attention;
+    if (loss) c.loss = *loss;
     if (worldSize) c.worldSize = *worldSize;
     if (zeroStage) c.zeroStage = *zeroStage;
     if (offloadOptimizer) c.offloadOptimizer = *offloadOptimizer;
@@ -938,6 +956,7 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.gradAccum, b.gradAccum, "gradient accumulation", fmt);
         merge(a.gradCheckpointing, b.gradCheckpointing, "gradient checkpointing", fmt);
         merge(a.attention, b.attention, "the attention", fmt);
+        merge(a.loss, b.loss, "the loss", fmt);
         merge(a.worldSize, b.worldSize, "the GPU count", fmt);
         merge(a.zeroStage, b.zeroStage, "the ZeRO stage", fmt);
         merge(a.offloadOptimizer, b.offloadOptimizer, "optimizer offload", fmt);
@@ -985,7 +1004,8 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
                   {"gradient_checkpointing", c.gradCheckpointing},
                   {"attn_implementation", c.attention == Attention::Eager ? "eager" : "sdpa"},
                   {"optim", hfOptim(c, notes)},
-                  {"use_peft", adapters}};
+                  {"use_peft", adapters},
+                  {"use_liger_kernel", c.loss == Loss::Fused}};
         switch (c.precision) {
         case Precision::BF16: j["bf16"] = true; j["torch_dtype"] = "bfloat16"; break;
         case Precision::FP16: j["fp16"] = true; j["torch_dtype"] = "float16"; break;
@@ -1051,6 +1071,10 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
             kv("eager_attention", true);
         else
             kv("sdp_attention", true);
+        if (c.loss == Loss::Fused) {
+            kv("plugins", std::vector<std::string>{"axolotl.integrations.liger.LigerPlugin"});
+            kv("liger_fused_linear_cross_entropy", true);
+        }
         if (c.zeroStage >= 1 || c.offloadOptimizer)
             kv("deepspeed", "deepspeed_configs/zero" + std::to_string(c.zeroStage) +
                                 (c.offloadOptimizer ? "_offload" : "") + ".json");
@@ -1099,6 +1123,7 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
         kv("disable_gradient_checkpointing", !c.gradCheckpointing);
         kv("flash_attn", c.attention == Attention::Eager ? "disabled" : "sdpa");
         kv("optim", hfOptim(c, notes));
+        kv("enable_liger_kernel", c.loss == Loss::Fused);
         if (c.zeroStage >= 1 || c.offloadOptimizer)
             kv("deepspeed", "examples/deepspeed/ds_z" + std::to_string(c.zeroStage) +
                                 (c.offloadOptimizer ? "_offload" : "") + "_config.json");

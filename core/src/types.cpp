@@ -49,6 +49,7 @@ const std::pair<OptimizerImpl, std::string_view> kImpls[] = {
 const std::pair<FineTune, std::string_view> kFineTunes[] = {
     {FineTune::Full, "full"}, {FineTune::LoRA, "lora"}, {FineTune::QLoRA, "qlora"}};
 const std::pair<Attention, std::string_view> kAttentions[] = {{Attention::SDPA, "sdpa"}, {Attention::Eager, "eager"}};
+const std::pair<Loss, std::string_view> kLosses[] = {{Loss::Standard, "standard"}, {Loss::Fused, "fused"}};
 const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights, "weights"},
                                                               {Category::Gradients, "gradients"},
                                                               {Category::OptimizerState, "optimizer_state"},
@@ -70,6 +71,7 @@ std::string_view toString(Optimizer e) { return nameOf(e, kOptimizers); }
 std::string_view toString(OptimizerImpl e) { return nameOf(e, kImpls); }
 std::string_view toString(FineTune e) { return nameOf(e, kFineTunes); }
 std::string_view toString(Attention e) { return nameOf(e, kAttentions); }
+std::string_view toString(Loss e) { return nameOf(e, kLosses); }
 std::string_view toString(Category e) { return nameOf(e, kCategories); }
 std::string_view toString(Phase e) { return nameOf(e, kPhases); }
 
@@ -78,6 +80,7 @@ Optimizer parseOptimizer(std::string_view s, const std::string &f) { return pars
 OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &f) { return parseEnum(s, kImpls, f); }
 FineTune parseFineTune(std::string_view s, const std::string &f) { return parseEnum(s, kFineTunes, f); }
 Attention parseAttention(std::string_view s, const std::string &f) { return parseEnum(s, kAttentions, f); }
+Loss parseLoss(std::string_view s, const std::string &f) { return parseEnum(s, kLosses, f); }
 Category parseCategory(std::string_view s, const std::string &f) { return parseEnum(s, kCategories, f); }
 Phase parsePhase(std::string_view s, const std::string &f) { return parseEnum(s, kPhases, f); }
 

@@ -39,6 +39,7 @@ struct TrainingSettings
     std::optional<int64_t> gradAccum;
     std::optional<bool> gradCheckpointing;
     std::optional<Attention> attention;
+    std::optional<Loss> loss;
     std::optional<int> worldSize;
     std::optional<int> zeroStage;
     std::optional<bool> offloadOptimizer;

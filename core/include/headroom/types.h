@@ -16,6 +16,9 @@ enum class Optimizer { AdamW, AdamW8bit, SGD, SGDMomentum, Adafactor, Lion };
 enum class OptimizerImpl { Foreach, Fused, ForLoop };
 enum class FineTune { Full, LoRA, QLoRA };
 enum class Attention { SDPA, Eager };
+// The causal-LM loss: HF's (lm_head, then cross_entropy over fp32 logits), or a fused linear
+// cross-entropy that never materializes the logits (Liger's LigerFusedLinearCrossEntropy).
+enum class Loss { Standard, Fused };
 
 // One word per concept across core, probe, GUI and JSON (STYLE.md point 15).
 enum class Category {
@@ -43,6 +46,7 @@ std::string_view toString(Optimizer);
 std::string_view toString(OptimizerImpl);
 std::string_view toString(FineTune);
 std::string_view toString(Attention);
+std::string_view toString(Loss);
 std::string_view toString(Category);
 std::string_view toString(Phase);
 std::string_view describe(Category); // one sentence for tooltips and docs
@@ -55,6 +59,7 @@ Optimizer parseOptimizer(std::string_view s, const std::string &field = "optimiz
 OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &field = "optimizer_impl");
 FineTune parseFineTune(std::string_view s, const std::string &field = "finetune");
 Attention parseAttention(std::string_view s, const std::string &field = "attention");
+Loss parseLoss(std::string_view s, const std::string &field = "loss");
 Category parseCategory(std::string_view s, const std::string &field = "category");
 Phase parsePhase(std::string_view s, const std::string &field = "phase");
 
@@ -90,6 +95,7 @@ struct TrainingConfig
     int64_t gradAccum = 1;
     bool gradCheckpointing = false;
     Attention attention = Attention::SDPA;
+    Loss loss = Loss::Standard;
     int worldSize = 1;
     int zeroStage = 0;
     // DeepSpeed offload_optimizer: cpu (ZeRO-Offload): the optimizer state and its step live on
