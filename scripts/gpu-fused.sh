@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One H200 call: builds the CUDA probe, then scripts/gpu_fused.py (HF's loss against the fused
+# one). Everything comes back as $OUT/fused.tar.xz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/headroom-out}
+F="$OUT/fused"
+mkdir -p "$F"
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
+    python3 -c "import sys, torch, transformers, peft; print(sys.version.split()[0], torch.__version__, transformers.__version__, peft.__version__)"
+} >"$F/run.log" 2>&1
+source scripts/gpu-build-probe.sh
+gpu_build_probe "$F/build.log" >>"$F/run.log" 2>&1 && \
+    python3 scripts/gpu_fused.py --out "$F" --deadline-s "${DEADLINE_S:-200}" >/dev/null 2>"$F/driver.err"
+(cd "$OUT" && tar cJf fused.tar.xz fused && rm -rf fused)
+echo "packed"; tar tJf "$OUT/fused.tar.xz" | wc -l
