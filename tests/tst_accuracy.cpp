@@ -256,6 +256,45 @@ private Q_SLOTS:
         QCOMPARE(refused, size_t(2)); // gradient accumulation, Gemma
     }
 
+    // Issue 14: the fused linear cross-entropy on the H200 (scripts/gpu-fused.sh, LibTorch probe,
+    // tests/data/h200/fused-2026-12-01): nine configurations with HF's loss and with the fused one.
+    // Peak allocated within 0.5% of the estimate (the corpus's median target); the saving the
+    // estimate promises (what the recommendation says) within 1% of the measured one, or 64 MiB:
+    // where the loss is the step's peak (LoRA) the probe holds 32-64 MiB the estimate does not,
+    // found by neither the cuBLAS workspaces, the reductions nor the custom Function
+    // (workspace-probe.jsonl); issue 14's note says so.
+    void fusedLossMatchesTheH200()
+    {
+        const std::string dir = QFINDTESTDATA("data/h200/fused-2026-12-01").toStdString();
+        std::map<std::string, std::map<std::string, Measurement>> runs; // name -> loss -> result
+        for (const auto &f : std::filesystem::directory_iterator(dir)) {
+            const std::string file = f.path().filename().string();
+            const size_t end = file.find(".libtorch.json");
+            if (end == std::string::npos)
+                continue;
+            const std::string stem = file.substr(0, end);
+            const size_t dot = stem.rfind('.');
+            std::ifstream in(f.path());
+            runs[stem.substr(0, dot)][stem.substr(dot + 1)] = measurementFromJson(json::parse(in));
+        }
+        QCOMPARE(runs.size(), size_t(9));
+        for (const auto &[name, pair] : runs) {
+            QVERIFY2(pair.count("standard") && pair.count("fused"), name.c_str());
+            const Measurement &a = pair.at("standard"), &b = pair.at("fused");
+            QVERIFY(b.config.loss == Loss::Fused && a.config.loss == Loss::Standard);
+            const Estimate ea = estimate(a.model, a.config), eb = estimate(b.model, b.config);
+            const double err = relativeError(eb.peakAllocatedBytes, b.peakAllocatedBytes);
+            const int64_t saved = a.peakAllocatedBytes - b.peakAllocatedBytes;
+            const int64_t promised = ea.peakAllocatedBytes - eb.peakAllocatedBytes;
+            std::printf("%-34s fused peak %8.3f GiB, estimate %+.3f%%; saves %7.3f GiB, estimate says %7.3f GiB\n",
+                        name.c_str(), b.peakAllocatedBytes / 1073741824.0, 100 * err, saved / 1073741824.0,
+                        promised / 1073741824.0);
+            QVERIFY2(std::abs(err) <= 0.005, qPrintable(QString::fromStdString(name)));
+            QVERIFY2(saved > 0 && std::abs(double(promised - saved)) <= std::max(0.01 * double(saved), 67108864.0),
+                     qPrintable(QString::fromStdString(name)));
+        }
+    }
+
     // NCCL's communicator is device memory the caching allocator never sees: the same step with
     // and without c10d's NCCL at world size 1 (H200, scripts/gpu-nccl.sh) differs in the CUDA
     // context by exactly the estimator's term once a collective has run (ZeRO-1 and up), and not
