@@ -74,6 +74,46 @@ private Q_SLOTS:
         QVERIFY(cmd.contains(QStringLiteral("--request")) && cmd.contains(QStringLiteral("-")));
     }
 
+    // Issue 15: ssh hands what follows the host to the remote shell as one string, which that shell
+    // splits again. Each argument is quoted for it: a probe path with spaces and ';' and an
+    // --alloc-conf with a ';' arrive as they were. The "ssh" here is a script that does what ssh
+    // does with its arguments (sh -c "$*"), on this machine.
+    void sshPrefixQuotesForTheRemoteShell()
+    {
+        QTemporaryDir dir;
+        const QString odd = dir.filePath(QStringLiteral("my probes; rm -rf x"));
+        QVERIFY(QDir().mkpath(odd));
+        const QString probe = odd + QStringLiteral("/headroom probe");
+        QVERIFY(QFile::link(QFileInfo(QStringLiteral(HEADROOM_PROBE)).canonicalFilePath(), probe));
+        const QString ssh = dir.filePath(QStringLiteral("ssh"));
+        {
+            QFile f(ssh);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("#!/bin/sh\nshift\nexec sh -c \"$*\"\n"); // drop the host, then the remote shell
+        }
+        QFile::setPermissions(ssh, QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner);
+        ProbeRunner::Options o;
+        o.prefix = {ssh, QStringLiteral("gpu-box")};
+        o.program = probe;
+        o.device = QStringLiteral("cpu");
+        o.steps = 2;
+        o.allocConf = QStringLiteral("garbage_collection_threshold:0.6; echo injected");
+        const QStringList cmd = ProbeRunner::commandLine(o);
+        QVERIFY2(cmd.contains(QStringLiteral("'") + probe + QStringLiteral("'")), qPrintable(cmd.join(QLatin1Char(' '))));
+        // Through the fake ssh: the probe is found under its odd path and refuses the alloc-conf
+        // text whole (one argument), rather than a shell running "echo injected".
+        QProcess p;
+        p.start(cmd.first(), cmd.mid(1));
+        QVERIFY(p.waitForStarted());
+        p.write("{}");
+        p.closeWriteChannel();
+        QVERIFY(p.waitForFinished(60000));
+        const QString out = QString::fromUtf8(p.readAllStandardOutput()), err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(!out.contains(QStringLiteral("injected")) && !err.contains(QStringLiteral("not found")), qPrintable(out + err));
+        QVERIFY2(err.contains(QStringLiteral("headroom-probe")), qPrintable(err)); // the probe itself answered
+        QCOMPARE(p.exitCode(), 2);
+    }
+
     void measureNowOnTheCpu()
     {
         Session s;

@@ -9,6 +9,7 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QFileInfo>
+#include <QRegularExpression>
 #include <QStandardPaths>
 
 #include <cstdio>
@@ -67,9 +68,22 @@ QString ProbeRunner::locateProbe(const QString &configured, QStringList *searche
     return {};
 }
 
+namespace {
+// One argument for a POSIX shell: as it is when it is plain, else in single quotes.
+QString shellQuoted(const QString &arg)
+{
+    static const QRegularExpression plain(QStringLiteral("^[A-Za-z0-9_./=:,+@%-]+$"));
+    if (plain.match(arg).hasMatch())
+        return arg;
+    QString q = arg;
+    q.replace(QLatin1Char('\''), QStringLiteral("'\\''"));
+    return QLatin1Char('\'') + q + QLatin1Char('\'');
+}
+} // namespace
+
 QStringList ProbeRunner::commandLine(const Options &o)
 {
-    QStringList cmd = o.prefix;
+    QStringList cmd;
     cmd << o.program << QStringLiteral("--request") << QStringLiteral("-") << QStringLiteral("--device") << o.device
         << QStringLiteral("--steps") << QString::number(o.steps);
     if (!o.allocConf.isEmpty())
@@ -81,7 +95,12 @@ QStringList ProbeRunner::commandLine(const Options &o)
         if (o.shareGpu)
             cmd << QStringLiteral("--share-gpu");
     }
-    return cmd;
+    // ssh joins what follows the host with spaces and hands it to the remote shell, which splits it
+    // again: each argument is quoted for that shell, so a path with spaces or a ';' stays one.
+    if (!o.prefix.isEmpty() && QFileInfo(o.prefix.first()).fileName() == QLatin1String("ssh"))
+        for (QString &a : cmd)
+            a = shellQuoted(a);
+    return o.prefix + cmd;
 }
 
 bool ProbeRunner::isRunning() const

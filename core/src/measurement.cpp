@@ -17,11 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string show(const json &v)
-{
-    return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
+std::string show(const json &v) { return showJson(v); }
 std::string optString(const json &j, const char *key, const std::string &ctx)
 {
     if (!j.contains(key) || j.at(key).is_null())

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <fstream>
 #include <map>
@@ -16,17 +17,16 @@ using nlohmann::json;
 
 namespace {
 
-std::string show(const json &v)
-{
-    return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
+std::string show(const json &v) { return showJson(v); }
 int64_t requireInt(const json &c, const std::string &key, const std::string &ctx)
 {
     if (!c.contains(key) || c.at(key).is_null())
         throw InputError(ctx + "." + key, "(missing)", "required field is missing");
     const json &v = c.at(key);
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<int64_t>(v.get<double>())))
+    // A float only when it is whole and fits (1e23 would make the conversion undefined).
+    const bool wholeFloat = v.is_number_float() && std::abs(v.get<double>()) < 9.0e18 &&
+                            v.get<double>() == std::floor(v.get<double>());
+    if (!v.is_number_integer() && !wholeFloat)
         throw InputError(ctx + "." + key, show(v), "must be a whole number");
     const auto n = v.get<int64_t>();
     if (n <= 0)

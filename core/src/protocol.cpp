@@ -47,11 +47,7 @@ Engine parseEngine(std::string_view s, const std::string &field)
 
 namespace {
 
-std::string show(const json &v)
-{
-    return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
+std::string show(const json &v) { return showJson(v); }
 int intField(const json &j, const char *key, int lo, int hi, int fallback)
 {
     if (!j.contains(key))

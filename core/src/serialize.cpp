@@ -12,10 +12,7 @@ namespace headroom {
 using nlohmann::json;
 
 namespace {
-std::string show(const json &v)
-{
-    return v.is_string() ? v.get<std::string>() : v.dump();
-}
+std::string show(const json &v) { return showJson(v); }
 } // namespace
 
 const json &requireField(const json &obj, const std::string &key, const std::string &ctx)
@@ -50,6 +47,14 @@ void requireSchema(const json &j, const std::string &ctx)
                          "unsupported (this build reads " + std::to_string(kSchemaVersion) + ")");
 }
 
+std::string showJson(const json &v, size_t limit)
+{
+    std::string s = v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (s.size() > limit)
+        s = s.substr(0, limit) + "...";
+    return s;
+}
+
 json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxBytes, int maxDepth)
 {
     if (text.size() > maxBytes)
@@ -66,6 +71,8 @@ json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxB
     try {
         return json::parse(text, limitDepth);
     } catch (const json::parse_error &e) {
+        throw InputError(ctx, "(" + std::to_string(text.size()) + " bytes)", std::string("not valid JSON: ") + e.what());
+    } catch (const json::out_of_range &e) { // a number too large for a double (1e400)
         throw InputError(ctx, "(" + std::to_string(text.size()) + " bytes)", std::string("not valid JSON: ") + e.what());
     }
 }

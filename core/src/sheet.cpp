@@ -142,7 +142,7 @@ GpuSpec gpuFromJson(const json &j, const std::string &ctx)
 {
     const json &idv = requireField(j, "id", ctx);
     if (!idv.is_string())
-        throw InputError(ctx + ".id", idv.dump(), "must be a string");
+        throw InputError(ctx + ".id", showJson(idv), "must be a string");
     const std::string id = idv.get<std::string>();
     const int64_t bytes = requireInt64(j, "memory_bytes", ctx, 1, int64_t(1) << 50);
     for (const GpuSpec &g : gpuCatalog())

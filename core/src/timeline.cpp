@@ -17,11 +17,7 @@ namespace {
 
 constexpr int64_t kMaxBytes = int64_t(1) << 56;
 
-std::string show(const json &v)
-{
-    return v.is_string() ? v.get<std::string>() : v.dump().substr(0, 60);
-}
-
+std::string show(const json &v) { return showJson(v, 60); }
 } // namespace
 
 Replay replay(const Timeline &t, const AllocatorConfig &config)

@@ -96,7 +96,7 @@ json parseText(const std::string &text, const std::string &name)
         const YAML::Node root = YAML::Load(text);
         json j = toJson(root, 0, nodes, name);
         if (!j.is_object())
-            throw InputError(name, j.is_null() ? std::string("an empty file") : j.dump().substr(0, 60),
+            throw InputError(name, j.is_null() ? std::string("an empty file") : showJson(j, 60),
                              "a training config is a mapping of keys to values");
         return j;
     } catch (const YAML::Exception &e) {
@@ -112,7 +112,7 @@ struct Reader
 
     [[noreturn]] void bad(const std::string &key, const json &v, const std::string &why) const
     {
-        throw InputError(name + ": " + key, v.is_string() ? v.get<std::string>() : v.dump(), why);
+        throw InputError(name + ": " + key, showJson(v), why);
     }
     static bool isAuto(const json &v) { return v.is_string() && v.get<std::string>() == "auto"; }
     int64_t integer(const std::string &key, const json &v, int64_t lo, int64_t hi) const
@@ -397,7 +397,7 @@ void importAxolotl(Reader &r, const json &j)
                }},
               {"lora_modules_to_save", [](Reader &r, const std::string &k, const json &v) {
                    if (!v.is_null() && !(v.is_array() && v.empty()))
-                       r.note(k + " = " + (v.is_array() ? r.list(k, v).front() + (v.size() > 1 ? ", ..." : "") : v.dump()) +
+                       r.note(k + " = " + (v.is_array() ? r.list(k, v).front() + (v.size() > 1 ? ", ..." : "") : showJson(v)) +
                               ": modules trained in full next to the adapters are NOT in the estimate (an "
                               "under-estimate: add their weights' gradients and optimizer state)");
                }},
@@ -994,7 +994,7 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
             notes.push_back("the optimizer is not written: DeepSpeed takes the Trainer's (" + hfOptim(c, notes) + ")");
         if (notesOut)
             *notesOut = notes;
-        return j.dump(2) + "\n";
+        return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
     }
     if (format == TrainingFormat::Trainer) {
         json j = {{"model_name_or_path", model},
@@ -1035,7 +1035,7 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
             notes.push_back("launch on " + std::to_string(c.worldSize) + " GPUs (torchrun --nproc-per-node or accelerate)");
         if (notesOut)
             *notesOut = notes;
-        return j.dump(2) + "\n";
+        return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
     }
 
     YAML::Emitter y;

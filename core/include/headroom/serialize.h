@@ -26,6 +26,9 @@ nlohmann::json estimateDocument(const ModelArch &m, const TrainingConfig &c, con
 // Helpers for readers of untrusted JSON.
 const nlohmann::json &requireField(const nlohmann::json &obj, const std::string &key, const std::string &ctx);
 void requireSchema(const nlohmann::json &obj, const std::string &ctx); // schema_version == kSchemaVersion
+// A value from outside, for a message: strings as they are, anything else as compact JSON, with
+// invalid UTF-8 replaced (dump() would throw on it) and at most `limit` characters.
+std::string showJson(const nlohmann::json &v, size_t limit = 200);
 // Parses text from outside (a sheet, a probe's output) with a size and nesting limit.
 nlohmann::json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxBytes = 64u << 20,
                               int maxDepth = 64);
