@@ -422,10 +422,21 @@ int probeMain(int argc, char **argv)
     try {
         json j;
         if (requestPath.empty() || requestPath == "-") {
-            // Bounded: stdin may be endless; SIGTERM while waiting for it ends the read.
+            // Bounded: stdin may be endless; SIGTERM while waiting for it ends the read. The signal
+            // may land on another thread (LibTorch starts some), which leaves read() blocked: poll
+            // with a short timeout and look at the flag instead of relying on EINTR.
             std::string text;
             char buf[65536];
-            for (ssize_t n; (n = read(STDIN_FILENO, buf, sizeof buf)) != 0;) {
+            for (;;) {
+                struct pollfd pfd{STDIN_FILENO, POLLIN, 0};
+                const int ready = poll(&pfd, 1, 100);
+                if (g_stop)
+                    return stopped();
+                if (ready == 0 || (ready < 0 && errno == EINTR))
+                    continue;
+                const ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+                if (n == 0)
+                    break;
                 if (n < 0) {
                     if (errno == EINTR && !g_stop)
                         continue;

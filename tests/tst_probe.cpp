@@ -237,6 +237,22 @@ private Q_SLOTS:
         QCOMPARE(p.exitStatus(), QProcess::NormalExit);
         QCOMPARE(p.exitCode(), 128 + SIGTERM);
     }
+    // Issue 15: SIGTERM while the probe waits for its request on stdin ends it within a second
+    // (it used to read on to EOF), whichever thread the signal lands on.
+    void sigtermWhileReadingStdin()
+    {
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), QStringLiteral("-")});
+        QVERIFY(p.waitForStarted());
+        QTest::qWait(500); // reading, the write end still open
+        QElapsedTimer t;
+        t.start();
+        ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
+        QVERIFY(p.waitForFinished(5000));
+        QVERIFY2(t.elapsed() < 1000, qPrintable(QString::number(t.elapsed())));
+        QCOMPARE(p.exitCode(), 128 + SIGTERM);
+        QVERIFY(p.readAllStandardOutput().contains("\"event\":\"stopped\""));
+    }
     // ---- several ranks (--nproc): real processes over c10d's Gloo on 127.0.0.1
     void nprocOutOfRangeExitsTwo()
     {
