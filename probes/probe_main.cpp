@@ -7,6 +7,7 @@
 
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "headroom/estimator.h"
 #include "headroom/serialize.h"
 
 #include <CLI/CLI.hpp>
@@ -39,6 +40,19 @@ using nlohmann::json;
 namespace headroom::probe {
 
 std::atomic<bool> g_stop{false};
+
+// MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read (then no guard).
+int64_t availableHostBytes()
+{
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (in >> key >> kib >> unit)
+        if (key == "MemAvailable:")
+            return kib * 1024;
+    return 0;
+}
 std::atomic<int> g_signal{0};
 
 void emit(const json &j)
@@ -490,6 +504,24 @@ int probeMain(int argc, char **argv)
             if (request.config.offloadOptimizer)
                 throw InputError("config.offload_optimizer", "true",
                                  "the probe keeps the optimizer on the device; offload is estimated, not measured");
+        }
+        // A CPU run lives in host memory: one that cannot fit is refused before it starts, naming
+        // the estimate (every rank on this machine) and what the machine has free.
+        const bool onCpu = request.device == "cpu" || (request.device == "auto" && !HEADROOM_HAVE_CUDA &&
+                                                       engine == protocol::Engine::LibTorch);
+        if (onCpu && request.model.estimable) {
+            const int64_t free = availableHostBytes();
+            int64_t need = 0;
+            try {
+                need = checkedMul(estimate(request.model, request.config).peakAllocatedBytes, request.config.worldSize);
+            } catch (const InputError &) {
+                need = 0; // what the estimator cannot size, the run will say for itself
+            }
+            if (free > 0 && need > free)
+                throw InputError("device", "cpu",
+                                 "the run needs about " + formatGiB(need) + " (the estimate, " +
+                                     std::to_string(request.config.worldSize) + (request.config.worldSize > 1 ? " ranks" : " rank") +
+                                     ") and this machine has " + formatGiB(free) + " available");
         }
     } catch (const InputError &e) {
         return fail(probe::BadRequest, e.what(), e.field());

@@ -237,6 +237,19 @@ private Q_SLOTS:
         QCOMPARE(p.exitStatus(), QProcess::NormalExit);
         QCOMPARE(p.exitCode(), 128 + SIGTERM);
     }
+    // Issue 15: a CPU run that cannot fit the host's memory is refused before it builds anything,
+    // naming the estimate and what the machine has free (it used to start and be OOM-killed).
+    void hostMemoryGuardRefusesWhatCannotFit()
+    {
+        ProbeRequest r = request();
+        r.model = findModelPreset("llama-3.1-70b");
+        r.config.seqLen = 128;
+        const ProbeRun run = runProbe(r);
+        QCOMPARE(run.code, 2);
+        QVERIFY2(run.err.contains(QStringLiteral("device = cpu: the run needs about")) &&
+                     run.err.contains(QStringLiteral("available")),
+                 qPrintable(run.err));
+    }
     // Issue 15: SIGTERM while the probe waits for its request on stdin ends it within a second
     // (it used to read on to EOF), whichever thread the signal lands on.
     void sigtermWhileReadingStdin()
