@@ -162,6 +162,22 @@ private Q_SLOTS:
         QCOMPARE(p.exitCode(), 2);
         QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains(QStringLiteral("stdout")));
     }
+    // Issue 15: a grid too large to read is refused in one line, not ended by std::bad_alloc.
+    void sweepGridIsBounded()
+    {
+        QStringList seqs, batches;
+        for (int i = 1; i <= 400; ++i) {
+            seqs << QString::number(i);
+            batches << QString::number(i);
+        }
+        const Run r = cli({QStringLiteral("sweep"), QStringLiteral("--model"), QStringLiteral("gpt2"), QStringLiteral("--seq"),
+                           seqs.join(QLatin1Char(',')), QStringLiteral("--batch"), batches.join(QLatin1Char(',')),
+                           QStringLiteral("--grad-checkpointing"), QStringLiteral("both")});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("sweep = 400 x 400 x 2 cells: at most 100000")), qPrintable(r.err));
+        QVERIFY(r.out.isEmpty());
+    }
+
     void sweepTables()
     {
         const Run md = cli({QStringLiteral("sweep"), QStringLiteral("--model"), QStringLiteral("llama-3.2-1b"),

@@ -388,6 +388,13 @@ std::vector<SweepRow> sweep(const ModelArch &m, const TrainingConfig &base, cons
     const std::vector<int64_t> S = seqs.empty() ? std::vector<int64_t>{base.seqLen} : seqs;
     const std::vector<int64_t> B = batches.empty() ? std::vector<int64_t>{base.microBatch} : batches;
     const std::vector<bool> K = checkpointing.empty() ? std::vector<bool>{base.gradCheckpointing} : checkpointing;
+    // A grid is a table someone reads: 100,000 cells is far past that, and a bound keeps a typo
+    // (a list pasted twice, a range written out) from becoming std::bad_alloc.
+    constexpr size_t kMaxCells = 100000;
+    if (S.size() > kMaxCells || B.size() > kMaxCells || S.size() * B.size() * K.size() > kMaxCells)
+        throw InputError("sweep", std::to_string(S.size()) + " x " + std::to_string(B.size()) + " x " +
+                                      std::to_string(K.size()) + " cells",
+                         "at most 100000 configurations per sweep: fewer sequence lengths or batches");
     const size_t total = S.size() * B.size() * K.size();
     std::vector<SweepRow> rows;
     rows.reserve(total);
