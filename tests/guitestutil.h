@@ -15,9 +15,18 @@ inline void isolateSettings()
     QSettings().clear();
 }
 
+// Sanitizer builds run several times slower: the asan test preset sets HEADROOM_TEST_TIMEOUT_SCALE.
+inline int scaledMs(int ms)
+{
+    bool ok = false;
+    const int k = qEnvironmentVariableIntValue("HEADROOM_TEST_TIMEOUT_SCALE", &ok);
+    return ok && k > 1 && k <= 20 ? ms * k : ms;
+}
+
 // Waits until the report for the session's latest scenario has landed.
 inline bool settle(Session &s, int timeoutMs = 10000)
 {
+    timeoutMs = scaledMs(timeoutMs);
     QElapsedTimer t;
     t.start();
     while (s.isComputing() && t.elapsed() < timeoutMs)

@@ -22,6 +22,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QMimeData>
+#include <QPushButton>
 #include <QSlider>
 #include <QSpinBox>
 
@@ -346,6 +347,46 @@ private Q_SLOTS:
         s.undoStack()->undo();
         QVERIFY(settle(s));
         QCOMPARE(s.scenario().config.microBatch, before.microBatch);
+    }
+
+    // Issue 13: a measurement belongs to its configuration: "Use its configuration" loads it
+    // (undoably), "Remove" (or Delete) takes it out, and the session, measurements included,
+    // comes back after a restart.
+    void measurementsCanBeUsedRemovedAndKept()
+    {
+        Session s;
+        auto w = std::make_unique<MainWindow>(&s);
+        w->show();
+        QVERIFY(settle(s));
+        QCOMPARE(w->openFile(testData("h200/llama8b-lora16-b4s2048.result.json")), QString());
+        QCOMPARE(w->openFile(testData("cpu/tiny-zero3-2ranks.result.json")), QString());
+        QCOMPARE(s.measurements().size(), size_t(2));
+        const Measurement m = s.measurements()[1];
+        QCOMPARE(s.selectedIndex(), 1);
+        auto *use = child<QPushButton>(*w, "useMeasurementConfig");
+        auto *remove = child<QPushButton>(*w, "removeMeasurement");
+        QVERIFY(use->isEnabled() && remove->isEnabled());
+        use->click();
+        QVERIFY(settle(s));
+        QCOMPARE(toJson(s.scenario().config), toJson(m.config));
+        QCOMPARE(toJson(s.scenario().model), toJson(m.model));
+        remove->click();
+        QCOMPARE(s.measurements().size(), size_t(1));
+        QCOMPARE(s.selectedIndex(), -1);
+        QVERIFY(!use->isEnabled() && !remove->isEnabled());
+        s.selectMeasurement(0);
+        QVERIFY(remove->isEnabled());
+        // Closing keeps the session; a new start finds it, as main() restores it.
+        QFile::remove(Settings::sessionPath());
+        w->close();
+        const auto kept = Settings().lastSession();
+        QVERIFY(kept.has_value());
+        QCOMPARE(kept->measurements.size(), size_t(1));
+        Session again;
+        again.restore(*kept);
+        QCOMPARE(again.measurements().size(), size_t(1));
+        QCOMPARE(toJson(again.scenario().config), toJson(m.config));
+        QFile::remove(Settings::sessionPath());
     }
 
     void unitsAndPhases()

@@ -75,7 +75,9 @@ int main(int argc, char **argv)
     const bool shooting = parser.isSet(screenshot);
     if (!shooting) { // screenshots are reproducible: they never depend on the last session
         const Settings settings;
-        if (const auto last = settings.lastScenario())
+        if (const auto sheet = settings.lastSession())
+            session.restore(*sheet); // scenario and measurements, as the window left them
+        else if (const auto last = settings.lastScenario())
             session.setScenario(*last);
         session.setUnits(settings.units());
     }

@@ -1,7 +1,4 @@
 #include "mainwindow.h"
-#include "headroom/hub.h"
-#include <QDir>
-#include <QSaveFile>
 
 #include "chartpanel.h"
 #include "charts.h"
@@ -19,17 +16,21 @@
 
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "headroom/hub.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDir>
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QSaveFile>
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSplitter>
@@ -318,6 +319,8 @@ void MainWindow::closeEvent(QCloseEvent *e)
 {
     Settings s;
     s.setLastScenario(m_session->scenario());
+    if (!s.saveSession(m_session->toSheet()))
+        std::fprintf(stderr, "headroom: the session could not be kept in %s\n", qPrintable(Settings::sessionPath()));
     s.setUnits(m_session->units());
     m_measure->cancel();
     QMainWindow::closeEvent(e);

@@ -5,6 +5,7 @@
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QPushButton>
+#include <QShortcut>
 #include <QTableView>
 #include <QVBoxLayout>
 
@@ -21,8 +22,16 @@ MeasurementsPanel::MeasurementsPanel(Session *session, QWidget *parent)
                              this);
     intro->setWordWrap(true); // a narrow window wraps it instead of widening the tabs
     head->addWidget(intro, 1);
+    auto *useButton = new QPushButton(tr("Use its configuration"), this);
+    useButton->setObjectName(QStringLiteral("useMeasurementConfig"));
+    useButton->setToolTip(tr("Load the selected run's model and configuration into the explorer (undoable)"));
+    auto *removeButton = new QPushButton(tr("Remove"), this);
+    removeButton->setObjectName(QStringLiteral("removeMeasurement"));
+    removeButton->setToolTip(tr("Remove the selected run from this session (Delete)"));
     auto *importButton = new QPushButton(tr("Import measurement…"), this);
     importButton->setObjectName(QStringLiteral("importMeasurement"));
+    head->addWidget(useButton);
+    head->addWidget(removeButton);
     head->addWidget(importButton);
     layout->addLayout(head);
     m_view->setObjectName(QStringLiteral("measurements"));
@@ -35,6 +44,19 @@ MeasurementsPanel::MeasurementsPanel(Session *session, QWidget *parent)
     layout->addWidget(m_view);
 
     connect(importButton, &QPushButton::clicked, this, &MeasurementsPanel::importRequested);
+    connect(useButton, &QPushButton::clicked, this, [this] { m_session->useMeasurementConfiguration(m_session->selectedIndex()); });
+    connect(removeButton, &QPushButton::clicked, this, [this] { m_session->removeMeasurement(m_session->selectedIndex()); });
+    auto *del = new QShortcut(QKeySequence::Delete, m_view);
+    del->setContext(Qt::WidgetShortcut);
+    connect(del, &QShortcut::activated, this, [this] { m_session->removeMeasurement(m_session->selectedIndex()); });
+    const auto enable = [this, useButton, removeButton] {
+        const bool any = m_session->selectedIndex() >= 0;
+        useButton->setEnabled(any);
+        removeButton->setEnabled(any);
+    };
+    connect(session, &Session::selectionChanged, this, enable);
+    connect(session, &Session::measurementsChanged, this, enable);
+    enable();
     connect(m_view->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
         const auto rows = m_view->selectionModel()->selectedRows();
         m_session->selectMeasurement(rows.isEmpty() ? -1 : rows.first().row());

@@ -220,6 +220,34 @@ void Session::selectMeasurement(int index)
     emit selectionChanged();
 }
 
+void Session::removeMeasurement(int index)
+{
+    if (index < 0 || index >= static_cast<int>(m_measurements.size()))
+        return;
+    m_measurements.erase(m_measurements.begin() + index);
+    m_measurementEstimates.erase(m_measurementEstimates.begin() + index);
+    const int before = m_selected;
+    if (m_selected == index)
+        m_selected = -1;
+    else if (m_selected > index)
+        --m_selected;
+    emit measurementsChanged();
+    if (m_selected != before)
+        emit selectionChanged();
+}
+
+bool Session::useMeasurementConfiguration(int index)
+{
+    if (index < 0 || index >= static_cast<int>(m_measurements.size()))
+        return false;
+    const Measurement &m = m_measurements[static_cast<size_t>(index)];
+    Scenario s = m_scenario;
+    s.model = m.model;
+    s.config = m.config;
+    applyScenario(s, tr("Use the configuration of measurement %1").arg(index + 1));
+    return true;
+}
+
 const Measurement *Session::selectedMeasurement() const
 {
     return m_selected >= 0 ? &m_measurements[static_cast<size_t>(m_selected)] : nullptr;

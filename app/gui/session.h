@@ -65,6 +65,10 @@ public:
     const std::vector<std::optional<headroom::Estimate>> &measurementEstimates() const { return m_measurementEstimates; }
     void addMeasurement(const headroom::Measurement &m); // and selects it
     void selectMeasurement(int index);                   // -1: none
+    void removeMeasurement(int index);                   // the selection follows
+    // The scenario becomes the measurement's model and configuration (undoable); the card, the
+    // reserve and the allocator settings stay the user's. False for an index out of range.
+    bool useMeasurementConfiguration(int index);
     int selectedIndex() const { return m_selected; }
     const headroom::Measurement *selectedMeasurement() const;
 

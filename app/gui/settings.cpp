@@ -2,6 +2,12 @@
 
 #include "qtutil.h"
 
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QSaveFile>
+#include <QStandardPaths>
+
 using namespace headroom;
 
 QString Settings::probePath() const
@@ -104,6 +110,37 @@ Unit Settings::units() const
 void Settings::setUnits(Unit u)
 {
     m_settings.setValue(QLatin1String(kUnits), qs(toString(u)));
+}
+
+QString Settings::sessionPath()
+{
+    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/session.json");
+}
+
+std::optional<Sheet> Settings::lastSession() const
+{
+    QFile f(sessionPath());
+    if (!f.open(QIODevice::ReadOnly) || f.size() > (64 << 20))
+        return std::nullopt;
+    try {
+        return sheetFromText(f.readAll().toStdString());
+    } catch (const std::exception &) {
+        return std::nullopt; // damaged or from a newer version: start from the last scenario
+    }
+}
+
+bool Settings::saveSession(const Sheet &sheet) const
+{
+    std::string text;
+    try {
+        text = toJson(sheet).dump();
+    } catch (const std::exception &) {
+        return false;
+    }
+    QDir().mkpath(QFileInfo(sessionPath()).absolutePath());
+    QSaveFile f(sessionPath());
+    return f.open(QIODevice::WriteOnly) &&
+           f.write(text.data(), static_cast<qint64>(text.size())) == static_cast<qint64>(text.size()) && f.commit();
 }
 
 std::optional<Scenario> Settings::lastScenario() const

@@ -50,6 +50,12 @@ public:
     // The last configuration, as a sheet without measurements; nullopt if absent or unreadable.
     std::optional<headroom::Scenario> lastScenario() const;
     void setLastScenario(const headroom::Scenario &s);
+    // The whole session (scenario and measurements) kept across restarts: a sheet in the app's
+    // data folder, written atomically when the window closes. Empty when there is none or it is
+    // damaged (then lastScenario() still applies).
+    static QString sessionPath();
+    std::optional<headroom::Sheet> lastSession() const;
+    bool saveSession(const headroom::Sheet &sheet) const; // false (old file kept) when the write fails
 
 private:
     mutable QSettings m_settings;
