@@ -257,7 +257,19 @@ private Q_SLOTS:
         QProcess p;
         p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), QStringLiteral("-")});
         QVERIFY(p.waitForStarted());
-        QTest::qWait(500); // reading, the write end still open
+        // Until its SIGTERM handler is in (/proc/PID/status SigCgt): loading LibTorch takes a
+        // while on a busy machine, and a signal before that is the default action, not the test.
+        const auto caught = [&p] {
+            QFile f(QStringLiteral("/proc/%1/status").arg(p.processId()));
+            if (!f.open(QIODevice::ReadOnly))
+                return false;
+            for (const QByteArray &line : f.readAll().split('\n'))
+                if (line.startsWith("SigCgt:"))
+                    return ((line.mid(7).trimmed().toULongLong(nullptr, 16) >> (SIGTERM - 1)) & 1) != 0;
+            return false;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(caught(), 30000);
+        QTest::qWait(200); // now in the read loop, the write end still open
         QElapsedTimer t;
         t.start();
         ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
