@@ -236,7 +236,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_problem->setWordWrap(true);
     m_problem->setStyleSheet(QStringLiteral("color: #b3261e"));
     m_problem->hide();
-    outer->addWidget(m_problem);
+    // Under the model box, where they are seen without scrolling the panel.
+    outer->insertWidget(outer->indexOf(modelBox) + 1, m_problem);
     // What the last import or Hub lookup could not follow; stays until the next one.
     m_notes = new QLabel(this);
     m_notes->setObjectName(QStringLiteral("configNotes"));
@@ -244,7 +245,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_notes->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_notes->setStyleSheet(QStringLiteral("color: #8a5a00"));
     m_notes->hide();
-    outer->addWidget(m_notes);
+    outer->insertWidget(outer->indexOf(m_problem) + 1, m_notes);
     outer->addStretch(1);
 
     // Each control edits one field.
