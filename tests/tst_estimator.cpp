@@ -292,7 +292,7 @@ private Q_SLOTS:
         for (size_t i = 1; i < recs.size(); ++i)
             QVERIFY2(int(recs[i - 1].group) <= int(recs[i].group), "dynamic, then static, then sharding");
         for (const auto &r : recs)
-            QVERIFY(r.savingBytes > 0);
+            QVERIFY(r.group == RecommendationGroup::Increase ? r.savingBytes < 0 : r.savingBytes > 0);
         // Full fine-tuning of 8B at b8 x 4096 fits an 80 GB card by no single change: the first row
         // is the shortest plan that does, and its configuration really fits.
         bool single = false;
@@ -308,6 +308,39 @@ private Q_SLOTS:
                  recs.front().title.c_str());
         QCOMPARE(QString::fromStdString(recs[1].id), QStringLiteral("fused-loss"));
         QCOMPARE(QString::fromStdString(recs[2].id), QStringLiteral("micro-batch"));
+    }
+
+    // Issue 13: a run that fits is told how much more it can take, as configurations to apply:
+    // the micro-batch (keeping the effective batch exactly when it accumulates) and the sequence.
+    void fittingRunsGetIncreaseRows()
+    {
+        const auto &m = findModelPreset("qwen2.5-0.5b");
+        const GpuSpec &gpu = findGpu("h100-80");
+        TrainingConfig c = base();
+        c.microBatch = 2;
+        c.gradAccum = 8;
+        const auto recs = recommend(m, c, gpu);
+        int increases = 0;
+        for (const auto &r : recs) {
+            if (r.group != RecommendationGroup::Increase)
+                continue;
+            ++increases;
+            QVERIFY(r.fitsAfter && r.savingBytes < 0);
+            QVERIFY(judge(m, r.config, estimate(m, r.config), gpu).fit == Fit::Fits);
+            if (r.id == "more-batch") {
+                QVERIFY(r.config.microBatch > c.microBatch);
+                QCOMPARE(r.config.microBatch * r.config.gradAccum, c.microBatch * c.gradAccum);
+            } else {
+                QCOMPARE(QString::fromStdString(r.id), QStringLiteral("longer-seq"));
+                QCOMPARE(r.config.seqLen, maxSeqLen(m, c, gpu, 0.1, {}, 128));
+            }
+        }
+        QCOMPARE(increases, 2);
+        // One that does not fit gets none.
+        c.microBatch = 64;
+        c.seqLen = 8192;
+        for (const auto &r : recommend(m, c, gpu))
+            QVERIFY(r.group != RecommendationGroup::Increase);
     }
 
     // Issue 14: a fused linear cross-entropy (Liger's) never holds the logits: the forward keeps

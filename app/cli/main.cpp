@@ -361,12 +361,13 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
     for (const auto &n : e.notes)
         std::printf("note: %s\n", n.c_str());
     if (!recs.empty()) {
-        std::printf("\nrecommendations (dynamic first, then static, then sharding):\n");
+        std::printf("\nrecommendations (dynamic first, then static, then sharding; then what it can grow to):\n");
         int i = 1;
         for (const auto &r : recs)
-            std::printf("%2d. [%s] %s: saves %s%s; cost: %s\n", i++, std::string(toString(r.group)).c_str(),
-                        r.title.c_str(), human(r.savingBytes).c_str(), r.fitsAfter ? " (then fits)" : "",
-                        r.cost.c_str());
+            std::printf("%2d. [%s] %s: %s %s%s; cost: %s\n", i++, std::string(toString(r.group)).c_str(),
+                        r.title.c_str(), r.savingBytes >= 0 ? "saves" : "uses",
+                        human(r.savingBytes >= 0 ? r.savingBytes : -r.savingBytes).c_str(),
+                        r.group != RecommendationGroup::Increase && r.fitsAfter ? " (then fits)" : "", r.cost.c_str());
     }
 }
 

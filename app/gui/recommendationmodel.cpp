@@ -2,6 +2,7 @@
 
 #include "qtutil.h"
 
+#include <cstdlib>
 #include <QColor>
 
 using namespace headroom;
@@ -43,16 +44,20 @@ QVariant RecommendationModel::data(const QModelIndex &index, int role) const
         switch (index.column()) {
         case Change: return qs(r.title);
         case Kind:
-            return r.group == RecommendationGroup::Dynamic  ? tr("1 · dynamic")
-                   : r.group == RecommendationGroup::Static ? tr("2 · static")
-                                                            : tr("3 · sharding");
-        case Saves: return qs(formatBytes(r.savingBytes, m_units, 1)); // the column says "Saves": no sign
+            return r.group == RecommendationGroup::Dynamic    ? tr("1 · dynamic")
+                   : r.group == RecommendationGroup::Static   ? tr("2 · static")
+                   : r.group == RecommendationGroup::Sharding ? tr("3 · sharding")
+                                                              : tr("more");
+        case Saves: // the column says "Saves": no sign; a row that grows the run says what it uses
+            return r.savingBytes >= 0 ? qs(formatBytes(r.savingBytes, m_units, 1))
+                                      : tr("uses %1").arg(qs(formatBytes(-r.savingBytes, m_units, 1)));
         case Cost: return qs(r.cost);
         case FitsAfter: return r.fitsAfter ? tr("fits") : tr("not yet");
         }
     } else if (role == Qt::ToolTipRole) {
-        return tr("%1\nSaves %2 per GPU; cost: %3.\nDouble-click or press Apply to use it; Undo restores.")
-            .arg(qs(r.title), qs(formatBytes(r.savingBytes, m_units, 2)), qs(r.cost));
+        return tr("%1\n%2 %3 per GPU; cost: %4.\nDouble-click or press Apply to use it; Undo restores.")
+            .arg(qs(r.title), r.savingBytes >= 0 ? tr("Saves") : tr("Uses"),
+                 qs(formatBytes(std::abs(r.savingBytes), m_units, 2)), qs(r.cost));
     } else if (role == Qt::ForegroundRole && index.column() == FitsAfter) {
         return r.fitsAfter ? QColor(0x1b, 0x7f, 0x3b) : QColor(0x80, 0x80, 0x80);
     } else if (role == Qt::UserRole && index.column() == Saves) {

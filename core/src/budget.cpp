@@ -25,6 +25,7 @@ std::string_view toString(RecommendationGroup g)
     case RecommendationGroup::Dynamic: return "dynamic";
     case RecommendationGroup::Static: return "static";
     case RecommendationGroup::Sharding: return "sharding";
+    case RecommendationGroup::Increase: return "increase";
     }
     return "?";
 }
@@ -375,6 +376,51 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
             const Estimate e = estimate(m, t, opt);
             out.insert(out.begin(), Recommendation{G::Dynamic, "plan", title, cost, base.deviceTotalBytes - e.deviceTotalBytes,
                                                    true, t});
+        }
+    }
+    // 5. It fits: how much more it can take on this card, each a configuration to apply.
+    if (baseFits) {
+        auto grow = [&](std::string id, std::string title, std::string cost, TrainingConfig t) {
+            try {
+                const Estimate e = estimate(m, t, opt);
+                if (judge(m, t, e, gpu, reserve, opt).fit != Fit::Fits)
+                    return;
+                out.push_back(Recommendation{G::Increase, std::move(id), std::move(title), std::move(cost),
+                                             base.deviceTotalBytes - e.deviceTotalBytes, true, t});
+            } catch (const InputError &) {
+            }
+        };
+        const int64_t most = maxMicroBatch(m, c, gpu, reserve, opt);
+        if (most > c.microBatch) {
+            TrainingConfig t = c;
+            const int64_t effective = c.microBatch * c.gradAccum;
+            // With accumulation, the largest micro-batch that divides the effective batch keeps
+            // it exactly (fewer steps, same batch); without, the largest that fits.
+            int64_t b = most;
+            bool keeps = false;
+            if (c.gradAccum > 1)
+                for (int64_t d = most; d > c.microBatch; --d)
+                    if (effective % d == 0) {
+                        b = d;
+                        keeps = true;
+                        break;
+                    }
+            t.microBatch = b;
+            if (keeps)
+                t.gradAccum = effective / b;
+            grow("more-batch", keeps ? "Micro-batch " + std::to_string(b) + " x accumulation " + std::to_string(t.gradAccum)
+                                     : "Micro-batch up to " + std::to_string(b),
+                 keeps ? "accumulation " + std::to_string(t.gradAccum) + " keeps the effective batch (" +
+                             std::to_string(effective) + "); fewer, larger steps"
+                       : "a larger effective batch: retune the learning rate",
+                 t);
+        }
+        const int64_t seq = maxSeqLen(m, c, gpu, reserve, opt, 128);
+        if (seq > c.seqLen) {
+            TrainingConfig t = c;
+            t.seqLen = seq;
+            grow("longer-seq", "Sequences up to " + std::to_string(seq) + " tokens",
+                 "longer samples fit whole; more memory per token of attention and activations", t);
         }
     }
     return out;

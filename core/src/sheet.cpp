@@ -387,7 +387,8 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     Table recs{"Recommendations (in this order)", {"#", "Change", "Kind", "Saves", "Cost", "Fits after"}, {}};
     int i = 1;
     for (const auto &rec : r.recommendations)
-        recs.rows.push_back({std::to_string(i++), rec.title, std::string(toString(rec.group)), fmt(rec.savingBytes),
+        recs.rows.push_back({std::to_string(i++), rec.title, std::string(toString(rec.group)),
+                             rec.savingBytes >= 0 ? fmt(rec.savingBytes) : "uses " + fmt(-rec.savingBytes),
                              rec.cost, rec.fitsAfter ? "yes" : "no"});
     t.push_back(recs);
     if (!r.notes.empty()) {

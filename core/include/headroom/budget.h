@@ -39,7 +39,9 @@ Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, co
 // "peak reserved would pass the budget; ..." for a verdict with cacheFlushes > 0 ("" otherwise).
 std::string cacheFlushNote(const Verdict &v);
 
-enum class RecommendationGroup { Dynamic, Static, Sharding };
+// Increase: the run fits, and this is how much more it can take (its savingBytes is negative:
+// what it uses of the headroom).
+enum class RecommendationGroup { Dynamic, Static, Sharding, Increase };
 std::string_view toString(RecommendationGroup);
 
 struct Recommendation
