@@ -526,10 +526,14 @@ struct Net
     std::vector<Tensor> trainable;
     int64_t weightBytes = 0;
     std::array<bool, kLinearModuleCount> loraOn{};
-    Net(const ModelArch &model, const TrainingConfig &config, torch::Device dev)
+    // SIGTERM during the build: a large model's random initialisation takes seconds on the CPU;
+    // every parameter checks the flag, so a stop comes within one tensor's init.
+    const std::atomic<bool> *stop = nullptr;
+    Net(const ModelArch &model, const TrainingConfig &config, torch::Device dev, const std::atomic<bool> *stopFlag = nullptr)
         : m(model)
         , c(config)
         , device(dev)
+        , stop(stopFlag)
     {
         amp = isAmp(c.precision);
         paramType = parameterBytes(c.precision) == 4 ? torch::kFloat
@@ -548,8 +552,24 @@ struct Net
 
     Tensor param(std::vector<int64_t> shape, bool isNorm = false, bool trainableParam = true)
     {
+        if (stop && stop->load())
+            throw StopRequested();
         auto opts = torch::TensorOptions().dtype(paramType).device(device);
-        Tensor t = isNorm ? torch::ones(shape, opts) : torch::empty(shape, opts).normal_(0.0, 0.02);
+        Tensor t = isNorm ? torch::ones(shape, opts) : torch::empty(shape, opts);
+        if (!isNorm) {
+            // In slices of about 16 M elements, the flag checked between them: one embedding of a
+            // 150k vocabulary takes seconds to fill on a CPU. Views: no extra memory.
+            const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+            const int64_t perRow = rows > 0 ? t.numel() / rows : 1;
+            const int64_t step = std::max<int64_t>(1, (int64_t(16) << 20) / std::max<int64_t>(1, perRow));
+            if (t.dim() == 0)
+                t.normal_(0.0, 0.02);
+            for (int64_t r = 0; t.dim() > 0 && r < rows; r += step) {
+                if (stop && stop->load())
+                    throw StopRequested();
+                t.narrow(0, r, std::min(step, rows - r)).normal_(0.0, 0.02);
+            }
+        }
         weightBytes += t.numel() * t.element_size();
         if (full && trainableParam) {
             t.requires_grad_(true);
@@ -1382,7 +1402,7 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
         current = Phase::AfterLoad; // an OOM while building the model is an OOM "after load"
         const auto tBuild = Clock::now();
         torch::manual_seed(0); // every rank builds the same weights, as DDP's broadcast leaves them
-        Net net(request.model, request.config, device);
+        Net net(request.model, request.config, device, cb.stop);
         if (dp)
             dp->attach(net);
         if (dist.enabled)
