@@ -342,11 +342,7 @@ struct FusedLossFn : public torch::autograd::Function<FusedLossFn>
         Tensor loss1d = torch::zeros({tokens}, in.options().dtype(torch::kFloat));
         Tensor valid = labels.ne(-100);
         const int64_t nonIgnored = std::max<int64_t>(1, valid.sum().item<int64_t>());
-        const int64_t inc = (vocab + hidden - 1) / hidden;
-        int64_t chunk = 1;
-        while (chunk < (tokens + inc - 1) / inc)
-            chunk *= 2;
-        chunk = std::min(chunk, tokens);
+        const int64_t chunk = fusedLossChunkRows(tokens, hidden, vocab);
         for (int64_t start = 0; start < tokens; start += chunk) {
             const int64_t n = std::min(chunk, tokens - start);
             Tensor xc = in.narrow(0, start, n);

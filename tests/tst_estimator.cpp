@@ -359,10 +359,8 @@ private Q_SLOTS:
         // The standard step holds at least the fp32 log-probabilities and their gradient.
         QVERIFY(standard.peak[Category::Logits] >= 2 * tokens * m.vocabSize * 4);
         // Fused: at most grad_input plus one chunk (next_pow2(tokens / ceil(V / h)) rows) of logits.
-        const int64_t inc = (m.vocabSize + m.hiddenSize - 1) / m.hiddenSize;
-        int64_t chunk = 1;
-        while (chunk < (tokens + inc - 1) / inc)
-            chunk *= 2;
+        const int64_t chunk = fusedLossChunkRows(tokens, m.hiddenSize, m.vocabSize);
+        QCOMPARE(fusedLossChunkRows(8192, 896, 151936), int64_t(64)); // Liger: next_pow2(ceil(8192 / 170))
         QVERIFY2(fused.peak[Category::Logits] <= tokens * m.hiddenSize * 2 + chunk * m.vocabSize * 2,
                  std::to_string(fused.peak[Category::Logits]).c_str());
         QVERIFY(standard.peakAllocatedBytes - fused.peakAllocatedBytes > tokens * m.vocabSize * 4);

@@ -846,11 +846,7 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
         H.alloc(C::Logits, fusedGradW);
         const int64_t small = checkedAdd(checkedMul(x.T, 4 + 1 + 8), checkedMul(x.b, 8)); // loss_1d, mask, labels
         H.alloc(C::Temporaries, small);
-        const int64_t inc = (x.V + x.h - 1) / x.h;
-        int64_t chunk = 1;
-        while (chunk < (x.T + inc - 1) / inc)
-            chunk *= 2;
-        chunk = std::min(chunk, x.T);
+        const int64_t chunk = fusedLossChunkRows(x.T, x.h, x.V);
         const int64_t transient = checkedAdd(checkedAdd(checkedMul(chunk, x.V * cl), checkedMul(chunk, x.h * cl)),
                                              checkedAdd(x.amp ? checkedMul(chunk, x.h * 2) : 0,
                                                         headTrainable ? 0 : weightCast));
@@ -1123,6 +1119,15 @@ std::vector<Breakdown> breakdownsAt(const Timeline &t, const std::vector<size_t>
 }
 
 } // namespace
+
+int64_t fusedLossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab)
+{
+    const int64_t inc = (vocab + hidden - 1) / std::max<int64_t>(1, hidden);
+    int64_t chunk = 1;
+    while (chunk < (tokens + inc - 1) / std::max<int64_t>(1, inc))
+        chunk *= 2;
+    return std::min(chunk, tokens);
+}
 
 bool isSimulated(const TrainingConfig &cfg)
 {

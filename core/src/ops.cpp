@@ -3,6 +3,8 @@
 
 #include "ops.h"
 
+#include "headroom/estimator.h"
+
 #include "headroom/error.h"
 
 #include <algorithm>
@@ -882,11 +884,7 @@ T Ops::fusedLinearCrossEntropy(const T &x, const T &w, int64_t b, int64_t seq, i
     const int mask = s.allocate(tokens, Category::Temporaries);
     const int count = s.allocate(8, Category::Temporaries); // target_mask.sum(), then .item()
     s.unref(count);
-    const int64_t inc = (vocab + hidden - 1) / hidden;
-    int64_t chunk = 1;
-    while (chunk < (tokens + inc - 1) / inc)
-        chunk *= 2;
-    chunk = std::min(chunk, tokens);
+    const int64_t chunk = fusedLossChunkRows(tokens, hidden, vocab);
     for (int64_t start = 0; start < tokens; start += chunk) {
         const int64_t n = std::min(chunk, tokens - start);
         const int cast = x.elem != computeElem ? s.allocate(n * hidden * computeElem, Category::Temporaries) : -1;

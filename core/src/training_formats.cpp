@@ -287,6 +287,25 @@ void readFsdpString(Reader &r, const std::string &key, const json &v)
         r.note(key + ": offloaded parameters are not modelled; the estimate keeps them on the GPU (an over-estimate)");
 }
 
+// PEFT's LoraConfig fields under the names Axolotl and TRL's ModelConfig share.
+void readLoraRank(Reader &r, const std::string &k, const json &v)
+{
+    r.out.settings.loraRank = static_cast<int>(r.integer(k, v, 1, 65536));
+}
+void readLoraAlpha(Reader &r, const std::string &k, const json &v)
+{
+    r.out.settings.loraAlpha = r.number(k, v, 1e-9, 1e6);
+}
+void readLoraDropout(Reader &r, const std::string &k, const json &v)
+{
+    r.out.settings.loraDropout = r.number(k, v, 0, 0.999999);
+}
+void readLoraTargets(Reader &r, const std::string &k, const json &v)
+{
+    if (!v.is_null())
+        r.out.settings.loraTargets = r.list(k, v);
+}
+
 // Liger's kernels (they include FusedLinearCrossEntropy) or Cut Cross-Entropy: no logits.
 void readFusedLoss(Reader &r, const std::string &key, const json &v)
 {
@@ -382,15 +401,10 @@ void importAxolotl(Reader &r, const json &j)
                    if (r.flag(k, v))
                        r.note(k + ": 8-bit base weights (LLM.int8) are estimated as 16-bit (an over-estimate)");
                }},
-              {"lora_r", [](Reader &r, const std::string &k, const json &v) {
-                   r.out.settings.loraRank = static_cast<int>(r.integer(k, v, 1, 65536));
-               }},
-              {"lora_alpha", [](Reader &r, const std::string &k, const json &v) { r.out.settings.loraAlpha = r.number(k, v, 1e-9, 1e6); }},
-              {"lora_dropout", [](Reader &r, const std::string &k, const json &v) { r.out.settings.loraDropout = r.number(k, v, 0, 0.999999); }},
-              {"lora_target_modules", [](Reader &r, const std::string &k, const json &v) {
-                   if (!v.is_null())
-                       r.out.settings.loraTargets = r.list(k, v);
-               }},
+              {"lora_r", readLoraRank},
+              {"lora_alpha", readLoraAlpha},
+              {"lora_dropout", readLoraDropout},
+              {"lora_target_modules", readLoraTargets},
               {"lora_target_linear", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
                        r.out.settings.loraTargets = std::vector<std::string>{"all-linear"};
@@ -596,15 +610,10 @@ void importTrainer(Reader &r, const json &j)
                }},
               {"bnb_4bit_use_double_quant", [](Reader &r, const std::string &k, const json &v) { r.out.settings.doubleQuant = r.flag(k, v); }},
               {"bnb_4bit_quant_type", [](Reader &, const std::string &, const json &) {}},
-              {"lora_r", [](Reader &r, const std::string &k, const json &v) {
-                   r.out.settings.loraRank = static_cast<int>(r.integer(k, v, 1, 65536));
-               }},
-              {"lora_alpha", [](Reader &r, const std::string &k, const json &v) { r.out.settings.loraAlpha = r.number(k, v, 1e-9, 1e6); }},
-              {"lora_dropout", [](Reader &r, const std::string &k, const json &v) { r.out.settings.loraDropout = r.number(k, v, 0, 0.999999); }},
-              {"lora_target_modules", [](Reader &r, const std::string &k, const json &v) {
-                   if (!v.is_null())
-                       r.out.settings.loraTargets = r.list(k, v);
-               }},
+              {"lora_r", readLoraRank},
+              {"lora_alpha", readLoraAlpha},
+              {"lora_dropout", readLoraDropout},
+              {"lora_target_modules", readLoraTargets},
               {"fsdp", [](Reader &r, const std::string &k, const json &v) {
                    if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty()))
                        readFsdpString(r, k, v);

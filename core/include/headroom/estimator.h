@@ -86,4 +86,9 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &config, const Es
 // step and two steady steps, in order (for the Timeline view and the allocator replay).
 Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {});
 
+// Rows per chunk of a fused linear cross-entropy, as Liger sizes them
+// (liger_kernel/ops/fused_linear_cross_entropy.py): next_pow2(ceil(tokens / ceil(vocab / hidden))),
+// at most tokens; about tokens x hidden logits at a time.
+int64_t fusedLossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab);
+
 } // namespace headroom
