@@ -9,7 +9,7 @@ HEADROOM_PACKAGES=(
     nlohmann-json3-dev libcli11-dev libbenchmark-dev libcurl4-openssl-dev libyaml-cpp-dev
     libtorch-dev libopenblas0-pthread libgloo-dev
     python3-torch python3-jsonschema
-    xvfb xauth dpkg-dev file
+    xvfb xauth dpkg-dev file clang libfuzzer-14-dev
 )
 
 headroom_install_packages() {
