@@ -342,6 +342,29 @@ private Q_SLOTS:
         const QString problem = w.importTrainingConfig(bad);
         QVERIFY2(problem.contains(QStringLiteral("micro_batch_size = 0")), qPrintable(problem));
         QCOMPARE(s.scenario().config.microBatch, int64_t(2));
+        // base_model as a folder next to the YAML (its config.json), and one naming a training
+        // config (itself): the first loads that model, the second is not followed.
+        QVERIFY(QDir(dir.path()).mkdir(QStringLiteral("tiny-model")));
+        QVERIFY(QFile::copy(testData("configs/tinyllama_1.1b.json"), dir.filePath(QStringLiteral("tiny-model/config.json"))));
+        const QString local = dir.filePath(QStringLiteral("local.yml"));
+        {
+            QFile f(local);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("base_model: tiny-model\nmicro_batch_size: 2\n");
+        }
+        QCOMPARE(w.importTrainingConfig(local), QString());
+        QVERIFY(settle(s));
+        QCOMPARE(s.scenario().model.hiddenSize, int64_t(2048)); // TinyLlama's
+        const QString self = dir.filePath(QStringLiteral("self.yml"));
+        {
+            QFile f(self);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("base_model: self.yml\nmicro_batch_size: 2\n");
+        }
+        QCOMPARE(w.importTrainingConfig(self), QString());
+        QVERIFY2(notes->text().contains(QStringLiteral("was not loaded")), qPrintable(notes->text()));
+        s.undoStack()->undo();
+        s.undoStack()->undo();
         // Undo takes the import back.
         s.undoStack()->undo();
         s.undoStack()->undo();

@@ -16,7 +16,6 @@
 
 #include "headroom/config.h"
 #include "headroom/error.h"
-#include "headroom/hub.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -266,11 +265,22 @@ QString MainWindow::importTrainingConfig(const QString &path)
     if (in.shardsWithoutGpuCount)
         notes << tr("The file shards but does not say over how many GPUs: set the GPU count.");
     if (in.settings.model) {
+        // A local model is a folder with a config.json, or the file, next to the training config
+        // or under the working folder; anything else is a Hub id (or says why it is not).
         const QString model = qs(*in.settings.model);
-        if (hub::looksLikeHubId(in.settings.model->c_str()) && !QFileInfo::exists(model))
+        QString local;
+        for (const QFileInfo &at : {QFileInfo(QFileInfo(path).dir(), model), QFileInfo(model)})
+            if (local.isEmpty() && at.exists())
+                local = at.isDir() ? QDir(at.absoluteFilePath()).filePath(QStringLiteral("config.json")) : at.absoluteFilePath();
+        if (local.isEmpty()) {
             m_config->lookUpHubModel(model); // hides the notes while it looks
-        else
-            reportProblem(openFile(QFileInfo(model).isDir() ? QDir(model).filePath(QStringLiteral("config.json")) : model));
+        } else {
+            try { // a model config only: a training config naming another one is not followed
+                m_config->addImportedModel(sheetio::readModelConfig(local));
+            } catch (const std::exception &e) {
+                notes << tr("The model %1 was not loaded: %2").arg(model, qs(e.what()));
+            }
+        }
     }
     m_config->showNotes(notes);
     statusBar()->showMessage(tr("Imported %1 (%2)").arg(QFileInfo(path).fileName(), qs(std::string(describe(in.format)))), 8000);
@@ -283,6 +293,10 @@ QString MainWindow::exportTrainingConfig(const QString &path, TrainingFormat for
     std::vector<std::string> notes;
     const std::string model = s.model.source.empty() ? s.model.id : s.model.source;
     const std::string text = headroom::exportTrainingConfig(format, model, s.config, &notes);
+    QStringList shown;
+    for (const auto &n : notes)
+        shown << qs(n);
+    m_config->showNotes(shown); // what the format cannot say exactly
     QSaveFile f(path);
     if (!f.open(QIODevice::WriteOnly) || f.write(text.data(), static_cast<qint64>(text.size())) != static_cast<qint64>(text.size()) ||
         !f.commit())
