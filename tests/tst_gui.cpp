@@ -412,6 +412,34 @@ private Q_SLOTS:
         QFile::remove(Settings::sessionPath());
     }
 
+    // Issue 15: a sheet with a 1 MB GPU name and a 1 MB device name opens with both cut to a line:
+    // the window keeps its width (it grew with the name, to 24 GB of memory and the OOM killer).
+    void hugeNamesInASheetStayBounded()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        QCOMPARE(w.openFile(testData("h200/llama8b-lora16-b4s2048.result.json")), QString());
+        nlohmann::json sheet = toJson(s.toSheet());
+        const std::string huge(1 << 20, 'x');
+        sheet["scenario"]["gpu"]["id"] = "custom";
+        sheet["scenario"]["gpu"]["name"] = huge;
+        sheet["measurements"][0]["device_name"] = huge;
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("huge.json"));
+        {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QByteArray::fromStdString(sheet.dump()));
+        }
+        QCOMPARE(w.openFile(path), QString());
+        QVERIFY(settle(s));
+        QVERIFY(s.scenario().gpu.name.size() < 300);
+        QVERIFY(s.measurements().at(0).deviceName.size() < 2100);
+        QVERIFY2(w.minimumSizeHint().width() < 2000, qPrintable(QString::number(w.minimumSizeHint().width())));
+    }
+
     void unitsAndPhases()
     {
         Session s;

@@ -24,7 +24,7 @@ std::string optString(const json &j, const char *key, const std::string &ctx)
         return {};
     if (!j.at(key).is_string())
         throw InputError(ctx + "." + key, show(j.at(key)), "must be a string");
-    return j.at(key).get<std::string>();
+    return boundedName(j.at(key).get<std::string>(), 2000); // device names, notes: shown as they are
 }
 
 double optNumber(const json &j, const char *key, const std::string &ctx)
@@ -275,7 +275,7 @@ Measurement measurementFromJson(const json &j)
     m.device = optString(j, "device", ctx);
     if (m.device != "cuda" && m.device != "cpu")
         throw InputError(ctx + ".device", m.device.empty() ? "(missing)" : m.device, "must be cuda or cpu");
-    m.deviceName = optString(j, "device_name", ctx);
+    m.deviceName = boundedName(optString(j, "device_name", ctx));
     m.driver = optString(j, "driver", ctx);
     m.torchVersion = optString(j, "torch_version", ctx);
     m.headroomVersion = optString(j, "headroom_version", ctx);
@@ -374,7 +374,7 @@ Measurement measurementFromJson(const json &j)
                 throw InputError(rc, show(e).substr(0, 40), "must be an object");
             RankPeak r;
             r.rank = static_cast<int>(requireInt64(e, "rank", rc, 0, (1 << 16) - 1));
-            r.deviceName = optString(e, "device_name", rc);
+            r.deviceName = boundedName(optString(e, "device_name", rc));
             r.peakAllocatedBytes = requireInt64(e, "peak_allocated_bytes", rc, 0, kMaxBytes);
             r.peakReservedBytes = requireInt64(e, "peak_reserved_bytes", rc, 0, kMaxBytes);
             if (e.contains("device_total_bytes"))

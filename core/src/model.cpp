@@ -65,7 +65,7 @@ std::string optionalString(const json &c, const std::string &key, const std::str
         return fallback;
     if (!c.at(key).is_string())
         throw InputError(ctx + "." + key, show(c.at(key)), "must be a string");
-    return c.at(key).get<std::string>();
+    return boundedName(c.at(key).get<std::string>());
 }
 
 // How many tensors an activation function saves for backward, in units of its input.

@@ -149,8 +149,8 @@ GpuSpec gpuFromJson(const json &j, const std::string &ctx)
         if (g.id == id && g.memoryBytes == bytes)
             return g;
     GpuSpec g;
-    g.id = id.empty() ? "custom" : id;
-    g.name = j.contains("name") && j.at("name").is_string() ? j.at("name").get<std::string>() : "Custom GPU";
+    g.id = id.empty() ? "custom" : boundedName(id);
+    g.name = j.contains("name") && j.at("name").is_string() ? boundedName(j.at("name").get<std::string>()) : "Custom GPU";
     g.memoryBytes = bytes;
     return g;
 }

@@ -200,7 +200,7 @@ std::string oneLineValue(const std::string &s, size_t limit)
     out.reserve(std::min(s.size(), limit) + 8);
     size_t shown = 0;
     for (unsigned char c : s) {
-        if (shown >= limit) {
+        if (shown >= limit && (c & 0xC0) != 0x80) { // never inside a UTF-8 sequence
             out += "...";
             break;
         }

@@ -10,6 +10,9 @@ namespace headroom {
 // One line, always: control characters in the field or value are escaped (\n, \x1b...) and a
 // value longer than 200 characters is cut, so a hostile file cannot spread a message over lines.
 std::string oneLineValue(const std::string &s, size_t limit = 200);
+// A name read from a file (a GPU, a device, a model): one line and at most `limit` characters, so
+// a hostile 1 MB name can neither break a message nor widen a window (issue 15).
+inline std::string boundedName(const std::string &s, size_t limit = 120) { return oneLineValue(s, limit); }
 
 class InputError : public std::runtime_error
 {
