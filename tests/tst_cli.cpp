@@ -162,6 +162,23 @@ private Q_SLOTS:
         QCOMPARE(p.exitCode(), 2);
         QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains(QStringLiteral("stdout")));
     }
+    // Issue 13: GPT-2 learns one embedding per position: past n_positions Transformers fails, so
+    // the estimate refuses a --seq beyond it, and takes the most it can when --seq is not given.
+    void learnedPositionsBoundTheSequence()
+    {
+        Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("gpt2"), QStringLiteral("--seq"),
+                     QStringLiteral("2048")});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("seq = 2048")) && r.err.contains(QStringLiteral("1024")), qPrintable(r.err));
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("gpt2"), QStringLiteral("--json")});
+        QCOMPARE(r.code, 0);
+        QCOMPARE(nlohmann::json::parse(r.out.toStdString()).at("config").at("seq_len").get<int>(), 1024);
+        QVERIFY2(r.err.contains(QStringLiteral("--seq not given")), qPrintable(r.err));
+        r = cli({QStringLiteral("max-seq"), QStringLiteral("--model"), QStringLiteral("gpt2"), QStringLiteral("--gpu"),
+                 QStringLiteral("h200")});
+        QCOMPARE(r.out.trimmed(), QStringLiteral("1024"));
+    }
+
     // Issue 15: a grid too large to read is refused in one line, not ended by std::bad_alloc.
     void sweepGridIsBounded()
     {

@@ -262,8 +262,17 @@ ModelArch resolveModelFlag(const std::string &text, const std::string &flag)
 Budget resolveBudget(const Flags &given, bool listsAllowed)
 {
     const Flags f = withImports(given);
-    return {resolveModelFlag(f.model, "--model"), buildConfig(f, listsAllowed), findGpu(f.gpu, "--gpu"),
-            parseFraction("--reserve", f.reserve)};
+    Budget b{resolveModelFlag(f.model, "--model"), buildConfig(f, listsAllowed), findGpu(f.gpu, "--gpu"),
+             parseFraction("--reserve", f.reserve)};
+    // The default sequence (2048) on a model with learned positions that stop before it: the most
+    // it takes, said on stderr. A --seq given on the command line is checked as given.
+    const bool seqGiven = f.cmd != nullptr && f.cmd->count("--seq") > 0;
+    if (!seqGiven && seqLenFor(b.model, b.config.seqLen) != b.config.seqLen) {
+        b.config.seqLen = seqLenFor(b.model, b.config.seqLen);
+        std::fprintf(stderr, "headroom-cli: note: --seq not given: %s takes at most %lld positions; using %lld\n",
+                     b.model.name.c_str(), static_cast<long long>(b.config.seqLen), static_cast<long long>(b.config.seqLen));
+    }
+    return b;
 }
 
 void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)

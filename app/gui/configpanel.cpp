@@ -255,6 +255,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
             edit([&](Scenario &s) {
                 s.model = m_models[static_cast<size_t>(idx)];
                 s.config.lora.targets = loraTargetsFor(s.model, s.config.lora.targets);
+                s.config.seqLen = seqLenFor(s.model, s.config.seqLen);
             });
     });
     // Typed text that is not a list entry: a preset id ("qwen2.5-7b") or a unique part of one
@@ -383,6 +384,7 @@ void ConfigPanel::addImportedModel(const ModelArch &m)
     Scenario s = m_session->scenario();
     s.model = m;
     s.config.lora.targets = loraTargetsFor(m, s.config.lora.targets);
+    s.config.seqLen = seqLenFor(m, s.config.seqLen);
     m_session->applyScenario(s, tr("Import %1").arg(qs(m.name)));
 }
 

@@ -87,6 +87,7 @@ int main(int argc, char **argv)
         if (parser.isSet(model)) {
             s.model = resolveModelText(parser.value(model).toStdString(), "--model");
             s.config.lora.targets = loraTargetsFor(s.model, s.config.lora.targets);
+            s.config.seqLen = seqLenFor(s.model, s.config.seqLen);
         }
         if (parser.isSet(gpu))
             s.gpu = findGpu(parser.value(gpu).toStdString(), "--gpu");

@@ -1139,6 +1139,12 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
 {
     model.validate();
     cfg.validate();
+    // Learned absolute positions (GPT-2's wpe, an nn.Embedding of max_position_embeddings rows):
+    // Transformers fails with an index error past them, so there is no run to estimate.
+    if (model.learnedPositions && model.maxPositions > 0 && cfg.seqLen > model.maxPositions)
+        throw InputError("seq", std::to_string(cfg.seqLen),
+                         model.name + " learns one position embedding per position: at most max_position_embeddings = " +
+                             std::to_string(model.maxPositions) + " tokens (Transformers fails past it)");
     // PEFT wraps Qwen3-MoE's stacked expert weights in a ParamWrapper when LoRA targets the MLP
     // projections (measured: qwen3-30b-a3b-l8, 20.7M adapter parameters per layer), which merges
     // a delta of every expert's weight in each forward. That path is not simulated yet; an

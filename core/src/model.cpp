@@ -392,6 +392,11 @@ std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, cons
     return on;
 }
 
+int64_t seqLenFor(const ModelArch &m, int64_t seqLen)
+{
+    return m.learnedPositions && m.maxPositions > 0 ? std::min(seqLen, m.maxPositions) : seqLen;
+}
+
 std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets)
 {
     try {

@@ -87,6 +87,9 @@ std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, cons
 // The targets, or {"all-linear"} where they name no Linear of `m` (a model switched from Llama to
 // GPT-2 keeps adapters instead of an error).
 std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets);
+// The sequence length kept on a switch to `m`: as it is, except for learned absolute positions
+// (GPT-2's wpe), which cannot go past max_position_embeddings.
+int64_t seqLenFor(const ModelArch &m, int64_t seqLen);
 // In and out features of each Linear above (0 where there is none).
 int64_t linearInFeatures(const ModelArch &m, LinearModule mod);
 int64_t linearOutFeatures(const ModelArch &m, LinearModule mod);
