@@ -642,6 +642,47 @@ private Q_SLOTS:
                 colours.insert(img.pixel(x, y));
         QVERIFY2(colours.size() > 20, qPrintable(QString::number(colours.size())));
     }
+
+    // Issue 15: --screenshot writes through a temporary file and a rename: a target it cannot
+    // replace (here a folder) is left as it was, with no half-written file beside it, and the
+    // exit code says so.
+    void screenshotWriteIsAtomic()
+    {
+        QTemporaryDir dir;
+        const QString target = dir.filePath(QStringLiteral("shot.png"));
+        QVERIFY(QDir().mkdir(target));
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_GUI), {QStringLiteral("--screenshot"), target});
+        QVERIFY(p.waitForFinished(60000));
+        QVERIFY(p.exitCode() != 0);
+        QVERIFY(QFileInfo(target).isDir());
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files).size(), 0);
+    }
+
+    // Issue 15: a scaling point that cannot be estimated (GPT-2 past its 1024 learned positions)
+    // ends its curve; the worker's exception never reaches the event loop, and the report stands.
+    void scalingPointsThatCannotBeEstimatedEndTheCurve()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        Scenario sc = s.scenario();
+        sc.model = findModelPreset("gpt2");
+        sc.config.finetune = FineTune::Full;
+        sc.config.seqLen = 1024;
+        s.setScenario(sc);
+        QVERIFY(settle(s));
+        QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+        bool any = false;
+        for (const auto &curve : s.scaling().bySeq)
+            for (const auto &[seq, bytes] : curve.points) {
+                any = true;
+                QVERIFY2(seq <= 1024, qPrintable(QString::number(seq)));
+                QVERIFY(bytes > 0);
+            }
+        QVERIFY(any);
+    }
 };
 
 QTEST_MAIN(TestGui)
