@@ -233,6 +233,8 @@ private Q_SLOTS:
         const Scenario before = s.scenario();
         const QString problem = w.openFile(testData(file.toUtf8().constData()));
         QVERIFY(!problem.isEmpty());
+        // Issue 15: a sheet that is not even JSON is not called a "measurement".
+        QVERIFY2(!problem.contains(QStringLiteral(": measurement =")), qPrintable(problem));
         QVERIFY(s.scenario() == before);
         QVERIFY(s.measurements().empty());
     }

@@ -136,10 +136,15 @@ FileKind sniff(const QString &path)
     if (suffix == QLatin1String("yml") || suffix == QLatin1String("yaml"))
         return FileKind::TrainingConfig;
     json j;
+    const std::string text = readText(path, "file");
     try {
-        j = parseUntrusted(readText(path, "file"), "file");
+        j = parseUntrusted(text, "file");
     } catch (const InputError &) {
-        return FileKind::Measurement; // JSON lines from a probe's stdout; readMeasurement will judge
+        // JSON lines from a probe's stdout go to readMeasurement; anything else that is not JSON
+        // is named as the file it is, not as a measurement (a truncated sheet was called one).
+        if (text.find("\"event\"") != std::string::npos)
+            return FileKind::Measurement;
+        throw;
     }
     if (j.is_object() && (j.value("event", std::string()) == "result" || j.contains("phases")))
         return FileKind::Measurement;
