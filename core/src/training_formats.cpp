@@ -287,6 +287,9 @@ void readFsdpString(Reader &r, const std::string &key, const json &v)
         r.note(key + ": offloaded parameters are not modelled; the estimate keeps them on the GPU (an over-estimate)");
 }
 
+// A key known to have no effect on the step's memory (logging, launch plumbing): read, not listed.
+void ignoreKey(Reader &, const std::string &, const json &) {}
+
 // PEFT's LoraConfig fields under the names Axolotl and TRL's ModelConfig share.
 void readLoraRank(Reader &r, const std::string &k, const json &v)
 {
@@ -442,12 +445,12 @@ void importAxolotl(Reader &r, const json &j)
               {"deepspeed", readDeepSpeedPath},
               {"liger_fused_linear_cross_entropy", readFusedLoss},
               {"cut_cross_entropy", readFusedLoss},
-              {"plugins", [](Reader &, const std::string &, const json &) {}},
-              {"liger_rope", [](Reader &, const std::string &, const json &) {}},
-              {"liger_rms_norm", [](Reader &, const std::string &, const json &) {}},
-              {"liger_glu_activation", [](Reader &, const std::string &, const json &) {}},
-              {"liger_layer_norm", [](Reader &, const std::string &, const json &) {}},
-              {"liger_cross_entropy", [](Reader &, const std::string &, const json &) {}},
+              {"plugins", ignoreKey},
+              {"liger_rope", ignoreKey},
+              {"liger_rms_norm", ignoreKey},
+              {"liger_glu_activation", ignoreKey},
+              {"liger_layer_norm", ignoreKey},
+              {"liger_cross_entropy", ignoreKey},
               {"fsdp", [](Reader &r, const std::string &k, const json &v) {
                    if (!v.is_null())
                        readFsdpString(r, k, v);
@@ -609,7 +612,7 @@ void importTrainer(Reader &r, const json &j)
                        r.note(k + ": 8-bit base weights are estimated as 16-bit (an over-estimate)");
                }},
               {"bnb_4bit_use_double_quant", [](Reader &r, const std::string &k, const json &v) { r.out.settings.doubleQuant = r.flag(k, v); }},
-              {"bnb_4bit_quant_type", [](Reader &, const std::string &, const json &) {}},
+              {"bnb_4bit_quant_type", ignoreKey},
               {"lora_r", readLoraRank},
               {"lora_alpha", readLoraAlpha},
               {"lora_dropout", readLoraDropout},
@@ -697,13 +700,13 @@ void importDeepSpeed(Reader &r, const json &j)
                        }
                    }
                }},
-              {"zero_allow_untested_optimizer", [](Reader &, const std::string &, const json &) {}},
-              {"comms_config", [](Reader &, const std::string &, const json &) {}},
-              {"monitor_config", [](Reader &, const std::string &, const json &) {}},
-              {"steps_per_print", [](Reader &, const std::string &, const json &) {}},
-              {"wall_clock_breakdown", [](Reader &, const std::string &, const json &) {}},
-              {"scheduler", [](Reader &, const std::string &, const json &) {}},
-              {"zero_force_ds_cpu_optimizer", [](Reader &, const std::string &, const json &) {}}});
+              {"zero_allow_untested_optimizer", ignoreKey},
+              {"comms_config", ignoreKey},
+              {"monitor_config", ignoreKey},
+              {"steps_per_print", ignoreKey},
+              {"wall_clock_breakdown", ignoreKey},
+              {"scheduler", ignoreKey},
+              {"zero_force_ds_cpu_optimizer", ignoreKey}});
     if (total && st.microBatch && st.gradAccum) {
         const int64_t per = *st.microBatch * *st.gradAccum;
         if (*total % per == 0 && *total / per <= 65536)
@@ -761,21 +764,21 @@ void importAccelerate(Reader &r, const json &j)
                            r.out.unknownKeys.push_back(key);
                    }
                }},
-              {"compute_environment", [](Reader &, const std::string &, const json &) {}},
-              {"downcast_bf16", [](Reader &, const std::string &, const json &) {}},
-              {"machine_rank", [](Reader &, const std::string &, const json &) {}},
-              {"main_training_function", [](Reader &, const std::string &, const json &) {}},
-              {"rdzv_backend", [](Reader &, const std::string &, const json &) {}},
-              {"same_network", [](Reader &, const std::string &, const json &) {}},
-              {"tpu_env", [](Reader &, const std::string &, const json &) {}},
-              {"tpu_use_cluster", [](Reader &, const std::string &, const json &) {}},
-              {"tpu_use_sudo", [](Reader &, const std::string &, const json &) {}},
-              {"use_cpu", [](Reader &, const std::string &, const json &) {}},
-              {"gpu_ids", [](Reader &, const std::string &, const json &) {}},
-              {"main_process_ip", [](Reader &, const std::string &, const json &) {}},
-              {"main_process_port", [](Reader &, const std::string &, const json &) {}},
-              {"enable_cpu_affinity", [](Reader &, const std::string &, const json &) {}},
-              {"dynamo_config", [](Reader &, const std::string &, const json &) {}}});
+              {"compute_environment", ignoreKey},
+              {"downcast_bf16", ignoreKey},
+              {"machine_rank", ignoreKey},
+              {"main_training_function", ignoreKey},
+              {"rdzv_backend", ignoreKey},
+              {"same_network", ignoreKey},
+              {"tpu_env", ignoreKey},
+              {"tpu_use_cluster", ignoreKey},
+              {"tpu_use_sudo", ignoreKey},
+              {"use_cpu", ignoreKey},
+              {"gpu_ids", ignoreKey},
+              {"main_process_ip", ignoreKey},
+              {"main_process_port", ignoreKey},
+              {"enable_cpu_affinity", ignoreKey},
+              {"dynamo_config", ignoreKey}});
     if (processes > 0)
         st.worldSize = static_cast<int>(std::min<int64_t>(65536, processes)); // num_processes counts every GPU
     if (type == "NO" || type == "MULTI_GPU") {
