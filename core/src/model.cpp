@@ -79,14 +79,64 @@ int activationSaved(const std::string &act)
     return 1;
 }
 
-const std::vector<std::string> kTypes = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-                                         "gemma", "gemma2", "phi3", "gpt_neox", "gpt2"};
+using NP = NormPlacement;
+using QK = QkNorm;
+using RS = RmsNormStyle;
+// One row per supported model_type: how its modeling_<type>.py differs from modeling_llama.py in
+// what it allocates. Fields a config.json states (sizes, biases, experts) are read in
+// modelFromHfConfig; these are the ones only the modeling code knows.
+const FamilyTraits kFamilies[] = {
+    {"llama"},
+    {"mistral"},
+    {"mixtral"},
+    {"qwen2"},
+    {"qwen2_moe"},
+    {"qwen3", NP::Pre, QK::PerHead},
+    {"qwen3_moe", NP::Pre, QK::PerHead},
+    {"gemma", NP::Pre, QK::None, RS::Gemma, false, true},
+    {"gemma2", NP::Sandwich, QK::None, RS::Gemma, false, true},
+    {"phi3"},
+    {"gpt_neox"},
+    {"gpt2"},
+    // modeling_olmo2.py: q_norm/k_norm over the projections, norms after attention and MLP only,
+    // Olmo2RMSNorm's (weight * x).to(dtype), and rotary cos/sin left in fp32.
+    {"olmo2", NP::Post, QK::Projection, RS::Olmo, true},
+    // modeling_olmo3.py: OLMo 2 with sliding-window layers; its rotary casts cos/sin to x's dtype.
+    {"olmo3", NP::Post, QK::Projection, RS::Olmo, false, false, true},
+};
 
 } // namespace
 
+const FamilyTraits *findFamily(std::string_view modelType)
+{
+    for (const auto &f : kFamilies)
+        if (f.modelType == modelType)
+            return &f;
+    return nullptr;
+}
+
+const FamilyTraits &familyTraitsOrLlama(std::string_view modelType)
+{
+    const FamilyTraits *f = findFamily(modelType);
+    return f ? *f : kFamilies[0];
+}
+
+const FamilyTraits &familyTraits(std::string_view modelType)
+{
+    if (const FamilyTraits *f = findFamily(modelType))
+        return *f;
+    std::string list;
+    for (const auto &f : kFamilies)
+        list += (list.empty() ? "" : ", ") + std::string(f.modelType);
+    throw InputError("config.model_type", std::string(modelType), "unsupported model type (supported: " + list + ")");
+}
+
 std::vector<std::string> supportedModelTypes()
 {
-    return kTypes;
+    std::vector<std::string> out;
+    for (const auto &f : kFamilies)
+        out.emplace_back(f.modelType);
+    return out;
 }
 
 void ModelArch::validate() const
@@ -155,12 +205,7 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
     m.id = id;
     m.name = id;
     const std::string &t = m.modelType;
-    if (std::find(kTypes.begin(), kTypes.end(), t) == kTypes.end()) {
-        std::string list;
-        for (const auto &k : kTypes)
-            list += (list.empty() ? "" : ", ") + k;
-        throw InputError("config.model_type", t, "unsupported model type (supported: " + list + ")");
-    }
+    const FamilyTraits &traits = familyTraits(t);
 
     if (t == "gpt2") {
         m.hiddenSize = requireInt(c, "n_embd", ctx);
@@ -198,9 +243,8 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
             m.mlpBias = optionalBool(c, "mlp_bias", false, ctx);
         } else if (t == "qwen2" || t == "qwen2_moe") {
             m.qkvBias = true; // Qwen2Attention hard-codes bias=True on q/k/v, none on o_proj
-        } else if (t == "qwen3" || t == "qwen3_moe") {
+        } else if (t == "qwen3" || t == "qwen3_moe" || t == "olmo2" || t == "olmo3") {
             m.qkvBias = m.oBias = optionalBool(c, "attention_bias", false, ctx);
-            m.qkNorm = true;
         } else if (t == "gpt_neox") {
             m.qkvBias = m.oBias = optionalBool(c, "attention_bias", true, ctx);
             m.mlpBias = true;
@@ -219,8 +263,10 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
             m.residDropout = optionalDouble(c, "resid_pdrop", 0.0, ctx);
             m.attnDropout = optionalDouble(c, "attention_dropout", 0.0, ctx);
         }
-        if (t == "gemma2") {
+        m.qkNorm = traits.qkNorm != QkNorm::None;
+        if (traits.norms == NormPlacement::Sandwich)
             m.normsPerLayer = 4;
+        if (t == "gemma2") {
             if (c.contains("final_logit_softcapping") && c.at("final_logit_softcapping").is_number())
                 m.finalLogitSoftcap = c.at("final_logit_softcapping").get<double>();
         }
@@ -298,8 +344,9 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
     if (m.oBias)
         add("o_proj.bias", h, 1, L);
     if (m.qkNorm) {
-        add("q_norm", d, 1, L);
-        add("k_norm", d, 1, L);
+        const bool projection = familyTraitsOrLlama(m.modelType).qkNorm == QkNorm::Projection;
+        add("q_norm", projection ? qOut : d, 1, L);
+        add("k_norm", projection ? kvOut : d, 1, L);
     }
     if (m.isMoe()) {
         const int64_t E = m.numExperts, Ie = m.expertIntermediateSize;

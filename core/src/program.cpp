@@ -52,6 +52,7 @@ public:
         , opt(o)
         , S(tl)
         , O(S)
+        , ft(familyTraitsOrLlama(m.modelType))
     {
         S.setBlasWorkspaceBytes(o.cublasWorkspaceBytes);
         b = c.microBatch;
@@ -104,6 +105,7 @@ private:
     const EstimatorOptions &opt;
     Sim S;
     Ops O;
+    const FamilyTraits &ft;
     int64_t b = 1, s = 1, tok = 1, h = 1, heads = 1, kvHeads = 1, hd = 1, qOut = 1, kvOut = 1, V = 1;
     bool amp = false, full = true;
     int pe = 2, ce = 2, re = 2;
@@ -163,8 +165,9 @@ private:
             if (m.oBias)
                 L.ob = param(h, 1, t, "o_proj");
             if (m.qkNorm) {
-                L.qn = param(hd, 1, t, "q_norm");
-                L.kn = param(hd, 1, t, "k_norm");
+                const bool projection = ft.qkNorm == QkNorm::Projection; // OLMo 2/3: over all heads
+                L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
+                L.kn = param(projection ? kvOut : hd, 1, t, "k_norm");
             }
             if (m.isMoe()) {
                 const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Is = m.sharedExpertIntermediateSize;
@@ -198,15 +201,15 @@ private:
                 if (m.mlpBias)
                     L.downB = param(h, 1, t, "down_proj");
             }
-            if (!layerNorm)
+            if (!layerNorm && ft.norms != NormPlacement::Post)
                 L.n1 = param(h, 1, t, "input_layernorm");
             L.n2 = param(h, 1, t, "post_attention_layernorm");
             if (layerNorm)
                 L.n2b = param(h, 1, t, "post_attention_layernorm");
-            if (m.normsPerLayer >= 4) {
+            if (ft.norms == NormPlacement::Sandwich)
                 L.n3 = param(h, 1, t, "pre_feedforward_layernorm");
+            if (ft.norms != NormPlacement::Pre)
                 L.n4 = param(h, 1, t, "post_feedforward_layernorm");
-            }
         }
         S.setLayer(-1);
         finalNorm = param(h, 1, t, "norm");
@@ -418,7 +421,7 @@ private:
 
     // LlamaRMSNorm: x.to(fp32); x * rsqrt(mean(x^2) + eps); weight * x.to(input dtype).
     // `rows` rows of `width` values; `weight` broadcast over the rows.
-    T rmsnorm(const T &x, const T &weight, int64_t rows, int64_t width, bool gemma = false)
+    T rmsnorm(const T &x, const T &weight, int64_t rows, int64_t width)
     {
         S.setOp("rmsnorm");
         const int64_t n = checkedMul(rows, width);
@@ -433,7 +436,14 @@ private:
         S.drop(r);
         S.drop(x32);
         T out;
-        if (gemma) {
+        if (ft.rms == RmsNormStyle::Olmo) {
+            // Olmo2RMSNorm: (self.weight * hidden_states).to(input_dtype): the product in fp32
+            // (MulBackward0 saves the weight and the fp32 normalised x), then the cast.
+            T y = O.mul(weight, xn, n, 4, false, true, rows);
+            out = O.to(y, x.elem);
+            S.drop(y);
+            S.drop(xn); // `hidden_states` goes when forward returns
+        } else if (ft.rms == RmsNormStyle::Gemma) {
             // Gemma: output * (1 + weight), in fp32, then cast back.
             T w1 = O.addScalar(weight);
             T y = O.mul(xn, w1, n, 4, true, false, rows);
@@ -491,7 +501,7 @@ private:
     {
         if (m.norm == NormKind::LayerNorm)
             return layernorm(x, w, bias);
-        return rmsnorm(x, w, tok, h, m.modelType.rfind("gemma", 0) == 0);
+        return rmsnorm(x, w, tok, h);
     }
 
     // apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin); cos and sin broadcast over
@@ -536,6 +546,15 @@ private:
             return false;
         if (m.modelType == "gemma2" && layer % 2 != 0)
             return false;
+        if (ft.slidingLayerTypes) {
+            // config.layer_types: "sliding_attention" or "full_attention" per layer.
+            if (!hc.contains("layer_types") || !hc.at("layer_types").is_array() ||
+                layer >= static_cast<int64_t>(hc.at("layer_types").size()))
+                return false;
+            const nlohmann::json &lt = hc.at("layer_types").at(static_cast<size_t>(layer));
+            if (!lt.is_string() || lt.get<std::string>() != "sliding_attention")
+                return false;
+        }
         const int64_t window = hc.at("sliding_window").get<int64_t>();
         return window > 0 && s >= window;
     }
@@ -621,12 +640,14 @@ private:
         const int64_t qn = checkedMul(tok, qOut), kvn = checkedMul(tok, kvOut);
         Qkv r;
         if (!m.fusedQkv) {
-            // q_proj(x).view(...).transpose(1, 2), k, then v (Qwen3: an RMSNorm over head_dim first).
+            // q_proj(x).view(...).transpose(1, 2), k, then v (Qwen3: an RMSNorm over head_dim
+            // first; OLMo 2/3: over the whole projection).
             auto one = [&](int mod, const T &w, const T *bias, LoraPair *lora, const T *qkn, int64_t nHeads,
                            bool copyBack) {
                 T y = linear(hnorm, mod, w, bias, lora);
                 if (qkn) {
-                    T n = rmsnorm(y, *qkn, tok * nHeads, hd);
+                    const bool projection = ft.qkNorm == QkNorm::Projection;
+                    T n = projection ? rmsnorm(y, *qkn, tok, nHeads * hd) : rmsnorm(y, *qkn, tok * nHeads, hd);
                     S.drop(y);
                     y = n;
                 }
@@ -694,11 +715,20 @@ private:
 
     T layerForward(LayerParams &L, const T &x, const T &cos, const T &sin)
     {
-        T hnorm = norm(x, L.n1, L.n1b);
+        // OLMo 2/3 normalise the branches' outputs only: attention reads the stream itself.
+        T hnorm = ft.norms == NormPlacement::Post ? S.view(x) : norm(x, L.n1, L.n1b);
         S.setOp("self_attn");
         Qkv p = project(L, hnorm);
         T qe = rotary(p.q, cos, sin, qOut);
         T ke = rotary(p.k, cos, sin, kvOut);
+        if (ft.rotaryFp32 && qe.elem != p.q.elem) {
+            // OLMo 2: `return q_embed.to(q_type), k_embed.to(k_type)` once both are computed.
+            T q2 = O.to(qe, p.q.elem), k2 = O.to(ke, p.k.elem);
+            S.drop(qe);
+            S.drop(ke);
+            qe = q2;
+            ke = k2;
+        }
         S.drop(p.q);
         S.drop(p.k);
         const bool catRotary = !m.learnedPositions && (m.modelType == "phi3" || m.modelType == "gpt_neox");
@@ -736,7 +766,7 @@ private:
             S.drop(s1);
             return x2;
         }
-        const bool sandwich = m.normsPerLayer >= 4; // Gemma 2: norms after attention and MLP too
+        const bool sandwich = ft.norms != NormPlacement::Pre; // Gemma 2/3, OLMo 2/3: norms after attention and MLP
         if (sandwich) {
             T on = norm(o, L.n2, L.n2b); // post_attention_layernorm
             S.drop(o);
@@ -749,7 +779,9 @@ private:
             S.drop(o);
         if (keepNorms)
             S.drop(hnorm);
-        T h2 = sandwich ? norm(x1, L.n3, T{}) : norm(x1, L.n2, L.n2b);
+        T h2 = ft.norms == NormPlacement::Post       ? S.view(x1)
+               : ft.norms == NormPlacement::Sandwich ? norm(x1, L.n3, T{})
+                                                     : norm(x1, L.n2, L.n2b);
         T mlpOut = mlp(L, h2);
         if (!keepNorms)
             S.drop(h2);
@@ -972,7 +1004,7 @@ private:
         S.setLayer(-1);
         S.setOp("embedding");
         T x = O.embedding(embed, ids, tok, V, h);
-        if (m.modelType.rfind("gemma", 0) == 0) {
+        if (ft.scaledEmbedding) {
             // GemmaTextScaledWordEmbedding: embedding * embed_scale (a 0-dim buffer cast to the
             // weight's dtype): MulBackward0 keeps only the scalar.
             T scale = S.make(x.elem, x.elem);
@@ -1034,8 +1066,10 @@ private:
             T s32 = S.make(s * rd * 4, 4);
             T s2 = S.make(s * rd * 4, 4);
             S.drop(s32);
-            cos = x.elem == 4 ? S.view(c2) : S.make(s * rd * x.elem, x.elem);
-            sin = x.elem == 4 ? S.view(s2) : S.make(s * rd * x.elem, x.elem);
+            // OLMo 2's rotary returns cos and sin without the cast to x's dtype.
+            const bool fp32 = x.elem == 4 || ft.rotaryFp32;
+            cos = fp32 ? S.view(c2) : S.make(s * rd * x.elem, x.elem);
+            sin = fp32 ? S.view(s2) : S.make(s * rd * x.elem, x.elem);
             S.drop(inv);
             S.drop(freqs);
             S.drop(emb);
@@ -1111,7 +1145,6 @@ private:
         T logits = O.linear(xin, w, nullptr, tok, h, V, amp ? 2 : ce);
         S.drop(xin);
         S.drop(w);
-        S.drop(fn);
         clearAmpCache();
         if (m.finalLogitSoftcap > 0) {
             // Gemma 2: logits / cap, tanh, * cap
@@ -1124,6 +1157,10 @@ private:
         }
         S.setOp("loss");
         T loss = O.causalLmLoss(logits, b, s, V);
+        // The final norm's output lives on in the model output (last_hidden_state) until the
+        // CausalLM forward returns, after the loss: it matters where the lm_head does not save it
+        // (LoRA; measured, every LoRA stream: freed just before the logits).
+        S.drop(fn);
         S.drop(logits); // the output object goes before backward
         return loss;
     }

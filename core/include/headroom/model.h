@@ -9,6 +9,33 @@ namespace headroom {
 enum class MlpKind { Gated, Plain };
 enum class NormKind { RMSNorm, LayerNorm };
 
+// Where a decoder layer normalises: before attention and MLP (Llama), before and after both
+// (Gemma 2/3's sandwich), or only after them, on the branch outputs (OLMo 2/3).
+enum class NormPlacement { Pre, Sandwich, Post };
+// RMSNorm on q and k: none, per head over head_dim (Qwen3, Gemma 3), or over the whole
+// projection before it is split into heads (OLMo 2/3).
+enum class QkNorm { None, PerHead, Projection };
+// RMSNorm's last step: weight * x.to(input dtype) (Llama), x * (1 + weight) in fp32 then cast
+// (Gemma), weight * x in fp32 then cast (OLMo 2/3).
+enum class RmsNormStyle { Llama, Gemma, Olmo };
+
+// What a model_type's Hugging Face modeling code does differently, one row per family
+// (model.cpp, kFamilies). Adding a family that fits these traits is one row there.
+struct FamilyTraits
+{
+    std::string_view modelType;
+    NormPlacement norms = NormPlacement::Pre;
+    QkNorm qkNorm = QkNorm::None;
+    RmsNormStyle rms = RmsNormStyle::Llama;
+    bool rotaryFp32 = false;      // cos/sin stay fp32; apply_rotary_pos_emb casts back (OLMo 2)
+    bool scaledEmbedding = false; // embedding * sqrt(hidden) (Gemma)
+    bool slidingLayerTypes = false; // sliding window on the layers config.layer_types names
+};
+// The traits of a supported model_type (throws InputError naming config.model_type otherwise).
+const FamilyTraits &familyTraits(std::string_view modelType);
+// The same, Llama's for a type without a row (Headroom's flat model form names any type).
+const FamilyTraits &familyTraitsOrLlama(std::string_view modelType);
+
 // A decoder-only transformer, described by the fields that decide its memory.
 struct ModelArch
 {
@@ -31,7 +58,7 @@ struct ModelArch
     bool qkvBias = false;
     bool oBias = false;
     bool mlpBias = false;
-    bool qkNorm = false;              // Qwen3: RMSNorm on q and k per head
+    bool qkNorm = false;              // RMSNorm on q and k (familyTraits: per head or per projection)
     int normsPerLayer = 2;            // Gemma 2 has four
     std::string activation = "silu";
     int activationSavedTensors = 1;   // tensors the activation saves for backward (gelu_new: 4)
