@@ -96,13 +96,16 @@ const FamilyTraits kFamilies[] = {
     {"gemma", NP::Pre, QK::None, RS::Gemma, false, true},
     {"gemma2", NP::Sandwich, QK::None, RS::Gemma, false, true},
     {"phi3"},
-    {"gpt_neox"},
-    {"gpt2"},
+    {"gpt_neox", NP::Pre, QK::None, RS::Llama, false, false, false, true},
+    {"gpt2", NP::Pre, QK::None, RS::Llama, false, false, false, true},
     // modeling_olmo2.py: q_norm/k_norm over the projections, norms after attention and MLP only,
     // Olmo2RMSNorm's (weight * x).to(dtype), and rotary cos/sin left in fp32.
     {"olmo2", NP::Post, QK::Projection, RS::Olmo, true},
     // modeling_olmo3.py: OLMo 2 with sliding-window layers; its rotary casts cos/sin to x's dtype.
     {"olmo3", NP::Post, QK::Projection, RS::Olmo, false, false, true},
+    // modeling_starcoder2.py: Llama's attention with biases, nn.LayerNorm, a c_fc/c_proj MLP,
+    // embedding and residual dropout (config fields).
+    {"starcoder2"},
 };
 
 } // namespace
@@ -256,6 +259,14 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
             m.rotaryFraction = optionalDouble(c, "rotary_pct", 0.25, ctx);
             m.attnDropout = optionalDouble(c, "attention_dropout", 0.0, ctx);
             m.residDropout = optionalDouble(c, "hidden_dropout", 0.0, ctx);
+        } else if (t == "starcoder2") {
+            m.qkvBias = m.oBias = m.mlpBias = optionalBool(c, "use_bias", true, ctx);
+            m.mlp = MlpKind::Plain;
+            m.norm = NormKind::LayerNorm;
+            m.activation = optionalString(c, "hidden_act", "gelu_pytorch_tanh", ctx);
+            m.embdDropout = optionalDouble(c, "embedding_dropout", 0.0, ctx);
+            m.residDropout = optionalDouble(c, "residual_dropout", 0.0, ctx);
+            m.attnDropout = optionalDouble(c, "attention_dropout", 0.0, ctx);
         } else if (t == "phi3") {
             m.fusedQkv = m.fusedGateUp = true;
             m.rotaryFraction = optionalDouble(c, "partial_rotary_factor", 1.0, ctx);

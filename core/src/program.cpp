@@ -142,7 +142,7 @@ private:
         for (int64_t l = 0; l < m.numLayers; ++l) {
             S.setLayer(static_cast<int>(l));
             LayerParams &L = layers[static_cast<size_t>(l)];
-            if (layerNorm) { // GPT-2 / NeoX build the first norm before attention
+            if (ft.normRegisteredFirst) { // GPT-2 / NeoX build the first norm before attention
                 L.n1 = param(h, 1, t, "input_layernorm");
                 L.n1b = param(h, 1, t, "input_layernorm");
             }
@@ -201,8 +201,11 @@ private:
                 if (m.mlpBias)
                     L.downB = param(h, 1, t, "down_proj");
             }
-            if (!layerNorm && ft.norms != NormPlacement::Post)
+            if (!ft.normRegisteredFirst && ft.norms != NormPlacement::Post) {
                 L.n1 = param(h, 1, t, "input_layernorm");
+                if (layerNorm)
+                    L.n1b = param(h, 1, t, "input_layernorm");
+            }
             L.n2 = param(h, 1, t, "post_attention_layernorm");
             if (layerNorm)
                 L.n2b = param(h, 1, t, "post_attention_layernorm");
@@ -1082,6 +1085,13 @@ private:
         T hcur = S.view(x);
         if (m.learnedPositions)
             S.drop(x);
+        else if (m.embdDropout > 0.0) {
+            // StarCoder2: nn.functional.dropout(inputs_embeds, p=embedding_dropout); the
+            // embedding itself stays bound to inputs_embeds until forward returns.
+            T xd = O.dropout(hcur, m.embdDropout);
+            S.drop(hcur);
+            hcur = xd;
+        }
         for (int64_t l = 0; l < m.numLayers; ++l) {
             S.setLayer(static_cast<int>(l));
             LayerParams &L = layers[static_cast<size_t>(l)];

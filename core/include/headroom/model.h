@@ -30,6 +30,7 @@ struct FamilyTraits
     bool rotaryFp32 = false;      // cos/sin stay fp32; apply_rotary_pos_emb casts back (OLMo 2)
     bool scaledEmbedding = false; // embedding * sqrt(hidden) (Gemma)
     bool slidingLayerTypes = false; // sliding window on the layers config.layer_types names
+    bool normRegisteredFirst = false; // input_layernorm built before self_attn (GPT-2, GPT-NeoX)
 };
 // The traits of a supported model_type (throws InputError naming config.model_type otherwise).
 const FamilyTraits &familyTraits(std::string_view modelType);
