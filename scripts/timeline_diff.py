@@ -106,6 +106,8 @@ def main():
     ap.add_argument("--phase", default="")
     ap.add_argument("--context", type=int, default=6)
     ap.add_argument("--hunks", type=int, default=4)
+    ap.add_argument("--drift", action="store_true",
+                    help="instead of hunks, print where the live bytes of the two streams start to differ")
     a = ap.parse_args()
     entry = corpus_entry(a.name)
     plan = json.load(open(os.path.join(ROOT, "scripts/corpus-plan.json")))
@@ -127,6 +129,16 @@ def main():
         mk = [(k, s) for k, s, _ in ms]
         ek = [(k, s) for k, s, _ in es]
         sm = difflib.SequenceMatcher(None, mk, ek, autojunk=False)
+        if a.drift:
+            live_m = live_e = last = 0
+            for tag, i1, i2, j1, j2 in sm.get_opcodes():
+                live_m += sum(s if k == "+" else -s for k, s, _ in ms[i1:i2])
+                live_e += sum(s if k == "+" else -s for k, s, _ in es[j1:j2])
+                if abs((live_e - live_m) - last) >= 1 << 20:
+                    last = live_e - live_m
+                    print(f"   estimate - engine {last / 2**20:+9.1f} MiB after engine[{i2}] "
+                          f"{ms[i1][2][-50:] if i1 < len(ms) else ''} | estimate[{j2}] {es[j1][2] if j1 < len(es) else ''}")
+            continue
         shown = 0
         for tag, i1, i2, j1, j2 in sm.get_opcodes():
             if tag == "equal":

@@ -85,27 +85,46 @@ using RS = RmsNormStyle;
 // One row per supported model_type: how its modeling_<type>.py differs from modeling_llama.py in
 // what it allocates. Fields a config.json states (sizes, biases, experts) are read in
 // modelFromHfConfig; these are the ones only the modeling code knows.
+using F = FamilyTraits;
+constexpr F row(std::string_view type)
+{
+    F f;
+    f.modelType = type;
+    return f;
+}
 const FamilyTraits kFamilies[] = {
-    {"llama"},
-    {"mistral"},
-    {"mixtral"},
-    {"qwen2"},
-    {"qwen2_moe"},
-    {"qwen3", NP::Pre, QK::PerHead},
-    {"qwen3_moe", NP::Pre, QK::PerHead},
-    {"gemma", NP::Pre, QK::None, RS::Gemma, false, true},
-    {"gemma2", NP::Sandwich, QK::None, RS::Gemma, false, true},
-    {"phi3"},
-    {"gpt_neox", NP::Pre, QK::None, RS::Llama, false, false, false, true},
-    {"gpt2", NP::Pre, QK::None, RS::Llama, false, false, false, true},
+    row("llama"),
+    row("mistral"),
+    row("mixtral"),
+    row("qwen2"),
+    row("qwen2_moe"),
+    row("qwen3").with(QK::PerHead),
+    row("qwen3_moe").with(QK::PerHead),
+    row("gemma").with(RS::Gemma).set(&F::scaledEmbedding),
+    row("gemma2").with(NP::Sandwich).with(RS::Gemma).set(&F::scaledEmbedding),
+    row("phi3"),
+    row("gpt_neox").set(&F::normRegisteredFirst),
+    row("gpt2").set(&F::normRegisteredFirst),
     // modeling_olmo2.py: q_norm/k_norm over the projections, norms after attention and MLP only,
     // Olmo2RMSNorm's (weight * x).to(dtype), and rotary cos/sin left in fp32.
-    {"olmo2", NP::Post, QK::Projection, RS::Olmo, true},
+    row("olmo2").with(NP::Post).with(QK::Projection).with(RS::Olmo).set(&F::rotaryFp32),
     // modeling_olmo3.py: OLMo 2 with sliding-window layers; its rotary casts cos/sin to x's dtype.
-    {"olmo3", NP::Post, QK::Projection, RS::Olmo, false, false, true},
+    row("olmo3").with(NP::Post).with(QK::Projection).with(RS::Olmo).set(&F::slidingLayerTypes),
+    // modeling_gemma3.py (Gemma3ForCausalLM): Gemma 2's sandwich norms and scaled embedding (a
+    // buffer), Gemma3RMSNorm on q and k per head after all three projections, sliding-window
+    // layers by layer_types with their own (local) rotary table.
+    row("gemma3_text")
+        .with(NP::Sandwich)
+        .with(QK::PerHead)
+        .with(RS::Gemma)
+        .set(&F::scaledEmbedding)
+        .set(&F::embedScaleBuffer)
+        .set(&F::slidingLayerTypes)
+        .set(&F::qkNormAfterProjections)
+        .set(&F::localRotary),
     // modeling_starcoder2.py: Llama's attention with biases, nn.LayerNorm, a c_fc/c_proj MLP,
     // embedding and residual dropout (config fields).
-    {"starcoder2"},
+    row("starcoder2"),
 };
 
 } // namespace
@@ -236,7 +255,7 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
         m.intermediateSize = requireInt(c, "intermediate_size", ctx);
         m.vocabSize = requireInt(c, "vocab_size", ctx);
         m.maxPositions = optionalInt(c, "max_position_embeddings", 2048, ctx);
-        const bool gemmaLike = t == "gemma" || t == "gemma2";
+        const bool gemmaLike = t == "gemma" || t == "gemma2" || t == "gemma3_text";
         m.tiedEmbeddings = optionalBool(c, "tie_word_embeddings", gemmaLike, ctx);
         m.activation = optionalString(c, "hidden_act", "silu", ctx);
         if (gemmaLike)
@@ -277,7 +296,7 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
         m.qkNorm = traits.qkNorm != QkNorm::None;
         if (traits.norms == NormPlacement::Sandwich)
             m.normsPerLayer = 4;
-        if (t == "gemma2") {
+        if (t == "gemma2" || t == "gemma3_text") {
             if (c.contains("final_logit_softcapping") && c.at("final_logit_softcapping").is_number())
                 m.finalLogitSoftcap = c.at("final_logit_softcapping").get<double>();
         }

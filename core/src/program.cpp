@@ -447,8 +447,10 @@ private:
             S.drop(y);
             S.drop(xn); // `hidden_states` goes when forward returns
         } else if (ft.rms == RmsNormStyle::Gemma) {
-            // Gemma: output * (1 + weight), in fp32, then cast back.
-            T w1 = O.addScalar(weight);
+            // Gemma: output * (1.0 + self.weight.float()), in fp32, then cast back.
+            T wf = O.to(weight, 4);
+            T w1 = O.addScalar(wf);
+            S.drop(wf);
             T y = O.mul(xn, w1, n, 4, true, false, rows);
             S.drop(w1);
             S.drop(xn);
@@ -549,17 +551,27 @@ private:
             return false;
         if (m.modelType == "gemma2" && layer % 2 != 0)
             return false;
-        if (ft.slidingLayerTypes) {
-            // config.layer_types: "sliding_attention" or "full_attention" per layer.
-            if (!hc.contains("layer_types") || !hc.at("layer_types").is_array() ||
-                layer >= static_cast<int64_t>(hc.at("layer_types").size()))
-                return false;
-            const nlohmann::json &lt = hc.at("layer_types").at(static_cast<size_t>(layer));
-            if (!lt.is_string() || lt.get<std::string>() != "sliding_attention")
-                return false;
-        }
+        if (ft.slidingLayerTypes && !slidingLayer(layer))
+            return false;
         const int64_t window = hc.at("sliding_window").get<int64_t>();
         return window > 0 && s >= window;
+    }
+
+    // config.layer_types ("sliding_attention" / "full_attention" per layer); without it Gemma 3's
+    // configuration class derives it from sliding_window_pattern (every 6th layer global).
+    bool slidingLayer(int64_t layer) const
+    {
+        const nlohmann::json &hc = m.hfConfig;
+        if (hc.contains("layer_types") && hc.at("layer_types").is_array()) {
+            const nlohmann::json &lt = hc.at("layer_types");
+            if (layer >= static_cast<int64_t>(lt.size()) || !lt.at(static_cast<size_t>(layer)).is_string())
+                return false;
+            return lt.at(static_cast<size_t>(layer)).get<std::string>() == "sliding_attention";
+        }
+        int64_t pattern = m.modelType == "gemma3_text" ? 6 : 0;
+        if (hc.contains("sliding_window_pattern") && hc.at("sliding_window_pattern").is_number_integer())
+            pattern = hc.at("sliding_window_pattern").get<int64_t>();
+        return pattern > 0 && (layer + 1) % pattern != 0;
     }
 
     T attention(const T &q, const T &k, const T &v, bool headsMajor = false, bool masked = false)
@@ -603,7 +615,12 @@ private:
             // (use_gqa_in_sdpa needs mask None), SDPA turns the boolean mask into an additive one
             // of (b, 1, s, s), and runs the memory-efficient kernel.
             T kr = kc, vr = vc;
-            if (kvHeads < heads) {
+            if (kvHeads == 1 && heads > 1) {
+                // One kv head: repeat_kv's reshape of the expanded tensor is a view, no copy;
+                // ExpandBackward sums the heads' gradients back.
+                kr = O.headsView(kc, true);
+                vr = O.headsView(vc, true);
+            } else if (kvHeads < heads) {
                 kr = O.repeatKv(kc, kc.bytes / kvHeads * heads);
                 vr = O.repeatKv(vc, vc.bytes / kvHeads * heads);
             }
@@ -658,9 +675,18 @@ private:
                 S.drop(y);
                 return v;
             };
-            r.q = one(int(M::Q), L.q, &L.qb, &L.lora[0], m.qkNorm ? &L.qn : nullptr, heads, true);
-            r.k = one(int(M::K), L.k, &L.kb, &L.lora[1], m.qkNorm ? &L.kn : nullptr, kvHeads, true);
+            const bool late = ft.qkNormAfterProjections; // Gemma 3: q_norm(q), k_norm(k) after v_proj
+            r.q = one(int(M::Q), L.q, &L.qb, &L.lora[0], m.qkNorm && !late ? &L.qn : nullptr, heads, true);
+            r.k = one(int(M::K), L.k, &L.kb, &L.lora[1], m.qkNorm && !late ? &L.kn : nullptr, kvHeads, true);
             r.v = one(int(M::V), L.v, &L.vb, &L.lora[2], nullptr, kvHeads, false);
+            if (m.qkNorm && late) {
+                T qn = rmsnorm(r.q, L.qn, tok * heads, hd);
+                S.drop(r.q);
+                r.q = qn;
+                T kn = rmsnorm(r.k, L.kn, tok * kvHeads, hd);
+                S.drop(r.k);
+                r.k = kn;
+            }
             return r;
         }
         T qkv = linear(hnorm, int(M::Q), L.q, &L.qb, &L.lora[0]);
@@ -1001,6 +1027,34 @@ private:
     }
 
     T eagerMask;
+    T cosLocal, sinLocal;
+
+    // The rotary embedding's forward: position_ids.float(), inv_freq @ positions (fp32, the
+    // forward's first matmul), cat, cos and sin (each * attention_scaling), cast to x's dtype.
+    void rotaryTables(const T &x, T &cos, T &sin)
+    {
+        S.setOp("rotary_emb");
+        T inv = S.make(s * 4, 4); // position_ids[:, None, :].float()
+        S.blasWorkspace(0);
+        const int64_t rd = rotaryDim(); // the tables cover the rotated features only
+        T freqs = S.make(s * rd / 2 * 4, 4);
+        T emb = S.make(s * rd * 4, 4);
+        T c32 = S.make(s * rd * 4, 4);
+        T c2 = S.make(s * rd * 4, 4);
+        S.drop(c32);
+        T s32 = S.make(s * rd * 4, 4);
+        T s2 = S.make(s * rd * 4, 4);
+        S.drop(s32);
+        // OLMo 2's rotary returns cos and sin without the cast to x's dtype.
+        const bool fp32 = x.elem == 4 || ft.rotaryFp32;
+        cos = fp32 ? S.view(c2) : S.make(s * rd * x.elem, x.elem);
+        sin = fp32 ? S.view(s2) : S.make(s * rd * x.elem, x.elem);
+        S.drop(inv);
+        S.drop(freqs);
+        S.drop(emb);
+        S.drop(c2);
+        S.drop(s2);
+    }
 
     T forward(const T &ids)
     {
@@ -1010,9 +1064,11 @@ private:
         if (ft.scaledEmbedding) {
             // GemmaTextScaledWordEmbedding: embedding * embed_scale (a 0-dim buffer cast to the
             // weight's dtype): MulBackward0 keeps only the scalar.
-            T scale = S.make(x.elem, x.elem);
+            // Gemma 3 keeps the scale in a buffer already in the weight's dtype (no allocation).
+            T scale = ft.embedScaleBuffer ? T{} : S.make(x.elem, x.elem);
             T xs = O.mul(x, scale, x.numel(), x.elem, true, false, 0);
-            S.drop(scale);
+            if (scale.valid())
+                S.drop(scale);
             S.drop(x);
             x = xs;
         }
@@ -1055,29 +1111,11 @@ private:
             eagerMask = S.make(checkedMul(checkedMul(b, s), s) * (amp ? 4 : ce), amp ? 4 : ce);
         }
         // Rotary cos and sin (fp32 math, cast to the hidden dtype), shared by every layer.
-        T cos, sin;
+        T cosGlobal, sinGlobal;
         if (!m.learnedPositions) {
-            S.setOp("rotary_emb");
-            T inv = S.make(4096, 4);
-            S.blasWorkspace(0); // inv_freq @ position_ids: the forward's first matmul
-            const int64_t rd = rotaryDim(); // the tables cover the rotated features only
-            T freqs = S.make(s * rd / 2 * 4, 4);
-            T emb = S.make(s * rd * 4, 4);
-            T c32 = S.make(s * rd * 4, 4);
-            T c2 = S.make(s * rd * 4, 4);
-            S.drop(c32);
-            T s32 = S.make(s * rd * 4, 4);
-            T s2 = S.make(s * rd * 4, 4);
-            S.drop(s32);
-            // OLMo 2's rotary returns cos and sin without the cast to x's dtype.
-            const bool fp32 = x.elem == 4 || ft.rotaryFp32;
-            cos = fp32 ? S.view(c2) : S.make(s * rd * x.elem, x.elem);
-            sin = fp32 ? S.view(s2) : S.make(s * rd * x.elem, x.elem);
-            S.drop(inv);
-            S.drop(freqs);
-            S.drop(emb);
-            S.drop(c2);
-            S.drop(s2);
+            rotaryTables(x, cosGlobal, sinGlobal);
+            if (ft.localRotary) // Gemma 3: rotary_emb_local for the sliding layers, made second
+                rotaryTables(x, cosLocal, sinLocal);
         }
         // LlamaModel.forward: `hidden_states = inputs_embeds`, a second name for the embedding
         // that lives until forward returns. GPT2Model's hidden_states is the dropout's output,
@@ -1095,9 +1133,19 @@ private:
         for (int64_t l = 0; l < m.numLayers; ++l) {
             S.setLayer(static_cast<int>(l));
             LayerParams &L = layers[static_cast<size_t>(l)];
+            // Gemma 3's sliding layers turn q and k by the local table.
+            const bool local = cosLocal.valid() && slidingLayer(l);
+            const T &cos = local ? cosLocal : cosGlobal, &sin = local ? sinLocal : sinGlobal;
             T next;
             if (c.gradCheckpointing) {
                 const T in = hcur;
+                // checkpoint() keeps the layer's tensor arguments for the recomputation: the
+                // hidden states, the rotary cos/sin and the attention mask it was given.
+                std::vector<const T *> regionInputs = {&hcur, &cos, &sin};
+                if (eagerMask.valid())
+                    regionInputs.push_back(&eagerMask);
+                else if (sdpaMask.valid() && slidingMask(l))
+                    regionInputs.push_back(&sdpaMask);
                 S.beginRegion([this, &L, in, cos, sin]() mutable {
                     // The recomputation runs in its own torch.autocast context (checkpoint.py's
                     // device_autocast_ctx); leaving it clears autocast's cast cache, also when
@@ -1109,7 +1157,7 @@ private:
                     } scope{this};
                     T o = layerForward(L, in, cos, sin);
                     S.drop(o);
-                }, {&hcur});
+                }, regionInputs);
                 next = layerForward(L, hcur, cos, sin);
                 S.endRegion();
             } else {
@@ -1122,10 +1170,11 @@ private:
         T fn = norm(hcur, finalNorm, finalNormB);
         S.drop(hcur);
         S.drop(posIds);
-        if (cos.valid()) {
-            S.drop(cos);
-            S.drop(sin);
-        }
+        for (T *t : {&cosGlobal, &sinGlobal, &cosLocal, &sinLocal})
+            if (t->valid()) {
+                S.drop(*t);
+                *t = T{};
+            }
         if (eagerMask.valid())
             S.drop(eagerMask);
         if (sdpaMask.valid())

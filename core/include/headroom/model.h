@@ -27,10 +27,19 @@ struct FamilyTraits
     NormPlacement norms = NormPlacement::Pre;
     QkNorm qkNorm = QkNorm::None;
     RmsNormStyle rms = RmsNormStyle::Llama;
-    bool rotaryFp32 = false;      // cos/sin stay fp32; apply_rotary_pos_emb casts back (OLMo 2)
-    bool scaledEmbedding = false; // embedding * sqrt(hidden) (Gemma)
-    bool slidingLayerTypes = false; // sliding window on the layers config.layer_types names
+    bool rotaryFp32 = false;          // cos/sin stay fp32; apply_rotary_pos_emb casts back (OLMo 2)
+    bool scaledEmbedding = false;     // embedding * sqrt(hidden) (Gemma)
+    bool embedScaleBuffer = false;    // ... by a registered buffer, not a tensor made each forward (Gemma 3)
+    bool slidingLayerTypes = false;   // sliding window on the layers config.layer_types names
     bool normRegisteredFirst = false; // input_layernorm built before self_attn (GPT-2, GPT-NeoX)
+    bool qkNormAfterProjections = false; // q/k norms after all of q, k and v are projected (Gemma 3)
+    bool localRotary = false;         // a second rotary table for the sliding layers (Gemma 3)
+
+    // Fluent setters for the table's rows.
+    constexpr FamilyTraits with(NormPlacement v) const { FamilyTraits f = *this; f.norms = v; return f; }
+    constexpr FamilyTraits with(QkNorm v) const { FamilyTraits f = *this; f.qkNorm = v; return f; }
+    constexpr FamilyTraits with(RmsNormStyle v) const { FamilyTraits f = *this; f.rms = v; return f; }
+    constexpr FamilyTraits set(bool FamilyTraits::*field) const { FamilyTraits f = *this; f.*field = true; return f; }
 };
 // The traits of a supported model_type (throws InputError naming config.model_type otherwise).
 const FamilyTraits &familyTraits(std::string_view modelType);
