@@ -1145,17 +1145,23 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         throw InputError("seq", std::to_string(cfg.seqLen),
                          model.name + " learns one position embedding per position: at most max_position_embeddings = " +
                              std::to_string(model.maxPositions) + " tokens (Transformers fails past it)");
-    // PEFT wraps Qwen3-MoE's stacked expert weights in a ParamWrapper when LoRA targets the MLP
-    // projections (measured: qwen3-30b-a3b-l8, 20.7M adapter parameters per layer), which merges
-    // a delta of every expert's weight in each forward. That path is not simulated yet; an
-    // estimate without it would be 40% under the measured step.
-    if (model.modelType == "qwen3_moe" && cfg.finetune != FineTune::Full) {
+    // PEFT wraps the stacked expert weights of Qwen3-MoE and DeepSeek-V2/V3 in a ParamWrapper
+    // when LoRA targets the MLP projections (measured: qwen3-30b-a3b-l8, 20.7M adapter parameters
+    // per layer; deepseek-v2-lite, 12.4M), which merges a delta of every expert's weight in each
+    // forward. That path is not simulated yet; an estimate without it would be 40% under.
+    if (familyTraitsOrLlama(model.modelType).expertsWrappedByPeft && cfg.finetune != FineTune::Full) {
         const auto mask = loraTargetMask(cfg.lora.targets);
         if (mask[size_t(LinearModule::Gate)] || mask[size_t(LinearModule::Up)] || mask[size_t(LinearModule::Down)])
             throw InputError("lora.targets", "gate_proj/up_proj/down_proj",
-                             "LoRA on qwen3_moe's experts (PEFT ParamWrapper) cannot be estimated yet; "
+                             "LoRA on " + model.modelType + "'s experts (PEFT ParamWrapper) cannot be estimated yet; "
                              "target the attention only, or measure with --engine transformers");
     }
+    // Multi-head latent attention is simulated op by op; the per-op ledger (QLoRA, FSDP,
+    // optimizer offload) has no MLA yet.
+    if (model.isMla() && !isSimulated(cfg))
+        throw InputError("model.model_type", model.modelType,
+                         "multi-head latent attention is estimated for full fine-tuning and LoRA on one GPU, DDP "
+                         "and ZeRO-1; not yet with QLoRA, FSDP (ZeRO 2/3) or optimizer offload");
     // PEFT's get_peft_model raises when no target module is found in the model ("Target modules
     // {...} not found in the base model"); an estimate of that run would have no adapters at all.
     if (cfg.finetune != FineTune::Full) {

@@ -99,7 +99,7 @@ const FamilyTraits kFamilies[] = {
     row("qwen2"),
     row("qwen2_moe"),
     row("qwen3").with(QK::PerHead),
-    row("qwen3_moe").with(QK::PerHead),
+    row("qwen3_moe").with(QK::PerHead).set(&F::expertsBeforeRouter).set(&F::expertsWrappedByPeft),
     row("gemma").with(RS::Gemma).set(&F::scaledEmbedding),
     row("gemma2").with(NP::Sandwich).with(RS::Gemma).set(&F::scaledEmbedding),
     row("phi3"),
@@ -122,6 +122,21 @@ const FamilyTraits kFamilies[] = {
         .set(&F::slidingLayerTypes)
         .set(&F::qkNormAfterProjections)
         .set(&F::localRotary),
+    // modeling_deepseek_v2.py: multi-head latent attention with complex rotary, a dense first
+    // layer, then MoE layers (fp32 router, softmax top-k, shared experts added after).
+    row("deepseek_v2")
+        .set(&F::expertsBeforeRouter)
+        .set(&F::expertsWrappedByPeft)
+        .set(&F::fp32Router)
+        .set(&F::sharedExpertsAfter)
+        .set(&F::complexRotary),
+    // modeling_deepseek_v3.py: the same with interleaved real rotary and sigmoid routing.
+    row("deepseek_v3")
+        .set(&F::expertsBeforeRouter)
+        .set(&F::expertsWrappedByPeft)
+        .set(&F::fp32Router)
+        .set(&F::sharedExpertsAfter)
+        .set(&F::sigmoidRouter),
     // modeling_starcoder2.py: Llama's attention with biases, nn.LayerNorm, a c_fc/c_proj MLP,
     // embedding and residual dropout (config fields).
     row("starcoder2"),
@@ -194,7 +209,13 @@ void ModelArch::validate() const
                              {"max_position_embeddings", maxPositions, int64_t(1) << 24},
                              {"num_experts", numExperts, int64_t(1) << 16},
                              {"moe_intermediate_size", expertIntermediateSize, int64_t(1) << 24},
-                             {"shared_expert_intermediate_size", sharedExpertIntermediateSize, int64_t(1) << 24}}) {
+                             {"shared_expert_intermediate_size", sharedExpertIntermediateSize, int64_t(1) << 24},
+                             {"first_dense_layers", firstDenseLayers, numLayers},
+                             {"q_lora_rank", qLoraRank, int64_t(1) << 20},
+                             {"kv_lora_rank", kvLoraRank, int64_t(1) << 20},
+                             {"qk_nope_head_dim", qkNopeDim, int64_t(1) << 16},
+                             {"qk_rope_head_dim", qkRopeDim, int64_t(1) << 16},
+                             {"v_head_dim", vHeadDim, int64_t(1) << 16}}) {
         if (v < 0)
             throw InputError(std::string("model.") + f, std::to_string(v), "must not be negative");
         if (v > lim)
@@ -210,6 +231,10 @@ void ModelArch::validate() const
             throw InputError(std::string("model.") + f, std::to_string(v), "must be at least 0 and below 1");
     if (!(rotaryFraction > 0.0 && rotaryFraction <= 1.0))
         throw InputError("model.rotary_fraction", std::to_string(rotaryFraction), "must be above 0 and at most 1");
+    if (isMla() && (qkNopeDim <= 0 || qkRopeDim <= 0 || qkRopeDim % 2 != 0 || vHeadDim <= 0))
+        throw InputError("model.qk_rope_head_dim", std::to_string(qkRopeDim),
+                         "multi-head latent attention needs positive qk_nope_head_dim and v_head_dim and an even "
+                         "qk_rope_head_dim");
     if (isMoe() && (expertsPerToken <= 0 || expertsPerToken > numExperts))
         throw InputError("model.num_experts_per_tok", std::to_string(expertsPerToken),
                          "must be between 1 and the number of experts (" + std::to_string(numExperts) + ")");
@@ -278,6 +303,26 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
             m.rotaryFraction = optionalDouble(c, "rotary_pct", 0.25, ctx);
             m.attnDropout = optionalDouble(c, "attention_dropout", 0.0, ctx);
             m.residDropout = optionalDouble(c, "hidden_dropout", 0.0, ctx);
+        } else if (t == "deepseek_v2" || t == "deepseek_v3") {
+            m.qkvBias = m.oBias = optionalBool(c, "attention_bias", false, ctx);
+            m.kvLoraRank = requireInt(c, "kv_lora_rank", ctx);
+            m.qLoraRank = c.contains("q_lora_rank") && c.at("q_lora_rank").is_null() ? 0 : optionalInt(c, "q_lora_rank", 0, ctx);
+            m.qkNopeDim = requireInt(c, "qk_nope_head_dim", ctx);
+            m.qkRopeDim = requireInt(c, "qk_rope_head_dim", ctx);
+            m.vHeadDim = requireInt(c, "v_head_dim", ctx);
+            m.numExperts = requireInt(c, "n_routed_experts", ctx);
+            m.expertsPerToken = requireInt(c, "num_experts_per_tok", ctx);
+            m.expertIntermediateSize = requireInt(c, "moe_intermediate_size", ctx);
+            const int64_t shared = c.contains("n_shared_experts") && c.at("n_shared_experts").is_null()
+                                       ? 0 : optionalInt(c, "n_shared_experts", 0, ctx);
+            m.sharedExpertIntermediateSize = checkedMul(m.expertIntermediateSize, shared);
+            m.firstDenseLayers = optionalInt(c, "first_k_dense_replace", 0, ctx);
+            if (optionalInt(c, "moe_layer_freq", 1, ctx) != 1)
+                throw InputError("config.moe_layer_freq", std::to_string(c.value("moe_layer_freq", 1)),
+                                 "dense layers between sparse ones are not supported yet");
+            if (m.firstDenseLayers < 0 || m.firstDenseLayers > m.numLayers)
+                throw InputError("config.first_k_dense_replace", std::to_string(m.firstDenseLayers),
+                                 "must be between 0 and num_hidden_layers");
         } else if (t == "starcoder2") {
             m.qkvBias = m.oBias = m.mlpBias = optionalBool(c, "use_bias", true, ctx);
             m.mlp = MlpKind::Plain;
@@ -322,6 +367,8 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
         }
     }
     m.headDim = optionalInt(c, "head_dim", 0, ctx);
+    if (m.isMla())
+        m.headDim = m.qkRopeDim; // DeepseekV2Config: head_dim is the rotary part (the rotary tables' width)
     if (m.headDim == 0) {
         if (m.hiddenSize % m.numHeads != 0)
             throw InputError("config.num_attention_heads", std::to_string(m.numHeads),
@@ -356,7 +403,28 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
     add("embed_tokens", m.vocabSize, h, 1);
     if (m.learnedPositions)
         add("embed_positions", m.maxPositions, h, 1);
-    if (m.fusedQkv) {
+    if (m.isMla()) {
+        // DeepseekV2Attention: q_proj (or q_a_proj, q_a_layernorm, q_b_proj), kv_a_proj_with_mqa,
+        // kv_a_layernorm, kv_b_proj, o_proj.
+        const int64_t H = m.numHeads, qk = m.qkNopeDim + m.qkRopeDim;
+        if (m.qLoraRank > 0) {
+            add("q_a_proj", m.qLoraRank, h, L);
+            add("q_a_layernorm", m.qLoraRank, 1, L);
+            add("q_b_proj", H * qk, m.qLoraRank, L);
+        } else {
+            add("q_proj", H * qk, h, L, true);
+        }
+        add("kv_a_proj_with_mqa", m.kvLoraRank + m.qkRopeDim, h, L);
+        add("kv_a_layernorm", m.kvLoraRank, 1, L);
+        add("kv_b_proj", H * (m.qkNopeDim + m.vHeadDim), m.kvLoraRank, L);
+        add("o_proj", h, H * m.vHeadDim, L, true);
+        if (m.oBias) {
+            add("kv_a_proj_with_mqa.bias", m.kvLoraRank + m.qkRopeDim, 1, L);
+            add("o_proj.bias", h, 1, L);
+            if (m.qLoraRank > 0)
+                add("q_a_proj.bias", m.qLoraRank, 1, L);
+        }
+    } else if (m.fusedQkv) {
         add("qkv_proj", qOut + 2 * kvOut, h, L, true);
         if (m.qkvBias)
             add("qkv_proj.bias", qOut + 2 * kvOut, 1, L);
@@ -370,29 +438,37 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
             add("v_proj.bias", kvOut, 1, L);
         }
     }
-    add("o_proj", h, qOut, L, true);
-    if (m.oBias)
-        add("o_proj.bias", h, 1, L);
+    if (!m.isMla()) {
+        add("o_proj", h, qOut, L, true);
+        if (m.oBias)
+            add("o_proj.bias", h, 1, L);
+    }
     if (m.qkNorm) {
         const bool projection = familyTraitsOrLlama(m.modelType).qkNorm == QkNorm::Projection;
         add("q_norm", projection ? qOut : d, 1, L);
         add("k_norm", projection ? kvOut : d, 1, L);
     }
     if (m.isMoe()) {
-        const int64_t E = m.numExperts, Ie = m.expertIntermediateSize;
-        add("router", E, h, L);
+        const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Lm = L - m.firstDenseLayers;
+        add("router", E, h, Lm);
         // transformers 5 stacks the experts: [E, 2 x Ie, h] gate_up_proj and [E, h, Ie] down_proj
         // Parameters, not Linear modules.
-        add("experts.gate_up_proj", E * 2 * Ie, h, L);
-        add("experts.down_proj", E * h, Ie, L);
+        add("experts.gate_up_proj", E * 2 * Ie, h, Lm);
+        add("experts.down_proj", E * h, Ie, Lm);
         if (m.sharedExpertIntermediateSize > 0) {
             const int64_t Is = m.sharedExpertIntermediateSize;
-            add("shared_expert.gate_proj", Is, h, L, true);
-            add("shared_expert.up_proj", Is, h, L, true);
-            add("shared_expert.down_proj", h, Is, L, true);
+            add("shared_expert.gate_proj", Is, h, Lm, true);
+            add("shared_expert.up_proj", Is, h, Lm, true);
+            add("shared_expert.down_proj", h, Is, Lm, true);
         }
         if (m.sharedExpertGate)
-            add("shared_expert_gate", 1, h, L);
+            add("shared_expert_gate", 1, h, Lm);
+        if (m.firstDenseLayers > 0) { // DeepSeek's first_k_dense_replace layers: a dense MLP
+            const int64_t I = m.intermediateSize, Ld = m.firstDenseLayers;
+            add("dense.gate_proj", I, h, Ld);
+            add("dense.up_proj", I, h, Ld);
+            add("dense.down_proj", h, I, Ld);
+        }
     } else {
         const int64_t I = m.intermediateSize;
         if (m.fusedGateUp)
@@ -435,7 +511,10 @@ std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m
         set(M::Down, "dense_4h_to_h");
         return n;
     }
-    if (m.fusedQkv) {
+    if (m.isMla()) {
+        if (m.qLoraRank == 0)
+            set(M::Q, "q_proj"); // kv_a_proj_with_mqa and kv_b_proj match no k_proj/v_proj target
+    } else if (m.fusedQkv) {
         set(M::Q, "qkv_proj");
     } else {
         set(M::Q, "q_proj");
@@ -492,7 +571,7 @@ int64_t linearInFeatures(const ModelArch &m, LinearModule mod)
         return 0;
     const int64_t width = m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize;
     switch (mod) {
-    case LinearModule::O: return m.numHeads * m.headDim;
+    case LinearModule::O: return m.numHeads * (m.isMla() ? m.vHeadDim : m.headDim);
     case LinearModule::Down: return width;
     default: return m.hiddenSize;
     }
@@ -505,7 +584,10 @@ int64_t linearOutFeatures(const ModelArch &m, LinearModule mod)
     const int64_t qOut = m.numHeads * m.headDim, kvOut = m.numKvHeads * m.headDim;
     const int64_t width = m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize;
     switch (mod) {
-    case LinearModule::Q: return m.fusedQkv ? qOut + 2 * kvOut : qOut;
+    case LinearModule::Q:
+        if (m.isMla())
+            return m.numHeads * (m.qkNopeDim + m.qkRopeDim);
+        return m.fusedQkv ? qOut + 2 * kvOut : qOut;
     case LinearModule::K:
     case LinearModule::V: return kvOut;
     case LinearModule::O:
@@ -560,6 +642,12 @@ json toJson(const ModelArch &m)
               {"expert_intermediate_size", m.expertIntermediateSize},
               {"shared_expert_intermediate_size", m.sharedExpertIntermediateSize},
               {"shared_expert_gate", m.sharedExpertGate},
+              {"first_dense_layers", m.firstDenseLayers},
+              {"q_lora_rank", m.qLoraRank},
+              {"kv_lora_rank", m.kvLoraRank},
+              {"qk_nope_head_dim", m.qkNopeDim},
+              {"qk_rope_head_dim", m.qkRopeDim},
+              {"v_head_dim", m.vHeadDim},
               {"parameters", m.estimable ? parameterCount(m) : 0}};
     if (!m.source.empty())
         j["source"] = m.source;
@@ -636,6 +724,12 @@ ModelArch modelArchFromJson(const json &j)
     m.expertIntermediateSize = zeroOk("expert_intermediate_size");
     m.sharedExpertIntermediateSize = zeroOk("shared_expert_intermediate_size");
     m.sharedExpertGate = optionalBool(j, "shared_expert_gate", false, ctx);
+    m.firstDenseLayers = zeroOk("first_dense_layers");
+    m.qLoraRank = zeroOk("q_lora_rank");
+    m.kvLoraRank = zeroOk("kv_lora_rank");
+    m.qkNopeDim = zeroOk("qk_nope_head_dim");
+    m.qkRopeDim = zeroOk("qk_rope_head_dim");
+    m.vHeadDim = zeroOk("v_head_dim");
     if (j.contains("hf_config") && j.at("hf_config").is_object())
         m.hfConfig = j.at("hf_config");
     m.validate();

@@ -440,7 +440,7 @@ T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int
     const int offset = s.allocate(8, Category::Activations);
     T out = s.make(a.b * a.s * a.heads * a.dv * elem, elem, Category::Temporaries);
     const int lse = s.allocate(a.b * a.heads * lseLen * 4, Category::Activations);
-    if (bias) {
+    if (bias || elem == 2) { // also bf16 without a mask (DeepSeek's MLA, H200)
         const int scratch = s.allocate(256, Category::Temporaries);
         s.unref(scratch);
     }

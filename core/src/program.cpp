@@ -39,7 +39,10 @@ struct LayerParams
     // [experts, 2 x intermediate, hidden] gate_up_proj and one [experts, hidden, intermediate]
     // down_proj Parameter, not Linear modules, so PEFT's LoRA leaves them alone), and Qwen2-MoE's
     // shared expert (gate/up/down above) with its sigmoid gate.
-    T router, gateUp, expDown, sharedGate;
+    T router, gateUp, expDown, sharedGate, routerBias;
+    // Multi-head latent attention (DeepSeek): q_a_proj / q_a_layernorm / q_b_proj (with
+    // q_lora_rank; otherwise `q` is q_proj), kv_a_proj_with_mqa (+ bias), kv_a_layernorm, kv_b_proj.
+    T qa, qaN, qb2, kva, kvaB, kvaN, kvb;
     std::array<LoraPair, kLinearModuleCount> lora;
 };
 
@@ -146,7 +149,21 @@ private:
                 L.n1 = param(h, 1, t, "input_layernorm");
                 L.n1b = param(h, 1, t, "input_layernorm");
             }
-            if (m.fusedQkv) { // one Linear: q, k and v side by side in its output
+            const int64_t H = heads, qk = m.qkNopeDim + m.qkRopeDim;
+            if (m.isMla()) {
+                if (m.qLoraRank > 0) {
+                    L.qa = param(m.qLoraRank, h, t, "q_a_proj");
+                    L.qaN = param(m.qLoraRank, 1, t, "q_a_layernorm");
+                    L.qb2 = param(checkedMul(H, qk), m.qLoraRank, t, "q_b_proj");
+                } else {
+                    L.q = param(checkedMul(H, qk), h, t, "q_proj");
+                }
+                L.kva = param(m.kvLoraRank + m.qkRopeDim, h, t, "kv_a_proj_with_mqa");
+                if (m.qkvBias)
+                    L.kvaB = param(m.kvLoraRank + m.qkRopeDim, 1, t, "kv_a_proj_with_mqa");
+                L.kvaN = param(m.kvLoraRank, 1, t, "kv_a_layernorm");
+                L.kvb = param(checkedMul(H, m.qkNopeDim + m.vHeadDim), m.kvLoraRank, t, "kv_b_proj");
+            } else if (m.fusedQkv) { // one Linear: q, k and v side by side in its output
                 L.q = param(qOut + 2 * kvOut, h, t, "qkv_proj");
                 if (m.qkvBias)
                     L.qb = param(qOut + 2 * kvOut, 1, t, "qkv_proj");
@@ -161,7 +178,7 @@ private:
                 if (m.qkvBias)
                     L.vb = param(kvOut, 1, t, "v_proj");
             }
-            L.o = param(h, qOut, t, "o_proj");
+            L.o = param(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
             if (m.oBias)
                 L.ob = param(h, 1, t, "o_proj");
             if (m.qkNorm) {
@@ -169,17 +186,21 @@ private:
                 L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
                 L.kn = param(projection ? kvOut : hd, 1, t, "k_norm");
             }
-            if (m.isMoe()) {
+            if (m.isMoeLayer(l)) {
                 const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Is = m.sharedExpertIntermediateSize;
-                // Module registration order: Qwen3MoeSparseMoeBlock makes its experts before
-                // the router, the others the router first.
-                const bool expertsFirst = m.modelType == "qwen3_moe";
+                // Module registration order: Qwen3MoeSparseMoeBlock and DeepSeek's MoE make their
+                // experts before the router, the others the router first.
+                const bool expertsFirst = ft.expertsBeforeRouter;
                 if (!expertsFirst)
                     L.router = param(E, h, t, "router");
                 L.gateUp = param(checkedMul(E, 2 * Ie), h, t, "experts.gate_up_proj");
                 L.expDown = param(checkedMul(E, h), Ie, t, "experts.down_proj");
                 if (expertsFirst)
                     L.router = param(E, h, t, "router");
+                if (ft.sigmoidRouter) { // DeepseekV3TopkRouter's e_score_correction_bias buffer (fp32)
+                    S.setOp("e_score_correction_bias");
+                    L.routerBias = S.make(E * 4, 4, Category::Weights);
+                }
                 if (Is > 0) {
                     L.gate = param(Is, h, t, "shared_expert.gate_proj");
                     L.up = param(Is, h, t, "shared_expert.up_proj");
@@ -328,7 +349,8 @@ private:
         add(embed);
         add(positions);
         for (auto &L : layers) {
-            for (T *t : {&L.n1, &L.n1b, &L.q, &L.qb, &L.k, &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router,
+            for (T *t : {&L.n1, &L.n1b, &L.qa, &L.qaN, &L.qb2, &L.q, &L.qb, &L.kva, &L.kvaB, &L.kvaN, &L.kvb, &L.k,
+                         &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router,
                          &L.gateUp, &L.expDown, &L.gate, &L.up, &L.upB, &L.down, &L.downB, &L.sharedGate, &L.n2,
                          &L.n2b, &L.n3, &L.n4})
                 add(*t);
@@ -372,7 +394,9 @@ private:
     // nn.Linear (or PEFT's lora.Linear around it) over `tok` rows of x.
     T linear(const T &x, int mod, const T &w, const T *bias, LoraPair *lora)
     {
-        const int64_t in = inFeatures(mod), out = outFeatures(mod);
+        // The weight's own shape (a parameter knows it); a layer's dense MLP in an MoE model
+        // is wider than the shared experts' that inFeatures names.
+        const int64_t in = w.cols > 0 ? w.cols : inFeatures(mod), out = w.rows > 0 ? w.rows : outFeatures(mod);
         // Autocast's cached_cast runs over F.linear's arguments in the order GCC evaluates
         // function arguments, last first: bias, weight, then input (H200 streams: the weight's
         // bf16 copy is allocated before the input's).
@@ -574,16 +598,17 @@ private:
         return pattern > 0 && (layer + 1) % pattern != 0;
     }
 
-    T attention(const T &q, const T &k, const T &v, bool headsMajor = false, bool masked = false)
+    T attention(const T &q, const T &k, const T &v, bool headsMajor = false, bool masked = false, int64_t dq = 0,
+                int64_t dv = 0)
     {
         S.setOp("attention");
         Ops::AttnShape a;
         a.b = b;
         a.s = s;
         a.heads = heads;
-        a.kvHeads = kvHeads;
-        a.dq = hd;
-        a.dv = hd;
+        a.kvHeads = m.isMla() ? heads : kvHeads; // MLA: k and v have every head
+        a.dq = dq > 0 ? dq : hd;
+        a.dv = dv > 0 ? dv : hd;
         const int e = amp ? 2 : ce;
         T qc = amp ? O.to(q, 2) : S.view(q);
         T kc = amp ? O.to(k, 2) : S.view(k);
@@ -636,7 +661,8 @@ private:
                 S.drop(vr);
             }
         } else {
-            out = e == 4 ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
+            // Flash needs one head size for q, k and v; MLA's v is narrower: memory-efficient.
+            out = e == 4 || a.dq != a.dv ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
             if (headsMajor) {
                 T cont = O.copy(out);
                 S.drop(out);
@@ -747,6 +773,74 @@ private:
         // OLMo 2/3 normalise the branches' outputs only: attention reads the stream itself.
         T hnorm = ft.norms == NormPlacement::Post ? S.view(x) : norm(x, L.n1, L.n1b);
         S.setOp("self_attn");
+        T o = m.isMla() ? mlaAttention(L, hnorm, cos, sin) : attentionBlock(L, hnorm, cos, sin);
+        return afterAttention(L, x, hnorm, o);
+    }
+
+    // DeepseekV2Attention / DeepseekV3Attention (multi-head latent attention), as the H200 streams
+    // of deepseek-v2-lite and moonlight order it: q, the compressed kv and its norm, the rotary
+    // parts, query = cat(q_nope, q_pe), kv_b_proj, key = cat(k_nope, k_pe expanded to every head),
+    // SDPA's memory-efficient kernel (q/k and v head sizes differ), o_proj.
+    T mlaAttention(LayerParams &L, const T &x, const T &cos, const T &sin)
+    {
+        using M = LinearModule;
+        const int64_t H = heads, dn = m.qkNopeDim, dr = m.qkRopeDim, dv = m.vHeadDim, r = m.kvLoraRank;
+        T q;
+        if (m.qLoraRank > 0) {
+            T qa = linear(x, -1, L.qa, nullptr, nullptr);
+            T qn = rmsnorm(qa, L.qaN, tok, m.qLoraRank);
+            S.drop(qa);
+            q = linear(qn, -1, L.qb2, nullptr, nullptr);
+            S.drop(qn);
+        } else {
+            q = linear(x, int(M::Q), L.q, nullptr, &L.lora[0]);
+        }
+        T ckv = linear(x, -1, L.kva, &L.kvaB, nullptr); // kv_a_proj_with_mqa
+        T kvIn = O.slice(ckv, checkedMul(tok, r));
+        T kvn = rmsnorm(kvIn, L.kvaN, tok, r); // kv_a_layernorm on the split's view
+        S.drop(kvIn);
+        T qnope = O.slice(q, checkedMul(tok, H * dn));
+        T qpe = O.slice(q, checkedMul(tok, H * dr));
+        T kpe = O.slice(ckv, checkedMul(tok, dr));
+        S.setOp("apply_rotary_emb");
+        T qr, kr;
+        if (ft.complexRotary) {
+            // apply_rotary_emb: xq.float(), xk.float(), view_as_complex, * freqs_cis (saved; the
+            // product has the fp32 copy's bytes), view_as_real(...).type_as(x).
+            T xq = O.to(qpe, 4), xk = O.to(kpe, 4);
+            T pq = O.mul(xq, cos, xq.numel(), 4, true, false, 0);
+            qr = O.to(pq, qpe.elem);
+            S.drop(pq);
+            T pk = O.mul(xk, cos, xk.numel(), 4, true, false, 0);
+            kr = O.to(pk, kpe.elem);
+            S.drop(pk);
+            S.drop(xq);
+            S.drop(xk);
+        } else {
+            // apply_rotary_pos_emb_interleave: x * cos + rotate_half(x) * sin on the rotary part.
+            qr = rope(qpe, cos, sin, H * dr);
+            kr = rope(kpe, cos, sin, dr);
+        }
+        S.setOp("self_attn");
+        T query = O.cat({&qnope, &qr}, checkedMul(tok, H * (dn + dr)), q.elem);
+        T kvbOut = linear(kvn, -1, L.kvb, nullptr, nullptr); // kv_b_proj
+        T knope = O.slice(kvbOut, checkedMul(tok, H * dn));
+        T value = O.slice(kvbOut, checkedMul(tok, H * dv));
+        T kexp = O.headsView(kr, true); // k_pe.expand(...): a view; its gradient is summed back
+        T key = O.cat({&knope, &kexp}, checkedMul(tok, H * (dn + dr)), q.elem);
+        S.drop(kexp);
+        T attn = attention(query, key, value, true, false, dn + dr, dv);
+        T o = linear(attn, int(M::O), L.o, &L.ob, &L.lora[3]);
+        S.drop(attn);
+        for (T *t : {&query, &key, &knope, &value, &kvbOut, &qnope, &qpe, &kpe, &kvn, &q, &qr, &ckv, &kr})
+            S.drop(*t);
+        return o;
+    }
+
+    // The attention block of the Llama-style families: q, k, v projections, rotary, attention,
+    // o_proj.
+    T attentionBlock(LayerParams &L, const T &hnorm, const T &cos, const T &sin)
+    {
         Qkv p = project(L, hnorm);
         T qe = rotary(p.q, cos, sin, qOut);
         T ke = rotary(p.k, cos, sin, kvOut);
@@ -770,6 +864,11 @@ private:
         S.drop(qe);
         S.drop(ke);
         S.drop(p.v);
+        return o;
+    }
+
+    T afterAttention(LayerParams &L, const T &x, T &hnorm, T o)
+    {
         // GPT2Block binds the attention's result to a new name, so `hidden_states` (ln_1's
         // output) lives until the residual add; elsewhere the attention's result rebinds it.
         const bool keepNorms = m.modelType == "gpt2";
@@ -838,7 +937,7 @@ private:
     T mlp(LayerParams &L, const T &x)
     {
         S.setOp("mlp");
-        if (m.isMoe())
+        if (m.isMoeLayer(&L - layers.data()))
             return moe(L, x);
         return denseMlp(L, x);
     }
@@ -846,7 +945,7 @@ private:
     T denseMlp(LayerParams &L, const T &x)
     {
         const int e = amp ? 2 : ce;
-        const int64_t n = checkedMul(tok, mlpWidth());
+        const int64_t n = checkedMul(tok, L.down.cols); // down_proj's in-features: this MLP's width
         if (m.fusedGateUp) {
             // Phi-3: gate_up_proj(x).chunk(2, dim=-1); up * act(gate); down_proj
             T gu = linear(x, int(LinearModule::Gate), L.gate, nullptr, &L.lora[4]);
@@ -888,30 +987,78 @@ private:
     T moe(LayerParams &L, const T &x)
     {
         S.setOp("moe");
-        const int e = amp ? 2 : ce;
-        const int64_t E = m.numExperts, K = m.expertsPerToken, Ie = m.expertIntermediateSize;
-        const int64_t pairs = checkedMul(tok, K);
-        const bool mixtral = m.modelType == "mixtral";
         T shared;
-        if (m.sharedExpertIntermediateSize > 0)
+        if (m.sharedExpertIntermediateSize > 0 && !ft.sharedExpertsAfter)
             shared = denseMlp(L, x);
-        // Router: F.linear -> (float) softmax -> topk -> (renormalise) -> (cast back).
+        T logits, top, idx, weights;
+        if (ft.fp32Router)
+            deepseekRouter(L, x, logits, idx, weights);
+        else
+            defaultRouter(L, x, logits, top, idx, weights);
+        return experts(L, x, logits, top, idx, weights, shared);
+    }
+
+    // DeepseekV2Moe / DeepseekV3MoE's router: F.linear(x.float(), gate.weight.float()), then
+    // softmax top-k (V2) or sigmoid scores with e_score_correction_bias, group-limited top-k,
+    // gathered, renormalised (V3); either way * routed_scaling_factor, left in fp32.
+    void deepseekRouter(LayerParams &L, const T &x, T &logits, T &idx, T &weights)
+    {
+        S.setOp("router");
+        const int64_t E = m.numExperts, K = m.expertsPerToken;
+        T xf = O.to(x, 4);
+        T wf = O.to(L.router, 4);
+        logits = O.linear(xf, wf, nullptr, tok, h, E, 4);
+        S.drop(xf);
+        S.drop(wf);
+        if (!ft.sigmoidRouter) {
+            T probs = O.softmax(logits);
+            auto [top, i] = O.topk(probs, tok, static_cast<int>(K));
+            S.drop(probs);
+            idx = i;
+            weights = O.scale(top, 4);
+            S.drop(top);
+            return;
+        }
+        T scores = O.sigmoid(logits);
+        T choice = S.make(scores.bytes, 4); // scores + e_score_correction_bias (no grad)
+        T masked = S.make(scores.bytes, 4); // masked_fill of the groups not chosen
+        auto [tv, ti] = O.topk(masked, tok, static_cast<int>(K));
+        S.drop(tv);
+        S.drop(masked);
+        S.drop(choice);
+        idx = ti;
+        T picked = O.gather(scores, idx, tok, K); // scores.gather(1, topk_indices)
+        T denom = S.make(tok * 4, 4);
+        T norm = O.scale(picked, 4); // / (sum + 1e-20): the sum is a constant here
+        S.drop(denom);
+        S.drop(picked);
+        weights = O.scale(norm, 4); // * routed_scaling_factor
+        S.drop(norm);
+        S.drop(scores);
+    }
+
+    // Mixtral / Qwen-MoE: F.linear -> (float) softmax -> topk -> (renormalise) -> (cast back).
+    void defaultRouter(LayerParams &L, const T &x, T &logits, T &top, T &idx, T &weights)
+    {
+        const int e = amp ? 2 : ce;
+        const int64_t E = m.numExperts, K = m.expertsPerToken;
+        const bool mixtral = m.modelType == "mixtral";
         S.setOp("router");
         T wr = weightFor(L.router);
         T xin = amp ? O.to(x, 2) : S.view(x);
-        T logits = O.linear(xin, wr, nullptr, tok, h, E, e);
+        logits = O.linear(xin, wr, nullptr, tok, h, E, e);
         S.drop(xin);
         S.drop(wr);
         T lf = O.to(logits, 4);
         T probs = O.softmax(lf);
         S.drop(lf);
-        auto [top, idx] = O.topk(probs, tok, static_cast<int>(K));
+        std::tie(top, idx) = O.topk(probs, tok, static_cast<int>(K));
         S.drop(probs);
         bool norm = mixtral;
         if (!mixtral && m.hfConfig.is_object() && m.hfConfig.contains("norm_topk_prob") &&
             m.hfConfig.at("norm_topk_prob").is_boolean())
             norm = m.hfConfig.at("norm_topk_prob").get<bool>();
-        T weights = S.view(top);
+        weights = S.view(top);
         if (norm) {
             // router_top_value /= router_top_value.sum(-1, keepdim=True): the in-place division
             // saves a clone of the values it overwrites, and the sum.
@@ -928,6 +1075,14 @@ private:
             S.drop(weights);
             weights = cast;
         }
+    }
+
+    T experts(LayerParams &L, const T &x, T &logits, T &top, T &idx, T &weights, T &shared)
+    {
+        const int e = amp ? 2 : ce;
+        const int64_t E = m.numExperts, K = m.expertsPerToken, Ie = m.expertIntermediateSize;
+        const int64_t pairs = checkedMul(tok, K);
+        (void)E;
         // grouped_mm_experts_forward
         S.setOp("experts");
         T sortedIds = S.make(pairs * 8, 8); // torch.sort: values, permutation, scratch
@@ -975,8 +1130,22 @@ private:
         T out = O.to(sum, x.elem);
         for (T *t : {&sortedIds, &idsInt, &hist, &sum, &logits, &top, &weights, &perm, &rowIdx, &offsets, &mask,
                      &inv, &sw, &selm, &idx})
-            S.drop(*t);
-        if (m.sharedExpertIntermediateSize > 0) {
+            if (!ft.sharedExpertsAfter || (t != &logits && t != &weights))
+                S.drop(*t);
+        if (ft.sharedExpertsAfter) {
+            // DeepSeek: hidden_states + self.shared_experts(residuals); the router's logits and
+            // weights go when the MoE block returns.
+            if (m.sharedExpertIntermediateSize > 0) {
+                T sh = denseMlp(L, x);
+                S.setOp("moe");
+                T sumOut = O.add(out, sh, x.elem);
+                S.drop(sh);
+                S.drop(out);
+                out = sumOut;
+            }
+            S.drop(logits);
+            S.drop(weights);
+        } else if (m.sharedExpertIntermediateSize > 0) {
             S.setOp("shared_expert_gate");
             T wg2 = weightFor(L.sharedGate);
             T xg = amp ? O.to(x, 2) : S.view(x);

@@ -34,6 +34,12 @@ struct FamilyTraits
     bool normRegisteredFirst = false; // input_layernorm built before self_attn (GPT-2, GPT-NeoX)
     bool qkNormAfterProjections = false; // q/k norms after all of q, k and v are projected (Gemma 3)
     bool localRotary = false;         // a second rotary table for the sliding layers (Gemma 3)
+    bool expertsBeforeRouter = false; // the MoE block registers its experts before the router
+    bool expertsWrappedByPeft = false; // LoRA on gate/up/down_proj wraps the stacked experts (ParamWrapper)
+    bool fp32Router = false;          // router logits from fp32 copies of x and the gate weight (DeepSeek)
+    bool sharedExpertsAfter = false;  // shared experts run after the routed ones, ungated (DeepSeek)
+    bool sigmoidRouter = false;       // sigmoid scores with a correction bias (DeepSeek-V3's noaux_tc)
+    bool complexRotary = false;       // rotary through view_as_complex on fp32 copies (DeepSeek-V2)
 
     // Fluent setters for the table's rows.
     constexpr FamilyTraits with(NormPlacement v) const { FamilyTraits f = *this; f.norms = v; return f; }
@@ -89,6 +95,14 @@ struct ModelArch
     int64_t expertIntermediateSize = 0;
     int64_t sharedExpertIntermediateSize = 0;
     bool sharedExpertGate = false;
+    int64_t firstDenseLayers = 0;     // MoE models: the first layers keep a dense MLP (DeepSeek's first_k_dense_replace)
+    // Multi-head latent attention (DeepSeek-V2/V3): q through q_proj (or q_a/q_b with q_lora_rank),
+    // k and v from a compressed kv_a projection of kv_lora_rank plus a shared rotary key part.
+    int64_t qLoraRank = 0;
+    int64_t kvLoraRank = 0;           // > 0: MLA
+    int64_t qkNopeDim = 0;
+    int64_t qkRopeDim = 0;
+    int64_t vHeadDim = 0;
     int64_t publishedParams = 0;      // from the model card, for tests; 0 when unknown
     // The config.json it came from, kept whole so that the transformers engine builds exactly
     // this model (null for Headroom's flat form without one).
@@ -98,6 +112,8 @@ struct ModelArch
     bool estimable = true;
 
     bool isMoe() const { return numExperts > 0; }
+    bool isMla() const { return kvLoraRank > 0; }
+    bool isMoeLayer(int64_t layer) const { return isMoe() && layer >= firstDenseLayers; }
     void validate() const;
 };
 
