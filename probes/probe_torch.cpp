@@ -328,8 +328,9 @@ struct MarkFn : public torch::autograd::Function<MarkFn>
 // (liger_kernel/ops/fused_linear_cross_entropy.py, reduction "mean"): the forward makes the
 // gradients chunk by chunk and keeps them; the logits never exist whole. Per chunk one
 // [chunk, vocab] buffer holds the logits, then (in place, as Liger's Triton kernel writes it) the
-// softmax gradient; grad_input takes a [chunk, hidden] product; grad_weight is accumulated in
-// place by addmm_. Without autocast (refused by protocol::libtorchRefusal).
+// softmax gradient; grad_input takes a [chunk, hidden] product; grad_weight gets each chunk's
+// [vocab, hidden] product through an fp32 copy. Without autocast (refused by
+// protocol::libtorchRefusal).
 struct FusedLossFn : public torch::autograd::Function<FusedLossFn>
 {
     static Tensor forward(torch::autograd::AutogradContext *ctx, Tensor x, Tensor w, Tensor labels)
@@ -362,7 +363,10 @@ struct FusedLossFn : public torch::autograd::Function<FusedLossFn>
             }
             gradInput.narrow(0, start, n).copy_(torch::mm(logits, w));
             if (gradWeight.defined())
-                gradWeight.addmm_(logits.t(), xc);
+                // Liger (ead96b6) with a weight in the logits' dtype: grad_weight +=
+                // torch.mm(grad_logits_chunk.t(), _input_chunk).float() (two [vocab, hidden]
+                // temporaries per chunk; measured with the real library on the H200).
+                gradWeight.add_(torch::mm(logits.t(), xc).to(torch::kFloat));
         }
         valid.reset();
         Tensor loss = loss1d.sum();

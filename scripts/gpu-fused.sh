@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: builds the CUDA probe, then scripts/gpu_fused.py (HF's loss against the fused
-# one). Everything comes back as $OUT/fused.tar.xz.
+# one). Everything comes back as $OUT/fused.tar.xz. A Liger Kernel source tree can be put on
+# PYTHONPATH (the real library for the transformers engine); ENGINES picks the engines.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/headroom-out}
@@ -13,6 +14,7 @@ mkdir -p "$F"
 } >"$F/run.log" 2>&1
 source scripts/gpu-build-probe.sh
 gpu_build_probe "$F/build.log" >>"$F/run.log" 2>&1 && \
-    python3 scripts/gpu_fused.py --out "$F" --deadline-s "${DEADLINE_S:-200}" >/dev/null 2>"$F/driver.err"
+    python3 scripts/gpu_fused.py --out "$F" --deadline-s "${DEADLINE_S:-200}" --engines "${ENGINES:-libtorch,transformers}" \
+        >/dev/null 2>"$F/driver.err"
 (cd "$OUT" && tar cJf fused.tar.xz fused && rm -rf fused)
 echo "packed"; tar tJf "$OUT/fused.tar.xz" | wc -l

@@ -15,6 +15,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline-s", type=float, default=200)
+    ap.add_argument("--engines", default="libtorch,transformers",
+                    help="which engines to run (the transformers engine only where liger-kernel imports)")
     a = ap.parse_args()
     t0 = time.time()
     left = lambda: a.deadline_s - (time.time() - t0)
@@ -27,12 +29,18 @@ def main():
         logf.write(msg + "\n")
         logf.flush()
 
-    import importlib.util
-    liger = importlib.util.find_spec("liger_kernel") is not None
-    log(f"liger_kernel: {'installed' if liger else 'not installed (the transformers engine is not run)'}")
+    try:
+        import liger_kernel.transformers  # noqa: F401 (imported to see that it works here)
+        liger = True
+        log(f"liger_kernel: {getattr(__import__('liger_kernel'), '__version__', 'source tree')} from "
+            f"{os.path.dirname(liger_kernel.transformers.__file__)}")
+    except Exception as e:  # not installed, or its imports fail against this stack
+        liger = False
+        log(f"liger_kernel: not usable ({type(e).__name__}: {str(e)[:200]}); the transformers engine is not run")
+    wanted = a.engines.split(",")
     for n in JOBS:
         for loss in ("standard", "fused"):
-            for engine in (["libtorch", "transformers"] if liger else ["libtorch"]):
+            for engine in [e for e in (["libtorch", "transformers"] if liger else ["libtorch"]) if e in wanted]:
                 if left() < 20:
                     log(f"out of time before {n} {loss} {engine}")
                     return

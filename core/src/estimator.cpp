@@ -847,9 +847,16 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
         const int64_t small = checkedAdd(checkedMul(x.T, 4 + 1 + 8), checkedMul(x.b, 8)); // loss_1d, mask, labels
         H.alloc(C::Temporaries, small);
         const int64_t chunk = fusedLossChunkRows(x.T, x.h, x.V);
+        // A trainable lm_head in the logits' dtype: grad_weight += mm(grad_logits.t(), x).float(),
+        // a [vocab, hidden] product and its fp32 copy per chunk (Ops::fusedLinearCrossEntropy).
+        const int weightElem = x.amp ? 4 : x.p;
+        const int64_t weightTmp = !headTrainable || (weightElem == 4 && cl != 4)
+                                      ? 0
+                                      : checkedMul(checkedMul(x.V, x.h), cl + (cl != 4 ? 4 : 0));
         const int64_t transient = checkedAdd(checkedAdd(checkedMul(chunk, x.V * cl), checkedMul(chunk, x.h * cl)),
-                                             checkedAdd(x.amp ? checkedMul(chunk, x.h * 2) : 0,
-                                                        headTrainable ? 0 : weightCast));
+                                             checkedAdd(checkedAdd(x.amp ? checkedMul(chunk, x.h * 2) : 0,
+                                                                   headTrainable ? 0 : weightCast),
+                                                        weightTmp));
         H.alloc(C::Logits, transient);
         H.free(C::Logits, transient);
         H.free(C::Temporaries, small);
