@@ -294,6 +294,16 @@ private Q_SLOTS:
             }
             QVERIFY2(saved > 0 && std::abs(double(promised - saved)) <= 0.01 * double(saved),
                      qPrintable(QString::fromStdString(name)));
+            // The LibTorch probe's chunked loss (the same configurations, H200, libtorch/) holds
+            // the real library's peak within 1%, as every configuration it accepts.
+            for (const char *loss : {"standard", "fused"}) {
+                std::ifstream in(dir + "/libtorch/" + name + "." + loss + ".libtorch.json");
+                QVERIFY2(in.good(), name.c_str());
+                const Measurement lt = measurementFromJson(json::parse(in));
+                const Measurement &real = pair.at(loss);
+                QVERIFY2(std::abs(relativeError(lt.peakAllocatedBytes, real.peakAllocatedBytes)) <= 0.01,
+                         qPrintable(QString::fromStdString(name + " " + loss + ": the LibTorch probe against Liger")));
+            }
         }
     }
 
