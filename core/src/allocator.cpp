@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <memory_resource>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -60,16 +61,72 @@ struct ByAddr
     bool operator()(const Block *a, const Block *b) const { return a->addr < b->addr; }
 };
 
+// A free block as the best-fit set orders it: its size and address kept inline, so that the
+// tree's comparisons touch no Block (the replay's hot path: half its time was these lookups).
+struct FreeKey
+{
+    int64_t size;
+    int64_t addr;
+    Block *b;
+};
+struct FreeKeyLess
+{
+    bool operator()(const FreeKey &a, const FreeKey &b) const
+    {
+        return a.size != b.size ? a.size < b.size : a.addr < b.addr;
+    }
+};
+
+// The free-block tree's nodes: all one size, bump-allocated in 64 KiB chunks and recycled
+// through a free list (the general-purpose heap and pmr's pool resource cost a third of the
+// replay's time).
+class NodePool : public std::pmr::memory_resource
+{
+    std::pmr::monotonic_buffer_resource chunks{size_t(1) << 16};
+    void *head = nullptr;
+    size_t nodeBytes = 0;
+
+    void *do_allocate(size_t bytes, size_t align) override
+    {
+        if (nodeBytes == 0)
+            nodeBytes = bytes;
+        if (bytes == nodeBytes && head) {
+            void *p = head;
+            head = *static_cast<void **>(p);
+            return p;
+        }
+        return chunks.allocate(std::max(bytes, sizeof(void *)), align);
+    }
+    void do_deallocate(void *p, size_t bytes, size_t) override
+    {
+        if (bytes == nodeBytes) { // other sizes stay with the chunks until the pool goes
+            *static_cast<void **>(p) = head;
+            head = p;
+        }
+    }
+    bool do_is_equal(const std::pmr::memory_resource &o) const noexcept override { return this == &o; }
+};
+
 struct Pool
 {
     bool small = false;
-    std::set<Block *, BySize> blocks;    // free, mapped
+    NodePool nodes;
+    std::pmr::set<FreeKey, FreeKeyLess> blocks{&nodes}; // free, mapped
     std::set<Block *, ByAddr> unmapped;  // expandable address space not backed by pages
     int64_t getFreeBlocksCalls = 0;
     void insert(Block *b)
     {
         b->gcCountBase = getFreeBlocksCalls;
-        blocks.insert(b);
+        blocks.insert(FreeKey{b->size, b->addr, b});
+    }
+    void erase(const Block *b) { blocks.erase(FreeKey{b->size, b->addr, nullptr}); }
+    std::vector<Block *> freeBlocks() const
+    {
+        std::vector<Block *> v;
+        v.reserve(blocks.size());
+        for (const FreeKey &k : blocks)
+            v.push_back(k.b);
+        return v;
     }
 };
 
@@ -141,26 +198,23 @@ struct CachingAllocatorModel::Impl
     {
         if (cfg.garbageCollectionThreshold > 0.0 && cfg.capacityBytes != INT64_MAX)
             ++pool.getFreeBlocksCalls;
-        Block key;
-        key.size = size;
-        key.addr = std::numeric_limits<int64_t>::min();
-        auto it = pool.blocks.lower_bound(&key);
+        auto it = pool.blocks.lower_bound(FreeKey{size, std::numeric_limits<int64_t>::min(), nullptr});
         if (it == pool.blocks.end())
             return false;
-        if ((*it)->expandable && cfg.expandableSegments) {
+        if (it->b->expandable && cfg.expandableSegments) {
             // An expandable block's fit counts the unmapped space right after it.
             auto expandableSize = [](const Block *b) {
                 return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
             };
             auto next = std::next(it);
-            while ((*it)->expandable && next != pool.blocks.end() && expandableSize(*next) < expandableSize(*it))
+            while (it->b->expandable && next != pool.blocks.end() && expandableSize(next->b) < expandableSize(it->b))
                 it = next++;
         }
-        if (size < cfg.maxSplitBytes && (*it)->size >= cfg.maxSplitBytes)
+        if (size < cfg.maxSplitBytes && it->size >= cfg.maxSplitBytes)
             return false;
-        if (size >= cfg.maxSplitBytes && (*it)->size >= size + kLargeBuffer)
+        if (size >= cfg.maxSplitBytes && it->size >= size + kLargeBuffer)
             return false;
-        out = *it;
+        out = it->b;
         pool.blocks.erase(it);
         return true;
     }
@@ -169,6 +223,8 @@ struct CachingAllocatorModel::Impl
     {
         if (!src || src->allocated || dst->mapped != src->mapped)
             return 0;
+        if (src->mapped)
+            pool.erase(src); // before its size or address changes: the set is keyed on them
         if (dst->prev == src) {
             dst->addr = src->addr;
             dst->prev = src->prev;
@@ -181,9 +237,7 @@ struct CachingAllocatorModel::Impl
         }
         const int64_t subsumed = src->size;
         dst->size += subsumed;
-        if (src->mapped)
-            pool.blocks.erase(src);
-        else
+        if (!src->mapped)
             pool.unmapped.erase(src);
         destroy(src);
         return static_cast<size_t>(subsumed);
@@ -271,7 +325,7 @@ struct CachingAllocatorModel::Impl
                 return false;
             c = n;
         }
-        pool.blocks.erase(c);
+        pool.erase(c);
         out = c;
         return true;
     }
@@ -279,7 +333,7 @@ struct CachingAllocatorModel::Impl
     void releaseBlock(Block *b)
     {
         Pool &pool = *b->pool;
-        pool.blocks.erase(b);
+        pool.erase(b);
         q.m_reserved -= b->size;
         --q.m_segmentCount;
         destroy(b);
@@ -299,7 +353,7 @@ struct CachingAllocatorModel::Impl
         const int64_t last = base + ((b->addr + b->size - base) / page) * page;
         if (last <= first)
             return;
-        pool.blocks.erase(b);
+        pool.erase(b);
         Block *before = nullptr, *after = nullptr;
         if (first > b->addr) {
             before = make(first - b->addr, b->addr, &pool);
@@ -341,8 +395,7 @@ struct CachingAllocatorModel::Impl
     bool releaseCached()
     {
         for (Pool *pool : {&large, &small}) {
-            std::vector<Block *> free(pool->blocks.begin(), pool->blocks.end());
-            for (Block *b : free) {
+            for (Block *b : pool->freeBlocks()) {
                 if (b->expandable)
                     unmapFree(b);
                 else if (!b->isSplit())
@@ -356,30 +409,29 @@ struct CachingAllocatorModel::Impl
     {
         if (cfg.maxSplitBytes == INT64_MAX)
             return false;
-        Block key;
-        key.size = size < cfg.maxSplitBytes ? cfg.maxSplitBytes : size;
-        key.addr = std::numeric_limits<int64_t>::min();
-        auto it = pool.blocks.lower_bound(&key);
+        const int64_t want = size < cfg.maxSplitBytes ? cfg.maxSplitBytes : size;
+        auto it = pool.blocks.lower_bound(FreeKey{want, std::numeric_limits<int64_t>::min(), nullptr});
         if (it == pool.blocks.end()) {
             if (it == pool.blocks.begin())
                 return false;
             int64_t released = 0;
             --it;
-            while (released < key.size && (*it)->size >= cfg.maxSplitBytes) {
+            while (released < want && it->size >= cfg.maxSplitBytes) {
                 auto cur = it;
                 const bool isFirst = cur == pool.blocks.begin();
                 if (!isFirst)
                     --it;
-                if (!(*cur)->expandable) {
-                    released += (*cur)->size;
-                    releaseBlock(*cur);
+                Block *cb = cur->b;
+                if (!cb->expandable) {
+                    released += cb->size;
+                    releaseBlock(cb);
                 }
                 if (isFirst)
                     break;
             }
-            return released >= key.size;
+            return released >= want;
         }
-        releaseBlock(*it);
+        releaseBlock(it->b);
         return true;
     }
 
@@ -394,8 +446,8 @@ struct CachingAllocatorModel::Impl
         for (bool freed = true; reclaimed < target && freed;) {
             double total = 0;
             int count = 0;
-            for (Block *b : large.blocks)
-                if (!b->isSplit()) {
+            for (const FreeKey &k : large.blocks)
+                if (const Block *b = k.b; !b->isSplit()) {
                     total += static_cast<double>(large.getFreeBlocksCalls - b->gcCountBase);
                     ++count;
                 }
@@ -403,8 +455,7 @@ struct CachingAllocatorModel::Impl
                 return;
             const double age = total / count;
             freed = false;
-            std::vector<Block *> free(large.blocks.begin(), large.blocks.end());
-            for (Block *b : free)
+            for (Block *b : large.freeBlocks())
                 if (!b->isSplit() && static_cast<double>(large.getFreeBlocksCalls - b->gcCountBase) >= age) {
                     freed = true;
                     reclaimed += b->size;
@@ -511,7 +562,7 @@ int64_t CachingAllocatorModel::largestFreeBlockBytes() const
     int64_t best = 0;
     for (const Pool *p : {&d->large, &d->small})
         if (!p->blocks.empty())
-            best = std::max(best, (*p->blocks.rbegin())->size);
+            best = std::max(best, p->blocks.rbegin()->size);
     return best;
 }
 
@@ -523,8 +574,8 @@ std::vector<std::vector<int64_t>> CachingAllocatorModel::largeSegments() const
             b = b->prev;
         heads.insert(b);
     };
-    for (const Block *b : d->large.blocks)
-        collect(b);
+    for (const FreeKey &k : d->large.blocks)
+        collect(k.b);
     for (const Block *b : d->byId)
         if (b && b->pool == &d->large)
             collect(b);
