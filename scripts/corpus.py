@@ -182,6 +182,15 @@ def specs():
     a(spec("moon-bf16-lora16-b1s2048", "moonlight-16b-a3b", finetune="lora", batch=1, seq=2048, budget_gib=50,
            attribution=False))
     a(spec("moon-bf16-full-adamw-b1s1024-l4", "moonlight-16b-a3b", batch=1, layers=4, budget_gib=45))
+    # Added 2026-12-01 (fourth session): LoRA on MLA's q/o only, autocast on the new families.
+    a(spec("dsv2l-bf16-lora16qo-b1s2048", "deepseek-v2-lite", finetune="lora", batch=1, seq=2048, budget_gib=50,
+           targets=["q_proj", "o_proj"]))
+    a(spec("moon-bf16-lora16qo-b1s2048", "moonlight-16b-a3b", finetune="lora", batch=1, seq=2048, budget_gib=50,
+           targets=["q_proj", "o_proj"]))
+    a(spec("g3-1b-ampbf16-full-adamw-b2s1024", "gemma-3-1b", precision="amp-bf16", batch=2, budget_gib=40))
+    a(spec("olmo2-1b-ampbf16-lora16-b4s1024", "olmo-2-1b", precision="amp-bf16", finetune="lora", budget_gib=40))
+    a(spec("sc2-3b-ampbf16-lora16-b2s1024", "starcoder2-3b", precision="amp-bf16", finetune="lora", batch=2,
+           budget_gib=40))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",

@@ -610,9 +610,11 @@ private:
         a.dq = dq > 0 ? dq : hd;
         a.dv = dv > 0 ? dv : hd;
         const int e = amp ? 2 : ce;
+        // With a mask, repeat_kv runs before SDPA, and autocast casts what it made.
+        const bool maskedSdpa = masked && c.attention != Attention::Eager && !(e == 4 && kvHeads < heads);
         T qc = amp ? O.to(q, 2) : S.view(q);
-        T kc = amp ? O.to(k, 2) : S.view(k);
-        T vc = amp ? O.to(v, 2) : S.view(v);
+        T kc = amp && !maskedSdpa ? O.to(k, 2) : S.view(k);
+        T vc = amp && !maskedSdpa ? O.to(v, 2) : S.view(v);
         T out;
         if (c.attention == Attention::Eager) {
             // Gemma 2's attn_logit_softcapping: scores / cap, tanh, * cap (eager_attention_forward).
@@ -639,15 +641,28 @@ private:
             // sdpa_attention_forward with a mask: repeat_kv copies k and v to every head
             // (use_gqa_in_sdpa needs mask None), SDPA turns the boolean mask into an additive one
             // of (b, 1, s, s), and runs the memory-efficient kernel.
-            T kr = kc, vr = vc;
-            if (kvHeads == 1 && heads > 1) {
-                // One kv head: repeat_kv's reshape of the expanded tensor is a view, no copy;
-                // ExpandBackward sums the heads' gradients back.
-                kr = O.headsView(kc, true);
-                vr = O.headsView(vc, true);
-            } else if (kvHeads < heads) {
-                kr = O.repeatKv(kc, kc.bytes / kvHeads * heads);
-                vr = O.repeatKv(vc, vc.bytes / kvHeads * heads);
+            T kr = S.view(kc), vr = S.view(vc);
+            auto repeat = [&](const T &x) {
+                if (kvHeads == 1 && heads > 1) {
+                    // One kv head: repeat_kv's reshape of the expanded tensor is a view, no copy
+                    // (of every head's size); ExpandBackward sums the heads' gradients back.
+                    T ex = O.headsView(x, true);
+                    T full = S.view(ex, x.bytes * heads);
+                    S.drop(ex);
+                    return full;
+                }
+                return kvHeads < heads ? O.repeatKv(x, x.bytes / kvHeads * heads) : S.view(x);
+            };
+            S.drop(kr);
+            S.drop(vr);
+            kr = repeat(kc);
+            vr = repeat(vc);
+            if (amp) { // autocast's casts of what repeat_kv made (a no-op for what is bf16 already)
+                T kb = O.to(kr, 2), vb = O.to(vr, 2);
+                S.drop(kr);
+                S.drop(vr);
+                kr = kb;
+                vr = vb;
             }
             T t1 = S.make(2, 2), t2 = S.make(2, 2);
             T bias = S.make(checkedMul(checkedMul(b, s), s) * e, e);
@@ -656,10 +671,8 @@ private:
             a.kvHeads = heads;
             out = O.sdpaEfficient(qc, kr, vr, a, e, &bias);
             S.drop(bias);
-            if (kvHeads < heads) {
-                S.drop(kr);
-                S.drop(vr);
-            }
+            S.drop(kr);
+            S.drop(vr);
         } else {
             // Flash needs one head size for q, k and v; MLA's v is narrower: memory-efficient.
             out = e == 4 || a.dq != a.dv ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
