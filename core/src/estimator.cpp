@@ -147,6 +147,7 @@ struct Ctx
     std::array<bool, ModuleCount> lora{};
     int loraBytes = 4; // PEFT's autocast_adapter_dtype=True keeps adapters in fp32
     int64_t weightCopies = 1; // experts share one simulated MLP: E weight copies under autocast
+    bool mixedPrecisionPolicy = false; // FSDP2's: bf16 compute over fp32 shards
     std::vector<std::string> notes;
 
     Ctx(const ModelArch &model, const TrainingConfig &config)
@@ -163,8 +164,16 @@ struct Ctx
         V = model.vocabSize;
         c = computeBytes(config.precision);
         amp = isAmp(config.precision);
-        r = amp ? 4 : c;
         p = parameterBytes(config.precision);
+        if (amp && config.zeroStage >= 2) {
+            // FSDP2 with MixedPrecisionPolicy(param_dtype=bf16): each unit's parameters are
+            // all-gathered in bf16 and its inputs cast to bf16 (cast_forward_inputs), so the
+            // step runs as pure bf16 (autocast finds nothing to cast); the sharded fp32 parameters,
+            // their fp32 gradients (reduce_dtype) and the optimizer state stay fp32.
+            amp = false;
+            mixedPrecisionPolicy = true;
+        }
+        r = amp ? 4 : c;
         full = config.finetune == FineTune::Full;
         qlora = config.finetune == FineTune::QLoRA;
         if (!full)
@@ -775,8 +784,10 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
     // unsharded flat_param): a decoder layer, and the root, which stays gathered through backward.
     // With LoRA/QLoRA the frozen base is sharded and gathered the same way (FSDP with
     // use_orig_params; estimated, the probe measures ZeRO-3 for full fine-tuning only).
-    const int64_t layerFull = zero == 3 ? P.largestLayerParamBytes : 0;
-    const int64_t rootFull = zero == 3 ? P.rootParamBytes : 0;
+    // FSDP2's MixedPrecisionPolicy gathers in its param_dtype (bf16 over fp32 shards).
+    auto gathered = [&](int64_t stored) { return x.mixedPrecisionPolicy ? stored / x.p * 2 : stored; };
+    const int64_t layerFull = zero == 3 ? gathered(P.largestLayerParamBytes) : 0;
+    const int64_t rootFull = zero == 3 ? gathered(P.rootParamBytes) : 0;
 
     // ---- After load: the weights (and DDP's buckets).
     est.phases[0].phase = Phase::AfterLoad;
@@ -1078,6 +1089,14 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
     if (x.amp)
         x.notes.push_back("autocast keeps a bf16 copy of every Linear weight until backward, and the residual "
                           "stream stays fp32");
+    if (x.mixedPrecisionPolicy)
+        x.notes.push_back("FSDP2's MixedPrecisionPolicy gathers the parameters in bf16 and casts each unit's inputs: "
+                          "the step runs in bf16 over fp32 shards, gradients and optimizer state");
+    if (zero >= 2)
+        x.notes.push_back("ZeRO-2/3 (FSDP2) goes through the per-op ledger: its peak allocated was within -1.2% to "
+                          "+0.3% of real steps (two ranks on an H200), but the allocator's fragmentation under FSDP2 is "
+                          "not modelled yet: reserved measured 18-45% above allocated there; keep that headroom, or "
+                          "measure with --engine transformers");
     std::sort(x.notes.begin(), x.notes.end());
     x.notes.erase(std::unique(x.notes.begin(), x.notes.end()), x.notes.end());
     est.notes = x.notes;
