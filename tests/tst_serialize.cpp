@@ -47,6 +47,22 @@ class TestSerialize : public QObject
 {
     Q_OBJECT
 private Q_SLOTS:
+    // The optimizer table (types.cpp) has one row per enumerator, and its names, labels and
+    // Hugging Face names are what the CLI, the explorer and the config formats use.
+    void optimizerTableCoversEveryOptimizer()
+    {
+        const Optimizer all[] = {Optimizer::AdamW, Optimizer::AdamW8bit, Optimizer::SGD,
+                                 Optimizer::SGDMomentum, Optimizer::Adafactor, Optimizer::Lion};
+        QCOMPARE(optimizerTable().size(), std::size(all));
+        for (Optimizer o : all) {
+            const OptimizerTraits &t = traits(o);
+            QCOMPARE(int(t.id), int(o));
+            QCOMPARE(int(parseOptimizer(toString(o))), int(o));
+            QVERIFY(!t.label.empty() && !t.help.empty() && !t.hfOptim.empty());
+        }
+        QVERIFY_THROWS_EXCEPTION(InputError, parseOptimizer("adam-9bit"));
+    }
+
     void trainingConfigRoundTrips()
     {
         TrainingConfig c;

@@ -286,8 +286,10 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
                                      "HF_TOKEN for gated models, HF_HUB_OFFLINE=1 for the cache only) or a config.json path")
         ->capture_default_str();
     cmd->add_option("--precision", f.precision, "fp32 | bf16 | fp16 | amp-bf16 | amp-fp16")->capture_default_str();
-    cmd->add_option("--optimizer", f.optimizer, "adamw | adamw-8bit | sgd | sgd-momentum | adafactor | lion")
-        ->capture_default_str();
+    std::string optimizers; // from the optimizer table: a new row shows up here by itself
+    for (const auto &t : optimizerTable())
+        optimizers += (optimizers.empty() ? "" : " | ") + std::string(t.name);
+    cmd->add_option("--optimizer", f.optimizer, optimizers)->capture_default_str();
     cmd->add_option("--optimizer-impl", f.optimizerImpl, "foreach | fused | for-loop")->capture_default_str();
     cmd->add_option("--finetune", f.finetune, "full | lora | qlora")->capture_default_str();
     cmd->add_option("--lora-rank", f.loraRank, "LoRA rank")->capture_default_str();

@@ -125,14 +125,14 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
                                                                                {Precision::AmpFP16, "amp-fp16 (autocast)"},
                                                                                {Precision::FP32, "fp32"}}},
                             trainBox);
-    m_optimizer = enumCombo("optimizer",
-                            std::array<std::pair<Optimizer, const char *>, 6>{{{Optimizer::AdamW, "AdamW"},
-                                                                               {Optimizer::AdamW8bit, "AdamW 8-bit"},
-                                                                               {Optimizer::SGD, "SGD"},
-                                                                               {Optimizer::SGDMomentum, "SGD + momentum"},
-                                                                               {Optimizer::Adafactor, "Adafactor"},
-                                                                               {Optimizer::Lion, "Lion"}}},
-                            trainBox);
+    // From core's optimizer table: labels and tooltips (what each keeps) in its order.
+    m_optimizer = new QComboBox(trainBox);
+    m_optimizer->setObjectName(QStringLiteral("optimizer"));
+    for (const auto &t : optimizerTable()) {
+        m_optimizer->addItem(QString::fromUtf8(t.label.data(), int(t.label.size())), static_cast<int>(t.id));
+        m_optimizer->setItemData(m_optimizer->count() - 1, QString::fromUtf8(t.help.data(), int(t.help.size())),
+                                 Qt::ToolTipRole);
+    }
     m_optimizerImpl = enumCombo("optimizerImpl",
                                 std::array<std::pair<OptimizerImpl, const char *>, 3>{
                                     {{OptimizerImpl::Foreach, "foreach (PyTorch default)"},

@@ -656,23 +656,20 @@ Params countParams(const Ctx &x)
         }
         // optimizer state
         int64_t state = 0;
-        switch (cfg.optimizer) {
-        case Optimizer::AdamW: state = checkedMul(n, 2 * bytes); break;
-        case Optimizer::SGD: state = 0; break;
-        case Optimizer::SGDMomentum:
-        case Optimizer::Lion: state = checkedMul(n, bytes); break;
-        case Optimizer::AdamW8bit:
+        const int tensors = traits(cfg.optimizer).stateTensors;
+        if (tensors >= 0) {
+            // Parameter-shaped state tensors in the parameter's dtype (the optimizer table).
+            state = checkedMul(n, int64_t(tensors) * bytes);
+        } else if (cfg.optimizer == Optimizer::AdamW8bit) {
             // bitsandbytes: uint8 exp_avg and exp_avg_sq with an fp32 absmax per 256-value block;
             // tensors under min_8bit_size (4096) keep 32-bit state.
             if (numel >= 4096)
                 state = checkedMul(count, 2 * (numel + ((numel + 255) / 256) * 4));
             else
                 state = checkedMul(n, 8);
-            break;
-        case Optimizer::Adafactor:
+        } else if (cfg.optimizer == Optimizer::Adafactor) {
             // torch.optim.Adafactor: row and column variances for matrices, full variance for vectors.
             state = checkedMul(checkedMul(cols > 1 ? rows + cols : rows, bytes), count);
-            break;
         }
         S.optimizerStateBytes = checkedAdd(S.optimizerStateBytes, state);
     };

@@ -185,29 +185,28 @@ void readOptim(Reader &r, const std::string &key, const json &v)
     const std::string s = r.text(key, v);
     auto &st = r.out.settings;
     const bool paged = s.rfind("paged_", 0) == 0;
-    if (s == "adamw_torch" || s == "adamw_hf" || s == "adamw" || s == "adam" || s == "paged_adamw_32bit" ||
-        s == "paged_adamw") {
-        st.optimizer = Optimizer::AdamW;
-        st.optimizerImpl = OptimizerImpl::Foreach;
-    } else if (s == "adamw_torch_fused") {
-        st.optimizer = Optimizer::AdamW;
-        st.optimizerImpl = OptimizerImpl::Fused;
-    } else if (s == "adamw_bnb_8bit" || s == "adamw_8bit" || s == "paged_adamw_8bit" || s == "bnb_8bit" ||
-               s == "adamw_torch_8bit") {
-        st.optimizer = Optimizer::AdamW8bit;
-    } else if (s == "adafactor") {
-        st.optimizer = Optimizer::Adafactor;
-    } else if (s == "sgd") {
-        st.optimizer = Optimizer::SGD;
-    } else if (s == "lion_32bit" || s == "paged_lion_32bit" || s == "lion") {
-        st.optimizer = Optimizer::Lion;
-    } else if (s == "lion_8bit" || s == "paged_lion_8bit") {
-        st.optimizer = Optimizer::Lion;
-        r.note(key + " = " + s + ": 8-bit Lion state is estimated as 32-bit (an over-estimate)");
-    } else {
+    // The optimizer table's aliases (types.cpp): one row per optimizer.
+    const OptimizerTraits *found = nullptr;
+    for (const auto &t : optimizerTable()) {
+        std::string_view a = t.hfAliases;
+        while (!a.empty() && !found) {
+            const size_t sp = a.find(' ');
+            if (a.substr(0, sp) == s)
+                found = &t;
+            a = sp == std::string_view::npos ? std::string_view() : a.substr(sp + 1);
+        }
+        if (found)
+            break;
+    }
+    if (!found) {
         r.out.unknownKeys.push_back(key + " = " + s + " (optimizer not modelled; the current one is kept)");
         return;
     }
+    st.optimizer = found->id;
+    if (found->id == Optimizer::AdamW)
+        st.optimizerImpl = s == "adamw_torch_fused" ? OptimizerImpl::Fused : OptimizerImpl::Foreach;
+    if (s.find("lion_8bit") != std::string::npos)
+        r.note(key + " = " + s + ": 8-bit Lion state is estimated as 32-bit (an over-estimate)");
     if (paged)
         r.note(key + " = " + s + ": paged optimizer state can move to host memory under pressure; the estimate keeps "
                                  "it on the GPU (the peak when there is no pressure)");
@@ -811,20 +810,14 @@ std::optional<TrainingFormat> detect(const json &j)
 // ---------------------------------------------------------------- export helpers
 std::string hfOptim(const TrainingConfig &c, std::vector<std::string> &notes)
 {
-    switch (c.optimizer) {
-    case Optimizer::AdamW:
+    if (c.optimizer == Optimizer::AdamW) {
         if (c.optimizerImpl == OptimizerImpl::ForLoop)
             notes.push_back("the for-loop AdamW has no optim name; written as adamw_torch (foreach)");
         return c.optimizerImpl == OptimizerImpl::Fused ? "adamw_torch_fused" : "adamw_torch";
-    case Optimizer::AdamW8bit: return "adamw_bnb_8bit";
-    case Optimizer::SGD: return "sgd";
-    case Optimizer::SGDMomentum:
-        notes.push_back("SGD with momentum is written as optim sgd; set its momentum in optim_args");
-        return "sgd";
-    case Optimizer::Adafactor: return "adafactor";
-    case Optimizer::Lion: return "lion_32bit";
     }
-    return "adamw_torch";
+    if (c.optimizer == Optimizer::SGDMomentum)
+        notes.push_back("SGD with momentum is written as optim sgd; set its momentum in optim_args");
+    return std::string(traits(c.optimizer).hfOptim);
 }
 
 std::string joinTargets(const std::vector<std::string> &t)

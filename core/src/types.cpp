@@ -38,12 +38,23 @@ const std::pair<Precision, std::string_view> kPrecisions[] = {{Precision::FP32, 
                                                                {Precision::FP16, "fp16"},
                                                                {Precision::AmpBF16, "amp-bf16"},
                                                                {Precision::AmpFP16, "amp-fp16"}};
-const std::pair<Optimizer, std::string_view> kOptimizers[] = {{Optimizer::AdamW, "adamw"},
-                                                               {Optimizer::AdamW8bit, "adamw-8bit"},
-                                                               {Optimizer::SGD, "sgd"},
-                                                               {Optimizer::SGDMomentum, "sgd-momentum"},
-                                                               {Optimizer::Adafactor, "adafactor"},
-                                                               {Optimizer::Lion, "lion"}};
+// Adding an optimizer: a row here, its state and step temporaries in the simulator
+// (program.cpp optimizerStep), and its step in the LibTorch probe and the transformers engine.
+const std::vector<OptimizerTraits> kOptimizerTable = {
+    {Optimizer::AdamW, "adamw", "AdamW", "torch.optim.AdamW: two moments per parameter (exp_avg, exp_avg_sq)",
+     "adamw_torch", "adamw_torch adamw_torch_fused adamw_hf adamw adam paged_adamw_32bit paged_adamw", 2},
+    {Optimizer::AdamW8bit, "adamw-8bit", "AdamW 8-bit",
+     "bitsandbytes AdamW8bit: two uint8 moments with an fp32 scale per 256 values (32-bit below 4,096 values)",
+     "adamw_bnb_8bit", "adamw_bnb_8bit adamw_8bit paged_adamw_8bit bnb_8bit adamw_torch_8bit", -1},
+    {Optimizer::SGD, "sgd", "SGD", "torch.optim.SGD without momentum: no state", "sgd", "sgd", 0},
+    {Optimizer::SGDMomentum, "sgd-momentum", "SGD + momentum", "torch.optim.SGD with momentum: one buffer per parameter",
+     "sgd", "", 1},
+    {Optimizer::Adafactor, "adafactor", "Adafactor",
+     "transformers' Adafactor: factored second moments (a row and a column vector per matrix), no first moment",
+     "adafactor", "adafactor", -1},
+    {Optimizer::Lion, "lion", "Lion", "Lion: one momentum per parameter", "lion_32bit",
+     "lion_32bit paged_lion_32bit lion lion_8bit paged_lion_8bit", 1},
+};
 const std::pair<OptimizerImpl, std::string_view> kImpls[] = {
     {OptimizerImpl::Foreach, "foreach"}, {OptimizerImpl::Fused, "fused"}, {OptimizerImpl::ForLoop, "for-loop"}};
 const std::pair<FineTune, std::string_view> kFineTunes[] = {
@@ -66,8 +77,21 @@ const std::pair<Phase, std::string_view> kPhases[] = {{Phase::AfterLoad, "after_
 
 } // namespace
 
+const std::vector<OptimizerTraits> &optimizerTable()
+{
+    return kOptimizerTable;
+}
+
+const OptimizerTraits &traits(Optimizer o)
+{
+    for (const auto &t : kOptimizerTable)
+        if (t.id == o)
+            return t;
+    return kOptimizerTable.front(); // every enumerator has a row (tst_serialize checks)
+}
+
 std::string_view toString(Precision e) { return nameOf(e, kPrecisions); }
-std::string_view toString(Optimizer e) { return nameOf(e, kOptimizers); }
+std::string_view toString(Optimizer e) { return traits(e).name; }
 std::string_view toString(OptimizerImpl e) { return nameOf(e, kImpls); }
 std::string_view toString(FineTune e) { return nameOf(e, kFineTunes); }
 std::string_view toString(Attention e) { return nameOf(e, kAttentions); }
@@ -76,7 +100,16 @@ std::string_view toString(Category e) { return nameOf(e, kCategories); }
 std::string_view toString(Phase e) { return nameOf(e, kPhases); }
 
 Precision parsePrecision(std::string_view s, const std::string &f) { return parseEnum(s, kPrecisions, f); }
-Optimizer parseOptimizer(std::string_view s, const std::string &f) { return parseEnum(s, kOptimizers, f); }
+Optimizer parseOptimizer(std::string_view s, const std::string &f)
+{
+    std::string accepted;
+    for (const auto &t : kOptimizerTable) {
+        if (t.name == s)
+            return t.id;
+        accepted += (accepted.empty() ? "" : ", ") + std::string(t.name);
+    }
+    throw InputError(f, std::string(s), "unknown value (accepted: " + accepted + ")");
+}
 OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &f) { return parseEnum(s, kImpls, f); }
 FineTune parseFineTune(std::string_view s, const std::string &f) { return parseEnum(s, kFineTunes, f); }
 Attention parseAttention(std::string_view s, const std::string &f) { return parseEnum(s, kAttentions, f); }
