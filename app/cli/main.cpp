@@ -285,13 +285,11 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--model", f.model, "Preset id (see `models`), a Hugging Face model id (org/name: the local cache, then the Hub; "
                                      "HF_TOKEN for gated models, HF_HUB_OFFLINE=1 for the cache only) or a config.json path")
         ->capture_default_str();
-    cmd->add_option("--precision", f.precision, "fp32 | bf16 | fp16 | amp-bf16 | amp-fp16")->capture_default_str();
-    std::string optimizers; // from the optimizer table: a new row shows up here by itself
-    for (const auto &t : optimizerTable())
-        optimizers += (optimizers.empty() ? "" : " | ") + std::string(t.name);
-    cmd->add_option("--optimizer", f.optimizer, optimizers)->capture_default_str();
-    cmd->add_option("--optimizer-impl", f.optimizerImpl, "foreach | fused | for-loop")->capture_default_str();
-    cmd->add_option("--finetune", f.finetune, "full | lora | qlora")->capture_default_str();
+    cmd->add_option("--precision", f.precision, joinNames(precisionTable()))->capture_default_str();
+    // The help lists come from core's tables (types.cpp): a new row shows up here by itself.
+    cmd->add_option("--optimizer", f.optimizer, joinNames(optimizerTable()))->capture_default_str();
+    cmd->add_option("--optimizer-impl", f.optimizerImpl, joinNames(optimizerImplTable()))->capture_default_str();
+    cmd->add_option("--finetune", f.finetune, joinNames(fineTuneTable()))->capture_default_str();
     cmd->add_option("--lora-rank", f.loraRank, "LoRA rank")->capture_default_str();
     cmd->add_option("--lora-alpha", f.loraAlpha, "LoRA alpha (default: twice the rank)");
     cmd->add_option("--lora-dropout", f.loraDropout, "LoRA dropout probability, in [0, 1)")->capture_default_str();
@@ -307,7 +305,7 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     else
         cmd->add_flag("--grad-checkpointing", f.gradCheckpointing, "Checkpoint every decoder layer");
     cmd->add_flag("--offload-optimizer", f.offloadOptimizer, "Optimizer state and step on the CPU (ZeRO-Offload)");
-    cmd->add_option("--attention", f.attention, "sdpa | eager")->capture_default_str();
+    cmd->add_option("--attention", f.attention, joinNames(attentionTable()))->capture_default_str();
     cmd->add_option("--loss", f.loss, "standard | fused (linear cross-entropy that never materializes the logits, as Liger's)")
         ->capture_default_str();
     cmd->add_option("--gpus", f.gpus, "Data-parallel world size")->capture_default_str();

@@ -53,13 +53,14 @@ int log2Floor(int64_t v)
     return k;
 }
 
-template<typename Enum, size_t N>
-QComboBox *enumCombo(const char *name, const std::array<std::pair<Enum, const char *>, N> &items, QWidget *parent)
+// A combo box of one of core's enum tables (types.cpp), its labels in the table's order.
+template<typename Row>
+QComboBox *enumCombo(const char *name, const std::vector<Row> &table, QWidget *parent)
 {
     auto *c = new QComboBox(parent);
     c->setObjectName(QLatin1String(name));
-    for (const auto &[value, text] : items)
-        c->addItem(QString::fromUtf8(text), static_cast<int>(value));
+    for (const auto &r : table)
+        c->addItem(QString::fromUtf8(r.label.data(), int(r.label.size())), static_cast<int>(r.id));
     return c;
 }
 
@@ -106,10 +107,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     // Training
     auto *trainBox = new QGroupBox(tr("Training"), this);
     auto *form = new QFormLayout(trainBox);
-    m_finetune = enumCombo("finetune",
-                           std::array<std::pair<FineTune, const char *>, 3>{
-                               {{FineTune::Full, "Full fine-tuning"}, {FineTune::LoRA, "LoRA"}, {FineTune::QLoRA, "QLoRA (NF4)"}}},
-                           trainBox);
+    m_finetune = enumCombo("finetune", fineTuneTable(), trainBox);
     m_loraRank = new QSpinBox(trainBox);
     m_loraRank->setObjectName(QStringLiteral("loraRank"));
     m_loraRank->setRange(1, 1024);
@@ -118,31 +116,15 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_loraTargets->setToolTip(tr("Comma-separated module names as PEFT takes them: q_proj, v_proj, … or all-linear"));
     m_doubleQuant = new QCheckBox(tr("Double quantization"), trainBox);
     m_doubleQuant->setObjectName(QStringLiteral("doubleQuant"));
-    m_precision = enumCombo("precision",
-                            std::array<std::pair<Precision, const char *>, 5>{{{Precision::BF16, "bf16"},
-                                                                               {Precision::AmpBF16, "amp-bf16 (autocast)"},
-                                                                               {Precision::FP16, "fp16"},
-                                                                               {Precision::AmpFP16, "amp-fp16 (autocast)"},
-                                                                               {Precision::FP32, "fp32"}}},
-                            trainBox);
+    m_precision = enumCombo("precision", precisionTable(), trainBox);
     // From core's optimizer table: labels and tooltips (what each keeps) in its order.
-    m_optimizer = new QComboBox(trainBox);
-    m_optimizer->setObjectName(QStringLiteral("optimizer"));
-    for (const auto &t : optimizerTable()) {
-        m_optimizer->addItem(QString::fromUtf8(t.label.data(), int(t.label.size())), static_cast<int>(t.id));
-        m_optimizer->setItemData(m_optimizer->count() - 1, QString::fromUtf8(t.help.data(), int(t.help.size())),
-                                 Qt::ToolTipRole);
+    m_optimizer = enumCombo("optimizer", optimizerTable(), trainBox);
+    for (int i = 0; i < m_optimizer->count(); ++i) {
+        const std::string_view help = optimizerTable()[size_t(i)].help;
+        m_optimizer->setItemData(i, QString::fromUtf8(help.data(), int(help.size())), Qt::ToolTipRole);
     }
-    m_optimizerImpl = enumCombo("optimizerImpl",
-                                std::array<std::pair<OptimizerImpl, const char *>, 3>{
-                                    {{OptimizerImpl::Foreach, "foreach (PyTorch default)"},
-                                     {OptimizerImpl::Fused, "fused"},
-                                     {OptimizerImpl::ForLoop, "for-loop"}}},
-                                trainBox);
-    m_attention = enumCombo("attention",
-                            std::array<std::pair<Attention, const char *>, 2>{
-                                {{Attention::SDPA, "SDPA (flash / mem-efficient)"}, {Attention::Eager, "eager"}}},
-                            trainBox);
+    m_optimizerImpl = enumCombo("optimizerImpl", optimizerImplTable(), trainBox);
+    m_attention = enumCombo("attention", attentionTable(), trainBox);
     m_checkpointing = new QCheckBox(tr("Gradient checkpointing"), trainBox);
     m_checkpointing->setObjectName(QStringLiteral("checkpointing"));
     m_fusedLoss = new QCheckBox(tr("Fused linear cross-entropy (Liger)"), trainBox);

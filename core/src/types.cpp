@@ -33,11 +33,39 @@ std::string_view nameOf(E e, const std::pair<E, std::string_view> (&table)[N])
     return "?";
 }
 
-const std::pair<Precision, std::string_view> kPrecisions[] = {{Precision::FP32, "fp32"},
-                                                               {Precision::BF16, "bf16"},
-                                                               {Precision::FP16, "fp16"},
-                                                               {Precision::AmpBF16, "amp-bf16"},
-                                                               {Precision::AmpFP16, "amp-fp16"}};
+template<typename Row>
+auto parseRow(std::string_view s, const std::vector<Row> &table, const std::string &field)
+{
+    std::string accepted;
+    for (const auto &r : table) {
+        if (r.name == s)
+            return r.id;
+        accepted += (accepted.empty() ? "" : ", ") + std::string(r.name);
+    }
+    throw InputError(field, std::string(s), "unknown value (accepted: " + accepted + ")");
+}
+
+template<typename E>
+std::string_view rowName(E e, const std::vector<EnumRow<E>> &table)
+{
+    for (const auto &r : table)
+        if (r.id == e)
+            return r.name;
+    return "?";
+}
+
+const std::vector<EnumRow<Precision>> kPrecisionTable = {{Precision::BF16, "bf16", "bf16"},
+                                                          {Precision::AmpBF16, "amp-bf16", "amp-bf16 (autocast)"},
+                                                          {Precision::FP16, "fp16", "fp16"},
+                                                          {Precision::AmpFP16, "amp-fp16", "amp-fp16 (autocast)"},
+                                                          {Precision::FP32, "fp32", "fp32"}};
+const std::vector<EnumRow<OptimizerImpl>> kImplTable = {{OptimizerImpl::Foreach, "foreach", "foreach (PyTorch default)"},
+                                                         {OptimizerImpl::Fused, "fused", "fused"},
+                                                         {OptimizerImpl::ForLoop, "for-loop", "for-loop"}};
+const std::vector<EnumRow<FineTune>> kFineTuneTable = {
+    {FineTune::Full, "full", "Full fine-tuning"}, {FineTune::LoRA, "lora", "LoRA"}, {FineTune::QLoRA, "qlora", "QLoRA (NF4)"}};
+const std::vector<EnumRow<Attention>> kAttentionTable = {{Attention::SDPA, "sdpa", "SDPA (flash / mem-efficient)"},
+                                                          {Attention::Eager, "eager", "eager"}};
 // Adding an optimizer: a row here, its state and step temporaries in the simulator
 // (program.cpp optimizerStep), and its step in the LibTorch probe and the transformers engine.
 const std::vector<OptimizerTraits> kOptimizerTable = {
@@ -55,11 +83,6 @@ const std::vector<OptimizerTraits> kOptimizerTable = {
     {Optimizer::Lion, "lion", "Lion", "Lion: one momentum per parameter", "lion_32bit",
      "lion_32bit paged_lion_32bit lion lion_8bit paged_lion_8bit", 1},
 };
-const std::pair<OptimizerImpl, std::string_view> kImpls[] = {
-    {OptimizerImpl::Foreach, "foreach"}, {OptimizerImpl::Fused, "fused"}, {OptimizerImpl::ForLoop, "for-loop"}};
-const std::pair<FineTune, std::string_view> kFineTunes[] = {
-    {FineTune::Full, "full"}, {FineTune::LoRA, "lora"}, {FineTune::QLoRA, "qlora"}};
-const std::pair<Attention, std::string_view> kAttentions[] = {{Attention::SDPA, "sdpa"}, {Attention::Eager, "eager"}};
 const std::pair<Loss, std::string_view> kLosses[] = {{Loss::Standard, "standard"}, {Loss::Fused, "fused"}};
 const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights, "weights"},
                                                               {Category::Gradients, "gradients"},
@@ -77,6 +100,11 @@ const std::pair<Phase, std::string_view> kPhases[] = {{Phase::AfterLoad, "after_
 
 } // namespace
 
+const std::vector<EnumRow<Precision>> &precisionTable() { return kPrecisionTable; }
+const std::vector<EnumRow<OptimizerImpl>> &optimizerImplTable() { return kImplTable; }
+const std::vector<EnumRow<FineTune>> &fineTuneTable() { return kFineTuneTable; }
+const std::vector<EnumRow<Attention>> &attentionTable() { return kAttentionTable; }
+
 const std::vector<OptimizerTraits> &optimizerTable()
 {
     return kOptimizerTable;
@@ -90,29 +118,20 @@ const OptimizerTraits &traits(Optimizer o)
     return kOptimizerTable.front(); // every enumerator has a row (tst_serialize checks)
 }
 
-std::string_view toString(Precision e) { return nameOf(e, kPrecisions); }
+std::string_view toString(Precision e) { return rowName(e, kPrecisionTable); }
 std::string_view toString(Optimizer e) { return traits(e).name; }
-std::string_view toString(OptimizerImpl e) { return nameOf(e, kImpls); }
-std::string_view toString(FineTune e) { return nameOf(e, kFineTunes); }
-std::string_view toString(Attention e) { return nameOf(e, kAttentions); }
+std::string_view toString(OptimizerImpl e) { return rowName(e, kImplTable); }
+std::string_view toString(FineTune e) { return rowName(e, kFineTuneTable); }
+std::string_view toString(Attention e) { return rowName(e, kAttentionTable); }
 std::string_view toString(Loss e) { return nameOf(e, kLosses); }
 std::string_view toString(Category e) { return nameOf(e, kCategories); }
 std::string_view toString(Phase e) { return nameOf(e, kPhases); }
 
-Precision parsePrecision(std::string_view s, const std::string &f) { return parseEnum(s, kPrecisions, f); }
-Optimizer parseOptimizer(std::string_view s, const std::string &f)
-{
-    std::string accepted;
-    for (const auto &t : kOptimizerTable) {
-        if (t.name == s)
-            return t.id;
-        accepted += (accepted.empty() ? "" : ", ") + std::string(t.name);
-    }
-    throw InputError(f, std::string(s), "unknown value (accepted: " + accepted + ")");
-}
-OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &f) { return parseEnum(s, kImpls, f); }
-FineTune parseFineTune(std::string_view s, const std::string &f) { return parseEnum(s, kFineTunes, f); }
-Attention parseAttention(std::string_view s, const std::string &f) { return parseEnum(s, kAttentions, f); }
+Precision parsePrecision(std::string_view s, const std::string &f) { return parseRow(s, kPrecisionTable, f); }
+Optimizer parseOptimizer(std::string_view s, const std::string &f) { return parseRow(s, kOptimizerTable, f); }
+OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &f) { return parseRow(s, kImplTable, f); }
+FineTune parseFineTune(std::string_view s, const std::string &f) { return parseRow(s, kFineTuneTable, f); }
+Attention parseAttention(std::string_view s, const std::string &f) { return parseRow(s, kAttentionTable, f); }
 Loss parseLoss(std::string_view s, const std::string &f) { return parseEnum(s, kLosses, f); }
 Category parseCategory(std::string_view s, const std::string &f) { return parseEnum(s, kCategories, f); }
 Phase parsePhase(std::string_view s, const std::string &f) { return parseEnum(s, kPhases, f); }

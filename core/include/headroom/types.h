@@ -63,6 +63,29 @@ Loss parseLoss(std::string_view s, const std::string &field = "loss");
 Category parseCategory(std::string_view s, const std::string &field = "category");
 Phase parsePhase(std::string_view s, const std::string &field = "phase");
 
+// One row per enumerator: the name the CLI, JSON and sheets use, and the explorer's label. The
+// combo boxes and the CLI's help are made from these tables (types.cpp), in their order.
+template<typename E>
+struct EnumRow
+{
+    E id;
+    std::string_view name;
+    std::string_view label;
+};
+const std::vector<EnumRow<Precision>> &precisionTable();
+const std::vector<EnumRow<OptimizerImpl>> &optimizerImplTable();
+const std::vector<EnumRow<FineTune>> &fineTuneTable();
+const std::vector<EnumRow<Attention>> &attentionTable();
+// "a | b | c": a table's names, for help text.
+template<typename Row>
+std::string joinNames(const std::vector<Row> &table)
+{
+    std::string out;
+    for (const auto &r : table)
+        out += (out.empty() ? "" : " | ") + std::string(r.name);
+    return out;
+}
+
 // Everything about an optimizer that is a fact rather than a mechanism, one row per optimizer
 // (types.cpp, kOptimizerTable): the CLI's and JSON's name, the explorer's label and tooltip,
 // the Hugging Face `optim` names it is read from and written as, and how many parameter-shaped
