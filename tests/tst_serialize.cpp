@@ -47,6 +47,37 @@ class TestSerialize : public QObject
 {
     Q_OBJECT
 private Q_SLOTS:
+    // The LibTorch probe's attribution of its peak (core: attributePeak), Torch-free.
+    void probePeakAttribution()
+    {
+        PeakAccounts a;
+        a.weightBytes = 1000;
+        a.optimizerStateBytes = 2000;
+        a.gradientBytes = 1000;
+        a.residentBytes = 3100; // weights + state + 100 of workspaces
+        a.keptAfterForwardBytes = 900;
+        a.logprobBytes = 400;
+        // Forward peak: what the forward kept beyond the log-probabilities is activations; the
+        // rest above the resident bytes is logits; the remainder (workspaces) temporaries.
+        Breakdown f = attributePeak(a, 4500, Phase::Forward);
+        QCOMPARE(f[Category::Activations], int64_t(500));
+        QCOMPARE(f[Category::Logits], int64_t(900));
+        QCOMPARE(f[Category::Gradients], int64_t(0));
+        QCOMPARE(f.total(), int64_t(4500));
+        // Optimizer peak: every gradient is live.
+        Breakdown o = attributePeak(a, 4300, Phase::Optimizer);
+        QCOMPARE(o[Category::Gradients], int64_t(1000));
+        QCOMPARE(o[Category::Activations], int64_t(0));
+        QCOMPARE(o[Category::Temporaries], int64_t(300));
+        // A backward peak no higher than the gradients plus a quarter of the activations came at
+        // the end of backward; a higher one in the middle, with the activations.
+        QCOMPARE(attributePeak(a, 3100 + 1100, Phase::Backward)[Category::Gradients], int64_t(1000));
+        QCOMPARE(attributePeak(a, 3100 + 1500, Phase::Backward)[Category::Gradients], int64_t(0));
+        // Never negative: a peak below what is named leaves no temporaries.
+        QCOMPARE(attributePeak(a, 100, Phase::Forward)[Category::Temporaries], int64_t(0));
+        QCOMPARE(attributePeak(a, 100, Phase::Forward)[Category::Logits], int64_t(0));
+    }
+
     // The optimizer table (types.cpp) has one row per enumerator, and its names, labels and
     // Hugging Face names are what the CLI, the explorer and the config formats use.
     void optimizerTableCoversEveryOptimizer()

@@ -103,6 +103,42 @@ std::optional<PhaseMeasurement> Measurement::steady(Phase p) const
     return best;
 }
 
+void settleSteadyPeak(Measurement &m)
+{
+    for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+        auto sp = m.steady(p);
+        if (sp && sp->peakAllocatedBytes >= m.peakAllocatedBytes) {
+            m.peakAllocatedBytes = sp->peakAllocatedBytes;
+            m.peakPhase = p;
+        }
+        if (sp)
+            m.peakReservedBytes = std::max(m.peakReservedBytes, sp->peakReservedBytes);
+    }
+}
+
+Breakdown attributePeak(const PeakAccounts &a, int64_t peak, Phase peakPhase)
+{
+    Breakdown A;
+    A[Category::Weights] = a.weightBytes;
+    A[Category::Communication] = a.communicationBytes; // DDP's Reducer buckets, resident
+    A[Category::OptimizerState] = a.optimizerStateBytes;
+    const int64_t acts = std::max<int64_t>(0, a.keptAfterForwardBytes - a.logprobBytes);
+    if (peakPhase == Phase::Optimizer) {
+        A[Category::Gradients] = a.gradientBytes;
+    } else if (peakPhase == Phase::Backward && peak - a.residentBytes <= a.gradientBytes + acts / 4) {
+        A[Category::Gradients] = a.gradientBytes; // the peak came at the end of backward
+    } else {
+        A[Category::Activations] = acts;
+        A[Category::Logits] = std::max<int64_t>(0, peak - a.residentBytes - acts);
+    }
+    int64_t named = 0;
+    for (Category cat : {Category::Weights, Category::OptimizerState, Category::Gradients, Category::Activations,
+                         Category::Logits, Category::Communication})
+        named += A[cat];
+    A[Category::Temporaries] = std::max<int64_t>(0, peak - named);
+    return A;
+}
+
 double rankSpread(const Measurement &m)
 {
     if (m.ranks.size() < 2)

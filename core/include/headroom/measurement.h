@@ -105,6 +105,27 @@ struct Measurement
 
 // max/min of the ranks' peak allocated bytes (1 for fewer than two ranks).
 double rankSpread(const Measurement &m);
+
+// What the LibTorch probe can count of its own step without the allocator's trace, at the
+// steady-state peak: the weights, DDP's buckets, the optimizer state, every trainable
+// parameter's gradient, what was resident when a step began (weights, state, workspaces), what
+// the forward kept, and the fp32 log-probabilities among that (batch x seq x vocab x 4).
+struct PeakAccounts
+{
+    int64_t weightBytes = 0;
+    int64_t communicationBytes = 0;
+    int64_t optimizerStateBytes = 0;
+    int64_t gradientBytes = 0;
+    int64_t residentBytes = 0;
+    int64_t keptAfterForwardBytes = 0;
+    int64_t logprobBytes = 0;
+};
+// The steady-state peak (max over the measured steps' forward, backward and optimizer phases)
+// into m.peakAllocatedBytes, m.peakPhase and m.peakReservedBytes.
+void settleSteadyPeak(Measurement &m);
+// The peak split into categories: gradients when it came in the optimizer step or at the end of
+// backward, else activations and logits; what no category names is temporaries.
+Breakdown attributePeak(const PeakAccounts &a, int64_t peakAllocatedBytes, Phase peakPhase);
 // The criterion: ranks of one data-parallel run should agree within 1%.
 constexpr double kUnevenSpread = 1.01;
 // What one rank reports about itself, from its own phases.
