@@ -477,6 +477,36 @@ private Q_SLOTS:
               });
         QCOMPARE(seen, size_t(3)); // cancelled by the callback
     }
+    // A refused configuration comes with the nearest one that estimates (the explorer's
+    // one-click "Change to"); where none exists, nothing is offered.
+    void refusedConfigurationsOfferTheirFix()
+    {
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        c.lora.targets = {"all-linear"};
+        const ModelArch &ds = findModelPreset("deepseek-v2-lite");
+        try {
+            (void)estimate(ds, c);
+            QFAIL("LoRA on stacked experts is refused");
+        } catch (const InputError &e) {
+            const auto fix = quickFix(ds, c, e.field());
+            QVERIFY(fix.has_value());
+            QCOMPARE(fix->config.lora.targets, (std::vector<std::string>{"q_proj", "o_proj"}));
+            QVERIFY(estimate(ds, fix->config).peakAllocatedBytes > 0);
+        }
+        TrainingConfig q = base();
+        q.finetune = FineTune::QLoRA;
+        q.precision = Precision::FP32;
+        const ModelArch &l = findModelPreset("llama-3.2-1b");
+        const auto fq = quickFix(l, q, "precision");
+        QVERIFY(fq && fq->config.precision == Precision::BF16);
+        TrainingConfig g = base();
+        g.seqLen = 4096;
+        const auto fg = quickFix(findModelPreset("gpt2"), g, "seq");
+        QVERIFY(fg && fg->config.seqLen == 1024);
+        QVERIFY(!quickFix(l, base(), "batch").has_value());
+    }
+
     void everyPresetEstimates_data()
     {
         QTest::addColumn<QString>("id");

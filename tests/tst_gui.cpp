@@ -563,6 +563,28 @@ private Q_SLOTS:
         QCOMPARE(relativeError(100, 108), 100.0 / 108.0 - 1.0); // one convention: negative is under
     }
 
+    // A configuration Headroom refuses offers the nearest one it can estimate, one click away
+    // and undoable: DeepSeek-V2-Lite with LoRA on every Linear (PEFT would wrap its experts).
+    void bannerOffersTheFixForARefusedConfiguration()
+    {
+        Session s;
+        MainWindow w(&s);
+        Scenario sc = defaultScenario();
+        sc.model = findModelPreset("deepseek-v2-lite");
+        sc.config.finetune = FineTune::LoRA;
+        sc.config.lora.targets = {"all-linear"};
+        s.setScenario(sc);
+        QTRY_VERIFY(!s.report().error.empty() && s.report().scenario.model.id == "deepseek-v2-lite");
+        auto *banner = w.findChild<VerdictBanner *>(QStringLiteral("verdict"));
+        QVERIFY(banner);
+        QTRY_VERIFY2(banner->text().contains(QStringLiteral("Change to: LoRA on the attention only")), qPrintable(banner->text()));
+        emit banner->linkActivated(QStringLiteral("fix"));
+        QCOMPARE(s.scenario().config.lora.targets, (std::vector<std::string>{"q_proj", "o_proj"}));
+        QTRY_VERIFY(s.report().error.empty() && s.report().estimate.peakAllocatedBytes > 0);
+        s.undoStack()->undo();
+        QCOMPARE(s.scenario().config.lora.targets, (std::vector<std::string>{"all-linear"}));
+    }
+
     void settingsPersistTheSession()
     {
         Scenario sc = defaultScenario();

@@ -59,5 +59,9 @@ void ChartPanel::refresh()
     const Report &r = m_session->report();
     m_model.setContent(r, m_session->selectedMeasurement(), m_session->units(),
                        static_cast<BreakdownModel::View>(m_view->currentData().toInt()));
-    m_chart->setCapacity(r.verdict.capacityBytes, r.verdict.usableBytes, qs(r.scenario.gpu.name));
+    // The card's line from the scenario itself: a configuration that cannot be estimated has no
+    // verdict, but the card is still the card.
+    const int64_t cap = r.scenario.gpu.memoryBytes;
+    const auto usable = static_cast<int64_t>(static_cast<double>(cap) * (1.0 - r.scenario.reserve));
+    m_chart->setCapacity(cap, usable, qs(r.scenario.gpu.name));
 }

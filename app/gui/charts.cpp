@@ -3,6 +3,9 @@
 #include <QAreaSeries>
 #include <QBarCategoryAxis>
 #include <QBarSet>
+#include <QLocale>
+
+#include "headroom/sheet.h"
 #include <QCategoryAxis>
 #include <QChart>
 #include <QChartView>
@@ -155,12 +158,11 @@ void BreakdownChart::setModel(BreakdownModel *model)
 
 void BreakdownChart::setCapacity(int64_t capacityBytes, int64_t usableBytes, const QString &gpuName)
 {
-    const QString name = tr("%1 capacity").arg(gpuName);
-    if (capacityBytes == m_capacityBytes && usableBytes == m_usableBytes && name == m_capacity->name())
+    if (capacityBytes == m_capacityBytes && usableBytes == m_usableBytes && gpuName == m_gpuName)
         return;
     m_capacityBytes = capacityBytes;
     m_usableBytes = usableBytes;
-    m_capacity->setName(name);
+    m_gpuName = gpuName;
     refresh();
 }
 
@@ -206,12 +208,52 @@ void BreakdownChart::refresh()
             if (static_cast<QBarLegendMarker *>(marker)->barset() == set)
                 marker->setVisible(any);
     }
+    // Where the memory goes without hovering: each legend entry carries its bytes at the
+    // estimate's peak (the "Estimated" bar, or the tallest estimated phase), and the measured
+    // bytes after a slash where a measurement is shown.
+    int peakCol = -1, measuredCol = -1;
+    for (int c = 0; c < columns; ++c) {
+        bool measured = false;
+        for (int row = 0; row < m_model->rowCount() && !measured; ++row)
+            measured = m_model->data(m_model->index(row, c), BreakdownModel::MeasuredRole).toBool();
+        if (measured) {
+            if (measuredCol < 0 || totals[size_t(c)] > totals[size_t(measuredCol)])
+                measuredCol = c;
+        } else if (peakCol < 0 || totals[size_t(c)] > totals[size_t(peakCol)]) {
+            peakCol = c;
+        }
+    }
+    for (int row = 0; row < m_model->rowCount(); ++row) {
+        QString text = BreakdownModel::rowLabel(row);
+        auto bytesAt = [&](int c) { return m_model->data(m_model->index(row, c), BreakdownModel::BytesRole).toLongLong(); };
+        if (peakCol >= 0 && (bytesAt(peakCol) != 0 || (measuredCol >= 0 && bytesAt(measuredCol) != 0))) {
+            // "15.11 / 15.09 GiB": estimated / measured, in the bars' left-to-right order.
+            const auto number = [&](int c) { return QLocale().toString(toUnit(bytesAt(c), u), 'f', 2); };
+            text += QStringLiteral("  ") + number(peakCol);
+            if (measuredCol >= 0)
+                text += QStringLiteral(" / ") + number(measuredCol);
+            text += QLatin1Char(' ') + QString::fromLatin1(u == Unit::GiB ? "GiB" : "GB");
+        }
+        QBarSet *set = m_sets[static_cast<size_t>(row)];
+        if (set->label() != text)
+            set->setLabel(text);
+    }
+    // The y axis fits the data: a step that uses under 30% of the card is drawn at its own
+    // scale, and the card's line (off the top) says so in the legend.
+    double tallest = 0.0;
     for (double t : totals)
-        top = std::max(top, t);
+        tallest = std::max(tallest, t);
+    const bool fitData = tallest > 0.0 && tallest < 0.3 * top;
+    m_capacity->setName(fitData ? tr("%1 %2 (off the top)")
+                                      .arg(m_gpuName, QString::fromStdString(formatBytes(m_capacityBytes, u, 1)))
+                                : tr("%1 capacity").arg(m_gpuName));
+    top = fitData ? tallest * 1.15 : std::max(top, tallest);
     m_axisY->setRange(0, std::max(top, 1.0) * 1.05);
     m_axisY->applyNiceNumbers();
     m_axisY->setTitleText(QString::fromLatin1(u == Unit::GiB ? "GiB" : "GB"));
-    m_axisY->setLabelFormat(QStringLiteral("%.0f"));
+    // Whole numbers unless the ticks are closer than one (a small model): never two equal labels.
+    const double tick = (m_axisY->max() - m_axisY->min()) / std::max(1, m_axisY->tickCount() - 1);
+    m_axisY->setLabelFormat(tick < 1.0 ? QStringLiteral("%.1f") : QStringLiteral("%.0f"));
     const double lo = -0.5, hi = std::max(columns, 1) - 0.5;
     m_axisLineX->setRange(lo, hi);
     const double cap = toUnit(m_capacityBytes, u), usable = toUnit(m_usableBytes, u);

@@ -49,6 +49,7 @@ private:
     QLineSeries *m_capacity;
     QLineSeries *m_usable;
     QAreaSeries *m_reserveBand;
+    QString m_gpuName;
     int64_t m_capacityBytes = 0;
     int64_t m_usableBytes = 0;
 };

@@ -17,13 +17,26 @@ VerdictBanner::VerdictBanner(Session *session, QWidget *parent)
     connect(session, &Session::reportReady, this, &VerdictBanner::refresh);
     connect(session, &Session::unitsChanged, this, &VerdictBanner::refresh);
     connect(session, &Session::selectionChanged, this, &VerdictBanner::refresh);
+    setTextInteractionFlags(Qt::LinksAccessibleByMouse | Qt::LinksAccessibleByKeyboard);
+    connect(this, &QLabel::linkActivated, this, [this](const QString &link) {
+        const Report &r = m_session->report();
+        if (link != QLatin1String("fix") || !r.fix)
+            return;
+        Scenario s = m_session->scenario();
+        s.config = r.fix->config;
+        m_session->applyScenario(s, qs(r.fix->title));
+    });
     refresh();
 }
 
 QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, const Scenario &current)
 {
-    if (!r.error.empty())
-        return tr("<b>Cannot estimate this configuration.</b> %1").arg(qs(r.error).toHtmlEscaped());
+    if (!r.error.empty()) {
+        QString t = tr("<b>Cannot estimate this configuration.</b> %1").arg(qs(r.error).toHtmlEscaped());
+        if (r.fix) // one click to the nearest configuration that can be estimated (undoable)
+            t += tr("<br><a href=\"fix\">Change to: %1</a>").arg(qs(r.fix->title).toHtmlEscaped());
+        return t;
+    }
     const Verdict &v = r.verdict;
     const QString word = v.fit == Fit::Fits ? tr("Fits") : v.fit == Fit::Tight ? tr("Tight") : tr("Out of memory");
     const double pct = std::abs(v.headroomFraction()) * 100.0;

@@ -91,6 +91,11 @@ Report buildReport(const Scenario &s, bool withAdvice)
         }
     } catch (const InputError &e) {
         r.error = e.what();
+        try {
+            r.fix = quickFix(s.model, s.config, e.field(), estimatorOptions(s));
+        } catch (const InputError &) {
+            r.fix.reset(); // the allocator settings themselves are what is wrong
+        }
     }
     return r;
 }

@@ -44,6 +44,7 @@ struct Report
     std::vector<std::pair<GpuSpec, Verdict>> otherCards; // common cards, same configuration
     std::vector<std::string> notes; // the estimator's, then the card's (bf16, room to grow, a card that fits)
     std::string error; // non-empty when the scenario cannot be estimated (the InputError text)
+    std::optional<QuickFix> fix; // with an error: the nearest configuration that can be estimated
 };
 // `withAdvice` false: the estimate and the verdicts only, without the recommendations (which
 // estimate a dozen alternatives and run the solvers), for a first answer while they compute.
