@@ -55,9 +55,11 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
                 if (e.phase(p).peakReservedBytes > 0)
                     b[Category::AllocatorSlack] = std::max<int64_t>(0, e.phase(p).peakReservedBytes - b.allocated());
                 b[Category::CudaContext] = e.peak[Category::CudaContext];
-                m_bars.push_back(barOf(pair ? name + tr(" est") : name, false, b));
+                m_bars.push_back(barOf(name, false, b)); // its measured twin follows it
                 if (mp) {
-                    Bar bar{name + tr(" meas"), true, {}};
+                    // "meas." under each measured twin; the category axis needs unique names, so
+                    // each carries as many zero-width spaces as its phase's index.
+                    Bar bar{tr("meas.") + QString(static_cast<int>(p), QChar(0x200B)), true, {}};
                     bar.bytes[kUnattributedRow] = mp->peakAllocatedBytes;
                     bar.bytes[static_cast<size_t>(Category::AllocatorSlack)] =
                         std::max<int64_t>(0, mp->peakReservedBytes - mp->peakAllocatedBytes);

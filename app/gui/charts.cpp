@@ -211,18 +211,19 @@ void BreakdownChart::refresh()
     // Where the memory goes without hovering: each legend entry carries its bytes at the
     // estimate's peak (the "Estimated" bar, or the tallest estimated phase), and the measured
     // bytes after a slash where a measurement is shown.
+    // The measured twin is the bar right after the estimated one (the same phase, or the step).
     int peakCol = -1, measuredCol = -1;
-    for (int c = 0; c < columns; ++c) {
-        bool measured = false;
-        for (int row = 0; row < m_model->rowCount() && !measured; ++row)
-            measured = m_model->data(m_model->index(row, c), BreakdownModel::MeasuredRole).toBool();
-        if (measured) {
-            if (measuredCol < 0 || totals[size_t(c)] > totals[size_t(measuredCol)])
-                measuredCol = c;
-        } else if (peakCol < 0 || totals[size_t(c)] > totals[size_t(peakCol)]) {
+    auto isMeasured = [&](int c) {
+        for (int row = 0; row < m_model->rowCount(); ++row)
+            if (m_model->data(m_model->index(row, c), BreakdownModel::MeasuredRole).toBool())
+                return true;
+        return false;
+    };
+    for (int c = 0; c < columns; ++c)
+        if (!isMeasured(c) && (peakCol < 0 || totals[size_t(c)] > totals[size_t(peakCol)]))
             peakCol = c;
-        }
-    }
+    if (peakCol >= 0 && peakCol + 1 < columns && isMeasured(peakCol + 1))
+        measuredCol = peakCol + 1;
     for (int row = 0; row < m_model->rowCount(); ++row) {
         QString text = BreakdownModel::rowLabel(row);
         auto bytesAt = [&](int c) { return m_model->data(m_model->index(row, c), BreakdownModel::BytesRole).toLongLong(); };
