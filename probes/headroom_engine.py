@@ -213,6 +213,7 @@ def parse_config(c):
         "seq_len": _int(c, "seq_len", ctx, 1, 1 << 24),
         "grad_accum": _int(c, "grad_accum", ctx, 1, 1 << 20, 1),
         "grad_checkpointing": _bool(c, "grad_checkpointing", ctx, False),
+        "checkpoint_layers": _int(c, "checkpoint_layers", ctx, 0, 1 << 20, 0),
         "attention": _choice(c, "attention", ctx, ATTENTIONS, "sdpa"),
         "loss": _choice(c, "loss", ctx, LOSSES, "standard"),
         "world_size": _int(c, "world_size", ctx, 1, 1 << 16, 1),
@@ -579,6 +580,10 @@ def build_model(torch, R, device, factory, info):
         model = quantize_4bit(torch, model, cfg, info)
     if cfg["grad_checkpointing"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg["checkpoint_layers"] > 0:  # selective: only the first N decoder layers recompute
+            for layer in find_layers(model)[cfg["checkpoint_layers"]:]:
+                layer.gradient_checkpointing = False
+            info["checkpoint_layers"] = cfg["checkpoint_layers"]
     if cfg["finetune"] in ("lora", "qlora"):
         peft = require("peft", "LoRA")
         info["peft"] = peft.__version__

@@ -479,6 +479,40 @@ private Q_SLOTS:
     }
     // A refused configuration comes with the nearest one that estimates (the explorer's
     // one-click "Change to"); where none exists, nothing is offered.
+    // Selective checkpointing (issue 14): the first N layers recompute, the rest keep their
+    // activations; the peak falls as N grows, all layers is full checkpointing, and the per-op
+    // ledger (QLoRA here) refuses a partial one with the field named.
+    void selectiveCheckpointing()
+    {
+        const ModelArch &m = findModelPreset("llama-3.2-1b");
+        TrainingConfig c = base();
+        c.microBatch = 4;
+        c.seqLen = 1024;
+        const int64_t none = estimate(m, c).peakAllocatedBytes;
+        c.gradCheckpointing = true;
+        const int64_t all = estimate(m, c).peakAllocatedBytes;
+        int64_t previous = none;
+        for (int64_t n : {int64_t(2), int64_t(8), int64_t(15)}) {
+            c.checkpointLayers = n;
+            const int64_t p = estimate(m, c).peakAllocatedBytes;
+            QVERIFY2(p < previous && p > all, qPrintable(QString::number(n)));
+            previous = p;
+        }
+        c.checkpointLayers = m.numLayers;
+        QCOMPARE(estimate(m, c).peakAllocatedBytes, all);
+        TrainingConfig q = c;
+        q.finetune = FineTune::QLoRA;
+        q.checkpointLayers = 4;
+        QVERIFY_THROWS_EXCEPTION(InputError, estimate(m, q));
+        TrainingConfig off = base();
+        off.checkpointLayers = 4; // without checkpointing on
+        QVERIFY_THROWS_EXCEPTION(InputError, off.validate());
+        // It survives JSON, and old documents (without the key) read as all layers.
+        c.checkpointLayers = 8;
+        QCOMPARE(trainingConfigFromJson(toJson(c)).checkpointLayers, int64_t(8));
+        QVERIFY(!toJson(base()).contains("checkpoint_layers"));
+    }
+
     void refusedConfigurationsOfferTheirFix()
     {
         TrainingConfig c = base();

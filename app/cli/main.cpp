@@ -44,6 +44,7 @@ struct Flags
     std::string seq = "2048";
     std::string gradAccum = "1";
     bool gradCheckpointing = false;
+    std::string checkpointLayers = "0";
     bool offloadOptimizer = false;
     bool noDoubleQuant = false;
     std::string checkpointingList; // sweep: on | off | both
@@ -132,6 +133,9 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
                             : parseInteger("--seq", f.seq, 1, 1 << 24);
     c.gradAccum = parseInteger("--grad-accum", f.gradAccum, 1, 1 << 20);
     c.gradCheckpointing = f.gradCheckpointing;
+    c.checkpointLayers = parseInteger("--checkpoint-layers", f.checkpointLayers, 0, 1 << 20);
+    if (c.checkpointLayers > 0)
+        c.gradCheckpointing = true;
     c.offloadOptimizer = f.offloadOptimizer;
     c.attention = parseAttention(f.attention, "--attention");
     c.loss = parseLoss(f.loss, "--loss");
@@ -304,6 +308,9 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
         cmd->add_option("--grad-checkpointing", f.checkpointingList, "on | off | both");
     else
         cmd->add_flag("--grad-checkpointing", f.gradCheckpointing, "Checkpoint every decoder layer");
+    cmd->add_option("--checkpoint-layers", f.checkpointLayers,
+                    "Checkpoint only the first N decoder layers (selective checkpointing; implies --grad-checkpointing; 0: all)")
+        ->capture_default_str();
     cmd->add_flag("--offload-optimizer", f.offloadOptimizer, "Optimizer state and step on the CPU (ZeRO-Offload)");
     cmd->add_option("--attention", f.attention, joinNames(attentionTable()))->capture_default_str();
     cmd->add_option("--loss", f.loss, "standard | fused (linear cross-entropy that never materializes the logits, as Liger's)")
@@ -337,7 +344,10 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
       << ") | batch " << c.microBatch << " x seq " << c.seqLen;
     if (c.gradAccum > 1)
         o << " x accum " << c.gradAccum;
-    o << " | " << toString(c.attention) << (c.gradCheckpointing ? " | checkpointing" : "")
+    o << " | " << toString(c.attention)
+      << (c.gradCheckpointing ? c.checkpointLayers > 0 ? " | checkpointing " + std::to_string(c.checkpointLayers) + " layers"
+                                                       : std::string(" | checkpointing")
+                              : std::string())
       << (c.loss == Loss::Fused ? " | fused loss" : "");
     if (c.worldSize > 1 || c.zeroStage > 0) // ZeRO's machinery applies at one GPU too
         o << " | " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << ", ZeRO-" << c.zeroStage;

@@ -177,6 +177,14 @@ std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, 
     return out;
 }
 
+namespace {
+bool judgeFits(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
+               const EstimatorOptions &opt)
+{
+    return judge(m, c, e, gpu, reserve, opt).fit == Fit::Fits;
+}
+} // namespace
+
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
                                       const EstimatorOptions &opt)
 {
@@ -246,6 +254,39 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
         t.gradCheckpointing = true;
         consider(G::Dynamic, "checkpointing", "Turn on gradient checkpointing",
                  "+20-40% step time: each layer's forward runs again in backward", t);
+        // Selective checkpointing: the fewest layers that make it fit, when that is fewer than
+        // all of them (the recomputation, and so the time, in proportion).
+        const int64_t L = m.numLayers;
+        auto fitsWith = [&](int64_t n) {
+            TrainingConfig k = c;
+            k.gradCheckpointing = true;
+            k.checkpointLayers = n;
+            try {
+                return judge(m, k, estimate(m, k, opt), gpu, reserve, opt).fit == Fit::Fits;
+            } catch (const InputError &) {
+                return false;
+            }
+        };
+        if (isSimulated(c) && L > 2 && !judgeFits(m, c, base, gpu, reserve, opt) && fitsWith(L - 1)) {
+            int64_t lo = 1, hi = L - 1; // the smallest n in [lo, hi] that fits; hi does
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                if (fitsWith(mid))
+                    hi = mid;
+                else
+                    lo = mid + 1;
+            }
+            TrainingConfig k = c;
+            k.gradCheckpointing = true;
+            k.checkpointLayers = lo;
+            const int pctLo = static_cast<int>(std::lround(20.0 * double(lo) / double(L)));
+            const int pctHi = static_cast<int>(std::lround(40.0 * double(lo) / double(L)));
+            consider(G::Dynamic, "checkpoint-some",
+                     "Checkpoint the first " + std::to_string(lo) + " of " + std::to_string(L) + " layers",
+                     "+" + std::to_string(std::max(1, pctLo)) + "-" + std::to_string(std::max(1, pctHi)) +
+                         "% step time: only those layers' forwards run again in backward",
+                     k);
+        }
     }
     if (c.seqLen > 256) {
         TrainingConfig t = c;

@@ -1179,6 +1179,11 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
                              "LoRA on " + model.modelType + "'s experts (PEFT ParamWrapper) cannot be estimated yet; "
                              "target the attention only, or measure with --engine transformers");
     }
+    // Selective checkpointing is simulated layer by layer; the ledger composes identical layers.
+    if (!isSimulated(cfg) && !cfg.checkpointingUniform(model.numLayers))
+        throw InputError("checkpoint_layers", std::to_string(cfg.checkpointLayers),
+                         "checkpointing some layers is estimated on one GPU, DDP and ZeRO-1; with QLoRA, FSDP or "
+                         "optimizer offload only all layers or none");
     // Multi-head latent attention is simulated op by op; the per-op ledger (QLoRA, FSDP,
     // optimizer offload) has no MLA yet.
     if (model.isMla() && !isSimulated(cfg))

@@ -1319,7 +1319,7 @@ private:
             const bool local = cosLocal.valid() && slidingLayer(l);
             const T &cos = local ? cosLocal : cosGlobal, &sin = local ? sinLocal : sinGlobal;
             T next;
-            if (c.gradCheckpointing) {
+            if (c.checkpointed(l)) {
                 const T in = hcur;
                 // checkpoint() keeps the layer's tensor arguments for the recomputation: the
                 // hidden states, the rotary cos/sin and the attention mask it was given.

@@ -112,6 +112,8 @@ json toJson(const TrainingConfig &c)
             {"offload_optimizer", c.offloadOptimizer}};
     if (c.loss != Loss::Standard) // written only when set: documents from before stay byte-identical
         j["loss"] = toString(c.loss);
+    if (c.checkpointLayers > 0)
+        j["checkpoint_layers"] = c.checkpointLayers;
     return j;
 }
 
@@ -139,6 +141,8 @@ TrainingConfig trainingConfigFromJson(const json &j)
             throw InputError(ctx + ".grad_checkpointing", show(j.at("grad_checkpointing")), "must be true or false");
         c.gradCheckpointing = j.at("grad_checkpointing").get<bool>();
     }
+    if (j.contains("checkpoint_layers"))
+        c.checkpointLayers = requireInt64(j, "checkpoint_layers", ctx, 0, 1 << 20);
     if (j.contains("attention"))
         c.attention = parseAttention(str("attention"), ctx + ".attention");
     if (j.contains("loss"))

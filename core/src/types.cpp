@@ -235,6 +235,10 @@ void TrainingConfig::validate() const
     range("grad_accum", gradAccum, 1, 1 << 20);
     range("gpus", worldSize, 1, 1 << 16);
     range("zero", zeroStage, 0, 3);
+    range("checkpoint_layers", checkpointLayers, 0, 1 << 20);
+    if (checkpointLayers > 0 && !gradCheckpointing)
+        throw InputError("checkpoint_layers", std::to_string(checkpointLayers),
+                         "checkpoints layers only with gradient checkpointing on");
     if (finetune != FineTune::Full) {
         range("lora_rank", lora.rank, 1, 1 << 16);
         if (lora.targets.empty())

@@ -566,7 +566,7 @@ struct Step
         calls.reserve(net.layers.size());
         for (size_t i = 0; i < net.layers.size(); ++i) {
             calls.push_back({&net, i, cos, sin, mask});
-            if (net.c.gradCheckpointing)
+            if (net.c.checkpointed(static_cast<int64_t>(i)))
                 x = CheckpointFn::apply(x, reinterpret_cast<int64_t>(&calls.back()));
             else
                 x = net.layerForward(i, x, cos, sin, mask);

@@ -135,6 +135,8 @@ struct TrainingConfig
     int64_t seqLen = 2048;
     int64_t gradAccum = 1;
     bool gradCheckpointing = false;
+    // Selective checkpointing: with gradCheckpointing, only the first N decoder layers (0: all).
+    int64_t checkpointLayers = 0;
     Attention attention = Attention::SDPA;
     Loss loss = Loss::Standard;
     int worldSize = 1;
@@ -142,6 +144,16 @@ struct TrainingConfig
     // DeepSpeed offload_optimizer: cpu (ZeRO-Offload): the optimizer state and its step live on
     // the host; the GPU keeps weights and gradients.
     bool offloadOptimizer = false;
+    // Whether decoder layer `layer` of `numLayers` recomputes its forward in backward.
+    bool checkpointed(int64_t layer) const
+    {
+        return gradCheckpointing && (checkpointLayers <= 0 || layer < checkpointLayers);
+    }
+    // Every layer checkpointed, or none: the per-op ledger knows only these.
+    bool checkpointingUniform(int64_t numLayers) const
+    {
+        return !gradCheckpointing || checkpointLayers <= 0 || checkpointLayers >= numLayers;
+    }
 
     int64_t tokens() const { return microBatch * seqLen; }
     // Throws InputError on the first out-of-range field.
