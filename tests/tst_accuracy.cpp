@@ -307,6 +307,28 @@ private Q_SLOTS:
         }
     }
 
+    // Selective checkpointing (issue 14) on the H200: the first N layers checkpointed, through the
+    // transformers engine (tests/data/h200/selective-2026-12-01). Peak allocated within 0.05%.
+    void selectiveCheckpointingMatchesTheRealStack()
+    {
+        const std::string dir = QFINDTESTDATA("data/h200/selective-2026-12-01").toStdString();
+        int checked = 0;
+        for (const char *name : {"l1b-bf16-full-adamw-b4s1024-ckpt8", "l8b-bf16-lora16-b4s2048-ckpt16"}) {
+            std::ifstream in(dir + "/" + name + ".transformers.json");
+            QVERIFY2(in.good(), name);
+            const Measurement m = measurementFromJson(json::parse(in));
+            QVERIFY(m.config.gradCheckpointing && m.config.checkpointLayers > 0);
+            const Estimate e = estimate(m.model, m.config);
+            const double err = relativeError(e.peakAllocatedBytes, m.peakAllocatedBytes);
+            std::printf("%-40s checkpoint %lld layers: measured %.3f GiB, estimate %+.4f%%\n", name,
+                        static_cast<long long>(m.config.checkpointLayers), m.peakAllocatedBytes / 1073741824.0,
+                        100 * err);
+            QVERIFY2(std::abs(err) <= 0.0005, name);
+            ++checked;
+        }
+        QCOMPARE(checked, 2);
+    }
+
     // NCCL's communicator is device memory the caching allocator never sees: the same step with
     // and without c10d's NCCL at world size 1 (H200, scripts/gpu-nccl.sh) differs in the CUDA
     // context by exactly the estimator's term once a collective has run (ZeRO-1 and up), and not
