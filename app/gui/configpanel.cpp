@@ -127,6 +127,13 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_attention = enumCombo("attention", attentionTable(), trainBox);
     m_checkpointing = new QCheckBox(tr("Gradient checkpointing"), trainBox);
     m_checkpointing->setObjectName(QStringLiteral("checkpointing"));
+    m_checkpointLayers = new QSpinBox(trainBox);
+    m_checkpointLayers->setObjectName(QStringLiteral("checkpointLayers"));
+    m_checkpointLayers->setSpecialValueText(tr("all layers"));
+    m_checkpointLayers->setPrefix(tr("first "));
+    m_checkpointLayers->setSuffix(tr(" layers"));
+    m_checkpointLayers->setToolTip(tr("Selective checkpointing: only the first N decoder layers recompute their "
+                                      "forward in backward; the rest keep their activations"));
     m_fusedLoss = new QCheckBox(tr("Fused linear cross-entropy (Liger)"), trainBox);
     m_fusedLoss->setObjectName(QStringLiteral("fusedLoss"));
     m_fusedLoss->setToolTip(tr("The loss computed chunk by chunk with the lm_head, so the logits never exist whole "
@@ -140,6 +147,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     form->addRow(tr("Implementation"), m_optimizerImpl);
     form->addRow(tr("Attention"), m_attention);
     form->addRow(QString(), m_checkpointing);
+    form->addRow(tr("Checkpoint"), m_checkpointLayers);
     form->addRow(QString(), m_fusedLoss);
     m_loraOnly = {m_loraRank, m_loraTargets, form->labelForField(m_loraRank), form->labelForField(m_loraTargets)};
     outer->addWidget(trainBox);
@@ -305,8 +313,15 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     connect(m_fusedLoss, &QCheckBox::toggled, this, [this](bool on) {
         edit([&](Scenario &s) { s.config.loss = on ? Loss::Fused : Loss::Standard; });
     });
-    connect(m_checkpointing, &QCheckBox::toggled, this,
-            [this](bool on) { edit([&](Scenario &s) { s.config.gradCheckpointing = on; }); });
+    connect(m_checkpointing, &QCheckBox::toggled, this, [this](bool on) {
+        edit([&](Scenario &s) {
+            s.config.gradCheckpointing = on;
+            if (!on)
+                s.config.checkpointLayers = 0;
+        });
+    });
+    connect(m_checkpointLayers, qOverload<int>(&QSpinBox::valueChanged), this,
+            [this](int v) { edit([&](Scenario &s) { s.config.checkpointLayers = v; }); });
     connect(m_batchSlider, &QSlider::valueChanged, this, [this](int k) { m_batch->setValue(1 << k); });
     connect(m_seqSlider, &QSlider::valueChanged, this, [this](int k) { m_seq->setValue(1 << k); });
     connect(m_batch, qOverload<int>(&QSpinBox::valueChanged), this,
@@ -439,7 +454,7 @@ void ConfigPanel::syncFromSession()
 {
     const Scenario &s = m_session->scenario();
     const TrainingConfig &c = s.config;
-    const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_fusedLoss, m_batchSlider,
+    const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_checkpointLayers, m_fusedLoss, m_batchSlider,
                                   m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve, m_offload, m_allocConf};
     std::vector<std::unique_ptr<QSignalBlocker>> blocks;
     for (QObject *o : all)
@@ -464,6 +479,9 @@ void ConfigPanel::syncFromSession()
     m_loraTargets->setText(targets.join(QStringLiteral(", ")));
     m_doubleQuant->setChecked(c.lora.doubleQuant);
     m_checkpointing->setChecked(c.gradCheckpointing);
+    m_checkpointLayers->setRange(0, static_cast<int>(std::max<int64_t>(0, s.model.numLayers - 1)));
+    m_checkpointLayers->setValue(static_cast<int>(c.checkpointLayers));
+    m_checkpointLayers->setEnabled(c.gradCheckpointing);
     m_fusedLoss->setChecked(c.loss == Loss::Fused);
     m_offload->setChecked(c.offloadOptimizer);
     m_batch->setValue(static_cast<int>(c.microBatch));

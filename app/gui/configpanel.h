@@ -50,6 +50,7 @@ private:
     QCheckBox *m_doubleQuant;
     QComboBox *m_attention;
     QCheckBox *m_checkpointing;
+    QSpinBox *m_checkpointLayers; // selective checkpointing: the first N layers (0: all)
     QCheckBox *m_fusedLoss;
     QSlider *m_batchSlider;
     QSpinBox *m_batch;
