@@ -980,6 +980,11 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
     std::vector<std::string> notes;
     const bool adapters = c.finetune != FineTune::Full;
     const bool qlora = c.finetune == FineTune::QLoRA;
+    if (c.gradCheckpointing && c.checkpointLayers > 0)
+        notes.push_back("checkpointing only the first " + std::to_string(c.checkpointLayers) +
+                        " layers has no key in this format: written as gradient checkpointing of every layer (set "
+                        "layer.gradient_checkpointing = False past layer " + std::to_string(c.checkpointLayers) +
+                        " in your script to match the estimate)");
     if (format == TrainingFormat::DeepSpeed) {
         json j = {{"train_micro_batch_size_per_gpu", c.microBatch},
                   {"gradient_accumulation_steps", c.gradAccum},
