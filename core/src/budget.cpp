@@ -177,14 +177,6 @@ std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, 
     return out;
 }
 
-namespace {
-bool judgeFits(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
-               const EstimatorOptions &opt)
-{
-    return judge(m, c, e, gpu, reserve, opt).fit == Fit::Fits;
-}
-} // namespace
-
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
                                       const EstimatorOptions &opt)
 {
@@ -267,7 +259,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                 return false;
             }
         };
-        if (isSimulated(c) && L > 2 && !judgeFits(m, c, base, gpu, reserve, opt) && fitsWith(L - 1)) {
+        if (isSimulated(c) && L > 2 && judge(m, c, base, gpu, reserve, opt).fit != Fit::Fits && fitsWith(L - 1)) {
             int64_t lo = 1, hi = L - 1; // the smallest n in [lo, hi] that fits; hi does
             while (lo < hi) {
                 const int64_t mid = lo + (hi - lo) / 2;

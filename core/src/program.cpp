@@ -335,8 +335,6 @@ private:
     }
 
     bool present(int mod) const { return !linearModuleNames(m)[static_cast<size_t>(mod)].empty(); }
-    // The MLP's intermediate width: the shared expert's in an MoE model.
-    int64_t mlpWidth() const { return m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize; }
     int64_t inFeatures(int mod) const { return linearInFeatures(m, LinearModule(mod)); }
     int64_t outFeatures(int mod) const { return linearOutFeatures(m, LinearModule(mod)); }
 
@@ -1095,7 +1093,6 @@ private:
         const int e = amp ? 2 : ce;
         const int64_t E = m.numExperts, K = m.expertsPerToken, Ie = m.expertIntermediateSize;
         const int64_t pairs = checkedMul(tok, K);
-        (void)E;
         // grouped_mm_experts_forward
         S.setOp("experts");
         T sortedIds = S.make(pairs * 8, 8); // torch.sort: values, permutation, scratch
