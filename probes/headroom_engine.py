@@ -40,7 +40,7 @@ PHASES = ("after_load", "forward", "backward", "optimizer")
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits", "temporaries",
               "communication", "allocator_slack", "cuda_context")
 PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
-OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion")
+OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion")
 IMPLS = ("foreach", "fused", "for-loop")
 FINETUNES = ("full", "lora", "qlora")
 ATTENTIONS = ("sdpa", "eager")
@@ -219,6 +219,7 @@ def parse_config(c):
         "world_size": _int(c, "world_size", ctx, 1, 1 << 16, 1),
         "zero_stage": _int(c, "zero_stage", ctx, 0, 3, 0),
         "offload_optimizer": _bool(c, "offload_optimizer", ctx, False),
+        "activation_offload": _bool(c, "activation_offload", ctx, False),
     }
     lora = c.get("lora", {})
     if not isinstance(lora, dict):
@@ -648,10 +649,11 @@ def build_optimizer(torch, cfg, params, info, zero1=False):
         transformers = require("transformers", "Adafactor")
         cls = transformers.optimization.Adafactor
         kw = {"lr": lr, "scale_parameter": False, "relative_step": False}
-    elif opt in ("adamw-8bit", "lion"):
+    elif opt in ("adamw-8bit", "paged-adamw-8bit", "lion"):
         bnb = require("bitsandbytes", f"--optimizer {opt}")
         info["bitsandbytes"] = getattr(bnb, "__version__", "?")
-        cls = bnb.optim.AdamW8bit if opt == "adamw-8bit" else bnb.optim.Lion
+        cls = {"adamw-8bit": bnb.optim.AdamW8bit, "paged-adamw-8bit": bnb.optim.PagedAdamW8bit,
+               "lion": bnb.optim.Lion}[opt]
         kw = {"lr": lr}
     else:
         raise BadRequest("config.optimizer", opt, "not available in the transformers engine")
@@ -1450,9 +1452,16 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
         hooks = install_progress_hooks(layers, progress)
         sync_ctx = gradient_sync_control(model, D)
 
+        # Activation offload as PyTorch ships it: every tensor autograd saves in the forward is
+        # copied to pinned host memory and brought back when backward unpacks it.
+        offload = cfg["activation_offload"]
+        if offload:
+            info["activation_offload"] = "torch.autograd.graph.save_on_cpu(pin_memory=True)"
+
         def forward(ids):
             ctx = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else _Null()
-            with ctx:
+            hooks_ctx = torch.autograd.graph.save_on_cpu(pin_memory=cuda) if offload else _Null()
+            with hooks_ctx, ctx:
                 loss = model(input_ids=ids, labels=ids).loss
             return loss / ga if ga > 1 else loss
 

@@ -36,11 +36,11 @@ def preset(model_id):
 
 def spec(name, model, precision="bf16", optimizer="adamw", impl="foreach", finetune="full", batch=4, seq=1024,
          ga=1, ckpt=False, attention="sdpa", rank=16, targets=None, dropout=0.0, layers=None, budget_gib=None,
-         alloc_conf=None, steps=2, timeline=True, attribution=True):
+         alloc_conf=None, steps=2, timeline=True, attribution=True, offload=False):
     return dict(name=name, model=model, precision=precision, optimizer=optimizer, impl=impl, finetune=finetune,
                 batch=batch, seq=seq, ga=ga, ckpt=ckpt, attention=attention, rank=rank, targets=targets or ALL,
                 dropout=dropout, layers=layers, budget_gib=budget_gib, alloc_conf=alloc_conf, steps=steps,
-                timeline=timeline, attribution=attribution)
+                timeline=timeline, attribution=attribution and not offload, offload=offload)
 
 
 def specs():
@@ -191,6 +191,30 @@ def specs():
     a(spec("olmo2-1b-ampbf16-lora16-b4s1024", "olmo-2-1b", precision="amp-bf16", finetune="lora", budget_gib=40))
     a(spec("sc2-3b-ampbf16-lora16-b2s1024", "starcoder2-3b", precision="amp-bf16", finetune="lora", batch=2,
            budget_gib=40))
+    # Added 2026-12-01 (fifth session): bitsandbytes built from source on the H200 (QLoRA, 8-bit
+    # and paged optimizers as users run them) and activation offload (torch's save_on_cpu).
+    a(spec("l1b-bf16-qlora16-b4s1024", l1, finetune="qlora", budget_gib=30))
+    a(spec("l1b-bf16-qlora16-b4s1024-ckpt", l1, finetune="qlora", ckpt=True, budget_gib=20))
+    a(spec("l1b-ampbf16-qlora16-b4s1024", l1, precision="amp-bf16", finetune="qlora", budget_gib=30))
+    a(spec("l8b-bf16-qlora16-b2s2048-ckpt", l8, finetune="qlora", batch=2, seq=2048, ckpt=True, budget_gib=30))
+    a(spec("l8b-bf16-qlora16-b1s1024", l8, finetune="qlora", batch=1, budget_gib=30))
+    a(spec("q7b-bf16-qlora16-b1s2048-ckpt", "qwen2.5-7b", finetune="qlora", batch=1, seq=2048, ckpt=True,
+           budget_gib=30))
+    a(spec("m7b-bf16-qlora16-b2s1024", "mistral-7b", finetune="qlora", batch=2, budget_gib=35))
+    a(spec("l1b-bf16-full-adamw8bit-b4s1024", l1, optimizer="adamw-8bit", budget_gib=30))
+    a(spec("l1b-bf16-full-adamw8bit-b1s512", l1, optimizer="adamw-8bit", batch=1, seq=512, budget_gib=20))
+    a(spec("q05b-bf16-full-adamw8bit-b4s1024", q05, optimizer="adamw-8bit", budget_gib=25))
+    a(spec("l1b-bf16-full-lion-b4s1024", l1, optimizer="lion", budget_gib=30))
+    a(spec("l1b-bf16-full-pagedadamw8bit-b4s1024", l1, optimizer="paged-adamw-8bit", budget_gib=30))
+    a(spec("l1b-bf16-full-pagedadamw8bit-b1s512", l1, optimizer="paged-adamw-8bit", batch=1, seq=512, budget_gib=20))
+    a(spec("l8b-bf16-full-pagedadamw8bit-b1s1024", l8, optimizer="paged-adamw-8bit", batch=1, budget_gib=60))
+    a(spec("l1b-bf16-full-adamw-b4s1024-offload", l1, offload=True, budget_gib=25))
+    a(spec("l1b-bf16-full-adamw-b4s1024-ckpt-offload", l1, ckpt=True, offload=True, budget_gib=25))
+    a(spec("l1b-ampbf16-full-adamw-b4s1024-offload", l1, precision="amp-bf16", offload=True, budget_gib=30))
+    a(spec("l1b-bf16-lora16-b4s2048-offload", l1, finetune="lora", seq=2048, offload=True, budget_gib=25))
+    a(spec("l8b-bf16-lora16-b4s2048-offload", l8, finetune="lora", seq=2048, offload=True, budget_gib=45))
+    a(spec("q05b-bf16-full-adamw-b8s1024-offload", q05, batch=8, offload=True, budget_gib=25))
+    a(spec("gpt2-bf16-full-adamw-b8s1024-offload", "gpt2", batch=8, offload=True, budget_gib=15))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
@@ -212,6 +236,13 @@ def specs():
 
 
 def request_of(s):
+    r = _request_of(s)
+    if s["offload"]:
+        r["config"]["activation_offload"] = True
+    return r
+
+
+def _request_of(s):
     p = preset(s["model"])
     cfg = dict(p["config"])
     meta = dict(p["headroom"])

@@ -215,8 +215,8 @@ private Q_SLOTS:
         QCOMPARE(b.code, 0);
         QVERIFY(b.out.trimmed().toLongLong() >= 1);
         const Run s = cli({QStringLiteral("max-seq"), QStringLiteral("--model"), QStringLiteral("llama-3.1-8b"),
-                           QStringLiteral("--finetune"), QStringLiteral("qlora"), QStringLiteral("--gpu"),
-                           QStringLiteral("rtx-4090")});
+                           QStringLiteral("--finetune"), QStringLiteral("qlora"), QStringLiteral("--grad-checkpointing"),
+                           QStringLiteral("--gpu"), QStringLiteral("rtx-4090")});
         QCOMPARE(s.code, 0);
         QVERIFY(s.out.trimmed().toLongLong() > 1024);
         QVERIFY(cli({QStringLiteral("models")}).out.contains(QStringLiteral("mixtral-8x7b")));

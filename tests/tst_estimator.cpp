@@ -86,7 +86,7 @@ private Q_SLOTS:
         QTest::addRow("adamw") << int(Optimizer::AdamW) << 4.0;
         QTest::addRow("sgd") << int(Optimizer::SGD) << 0.0;
         QTest::addRow("sgd-momentum") << int(Optimizer::SGDMomentum) << 2.0;
-        QTest::addRow("lion") << int(Optimizer::Lion) << 2.0;
+        QTest::addRow("lion") << int(Optimizer::Lion) << 4.0; // bitsandbytes: fp32 state
         QTest::addRow("adamw-8bit") << int(Optimizer::AdamW8bit) << 2.03;
     }
     void optimizerStateBytes()
@@ -481,7 +481,7 @@ private Q_SLOTS:
     // one-click "Change to"); where none exists, nothing is offered.
     // Selective checkpointing (issue 14): the first N layers recompute, the rest keep their
     // activations; the peak falls as N grows, all layers is full checkpointing, and the per-op
-    // ledger (QLoRA here) refuses a partial one with the field named.
+    // ledger (FSDP here) refuses a partial one with the field named.
     void selectiveCheckpointing()
     {
         const ModelArch &m = findModelPreset("llama-3.2-1b");
@@ -500,8 +500,9 @@ private Q_SLOTS:
         }
         c.checkpointLayers = m.numLayers;
         QCOMPARE(estimate(m, c).peakAllocatedBytes, all);
-        TrainingConfig q = c;
-        q.finetune = FineTune::QLoRA;
+        TrainingConfig q = c; // FSDP goes through the ledger
+        q.worldSize = 2;
+        q.zeroStage = 3;
         q.checkpointLayers = 4;
         QVERIFY_THROWS_EXCEPTION(InputError, estimate(m, q));
         TrainingConfig off = base();

@@ -317,7 +317,7 @@ private Q_SLOTS:
         QCOMPARE(c.seqLen, int64_t(4096));
         QCOMPARE(c.microBatch, int64_t(2));
         QCOMPARE(c.gradAccum, int64_t(8));
-        QVERIFY(c.optimizer == Optimizer::AdamW8bit);
+        QVERIFY(c.optimizer == Optimizer::PagedAdamW8bit);
         QVERIFY(c.gradCheckpointing);
         auto *notes = child<QLabel>(w, "configNotes");
         QVERIFY2(notes->isVisible() && notes->text().contains(QStringLiteral("shiny_new_option")), qPrintable(notes->text()));

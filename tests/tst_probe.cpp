@@ -182,19 +182,6 @@ private Q_SLOTS:
         const auto on = resultOf(runProbe(b)).steady(Phase::Forward)->peakAllocatedBytes;
         QVERIFY2(on < off, qPrintable(QStringLiteral("%1 vs %2").arg(on).arg(off)));
     }
-    void qloraWeightsAreNf4()
-    {
-        ProbeRequest r = request(FineTune::QLoRA);
-        r.config.precision = Precision::BF16;
-        const Measurement m = resultOf(runProbe(r));
-        const Estimate e = estimate(tiny(), r.config);
-        QCOMPARE(m.attribution[Category::Weights], e.params.weightBytes); // exact NF4 + absmax formula
-        // Same adapters as bf16 LoRA; the 4-bit base makes the difference.
-        ProbeRequest lora = request(FineTune::LoRA);
-        lora.config.precision = Precision::BF16;
-        const Measurement ml = resultOf(runProbe(lora));
-        QVERIFY(m.attribution[Category::Weights] < ml.attribution[Category::Weights]);
-    }
     void badRequestsExitTwo_data()
     {
         QTest::addColumn<QString>("patch");
@@ -211,6 +198,11 @@ private Q_SLOTS:
         QTest::addRow("zero") << R"({"config": {"world_size": 2, "zero_stage": 3}})" << "config.zero_stage";
         QTest::addRow("accumulation") << R"({"config": {"grad_accum": 2}})" << "config.grad_accum";
         QTest::addRow("offload") << R"({"config": {"offload_optimizer": true}})" << "config.offload_optimizer";
+        // QLoRA as PEFT prepares it, paged optimizers and activation offload: the real stack only.
+        QTest::addRow("qlora") << R"({"config": {"finetune": "qlora", "precision": "bf16"}})" << "config.finetune";
+        QTest::addRow("paged") << R"({"config": {"optimizer": "paged-adamw-8bit"}})" << "config.optimizer";
+        QTest::addRow("activation offload") << R"({"config": {"activation_offload": true}})"
+                                            << "config.activation_offload";
     }
     void badRequestsExitTwo()
     {

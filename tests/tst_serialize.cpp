@@ -82,7 +82,7 @@ private Q_SLOTS:
     // Hugging Face names are what the CLI, the explorer and the config formats use.
     void optimizerTableCoversEveryOptimizer()
     {
-        const Optimizer all[] = {Optimizer::AdamW, Optimizer::AdamW8bit, Optimizer::SGD,
+        const Optimizer all[] = {Optimizer::AdamW, Optimizer::AdamW8bit, Optimizer::PagedAdamW8bit, Optimizer::SGD,
                                  Optimizer::SGDMomentum, Optimizer::Adafactor, Optimizer::Lion};
         QCOMPARE(optimizerTable().size(), std::size(all));
         for (Optimizer o : all) {

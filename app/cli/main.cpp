@@ -46,6 +46,7 @@ struct Flags
     bool gradCheckpointing = false;
     std::string checkpointLayers = "0";
     bool offloadOptimizer = false;
+    bool activationOffload = false;
     bool noDoubleQuant = false;
     std::string checkpointingList; // sweep: on | off | both
     std::string attention = "sdpa";
@@ -137,6 +138,7 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     if (c.checkpointLayers > 0)
         c.gradCheckpointing = true;
     c.offloadOptimizer = f.offloadOptimizer;
+    c.activationOffload = f.activationOffload;
     c.attention = parseAttention(f.attention, "--attention");
     c.loss = parseLoss(f.loss, "--loss");
     c.worldSize = static_cast<int>(parseInteger("--gpus", f.gpus, 1, 65536));
@@ -312,6 +314,8 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
                     "Checkpoint only the first N decoder layers (selective checkpointing; implies --grad-checkpointing; 0: all)")
         ->capture_default_str();
     cmd->add_flag("--offload-optimizer", f.offloadOptimizer, "Optimizer state and step on the CPU (ZeRO-Offload)");
+    cmd->add_flag("--activation-offload", f.activationOffload,
+                  "Saved activations to pinned host memory in forward, back in backward (torch save_on_cpu)");
     cmd->add_option("--attention", f.attention, joinNames(attentionTable()))->capture_default_str();
     cmd->add_option("--loss", f.loss, "standard | fused (linear cross-entropy that never materializes the logits, as Liger's)")
         ->capture_default_str();

@@ -158,8 +158,14 @@ void Sim::beginRegion(std::function<void()> fn, const std::vector<const T *> &in
 {
     Region r;
     r.recompute = std::move(fn);
+    // Non-reentrant checkpoint keeps its inputs through _NoopSaveInputs.save_for_backward, made
+    // before its own hooks are pushed: under save_on_cpu they are packed to the host.
     for (const T *t : inputs)
         if (t && t->sto >= 0) {
+            if (m_toHost) {
+                r.hostInputs.push_back(t->sto);
+                continue;
+            }
             ref(t->sto);
             markSaved(t->sto);
             r.inputs.push_back(t->sto);
@@ -190,6 +196,25 @@ void Sim::recompute(int region)
     m_recompute = region;
     m_cursor = 0;
     m_recomputeMade.clear();
+    // Inputs packed to the host come back for the recomputation (unpack_from_cpu: new device
+    // tensors) and are held by its argument list until it ends; the recomputed forward's own
+    // saves keep what they need longer.
+    std::vector<int> copies;
+    for (int sto : r.hostInputs) {
+        Storage &st = m_sto[static_cast<size_t>(sto)];
+        if (st.live) {
+            copies.push_back(allocate(st.bytes, Category::Activations));
+            continue;
+        }
+        st.live = true;
+        st.refs = 1;
+        st.id = m_nextId++;
+        st.cat = Category::Activations;
+        st.allocEvent = m_out.events.size();
+        m_live = checkedAdd(m_live, st.bytes);
+        emit(MemEvent::Alloc, st);
+        copies.push_back(sto);
+    }
     try {
         r.recompute();
     } catch (const RecomputeDone &) {
@@ -203,6 +228,8 @@ void Sim::recompute(int region)
         }
     }
     m_recomputeMade.clear();
+    for (int sto : copies)
+        unref(sto);
     m_recompute = -1;
     m_gradEnabled = grad;
 }
@@ -293,6 +320,9 @@ int Sim::record(std::vector<T *> outputs, const std::vector<const T *> &inputs, 
     if (m_region >= 0) {
         n.region = m_region;
         n.wantsSaved = !saved.empty();
+    } else if (m_toHost) {
+        for (int s : saved)
+            n.packed.push_back(m_sto[static_cast<size_t>(s)].bytes);
     } else {
         for (int s : saved) {
             ref(s);
@@ -417,7 +447,13 @@ void Sim::backward(const T &root, int64_t seedBytes)
         std::vector<bool> needs;
         for (const Edge &e : n.inputs)
             needs.push_back(e.node >= 0 || e.param >= 0);
+        std::vector<int> unpacked; // the node's saved tensors, back from the host
+        for (int64_t bytes : n.packed)
+            unpacked.push_back(allocate(bytes, Category::Activations));
         std::vector<int> grads = n.fn(*this, n.buffer, needs);
+        for (auto it = unpacked.rbegin(); it != unpacked.rend(); ++it)
+            unref(*it);
+        n.packed.clear();
         // The node's incoming gradients go first, then what it saved.
         for (int &b : n.buffer) {
             unref(b);

@@ -28,6 +28,7 @@ struct T
     int elem = 2;          // bytes per element (its dtype)
     int64_t rows = 0;      // parameters: a matrix's rows and columns (columns 1 for a vector)
     int64_t cols = 0;
+    bool nf4 = false;      // a bitsandbytes Params4bit (rows x cols packed two per byte)
     int64_t numel() const { return elem ? bytes / elem : 0; }
     bool valid() const { return sto >= 0; }
 };
@@ -92,6 +93,13 @@ public:
     // forward again, and what each op saves goes to the matching original node; recomputation
     // stops once every node has its tensors (early stop).
     void beginRegion(std::function<void()> recompute, const std::vector<const T *> &inputs);
+
+    // torch.autograd.graph.save_on_cpu: while on, a node recorded outside a checkpointed region
+    // keeps no device memory for what it saves (pack_to_cpu copies each saved tensor to pinned
+    // host memory); its backward first brings each back (unpack_from_cpu: tensor.to(device), a
+    // new allocation of the saved tensor's size, parameters included) and frees them when it
+    // returns. Checkpointed regions install their own hooks, which win.
+    void setSavedToHost(bool on) { m_toHost = on; }
     void endRegion();
 
     // cuBLAS allocates its workspace through the caching allocator at the first matmul on a
@@ -127,6 +135,7 @@ private:
         uint64_t seq = 0;
         std::vector<Edge> inputs;
         std::vector<int> saved;
+        std::vector<int64_t> packed; // bytes of saved tensors that went to the host (save_on_cpu)
         std::vector<int64_t> outBytes;
         BackwardFn fn;
         std::vector<int> buffer; // gradient per output, accumulated
@@ -140,6 +149,7 @@ private:
         std::function<void()> recompute;
         std::vector<int> nodes;  // in creation order
         std::vector<int> inputs; // storages the checkpoint frame holds
+        std::vector<int> hostInputs; // ... on the host (save_on_cpu packed _NoopSaveInputs' saves)
         size_t remaining = 0;    // nodes not run yet
         bool recomputed = false;
     };
@@ -169,6 +179,7 @@ private:
     int16_t m_layer = -1;
     uint16_t m_op = 0;
     bool m_gradEnabled = true;
+    bool m_toHost = false;
     int64_t m_live = 0;
     int64_t m_blasBytes = 33554432;
     std::array<bool, 2> m_blas{};

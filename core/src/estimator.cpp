@@ -660,13 +660,24 @@ Params countParams(const Ctx &x)
         if (tensors >= 0) {
             // Parameter-shaped state tensors in the parameter's dtype (the optimizer table).
             state = checkedMul(n, int64_t(tensors) * bytes);
-        } else if (cfg.optimizer == Optimizer::AdamW8bit) {
+        } else if (cfg.optimizer == Optimizer::AdamW8bit || cfg.optimizer == Optimizer::PagedAdamW8bit) {
             // bitsandbytes: uint8 exp_avg and exp_avg_sq with an fp32 absmax per 256-value block;
-            // tensors under min_8bit_size (4096) keep 32-bit state.
-            if (numel >= 4096)
-                state = checkedMul(count, 2 * (numel + ((numel + 255) / 256) * 4));
-            else
+            // tensors under min_8bit_size (4096) keep 32-bit state. Paged: the two moments of a
+            // tensor of 1e5 values or more come from F.get_paged (cudaMallocManaged), outside the
+            // allocator (optimizer.py get_state_buffer); the absmax stay torch tensors.
+            const int64_t absmax = ((numel + 255) / 256) * 4;
+            if (cfg.optimizer == Optimizer::PagedAdamW8bit && numel >= 100000) {
+                state = checkedMul(count, 2 * absmax);
+                S.pagedOptimizerStateBytes = checkedAdd(S.pagedOptimizerStateBytes, checkedMul(count, 2 * numel));
+            } else if (numel >= 4096) {
+                state = checkedMul(count, 2 * (numel + absmax));
+            } else {
                 state = checkedMul(n, 8);
+            }
+        } else if (cfg.optimizer == Optimizer::Lion) {
+            // bitsandbytes Optimizer1State with optim_bits=32: state1 is fp32 whatever the
+            // parameter's dtype (optimizer.py get_state_buffer(p, dtype=torch.float32)).
+            state = checkedMul(n, 4);
         } else if (cfg.optimizer == Optimizer::Adafactor) {
             // torch.optim.Adafactor: row and column variances for matrices, full variance for vectors.
             state = checkedMul(checkedMul(cols > 1 ? rows + cols : rows, bytes), count);
@@ -720,7 +731,6 @@ Params countParams(const Ctx &x)
     const bool fused = cfg.optimizerImpl == OptimizerImpl::Fused;
     switch (cfg.optimizer) {
     case Optimizer::AdamW:
-    case Optimizer::Lion:
     case Optimizer::Adafactor:
         // foreach AdamW: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), one state-sized list.
         // for-loop: (exp_avg_sq.sqrt() / bias_correction2_sqrt) holds two copies of the largest tensor.
@@ -728,6 +738,8 @@ Params countParams(const Ctx &x)
         P.stepTemporaryBytes = fused ? 0 : forLoop ? 2 * S.largestTrainableBytes : trainableBytesForState;
         break;
     case Optimizer::AdamW8bit: // bitsandbytes' blockwise kernel updates in place
+    case Optimizer::PagedAdamW8bit:
+    case Optimizer::Lion:      // bitsandbytes' 32-bit kernel, in place too
     case Optimizer::SGD:       // _foreach_add_(params, grads, alpha=-lr)
     case Optimizer::SGDMomentum:
         P.stepTemporaryBytes = 0;
@@ -771,6 +783,7 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
     const int64_t state = cfg.offloadOptimizer ? 0 : perRank(1, P.summary.optimizerStateBytes);
     if (cfg.offloadOptimizer)
         est.params.hostOptimizerStateBytes = perRank(1, P.summary.optimizerStateBytes);
+    est.params.pagedOptimizerStateBytes = perRank(1, P.summary.pagedOptimizerStateBytes);
     // DDP: Reducer::initialize_buckets gives every gradient a bucket copy for the whole run
     // (gradient_as_bucket_view=False), allocated when the model is wrapped.
     const int64_t ddpBuckets = ddp ? P.summary.gradientBytes : 0;
@@ -1079,6 +1092,14 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
         x.notes.push_back(std::string("the optimizer state (") + gib +
                           " per rank) and its step run on the CPU; the host needs that much pinned memory");
     }
+    if (est.params.pagedOptimizerStateBytes > 0) {
+        char gib[32];
+        std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(est.params.pagedOptimizerStateBytes) / 1073741824.0);
+        x.notes.push_back(std::string("the paged optimizer keeps ") + gib +
+                          " of moments in CUDA managed memory, outside PyTorch's allocator: nvidia-smi counts it "
+                          "while it is on the GPU, and under memory pressure the driver pages it to host RAM "
+                          "(a slower step, not an OOM); it is not in the totals here");
+    }
     if (model.maxPositions > 0 && cfg.seqLen > model.maxPositions)
         x.notes.push_back("sequence length " + std::to_string(cfg.seqLen) + " is above the model's "
                           "max_position_embeddings (" + std::to_string(model.maxPositions) +
@@ -1152,10 +1173,13 @@ int64_t fusedLossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab)
     return std::min(chunk, tokens);
 }
 
-bool isSimulated(const TrainingConfig &cfg)
+bool isSimulated(const ModelArch &model, const TrainingConfig &cfg)
 {
+    // QLoRA is simulated where bitsandbytes' Linear4bit replaces every decoder Linear: not
+    // GPT-2's Conv1D layers, and not yet the routers, experts and MLA projections of MoE models.
+    const bool qloraSimulated = model.modelType != "gpt2" && !model.isMoe() && !model.isMla();
     return (cfg.zeroStage == 0 || (cfg.zeroStage == 1 && cfg.worldSize > 1)) && !cfg.offloadOptimizer &&
-           cfg.finetune != FineTune::QLoRA;
+           (cfg.finetune != FineTune::QLoRA || qloraSimulated);
 }
 
 Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
@@ -1180,13 +1204,19 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
                              "target the attention only, or measure with --engine transformers");
     }
     // Selective checkpointing is simulated layer by layer; the ledger composes identical layers.
-    if (!isSimulated(cfg) && !cfg.checkpointingUniform(model.numLayers))
+    if (!isSimulated(model, cfg) && !cfg.checkpointingUniform(model.numLayers))
         throw InputError("checkpoint_layers", std::to_string(cfg.checkpointLayers),
                          "checkpointing some layers is estimated on one GPU, DDP and ZeRO-1; with QLoRA, FSDP or "
                          "optimizer offload only all layers or none");
+    // Activation offload is simulated op by op (autograd.h setSavedToHost); the ledger has no
+    // saved-tensor hooks.
+    if (cfg.activationOffload && !isSimulated(model, cfg))
+        throw InputError("activation_offload", "true",
+                         "activation offload is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP (ZeRO 2/3), "
+                         "optimizer offload, or QLoRA on GPT-2 and MoE models");
     // Multi-head latent attention is simulated op by op; the per-op ledger (QLoRA, FSDP,
     // optimizer offload) has no MLA yet.
-    if (model.isMla() && !isSimulated(cfg))
+    if (model.isMla() && !isSimulated(model, cfg))
         throw InputError("model.model_type", model.modelType,
                          "multi-head latent attention is estimated for full fine-tuning and LoRA on one GPU, DDP "
                          "and ZeRO-1; not yet with QLoRA, FSDP (ZeRO 2/3) or optimizer offload");
@@ -1209,7 +1239,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     }
     // Simulated: one GPU, DDP and ZeRO-1 (ZeroRedundancyOptimizer). FSDP (stages 2 and 3),
     // optimizer offload and QLoRA still go through the per-op ledger.
-    if (!isSimulated(cfg) || opt.ledgerOnly)
+    if (!isSimulated(model, cfg) || opt.ledgerOnly)
         return estimateLedger(model, cfg, opt);
 
     Estimate est = estimateLedger(model, cfg, opt); // parameters and notes

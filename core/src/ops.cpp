@@ -358,6 +358,45 @@ T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in,
     return out;
 }
 
+T Ops::linear4bit(const T &x, const T &w, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested)
+{
+    (void)w; // MatMul4Bit keeps the packed weight (a parameter) in ctx.tensors: no new memory
+    const int64_t numel = in * outF;
+    const int64_t blocks = (numel + 63) / 64;
+    // backends/cuda/ops.py _dequant_linear_fallback: absmax_dq = torch.empty_like(absmax_8bit,
+    // dtype=float32), absmax = absmax_dq + absmax_offset, B_dq = torch.empty(shapeB, A.dtype),
+    // then F.linear; its locals go as it returns (arguments first: absmax, then absmax_dq, B_dq).
+    int absDq = -1, abs32 = -1;
+    if (nested) {
+        absDq = s.allocate(blocks * 4, Category::Temporaries);
+        abs32 = s.allocate(blocks * 4, Category::Temporaries);
+    }
+    const int wdq = s.allocate(numel * elem, Category::Temporaries);
+    T out = s.make(tokens * outF * elem, elem);
+    s.blasWorkspace(0);
+    if (nested) {
+        s.unref(abs32);
+        s.unref(absDq);
+    }
+    s.unref(wdq);
+    const int64_t xBytes = tokens * in * elem, wBytes = numel * elem;
+    s.record({&out}, {&x}, {}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        // MatMul4Bit.backward: grad_A = grad_output @ F.dequantize_4bit(B, state); dequantize_4bit
+        // makes the fp32 absmax first (dequantize_blockwise) and frees it when it returns.
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int a = nested ? s.allocate(blocks * 4, Category::Temporaries) : -1;
+        const int dq = s.allocate(wBytes, Category::Temporaries);
+        if (a >= 0)
+            s.unref(a);
+        const int gradA = s.allocate(xBytes, Category::Temporaries);
+        s.blasWorkspace(1);
+        s.unref(dq);
+        return std::vector<int>{gradA};
+    });
+    return out;
+}
+
 T Ops::embedding(const T &w, const T &ids, int64_t tokens, int64_t vocab, int64_t hidden)
 {
     T out = s.make(tokens * hidden * w.elem, w.elem);

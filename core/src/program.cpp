@@ -75,6 +75,20 @@ public:
         full = c.finetune == FineTune::Full;
         if (!full)
             loraMask = loraAdaptedModules(m, c.lora.targets);
+        qlora = c.finetune == FineTune::QLoRA;
+        if (qlora) {
+            // The decoder's nn.Linear layers become bitsandbytes Linear4bit with the model's dtype
+            // as compute_dtype; peft.prepare_model_for_kbit_training then casts every parameter
+            // that is not a Params4bit to fp32 (utils/other.py: embeddings, norms, lm_head). With
+            // an fp32 embedding and fp32 norm weights the residual stream and every activation are
+            // fp32; Linear4bit casts its input to compute_dtype and its output back
+            // (bitsandbytes/nn/modules.py Linear4bit.forward). Measured on the H200 with
+            // bitsandbytes 0.50: Llama-3.2-1B bf16 QLoRA, 4 x 1024, peak 27.5 GiB (LoRA: 18.8).
+            qe = amp ? 4 : ce;
+            pe = 4;
+            if (!amp)
+                ce = re = 4;
+        }
     }
 
     void run(int measuredSteps)
@@ -83,7 +97,9 @@ public:
         for (int step = 0; step <= measuredSteps; ++step) {
             for (int64_t micro = 0; micro < c.gradAccum; ++micro) {
                 S.setPhase(step, Phase::Forward, static_cast<int>(micro));
+                S.setSavedToHost(c.activationOffload); // save_on_cpu wraps model(...) only
                 T loss = forward(batches[static_cast<size_t>(micro)]);
+                S.setSavedToHost(false);
                 if (c.gradAccum > 1) {
                     T scaled = O.scale(loss); // loss / gradient_accumulation_steps
                     S.drop(loss);
@@ -110,8 +126,9 @@ private:
     Ops O;
     const FamilyTraits &ft;
     int64_t b = 1, s = 1, tok = 1, h = 1, heads = 1, kvHeads = 1, hd = 1, qOut = 1, kvOut = 1, V = 1;
-    bool amp = false, full = true;
+    bool amp = false, full = true, qlora = false;
     int pe = 2, ce = 2, re = 2;
+    int qe = 2; // QLoRA: Linear4bit's compute dtype
     std::array<bool, kLinearModuleCount> loraMask{};
     T embed, positions, finalNorm, finalNormB, lmHead;
     std::vector<LayerParams> layers;
@@ -129,6 +146,38 @@ private:
         t.rows = rows;
         t.cols = cols;
         return t;
+    }
+
+    // A decoder nn.Linear's weight; under QLoRA a bitsandbytes Params4bit (functional.py
+    // quantize_4bit): the packed weight, two values per byte, then its quant state: an absmax per
+    // 64 values, fp32, or (double quantization) uint8 with an fp32 absmax per 256 blocks, the
+    // 256-entry fp32 code and the fp32 offset.
+    T linearWeight(int64_t rows, int64_t cols, bool trainableHere, const char *name)
+    {
+        if (!qlora)
+            return param(rows, cols, trainableHere, name);
+        S.setOp(name);
+        const int64_t n = checkedMul(rows, cols), blocks = (n + 63) / 64;
+        T w = S.parameter((n + 1) / 2, 1, false);
+        w.rows = rows;
+        w.cols = cols;
+        w.nf4 = true;
+        if (c.lora.doubleQuant) {
+            S.make(blocks, 1, Category::Weights);
+            S.make((blocks + 255) / 256 * 4, 4, Category::Weights);
+            S.make(256 * 4, 4, Category::Weights);
+            S.make(4, 4, Category::Weights);
+        } else {
+            S.make(blocks * 4, 4, Category::Weights);
+        }
+        return w;
+    }
+
+    // A Linear4bit's bias: prepare_model_for_kbit_training makes it fp32, and the first forward
+    // casts it back to compute_dtype in place (bias.data = bias.data.to(x.dtype)).
+    T linearBias(int64_t rows, bool trainableHere, const char *name)
+    {
+        return param(rows, 1, trainableHere, name, qlora ? qe : 0);
     }
 
     void load()
@@ -164,23 +213,23 @@ private:
                 L.kvaN = param(m.kvLoraRank, 1, t, "kv_a_layernorm");
                 L.kvb = param(checkedMul(H, m.qkNopeDim + m.vHeadDim), m.kvLoraRank, t, "kv_b_proj");
             } else if (m.fusedQkv) { // one Linear: q, k and v side by side in its output
-                L.q = param(qOut + 2 * kvOut, h, t, "qkv_proj");
+                L.q = linearWeight(qOut + 2 * kvOut, h, t, "qkv_proj");
                 if (m.qkvBias)
-                    L.qb = param(qOut + 2 * kvOut, 1, t, "qkv_proj");
+                    L.qb = linearBias(qOut + 2 * kvOut, t, "qkv_proj");
             } else {
-                L.q = param(qOut, h, t, "q_proj");
+                L.q = linearWeight(qOut, h, t, "q_proj");
                 if (m.qkvBias)
-                    L.qb = param(qOut, 1, t, "q_proj");
-                L.k = param(kvOut, h, t, "k_proj");
+                    L.qb = linearBias(qOut, t, "q_proj");
+                L.k = linearWeight(kvOut, h, t, "k_proj");
                 if (m.qkvBias)
-                    L.kb = param(kvOut, 1, t, "k_proj");
-                L.v = param(kvOut, h, t, "v_proj");
+                    L.kb = linearBias(kvOut, t, "k_proj");
+                L.v = linearWeight(kvOut, h, t, "v_proj");
                 if (m.qkvBias)
-                    L.vb = param(kvOut, 1, t, "v_proj");
+                    L.vb = linearBias(kvOut, t, "v_proj");
             }
-            L.o = param(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
+            L.o = linearWeight(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
             if (m.oBias)
-                L.ob = param(h, 1, t, "o_proj");
+                L.ob = linearBias(h, t, "o_proj");
             if (m.qkNorm) {
                 const bool projection = ft.qkNorm == QkNorm::Projection; // OLMo 2/3: over all heads
                 L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
@@ -210,17 +259,17 @@ private:
                     L.sharedGate = param(1, h, t, "shared_expert_gate");
             } else {
                 if (m.fusedGateUp) {
-                    L.gate = param(2 * I, h, t, "gate_up_proj");
+                    L.gate = linearWeight(2 * I, h, t, "gate_up_proj");
                 } else {
                     if (m.mlp == MlpKind::Gated)
-                        L.gate = param(I, h, t, "gate_proj");
-                    L.up = param(I, h, t, "up_proj");
+                        L.gate = linearWeight(I, h, t, "gate_proj");
+                    L.up = linearWeight(I, h, t, "up_proj");
                     if (m.mlpBias)
-                        L.upB = param(I, 1, t, "up_proj");
+                        L.upB = linearBias(I, t, "up_proj");
                 }
-                L.down = param(h, I, t, "down_proj");
+                L.down = linearWeight(h, I, t, "down_proj");
                 if (m.mlpBias)
-                    L.downB = param(h, 1, t, "down_proj");
+                    L.downB = linearBias(h, t, "down_proj");
             }
             if (!ft.normRegisteredFirst && ft.norms != NormPlacement::Post) {
                 L.n1 = param(h, 1, t, "input_layernorm");
@@ -398,16 +447,32 @@ private:
         // Autocast's cached_cast runs over F.linear's arguments in the order GCC evaluates
         // function arguments, last first: bias, weight, then input (H200 streams: the weight's
         // bf16 copy is allocated before the input's).
-        T bc;
-        if (bias && bias->valid())
-            bc = amp ? weightFor(*bias) : S.view(*bias);
-        T wc = weightFor(w);
-        T xin = amp ? O.to(x, 2) : S.view(x);
-        T y = O.linear(xin, wc, bc.valid() ? &bc : nullptr, tok, in, out, amp ? 2 : ce);
-        S.drop(xin);
-        S.drop(wc);
-        if (bc.valid())
-            S.drop(bc);
+        T y;
+        if (w.nf4) {
+            // Linear4bit.forward: x.to(compute_dtype), matmul_4bit (the bias rides in F.linear),
+            // .to(the input's dtype).
+            T xc = O.to(x, qe);
+            T yq = O.linear4bit(xc, w, tok, in, out, qe, c.lora.doubleQuant);
+            y = O.to(yq, x.elem);
+            S.drop(yq);
+            S.drop(xc);
+            if (lora && lora->on) { // PEFT's lora/bnb.py Linear4bit: result = result.clone()
+                T yc = O.copy(y);
+                S.drop(y);
+                y = yc;
+            }
+        } else {
+            T bc;
+            if (bias && bias->valid())
+                bc = amp ? weightFor(*bias) : S.view(*bias);
+            T wc = weightFor(w);
+            T xin = amp ? O.to(x, 2) : S.view(x);
+            y = O.linear(xin, wc, bc.valid() ? &bc : nullptr, tok, in, out, amp ? 2 : ce);
+            S.drop(xin);
+            S.drop(wc);
+            if (bc.valid())
+                S.drop(bc);
+        }
         if (!lora || !lora->on)
             return y;
         // PEFT lora.Linear.forward: x cast to the adapters' dtype, dropout, lora_B(lora_A(x)) *
@@ -433,7 +498,8 @@ private:
         T sum = O.add(y, sc, std::max(y.elem, sc.elem));
         S.drop(sc);
         S.drop(y);
-        T res = O.to(sum, amp ? 2 : ce);
+        // PEFT's bnb Linear4bit adds the adapters' output without casting the sum back.
+        T res = w.nf4 ? S.view(sum) : O.to(sum, amp ? 2 : ce);
         S.drop(sum);
         S.drop(xa);
         return res;
@@ -1383,7 +1449,6 @@ private:
         T logits = O.linear(xin, w, nullptr, tok, h, V, amp ? 2 : ce);
         S.drop(xin);
         S.drop(w);
-        clearAmpCache();
         if (m.finalLogitSoftcap > 0) {
             // Gemma 2: logits / cap, tanh, * cap
             T d = O.scale(logits);
@@ -1400,6 +1465,10 @@ private:
         // (LoRA; measured, every LoRA stream: freed just before the logits).
         S.drop(fn);
         S.drop(logits); // the output object goes before backward
+        // The engine's `with autocast: loss = model(...).loss`: the output object goes at the end
+        // of the statement, then autocast's exit clears its cache of weight casts (only visible
+        // where no node keeps them: under activation offload, measured on the H200).
+        clearAmpCache();
         return loss;
     }
 
@@ -1452,17 +1521,36 @@ private:
             adafactorStep(first);
             return;
         case Optimizer::AdamW8bit:
+        case Optimizer::PagedAdamW8bit:
+            // bitsandbytes Optimizer2State.init_state at the parameter's first step: uint8 moments
+            // and fp32 absmax per 256 values (fp32 moments under min_8bit_size = 4096). Paged, the
+            // moments of tensors of 1e5 values or more are CUDA managed memory (F.get_paged), not
+            // the allocator's: only their absmax are allocated here.
+            // Each is its own tensor: state1, state2, then absmax1, absmax2.
             if (first)
                 for (T *p : stepped) {
-                    const int64_t n = p->numel();
-                    const int64_t bytes = n >= 4096 ? 2 * (n + ((n + 255) / 256) * 4) : n * 8;
-                    state.push_back(S.allocate(bytes, Category::OptimizerState));
+                    const int64_t n = p->numel(), absmax = ((n + 255) / 256) * 4;
+                    const bool paged = c.optimizer == Optimizer::PagedAdamW8bit && n >= 100000;
+                    if (n < 4096) {
+                        state.push_back(S.allocate(n * 4, Category::OptimizerState));
+                        state.push_back(S.allocate(n * 4, Category::OptimizerState));
+                        continue;
+                    }
+                    if (!paged) {
+                        state.push_back(S.allocate(n, Category::OptimizerState));
+                        state.push_back(S.allocate(n, Category::OptimizerState));
+                    }
+                    state.push_back(S.allocate(absmax, Category::OptimizerState));
+                    state.push_back(S.allocate(absmax, Category::OptimizerState));
                 }
             return;
         case Optimizer::Lion:
+            // bitsandbytes Lion (Optimizer1State, 32-bit): state1 in fp32 for every parameter
+            // (get_state_buffer(p, dtype=torch.float32)), made at its first step; the update
+            // kernel runs in place.
             if (first)
                 for (T *p : stepped)
-                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+                    state.push_back(S.allocate(checkedMul(p->numel(), 4), Category::OptimizerState));
             return;
         }
     }

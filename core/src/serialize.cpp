@@ -114,6 +114,8 @@ json toJson(const TrainingConfig &c)
         j["loss"] = toString(c.loss);
     if (c.checkpointLayers > 0)
         j["checkpoint_layers"] = c.checkpointLayers;
+    if (c.activationOffload)
+        j["activation_offload"] = true;
     return j;
 }
 
@@ -155,6 +157,11 @@ TrainingConfig trainingConfigFromJson(const json &j)
         if (!j.at("offload_optimizer").is_boolean())
             throw InputError(ctx + ".offload_optimizer", show(j.at("offload_optimizer")), "must be true or false");
         c.offloadOptimizer = j.at("offload_optimizer").get<bool>();
+    }
+    if (j.contains("activation_offload")) {
+        if (!j.at("activation_offload").is_boolean())
+            throw InputError(ctx + ".activation_offload", show(j.at("activation_offload")), "must be true or false");
+        c.activationOffload = j.at("activation_offload").get<bool>();
     }
     if (j.contains("lora")) {
         const json &l = j.at("lora");
@@ -227,7 +234,8 @@ json toJson(const Estimate &e)
               {"trainable", e.params.trainable},
               {"weight_bytes", e.params.weightBytes},
               {"gradient_bytes", e.params.gradientBytes},
-              {"optimizer_state_bytes", e.params.optimizerStateBytes}}},
+              {"optimizer_state_bytes", e.params.optimizerStateBytes},
+              {"paged_optimizer_state_bytes", e.params.pagedOptimizerStateBytes}}},
             {"peak",
              {{"phase", toString(e.peakPhase)},
               {"allocated_bytes", e.peakAllocatedBytes},

@@ -73,15 +73,19 @@ const std::vector<OptimizerTraits> kOptimizerTable = {
      "adamw_torch", "adamw_torch adamw_torch_fused adamw_hf adamw adam paged_adamw_32bit paged_adamw", 2},
     {Optimizer::AdamW8bit, "adamw-8bit", "AdamW 8-bit",
      "bitsandbytes AdamW8bit: two uint8 moments with an fp32 scale per 256 values (32-bit below 4,096 values)",
-     "adamw_bnb_8bit", "adamw_bnb_8bit adamw_8bit paged_adamw_8bit bnb_8bit adamw_torch_8bit", -1},
+     "adamw_bnb_8bit", "adamw_bnb_8bit adamw_8bit bnb_8bit adamw_torch_8bit", -1},
+    {Optimizer::PagedAdamW8bit, "paged-adamw-8bit", "Paged AdamW 8-bit",
+     "bitsandbytes PagedAdamW8bit: AdamW 8-bit whose moments of tensors of 100k values or more live in CUDA managed "
+     "memory, which the driver pages out to host RAM under memory pressure instead of failing",
+     "paged_adamw_8bit", "paged_adamw_8bit", -1},
     {Optimizer::SGD, "sgd", "SGD", "torch.optim.SGD without momentum: no state", "sgd", "sgd", 0},
     {Optimizer::SGDMomentum, "sgd-momentum", "SGD + momentum", "torch.optim.SGD with momentum: one buffer per parameter",
      "sgd", "", 1},
     {Optimizer::Adafactor, "adafactor", "Adafactor",
      "transformers' Adafactor: factored second moments (a row and a column vector per matrix), no first moment",
      "adafactor", "adafactor", -1},
-    {Optimizer::Lion, "lion", "Lion", "Lion: one momentum per parameter", "lion_32bit",
-     "lion_32bit paged_lion_32bit lion lion_8bit paged_lion_8bit", 1},
+    {Optimizer::Lion, "lion", "Lion", "bitsandbytes Lion (32-bit): one fp32 momentum per parameter", "lion_32bit",
+     "lion_32bit paged_lion_32bit lion lion_8bit paged_lion_8bit", -1},
 };
 const std::pair<Loss, std::string_view> kLosses[] = {{Loss::Standard, "standard"}, {Loss::Fused, "fused"}};
 const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights, "weights"},

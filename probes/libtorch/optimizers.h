@@ -48,9 +48,12 @@ void createState(const TrainingConfig &c, const std::vector<Tensor> &params, Opt
     case Optimizer::SGD:
         break;
     case Optimizer::SGDMomentum: // momentum_buffer = clone(grad) on the first step
-    case Optimizer::Lion:
         for (const auto &p : params)
             st.a.push_back(torch::zeros_like(p));
+        break;
+    case Optimizer::Lion: // bitsandbytes Lion (32-bit): one fp32 state per parameter
+        for (const auto &p : params)
+            st.a.push_back(torch::zeros_like(p, p.options().dtype(torch::kFloat)));
         break;
     case Optimizer::Adafactor: // torch.optim.Adafactor: factored second moments for matrices
         for (const auto &p : params) {
@@ -64,6 +67,7 @@ void createState(const TrainingConfig &c, const std::vector<Tensor> &params, Opt
         }
         break;
     case Optimizer::AdamW8bit:
+    case Optimizer::PagedAdamW8bit: // refused before (protocol::libtorchRefusal)
         // bitsandbytes blockwise 8-bit state: uint8 moments with an fp32 absmax per 256 values;
         // tensors under 4096 values keep fp32 state.
         for (const auto &p : params) {
@@ -149,13 +153,19 @@ void optimizerStep(const TrainingConfig &c, std::vector<Tensor> &params, Optimiz
         torch::_foreach_add_(params, st.a, -lr);
         break;
     case Optimizer::Lion: {
-        std::vector<Tensor> u = torch::_foreach_mul(st.a, beta1);
-        torch::_foreach_add_(u, g, 1 - beta1);
-        for (auto &t : u)
-            t.sign_();
-        torch::_foreach_add_(params, u, -lr);
-        torch::_foreach_mul_(st.a, beta2);
-        torch::_foreach_add_(st.a, g, 1 - beta2);
+        // bitsandbytes' optimizer_update_32bit runs in place; here in 1 Mi-element chunks, so
+        // the update's temporaries stay a few MiB.
+        constexpr int64_t chunk = int64_t(1) << 20;
+        for (size_t i = 0; i < params.size(); ++i) {
+            Tensor pf = params[i].view({-1}), gf = g[i].reshape({-1}), sf = st.a[i].view({-1});
+            for (int64_t o = 0; o < pf.numel(); o += chunk) {
+                const int64_t len = std::min(chunk, pf.numel() - o);
+                Tensor gc = gf.narrow(0, o, len).to(torch::kFloat);
+                Tensor u = sf.narrow(0, o, len).mul(beta1).add_(gc, 1 - beta1).sign_();
+                pf.narrow(0, o, len).add_(u, -lr);
+                sf.narrow(0, o, len).mul_(beta2).add_(gc, 1 - beta2);
+            }
+        }
         break;
     }
     case Optimizer::Adafactor: {
@@ -177,6 +187,7 @@ void optimizerStep(const TrainingConfig &c, std::vector<Tensor> &params, Optimiz
         }
         break;
     }
+    case Optimizer::PagedAdamW8bit:
     case Optimizer::AdamW8bit: {
         // The update runs through fp32 per tensor.
         const double bc1 = 1 - std::pow(beta1, double(st.step)), bc2 = 1 - std::pow(beta2, double(st.step));

@@ -37,6 +37,10 @@ struct ParamSummary
     int64_t optimizerStateBytes = 0;
     int64_t largestTrainableBytes = 0;
     int64_t hostOptimizerStateBytes = 0; // offloaded to the CPU (per rank), not on the GPU
+    // bitsandbytes paged optimizers: state in CUDA managed memory (cudaMallocManaged), outside
+    // PyTorch's allocator; resident on the GPU while there is room, paged to host RAM under
+    // pressure. Not in optimizerStateBytes, allocated or reserved.
+    int64_t pagedOptimizerStateBytes = 0;
 };
 
 // Constants that come from measurement rather than from an op. Defaults: H200, CUDA 13.0,
@@ -60,8 +64,8 @@ struct EstimatorOptions
 };
 
 // Whether estimate() simulates this configuration op by op (one GPU, DDP, ZeRO-1), or uses the
-// per-op ledger (FSDP stages 2-3, optimizer offload, QLoRA).
-bool isSimulated(const TrainingConfig &config);
+// per-op ledger (FSDP stages 2-3, optimizer offload, QLoRA on GPT-2 and MoE models).
+bool isSimulated(const ModelArch &model, const TrainingConfig &config);
 
 struct Estimate
 {

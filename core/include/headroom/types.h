@@ -12,7 +12,7 @@ namespace headroom {
 constexpr int kSchemaVersion = 1;
 
 enum class Precision { FP32, BF16, FP16, AmpBF16, AmpFP16 };
-enum class Optimizer { AdamW, AdamW8bit, SGD, SGDMomentum, Adafactor, Lion };
+enum class Optimizer { AdamW, AdamW8bit, PagedAdamW8bit, SGD, SGDMomentum, Adafactor, Lion };
 enum class OptimizerImpl { Foreach, Fused, ForLoop };
 enum class FineTune { Full, LoRA, QLoRA };
 enum class Attention { SDPA, Eager };
@@ -144,6 +144,10 @@ struct TrainingConfig
     // DeepSpeed offload_optimizer: cpu (ZeRO-Offload): the optimizer state and its step live on
     // the host; the GPU keeps weights and gradients.
     bool offloadOptimizer = false;
+    // Activation offload (torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward):
+    // every tensor autograd saves goes to pinned host memory, and comes back when backward
+    // unpacks it.
+    bool activationOffload = false;
     // Whether decoder layer `layer` of `numLayers` recomputes its forward in backward.
     bool checkpointed(int64_t layer) const
     {
