@@ -246,6 +246,8 @@ Flags withImports(Flags f)
         take("--zero", f.zero, std::to_string(*st.zeroStage));
     if (st.offloadOptimizer && !given("--offload-optimizer"))
         f.offloadOptimizer = *st.offloadOptimizer;
+    if (st.activationOffload && !given("--activation-offload"))
+        f.activationOffload = *st.activationOffload;
     if (st.doubleQuant && !given("--no-double-quant"))
         f.noDoubleQuant = !*st.doubleQuant;
     return f;
@@ -352,7 +354,7 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
       << (c.gradCheckpointing ? c.checkpointLayers > 0 ? " | checkpointing " + std::to_string(c.checkpointLayers) + " layers"
                                                        : std::string(" | checkpointing")
                               : std::string())
-      << (c.loss == Loss::Fused ? " | fused loss" : "");
+      << (c.loss == Loss::Fused ? " | fused loss" : "") << (c.activationOffload ? " | activation offload" : "");
     if (c.worldSize > 1 || c.zeroStage > 0) // ZeRO's machinery applies at one GPU too
         o << " | " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << ", ZeRO-" << c.zeroStage;
     return o.str();

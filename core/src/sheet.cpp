@@ -121,6 +121,8 @@ std::string summarize(const TrainingConfig &c)
         o << ", " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << " ZeRO-" << c.zeroStage;
     if (c.offloadOptimizer)
         o << ", optimizer on CPU";
+    if (c.activationOffload)
+        o << ", activations offloaded to the CPU";
     if (c.loss == Loss::Fused)
         o << ", fused loss";
     return o.str();

@@ -207,9 +207,29 @@ void readOptim(Reader &r, const std::string &key, const json &v)
         st.optimizerImpl = s == "adamw_torch_fused" ? OptimizerImpl::Fused : OptimizerImpl::Foreach;
     if (s.find("lion_8bit") != std::string::npos)
         r.note(key + " = " + s + ": 8-bit Lion state is estimated as 32-bit (an over-estimate)");
-    if (paged)
+    if (paged && found->id != Optimizer::PagedAdamW8bit)
         r.note(key + " = " + s + ": paged optimizer state can move to host memory under pressure; the estimate keeps "
                                  "it on the GPU (the peak when there is no pressure)");
+}
+
+// Axolotl's and TRL's activation_offloading (true, or Axolotl's "legacy" / "disk"): both move
+// saved activations to the host with torchtune-style hooks; the estimate models torch's
+// save_on_cpu, the same bytes without the streams' overlap.
+void readActivationOffload(Reader &r, const std::string &key, const json &v)
+{
+    if (v.is_string()) {
+        const std::string s = r.text(key, v);
+        if (s == "disk") {
+            r.out.unknownKeys.push_back(key + " = disk (offload to disk is not modelled; the current setting is kept)");
+            return;
+        }
+        r.out.settings.activationOffload = true;
+    } else {
+        r.out.settings.activationOffload = r.flag(key, v);
+    }
+    if (*r.out.settings.activationOffload)
+        r.note(key + ": estimated as torch's save_on_cpu (every saved tensor to pinned host memory); the "
+                     "trainers' stream-overlapped version can keep a layer or two more on the GPU");
 }
 
 // FSDP settings as accelerate and Axolotl's fsdp_config write them (FSDP1 names and FSDP2's).
@@ -429,6 +449,7 @@ void importAxolotl(Reader &r, const json &j)
               {"gradient_checkpointing", [](Reader &r, const std::string &k, const json &v) {
                    r.out.settings.gradCheckpointing = Reader::isAuto(v) || v.is_string() ? true : r.flag(k, v);
                }},
+              {"activation_offloading", readActivationOffload},
               {"flash_attention", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
                        r.out.settings.attention = Attention::SDPA;
@@ -594,6 +615,7 @@ void importTrainer(Reader &r, const json &j)
               {"max_seq_length", setInt(&TrainingSettings::seqLen, 1, 1 << 24)},
               {"max_length", setInt(&TrainingSettings::seqLen, 1, 1 << 24)},
               {"gradient_checkpointing", [](Reader &r, const std::string &k, const json &v) { r.out.settings.gradCheckpointing = r.flag(k, v); }},
+              {"activation_offloading", readActivationOffload}, // TRL SFTConfig
               {"bf16", [&](Reader &r, const std::string &k, const json &v) { bf16 = r.flag(k, v); }},
               {"fp16", [&](Reader &r, const std::string &k, const json &v) { fp16 = r.flag(k, v); }},
               {"torch_dtype", [&](Reader &r, const std::string &k, const json &v) { dtype = r.text(k, v); }},
@@ -891,6 +913,7 @@ void TrainingSettings::applyTo(TrainingConfig &c) const
     if (worldSize) c.worldSize = *worldSize;
     if (zeroStage) c.zeroStage = *zeroStage;
     if (offloadOptimizer) c.offloadOptimizer = *offloadOptimizer;
+    if (activationOffload) c.activationOffload = *activationOffload;
 }
 
 TrainingImport importTrainingConfig(const std::string &text, const std::string &name, std::optional<TrainingFormat> format)
@@ -965,6 +988,7 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.worldSize, b.worldSize, "the GPU count", fmt);
         merge(a.zeroStage, b.zeroStage, "the ZeRO stage", fmt);
         merge(a.offloadOptimizer, b.offloadOptimizer, "optimizer offload", fmt);
+        merge(a.activationOffload, b.activationOffload, "activation offload", fmt);
         out.unknownKeys.insert(out.unknownKeys.end(), f.unknownKeys.begin(), f.unknownKeys.end());
         out.conflicts.insert(out.conflicts.end(), f.conflicts.begin(), f.conflicts.end());
         out.notes.insert(out.notes.end(), f.notes.begin(), f.notes.end());
@@ -1077,6 +1101,8 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
         kv("bf16", b);
         kv("fp16", h);
         kv("gradient_checkpointing", c.gradCheckpointing);
+        if (c.activationOffload)
+            kv("activation_offloading", true);
         if (c.attention == Attention::Eager)
             kv("eager_attention", true);
         else

@@ -43,6 +43,7 @@ struct TrainingSettings
     std::optional<int> worldSize;
     std::optional<int> zeroStage;
     std::optional<bool> offloadOptimizer;
+    std::optional<bool> activationOffload;
 
     // Onto a configuration: the fields set here replace the config's.
     void applyTo(TrainingConfig &c) const;
