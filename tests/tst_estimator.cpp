@@ -75,9 +75,10 @@ private Q_SLOTS:
         c.finetune = FineTune::QLoRA;
         const auto &m = findModelPreset("llama-2-7b");
         const Estimate e = estimate(m, c);
-        // Linear weights at ~0.516 byte/param (NF4 + double-quantized absmax), the rest bf16.
+        // Linear weights at ~0.516 byte/param (NF4 + double-quantized absmax); the rest (embedding,
+        // norms, lm_head: 262M of 6.74B) fp32 after prepare_model_for_kbit_training.
         const double perParam = double(e.params.weightBytes) / double(e.params.total);
-        QVERIFY2(perParam > 0.5 && perParam < 0.65, qPrintable(QString::number(perParam)));
+        QVERIFY2(perParam > 0.64 && perParam < 0.68, qPrintable(QString::number(perParam)));
     }
     void optimizerStateBytes_data()
     {

@@ -176,6 +176,14 @@ struct Ctx
         r = amp ? 4 : c;
         full = config.finetune == FineTune::Full;
         qlora = config.finetune == FineTune::QLoRA;
+        if (qlora && config.zeroStage < 2) {
+            // peft.prepare_model_for_kbit_training makes every parameter that is not 4-bit fp32,
+            // and with fp32 embeddings and norms every activation is fp32 (as the simulator,
+            // program.cpp Run). FSDP-QLoRA recipes skip it (TRL's sharded QLoRA) and stay in bf16.
+            p = 4;
+            if (!amp)
+                c = r = 4;
+        }
         if (!full)
             lora = loraAdaptedModules(model, config.lora.targets); // indexed like Module
     }
