@@ -215,6 +215,11 @@ def specs():
     a(spec("l8b-bf16-lora16-b4s2048-offload", l8, finetune="lora", seq=2048, offload=True, budget_gib=45))
     a(spec("q05b-bf16-full-adamw-b8s1024-offload", q05, batch=8, offload=True, budget_gib=25))
     a(spec("gpt2-bf16-full-adamw-b8s1024-offload", "gpt2", batch=8, offload=True, budget_gib=15))
+    # QLoRA where the per-op ledger still estimates it (MoE, GPT-2's Conv1D): measured for the next step.
+    a(spec("mix-bf16-qlora16-b2s1024-l4", "mixtral-8x7b", finetune="qlora", batch=2, layers=4, budget_gib=60))
+    a(spec("q3moe-bf16-qlora16qo-b2s1024-l8", "qwen3-30b-a3b", finetune="qlora", batch=2, layers=8, budget_gib=40,
+           targets=["q_proj", "o_proj"]))
+    a(spec("gpt2-bf16-qlora16-b8s1024", "gpt2", finetune="qlora", batch=8, targets=gt, budget_gib=15))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
