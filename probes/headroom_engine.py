@@ -214,6 +214,7 @@ def parse_config(c):
         "grad_accum": _int(c, "grad_accum", ctx, 1, 1 << 20, 1),
         "grad_checkpointing": _bool(c, "grad_checkpointing", ctx, False),
         "checkpoint_layers": _int(c, "checkpoint_layers", ctx, 0, 1 << 20, 0),
+        "checkpoint_every": _int(c, "checkpoint_every", ctx, 0, 1 << 20, 0),
         "attention": _choice(c, "attention", ctx, ATTENTIONS, "sdpa"),
         "loss": _choice(c, "loss", ctx, LOSSES, "standard"),
         "world_size": _int(c, "world_size", ctx, 1, 1 << 16, 1),
@@ -585,6 +586,11 @@ def build_model(torch, R, device, factory, info):
             for layer in find_layers(model)[cfg["checkpoint_layers"]:]:
                 layer.gradient_checkpointing = False
             info["checkpoint_layers"] = cfg["checkpoint_layers"]
+        if cfg["checkpoint_every"] > 1:  # selective: only layers 0, k, 2k, ... recompute
+            for i, layer in enumerate(find_layers(model)):
+                if i % cfg["checkpoint_every"]:
+                    layer.gradient_checkpointing = False
+            info["checkpoint_every"] = cfg["checkpoint_every"]
     if cfg["finetune"] in ("lora", "qlora"):
         peft = require("peft", "LoRA")
         info["peft"] = peft.__version__

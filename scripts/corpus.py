@@ -36,11 +36,11 @@ def preset(model_id):
 
 def spec(name, model, precision="bf16", optimizer="adamw", impl="foreach", finetune="full", batch=4, seq=1024,
          ga=1, ckpt=False, attention="sdpa", rank=16, targets=None, dropout=0.0, layers=None, budget_gib=None,
-         alloc_conf=None, steps=2, timeline=True, attribution=True, offload=False):
+         alloc_conf=None, steps=2, timeline=True, attribution=True, offload=False, every=0):
     return dict(name=name, model=model, precision=precision, optimizer=optimizer, impl=impl, finetune=finetune,
                 batch=batch, seq=seq, ga=ga, ckpt=ckpt, attention=attention, rank=rank, targets=targets or ALL,
                 dropout=dropout, layers=layers, budget_gib=budget_gib, alloc_conf=alloc_conf, steps=steps,
-                timeline=timeline, attribution=attribution and not offload, offload=offload)
+                timeline=timeline, attribution=attribution and not offload, offload=offload, every=every)
 
 
 def specs():
@@ -220,6 +220,17 @@ def specs():
     a(spec("q3moe-bf16-qlora16qo-b2s1024-l8", "qwen3-30b-a3b", finetune="qlora", batch=2, layers=8, budget_gib=40,
            targets=["q_proj", "o_proj"]))
     a(spec("gpt2-bf16-qlora16-b8s1024", "gpt2", finetune="qlora", batch=8, targets=gt, budget_gib=15))
+    # Every k-th layer checkpointed (issue 14), and QLoRA on more families (fused projections, MLA, Gemma).
+    a(spec("l1b-bf16-full-adamw-b4s1024-ckpt-every2", l1, ckpt=True, every=2, budget_gib=25))
+    a(spec("l8b-bf16-lora16-b4s2048-ckpt-every4", l8, finetune="lora", seq=2048, ckpt=True, every=4, budget_gib=50))
+    a(spec("q05b-bf16-full-adamw-b8s2048-ckpt-every3", q05, batch=8, seq=2048, ckpt=True, every=3, budget_gib=30))
+    a(spec("g2-2b-bf16-qlora16-b2s1024", "gemma-2-2b", finetune="qlora", batch=2, budget_gib=30))
+    a(spec("phi3-bf16-qlora16-b2s2048", "phi-3-mini", finetune="qlora", batch=2, seq=2048, budget_gib=40))
+    a(spec("dsv2l-bf16-qlora16qo-b1s2048", "deepseek-v2-lite", finetune="qlora", batch=1, seq=2048, budget_gib=60,
+           targets=["q_proj", "o_proj"]))
+    a(spec("olmo2-1b-bf16-qlora16-b4s1024", "olmo-2-1b", finetune="qlora", budget_gib=30))
+    a(spec("l8b-ampbf16-qlora16-b2s1024-ckpt", l8, precision="amp-bf16", finetune="qlora", batch=2, ckpt=True,
+           budget_gib=30))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
@@ -233,7 +244,9 @@ def specs():
               # 2026-12-01: more families and options with expandable segments (issue 12's >= 20)
               "q3-06b-bf16-full-adamw-b4s1024", "l8b-bf16-lora16-b4s2048", "q7b-bf16-lora16-b2s2048",
               "py410m-bf16-full-adamw-b8s1024", "gpt2-ampbf16-lora16-b8s1024", "l1b-fp32-full-adamw-b2s512",
-              "mix-bf16-lora16-b2s1024-l4", "l3b-bf16-full-adamw-b2s2048"]:
+              "mix-bf16-lora16-b2s1024-l4", "l3b-bf16-full-adamw-b2s2048",
+              # 2026-12-01 (fifth session): QLoRA and activation offload with expandable segments
+              "l8b-bf16-qlora16-b2s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-offload"]:
         base = next(s for s in S if s["name"] == n)
         a(dict(base, name=n + "-expandable", alloc_conf="expandable_segments:True", timeline=False,
                attribution=False))
@@ -244,6 +257,8 @@ def request_of(s):
     r = _request_of(s)
     if s["offload"]:
         r["config"]["activation_offload"] = True
+    if s["every"]:
+        r["config"]["checkpoint_every"] = s["every"]
     return r
 
 

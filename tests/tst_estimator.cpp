@@ -553,8 +553,8 @@ private Q_SLOTS:
     {
         QFETCH(QString, id);
         const ModelArch &m = findModelPreset(id.toStdString());
-        // LoRA on stacked MoE experts (PEFT ParamWrapper) and MLA through the per-op ledger
-        // (QLoRA) are refused with a named field; those presets are estimated with the rest.
+        // LoRA on stacked MoE experts (PEFT ParamWrapper) is refused with a named field; those
+        // presets are estimated with the attention's targets.
         const bool wrapped = familyTraits(m.modelType).expertsWrappedByPeft;
         for (FineTune f : {FineTune::Full, FineTune::LoRA, FineTune::QLoRA})
             for (Precision p : {Precision::BF16, Precision::AmpBF16}) {
@@ -565,10 +565,6 @@ private Q_SLOTS:
                 if (wrapped && f != FineTune::Full) {
                     QVERIFY_THROWS_EXCEPTION(InputError, estimate(m, c));
                     c.lora.targets = {"q_proj", "o_proj"};
-                }
-                if (m.isMla() && f == FineTune::QLoRA) {
-                    QVERIFY_THROWS_EXCEPTION(InputError, estimate(m, c));
-                    continue;
                 }
                 const Estimate e = estimate(m, c);
                 QVERIFY(e.peakAllocatedBytes >= e.params.weightBytes);

@@ -97,6 +97,13 @@ private Q_SLOTS:
                                        << Check([](const Scenario &s) { return s.config.seqLen == 3000; });
         QTest::addRow("checkpointing") << Act([](MainWindow &w) { child<QCheckBox>(w, "checkpointing")->setChecked(true); })
                                        << Check([](const Scenario &s) { return s.config.gradCheckpointing; });
+        QTest::addRow("activation offload")
+            << Act([](MainWindow &w) { child<QCheckBox>(w, "activationOffload")->setChecked(true); })
+            << Check([](const Scenario &s) { return s.config.activationOffload; });
+        QTest::addRow("paged optimizer") << Act([](MainWindow &w) {
+            auto *c = child<QComboBox>(w, "optimizer");
+            c->setCurrentIndex(c->findData(int(Optimizer::PagedAdamW8bit)));
+        }) << Check([](const Scenario &s) { return s.config.optimizer == Optimizer::PagedAdamW8bit; });
         const auto combo = [](const char *name, int value) {
             return Act([name, value](MainWindow &w) {
                 auto *c = child<QComboBox>(w, name);

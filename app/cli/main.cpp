@@ -45,6 +45,7 @@ struct Flags
     std::string gradAccum = "1";
     bool gradCheckpointing = false;
     std::string checkpointLayers = "0";
+    std::string checkpointEvery = "0";
     bool offloadOptimizer = false;
     bool activationOffload = false;
     bool noDoubleQuant = false;
@@ -136,6 +137,9 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.gradCheckpointing = f.gradCheckpointing;
     c.checkpointLayers = parseInteger("--checkpoint-layers", f.checkpointLayers, 0, 1 << 20);
     if (c.checkpointLayers > 0)
+        c.gradCheckpointing = true;
+    c.checkpointEvery = parseInteger("--checkpoint-every", f.checkpointEvery, 0, 1 << 20);
+    if (c.checkpointEvery > 1)
         c.gradCheckpointing = true;
     c.offloadOptimizer = f.offloadOptimizer;
     c.activationOffload = f.activationOffload;
@@ -315,6 +319,9 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--checkpoint-layers", f.checkpointLayers,
                     "Checkpoint only the first N decoder layers (selective checkpointing; implies --grad-checkpointing; 0: all)")
         ->capture_default_str();
+    cmd->add_option("--checkpoint-every", f.checkpointEvery,
+                    "Checkpoint only every k-th decoder layer (0, k, 2k, ...; implies --grad-checkpointing; 0: all)")
+        ->capture_default_str();
     cmd->add_flag("--offload-optimizer", f.offloadOptimizer, "Optimizer state and step on the CPU (ZeRO-Offload)");
     cmd->add_flag("--activation-offload", f.activationOffload,
                   "Saved activations to pinned host memory in forward, back in backward (torch save_on_cpu)");
@@ -351,9 +358,10 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
     if (c.gradAccum > 1)
         o << " x accum " << c.gradAccum;
     o << " | " << toString(c.attention)
-      << (c.gradCheckpointing ? c.checkpointLayers > 0 ? " | checkpointing " + std::to_string(c.checkpointLayers) + " layers"
-                                                       : std::string(" | checkpointing")
-                              : std::string())
+      << (!c.gradCheckpointing        ? std::string()
+          : c.checkpointLayers > 0     ? " | checkpointing " + std::to_string(c.checkpointLayers) + " layers"
+          : c.checkpointEvery > 1      ? " | checkpointing every " + std::to_string(c.checkpointEvery) + " layers"
+                                       : std::string(" | checkpointing"))
       << (c.loss == Loss::Fused ? " | fused loss" : "") << (c.activationOffload ? " | activation offload" : "");
     if (c.worldSize > 1 || c.zeroStage > 0) // ZeRO's machinery applies at one GPU too
         o << " | " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << ", ZeRO-" << c.zeroStage;

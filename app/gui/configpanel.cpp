@@ -138,6 +138,11 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_fusedLoss->setObjectName(QStringLiteral("fusedLoss"));
     m_fusedLoss->setToolTip(tr("The loss computed chunk by chunk with the lm_head, so the logits never exist whole "
                                "(Liger Kernel's FusedLinearCrossEntropy, Cut Cross-Entropy)"));
+    m_activationOffload = new QCheckBox(tr("Offload activations to the CPU"), trainBox);
+    m_activationOffload->setObjectName(QStringLiteral("activationOffload"));
+    m_activationOffload->setToolTip(tr("torch.autograd.graph.save_on_cpu: every tensor saved for backward goes to "
+                                       "pinned host memory and comes back when backward needs it (Axolotl and TRL: "
+                                       "activation_offloading)"));
     form->addRow(tr("Mode"), m_finetune);
     form->addRow(tr("LoRA rank"), m_loraRank);
     form->addRow(tr("Targets"), m_loraTargets);
@@ -149,6 +154,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     form->addRow(QString(), m_checkpointing);
     form->addRow(tr("Checkpoint"), m_checkpointLayers);
     form->addRow(QString(), m_fusedLoss);
+    form->addRow(QString(), m_activationOffload);
     m_loraOnly = {m_loraRank, m_loraTargets, form->labelForField(m_loraRank), form->labelForField(m_loraTargets)};
     outer->addWidget(trainBox);
 
@@ -310,6 +316,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     connect(m_doubleQuant, &QCheckBox::toggled, this, [this](bool on) { edit([&](Scenario &s) { s.config.lora.doubleQuant = on; }); });
     connect(m_offload, &QCheckBox::toggled, this,
             [this](bool on) { edit([&](Scenario &s) { s.config.offloadOptimizer = on; }); });
+    connect(m_activationOffload, &QCheckBox::toggled, this,
+            [this](bool on) { edit([&](Scenario &s) { s.config.activationOffload = on; }); });
     connect(m_fusedLoss, &QCheckBox::toggled, this, [this](bool on) {
         edit([&](Scenario &s) { s.config.loss = on ? Loss::Fused : Loss::Standard; });
     });
@@ -454,7 +462,7 @@ void ConfigPanel::syncFromSession()
 {
     const Scenario &s = m_session->scenario();
     const TrainingConfig &c = s.config;
-    const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_checkpointLayers, m_fusedLoss, m_batchSlider,
+    const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_checkpointLayers, m_fusedLoss, m_activationOffload, m_batchSlider,
                                   m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve, m_offload, m_allocConf};
     std::vector<std::unique_ptr<QSignalBlocker>> blocks;
     for (QObject *o : all)
@@ -483,6 +491,7 @@ void ConfigPanel::syncFromSession()
     m_checkpointLayers->setValue(static_cast<int>(c.checkpointLayers));
     m_checkpointLayers->setEnabled(c.gradCheckpointing);
     m_fusedLoss->setChecked(c.loss == Loss::Fused);
+    m_activationOffload->setChecked(c.activationOffload);
     m_offload->setChecked(c.offloadOptimizer);
     m_batch->setValue(static_cast<int>(c.microBatch));
     m_batchSlider->setValue(log2Floor(c.microBatch));

@@ -52,6 +52,7 @@ private:
     QCheckBox *m_checkpointing;
     QSpinBox *m_checkpointLayers; // selective checkpointing: the first N layers (0: all)
     QCheckBox *m_fusedLoss;
+    QCheckBox *m_activationOffload;
     QSlider *m_batchSlider;
     QSpinBox *m_batch;
     QSlider *m_seqSlider;

@@ -54,7 +54,7 @@ Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, co
               const EstimatorOptions &opt)
 {
     Verdict v = judge(e, gpu, reserve);
-    if (v.fit == Fit::Fits || !isSimulated(m, c) || opt.ledgerOnly)
+    if (v.fit == Fit::Fits || !isSimulated(c) || opt.ledgerOnly)
         return v; // the ledger has no allocation stream to replay
     // What the device gives the allocator: the budget less what lives outside it (the CUDA
     // context, NCCL's communicator). At a failed cudaMalloc, CUDACachingAllocator's malloc()
@@ -187,7 +187,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
         int64_t from = base.deviceTotalBytes;
         try {
             e = estimate(m, t, opt);
-            if (isSimulated(m, c) && !isSimulated(m, t)) {
+            if (isSimulated(c) && !isSimulated(t)) {
                 // The alternative only has the ledger's estimate: the saving is measured ledger
                 // against ledger, so it is the change's, not the two mechanisms' difference.
                 EstimatorOptions ledger = opt;
@@ -259,7 +259,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                 return false;
             }
         };
-        if (isSimulated(m, c) && L > 2 && judge(m, c, base, gpu, reserve, opt).fit != Fit::Fits && fitsWith(L - 1)) {
+        if (isSimulated(c) && L > 2 && judge(m, c, base, gpu, reserve, opt).fit != Fit::Fits && fitsWith(L - 1)) {
             int64_t lo = 1, hi = L - 1; // the smallest n in [lo, hi] that fits; hi does
             while (lo < hi) {
                 const int64_t mid = lo + (hi - lo) / 2;

@@ -698,7 +698,8 @@ Params countParams(const Ctx &x)
         const bool inLayer = t.module != "embed_tokens" && t.module != "embed_positions" &&
                              t.module != "final_norm" && t.module != "lm_head";
         // Weights, as stored (what ZeRO-3 shards and gathers back per unit)
-        const int64_t stored = x.qlora && t.decoderLinear ? checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count)
+        const bool quantized = x.qlora && t.decoderLinear && !familyTraitsOrLlama(x.m.modelType).conv1dLinears;
+        const int64_t stored = quantized ? checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count)
                                                           : checkedMul(n, p);
         S.weightBytes = checkedAdd(S.weightBytes, stored);
         if (inLayer)
@@ -1100,6 +1101,10 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
         x.notes.push_back(std::string("the optimizer state (") + gib +
                           " per rank) and its step run on the CPU; the host needs that much pinned memory");
     }
+    if (x.qlora && cfg.zeroStage < 2)
+        x.notes.push_back("QLoRA as PEFT prepares it (prepare_model_for_kbit_training) casts every parameter that is "
+                          "not 4-bit to fp32 (embeddings, norms, lm_head), so the activations and logits are fp32: "
+                          "twice bf16 LoRA's; the 4-bit base saves weight memory only");
     if (est.params.pagedOptimizerStateBytes > 0) {
         char gib[32];
         std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(est.params.pagedOptimizerStateBytes) / 1073741824.0);
@@ -1181,13 +1186,9 @@ int64_t fusedLossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab)
     return std::min(chunk, tokens);
 }
 
-bool isSimulated(const ModelArch &model, const TrainingConfig &cfg)
+bool isSimulated(const TrainingConfig &cfg)
 {
-    // QLoRA is simulated where bitsandbytes' Linear4bit replaces every decoder Linear: not
-    // GPT-2's Conv1D layers, and not yet the routers, experts and MLA projections of MoE models.
-    const bool qloraSimulated = model.modelType != "gpt2" && !model.isMoe() && !model.isMla();
-    return (cfg.zeroStage == 0 || (cfg.zeroStage == 1 && cfg.worldSize > 1)) && !cfg.offloadOptimizer &&
-           (cfg.finetune != FineTune::QLoRA || qloraSimulated);
+    return (cfg.zeroStage == 0 || (cfg.zeroStage == 1 && cfg.worldSize > 1)) && !cfg.offloadOptimizer;
 }
 
 Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
@@ -1212,22 +1213,22 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
                              "target the attention only, or measure with --engine transformers");
     }
     // Selective checkpointing is simulated layer by layer; the ledger composes identical layers.
-    if (!isSimulated(model, cfg) && !cfg.checkpointingUniform(model.numLayers))
+    if (!isSimulated(cfg) && !cfg.checkpointingUniform(model.numLayers))
         throw InputError("checkpoint_layers", std::to_string(cfg.checkpointLayers),
-                         "checkpointing some layers is estimated on one GPU, DDP and ZeRO-1; with QLoRA, FSDP or "
+                         "checkpointing some layers is estimated on one GPU, DDP and ZeRO-1; with FSDP or "
                          "optimizer offload only all layers or none");
     // Activation offload is simulated op by op (autograd.h setSavedToHost); the ledger has no
     // saved-tensor hooks.
-    if (cfg.activationOffload && !isSimulated(model, cfg))
+    if (cfg.activationOffload && !isSimulated(cfg))
         throw InputError("activation_offload", "true",
-                         "activation offload is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP (ZeRO 2/3), "
-                         "optimizer offload, or QLoRA on GPT-2 and MoE models");
-    // Multi-head latent attention is simulated op by op; the per-op ledger (QLoRA, FSDP,
-    // optimizer offload) has no MLA yet.
-    if (model.isMla() && !isSimulated(model, cfg))
+                         "activation offload is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP (ZeRO 2/3) "
+                         "or optimizer offload");
+    // Multi-head latent attention is simulated op by op; the per-op ledger (FSDP, optimizer
+    // offload) has no MLA yet.
+    if (model.isMla() && !isSimulated(cfg))
         throw InputError("model.model_type", model.modelType,
-                         "multi-head latent attention is estimated for full fine-tuning and LoRA on one GPU, DDP "
-                         "and ZeRO-1; not yet with QLoRA, FSDP (ZeRO 2/3) or optimizer offload");
+                         "multi-head latent attention is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP "
+                         "(ZeRO 2/3) or optimizer offload");
     // PEFT's get_peft_model raises when no target module is found in the model ("Target modules
     // {...} not found in the base model"); an estimate of that run would have no adapters at all.
     if (cfg.finetune != FineTune::Full) {
@@ -1245,9 +1246,9 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
                              "Linear modules are " + names + " (or all-linear)");
         }
     }
-    // Simulated: one GPU, DDP and ZeRO-1 (ZeroRedundancyOptimizer). FSDP (stages 2 and 3),
-    // optimizer offload and QLoRA still go through the per-op ledger.
-    if (!isSimulated(model, cfg) || opt.ledgerOnly)
+    // Simulated: one GPU, DDP and ZeRO-1 (ZeroRedundancyOptimizer). FSDP (stages 2 and 3) and
+    // optimizer offload still go through the per-op ledger.
+    if (!isSimulated(cfg) || opt.ledgerOnly)
         return estimateLedger(model, cfg, opt);
 
     Estimate est = estimateLedger(model, cfg, opt); // parameters and notes

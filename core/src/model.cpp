@@ -104,7 +104,7 @@ const FamilyTraits kFamilies[] = {
     row("gemma2").with(NP::Sandwich).with(RS::Gemma).set(&F::scaledEmbedding),
     row("phi3"),
     row("gpt_neox").set(&F::normRegisteredFirst),
-    row("gpt2").set(&F::normRegisteredFirst),
+    row("gpt2").set(&F::normRegisteredFirst).set(&F::conv1dLinears),
     // modeling_olmo2.py: q_norm/k_norm over the projections, norms after attention and MLP only,
     // Olmo2RMSNorm's (weight * x).to(dtype), and rotary cos/sin left in fp32.
     row("olmo2").with(NP::Post).with(QK::Projection).with(RS::Olmo).set(&F::rotaryFp32),

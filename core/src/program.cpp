@@ -154,7 +154,7 @@ private:
     // 256-entry fp32 code and the fp32 offset.
     T linearWeight(int64_t rows, int64_t cols, bool trainableHere, const char *name)
     {
-        if (!qlora)
+        if (!qlora || ft.conv1dLinears) // GPT-2's Conv1D stays as it is (fp32 after prepare)
             return param(rows, cols, trainableHere, name);
         S.setOp(name);
         const int64_t n = checkedMul(rows, cols), blocks = (n + 63) / 64;
@@ -177,7 +177,7 @@ private:
     // casts it back to compute_dtype in place (bias.data = bias.data.to(x.dtype)).
     T linearBias(int64_t rows, bool trainableHere, const char *name)
     {
-        return param(rows, 1, trainableHere, name, qlora ? qe : 0);
+        return param(rows, 1, trainableHere, name, qlora && !ft.conv1dLinears ? qe : 0);
     }
 
     void load()
@@ -201,17 +201,17 @@ private:
             const int64_t H = heads, qk = m.qkNopeDim + m.qkRopeDim;
             if (m.isMla()) {
                 if (m.qLoraRank > 0) {
-                    L.qa = param(m.qLoraRank, h, t, "q_a_proj");
+                    L.qa = linearWeight(m.qLoraRank, h, t, "q_a_proj");
                     L.qaN = param(m.qLoraRank, 1, t, "q_a_layernorm");
-                    L.qb2 = param(checkedMul(H, qk), m.qLoraRank, t, "q_b_proj");
+                    L.qb2 = linearWeight(checkedMul(H, qk), m.qLoraRank, t, "q_b_proj");
                 } else {
-                    L.q = param(checkedMul(H, qk), h, t, "q_proj");
+                    L.q = linearWeight(checkedMul(H, qk), h, t, "q_proj");
                 }
-                L.kva = param(m.kvLoraRank + m.qkRopeDim, h, t, "kv_a_proj_with_mqa");
+                L.kva = linearWeight(m.kvLoraRank + m.qkRopeDim, h, t, "kv_a_proj_with_mqa");
                 if (m.qkvBias)
-                    L.kvaB = param(m.kvLoraRank + m.qkRopeDim, 1, t, "kv_a_proj_with_mqa");
+                    L.kvaB = linearBias(m.kvLoraRank + m.qkRopeDim, t, "kv_a_proj_with_mqa");
                 L.kvaN = param(m.kvLoraRank, 1, t, "kv_a_layernorm");
-                L.kvb = param(checkedMul(H, m.qkNopeDim + m.vHeadDim), m.kvLoraRank, t, "kv_b_proj");
+                L.kvb = linearWeight(checkedMul(H, m.qkNopeDim + m.vHeadDim), m.kvLoraRank, t, "kv_b_proj");
             } else if (m.fusedQkv) { // one Linear: q, k and v side by side in its output
                 L.q = linearWeight(qOut + 2 * kvOut, h, t, "qkv_proj");
                 if (m.qkvBias)
@@ -251,12 +251,12 @@ private:
                     L.routerBias = S.make(E * 4, 4, Category::Weights);
                 }
                 if (Is > 0) {
-                    L.gate = param(Is, h, t, "shared_expert.gate_proj");
-                    L.up = param(Is, h, t, "shared_expert.up_proj");
-                    L.down = param(h, Is, t, "shared_expert.down_proj");
+                    L.gate = linearWeight(Is, h, t, "shared_expert.gate_proj");
+                    L.up = linearWeight(Is, h, t, "shared_expert.up_proj");
+                    L.down = linearWeight(h, Is, t, "shared_expert.down_proj");
                 }
                 if (m.sharedExpertGate)
-                    L.sharedGate = param(1, h, t, "shared_expert_gate");
+                    L.sharedGate = linearWeight(1, h, t, "shared_expert_gate");
             } else {
                 if (m.fusedGateUp) {
                     L.gate = linearWeight(2 * I, h, t, "gate_up_proj");
@@ -739,8 +739,12 @@ private:
             S.drop(vr);
         } else {
             // Flash needs one head size for q, k and v; MLA's v is narrower: memory-efficient.
-            out = e == 4 || a.dq != a.dv ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
-            if (headsMajor) {
+            const bool efficient = e == 4 || a.dq != a.dv;
+            out = efficient ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
+            // Heads-major q (Phi-3 and NeoX concatenate their rotary halves): flash's output then
+            // needs the transpose(1, 2).contiguous() copy; the memory-efficient kernel writes
+            // (b, s, heads, d) whatever q's layout (measured, Phi-3 QLoRA's fp32 attention).
+            if (headsMajor && !efficient) {
                 T cont = O.copy(out);
                 S.drop(out);
                 out = cont;
@@ -1223,11 +1227,7 @@ private:
             S.drop(weights);
         } else if (m.sharedExpertIntermediateSize > 0) {
             S.setOp("shared_expert_gate");
-            T wg2 = weightFor(L.sharedGate);
-            T xg = amp ? O.to(x, 2) : S.view(x);
-            T sg = O.linear(xg, wg2, nullptr, tok, h, 1, e);
-            S.drop(xg);
-            S.drop(wg2);
+            T sg = linear(x, 0, L.sharedGate, nullptr, nullptr); // nn.Linear(hidden, 1): Linear4bit under QLoRA
             T sig = O.sigmoid(sg);
             S.drop(sg);
             T gated = O.mul(sig, shared, checkedMul(tok, h), e, false, true, tok);

@@ -114,6 +114,8 @@ json toJson(const TrainingConfig &c)
         j["loss"] = toString(c.loss);
     if (c.checkpointLayers > 0)
         j["checkpoint_layers"] = c.checkpointLayers;
+    if (c.checkpointEvery > 1)
+        j["checkpoint_every"] = c.checkpointEvery;
     if (c.activationOffload)
         j["activation_offload"] = true;
     return j;
@@ -145,6 +147,8 @@ TrainingConfig trainingConfigFromJson(const json &j)
     }
     if (j.contains("checkpoint_layers"))
         c.checkpointLayers = requireInt64(j, "checkpoint_layers", ctx, 0, 1 << 20);
+    if (j.contains("checkpoint_every"))
+        c.checkpointEvery = requireInt64(j, "checkpoint_every", ctx, 0, 1 << 20);
     if (j.contains("attention"))
         c.attention = parseAttention(str("attention"), ctx + ".attention");
     if (j.contains("loss"))

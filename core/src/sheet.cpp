@@ -114,8 +114,9 @@ std::string summarize(const TrainingConfig &c)
     if (c.gradAccum > 1)
         o << " (accum " << c.gradAccum << ")";
     if (c.gradCheckpointing)
-        o << (c.checkpointLayers > 0 ? ", checkpointing the first " + std::to_string(c.checkpointLayers) + " layers"
-                                     : std::string(", checkpointing"));
+        o << (c.checkpointLayers > 0  ? ", checkpointing the first " + std::to_string(c.checkpointLayers) + " layers"
+              : c.checkpointEvery > 1 ? ", checkpointing every " + std::to_string(c.checkpointEvery) + " layers"
+                                      : std::string(", checkpointing"));
     o << ", " << toString(c.attention);
     if (c.worldSize > 1 || c.zeroStage > 0) // ZeRO's machinery applies at one GPU too
         o << ", " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << " ZeRO-" << c.zeroStage;

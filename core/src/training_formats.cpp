@@ -1009,6 +1009,11 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
                         " layers has no key in this format: written as gradient checkpointing of every layer (set "
                         "layer.gradient_checkpointing = False past layer " + std::to_string(c.checkpointLayers) +
                         " in your script to match the estimate)");
+    if (c.gradCheckpointing && c.checkpointEvery > 1)
+        notes.push_back("checkpointing every " + std::to_string(c.checkpointEvery) +
+                        "th layer has no key in this format: written as gradient checkpointing of every layer (set "
+                        "layer.gradient_checkpointing = False where the layer index is not a multiple of " +
+                        std::to_string(c.checkpointEvery) + " in your script to match the estimate)");
     if (format == TrainingFormat::DeepSpeed) {
         json j = {{"train_micro_batch_size_per_gpu", c.microBatch},
                   {"gradient_accumulation_steps", c.gradAccum},

@@ -243,6 +243,14 @@ void TrainingConfig::validate() const
     if (checkpointLayers > 0 && !gradCheckpointing)
         throw InputError("checkpoint_layers", std::to_string(checkpointLayers),
                          "checkpoints layers only with gradient checkpointing on");
+    range("checkpoint_every", checkpointEvery, 0, 1 << 20);
+    if (checkpointEvery > 1 && !gradCheckpointing)
+        throw InputError("checkpoint_every", std::to_string(checkpointEvery),
+                         "checkpoints layers only with gradient checkpointing on");
+    if (checkpointEvery > 1 && checkpointLayers > 0)
+        throw InputError("checkpoint_every", std::to_string(checkpointEvery),
+                         "choose one: every k-th layer, or the first N (checkpoint_layers = " +
+                             std::to_string(checkpointLayers) + ")");
     if (finetune != FineTune::Full) {
         range("lora_rank", lora.rank, 1, 1 << 16);
         if (lora.targets.empty())

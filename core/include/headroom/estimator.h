@@ -64,8 +64,8 @@ struct EstimatorOptions
 };
 
 // Whether estimate() simulates this configuration op by op (one GPU, DDP, ZeRO-1), or uses the
-// per-op ledger (FSDP stages 2-3, optimizer offload, QLoRA on GPT-2 and MoE models).
-bool isSimulated(const ModelArch &model, const TrainingConfig &config);
+// per-op ledger (FSDP stages 2-3, optimizer offload).
+bool isSimulated(const TrainingConfig &config);
 
 struct Estimate
 {

@@ -32,6 +32,7 @@ struct FamilyTraits
     bool embedScaleBuffer = false;    // ... by a registered buffer, not a tensor made each forward (Gemma 3)
     bool slidingLayerTypes = false;   // sliding window on the layers config.layer_types names
     bool normRegisteredFirst = false; // input_layernorm built before self_attn (GPT-2, GPT-NeoX)
+    bool conv1dLinears = false;       // transformers' Conv1D, not nn.Linear: bitsandbytes leaves them (GPT-2)
     bool qkNormAfterProjections = false; // q/k norms after all of q, k and v are projected (Gemma 3)
     bool localRotary = false;         // a second rotary table for the sliding layers (Gemma 3)
     bool expertsBeforeRouter = false; // the MoE block registers its experts before the router

@@ -137,6 +137,8 @@ struct TrainingConfig
     bool gradCheckpointing = false;
     // Selective checkpointing: with gradCheckpointing, only the first N decoder layers (0: all).
     int64_t checkpointLayers = 0;
+    // ... or only every k-th decoder layer (layers 0, k, 2k, ...; 0 or 1: all).
+    int64_t checkpointEvery = 0;
     Attention attention = Attention::SDPA;
     Loss loss = Loss::Standard;
     int worldSize = 1;
@@ -151,12 +153,14 @@ struct TrainingConfig
     // Whether decoder layer `layer` of `numLayers` recomputes its forward in backward.
     bool checkpointed(int64_t layer) const
     {
-        return gradCheckpointing && (checkpointLayers <= 0 || layer < checkpointLayers);
+        return gradCheckpointing && (checkpointLayers <= 0 || layer < checkpointLayers) &&
+               (checkpointEvery <= 1 || layer % checkpointEvery == 0);
     }
     // Every layer checkpointed, or none: the per-op ledger knows only these.
     bool checkpointingUniform(int64_t numLayers) const
     {
-        return !gradCheckpointing || checkpointLayers <= 0 || checkpointLayers >= numLayers;
+        return !gradCheckpointing ||
+               ((checkpointLayers <= 0 || checkpointLayers >= numLayers) && (checkpointEvery <= 1 || numLayers <= 1));
     }
 
     int64_t tokens() const { return microBatch * seqLen; }
