@@ -70,11 +70,6 @@ private Q_SLOTS:
         const Timeline t = readTimelineFile(file.toStdString());
         const std::string name = QFileInfo(file).completeBaseName().toStdString();
         const json &result = corpus().at(name);
-        // QLoRA's load calls torch.cuda.empty_cache() twice (after quantizing, and in PEFT's
-        // prepare_model_for_kbit_training); a recorded stream shows that only as segment frees,
-        // which this replay does not read yet.
-        if (name.find("qlora") != std::string::npos)
-            QSKIP("load-time empty_cache() is not in the recorded stream");
         const Replay r = replay(t);
         QVERIFY(!r.outOfMemory);
         std::map<std::tuple<int, std::string, int>, const json *> measured;
@@ -103,7 +98,7 @@ private Q_SLOTS:
                  (std::to_string(r.peakAllocatedBytes) + " vs " + std::to_string(alloc)).c_str());
     }
 
-    // The model's fidelity over the whole corpus: most runs exact, nine in ten within 0.5%. What
+    // The model's fidelity over the whole corpus: most runs exact, nine in ten within 0.5%, all within 1%. What
     // is left comes from where cudaMalloc places segments, which picks between equal free blocks
     // (lowest address first) and which the model can only lay out in order.
     void replayFidelity()
@@ -118,7 +113,7 @@ private Q_SLOTS:
               a.back() * 100);
         QVERIFY(exact * 2 > a.size());
         QVERIFY(a[a.size() * 9 / 10] <= 0.005);
-        QVERIFY(a.back() <= 0.06);
+        QVERIFY(a.back() <= 0.01); // 0.37% with the cache releases (EmptyCache) read from the stream
     }
 
     // A 1 MiB request is small; 1 MiB + 1 byte is large and takes a 20 MiB segment, which later

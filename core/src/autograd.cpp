@@ -60,6 +60,15 @@ int Sim::allocate(int64_t bytes, Category category)
     return static_cast<int>(m_sto.size() - 1);
 }
 
+void Sim::emptyCache()
+{
+    MemEvent e;
+    e.kind = MemEvent::EmptyCache;
+    e.layer = m_layer;
+    e.op = m_op;
+    m_out.events.push_back(e);
+}
+
 void Sim::ref(int sto)
 {
     if (sto >= 0)

@@ -100,6 +100,9 @@ public:
     // new allocation of the saved tensor's size, parameters included) and frees them when it
     // returns. Checkpointed regions install their own hooks, which win.
     void setSavedToHost(bool on) { m_toHost = on; }
+
+    // torch.cuda.empty_cache(): marks the stream; the allocator model releases its free segments.
+    void emptyCache();
     void endRegion();
 
     // cuBLAS allocates its workspace through the caching allocator at the first matmul on a

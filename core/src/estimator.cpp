@@ -1167,7 +1167,7 @@ std::vector<Breakdown> breakdownsAt(const Timeline &t, const std::vector<size_t>
             size[e.id] = CachingAllocatorModel::roundSize(e.bytes);
             cat[e.id] = static_cast<uint8_t>(e.category);
             cur.bytes[cat[e.id]] += size[e.id];
-        } else {
+        } else if (e.kind == MemEvent::Free) {
             cur.bytes[cat[e.id]] -= size[e.id];
             size[e.id] = 0;
         }

@@ -85,7 +85,6 @@ public:
             // (bitsandbytes/nn/modules.py Linear4bit.forward). Measured on the H200 with
             // bitsandbytes 0.50: Llama-3.2-1B bf16 QLoRA, 4 x 1024, peak 27.5 GiB (LoRA: 18.8).
             qe = amp ? 4 : ce;
-            pe = 4;
             if (!amp)
                 ce = re = 4;
         }
@@ -148,28 +147,12 @@ private:
         return t;
     }
 
-    // A decoder nn.Linear's weight; under QLoRA a bitsandbytes Params4bit (functional.py
-    // quantize_4bit): the packed weight, two values per byte, then its quant state: an absmax per
-    // 64 values, fp32, or (double quantization) uint8 with an fp32 absmax per 256 blocks, the
-    // 256-entry fp32 code and the fp32 offset.
+    // A decoder nn.Linear's weight. Under QLoRA it is made in the model's dtype like every
+    // parameter (from_config) and marked: quantizeForQlora() turns it into a Params4bit.
     T linearWeight(int64_t rows, int64_t cols, bool trainableHere, const char *name)
     {
-        if (!qlora || ft.conv1dLinears) // GPT-2's Conv1D stays as it is (fp32 after prepare)
-            return param(rows, cols, trainableHere, name);
-        S.setOp(name);
-        const int64_t n = checkedMul(rows, cols), blocks = (n + 63) / 64;
-        T w = S.parameter((n + 1) / 2, 1, false);
-        w.rows = rows;
-        w.cols = cols;
-        w.nf4 = true;
-        if (c.lora.doubleQuant) {
-            S.make(blocks, 1, Category::Weights);
-            S.make((blocks + 255) / 256 * 4, 4, Category::Weights);
-            S.make(256 * 4, 4, Category::Weights);
-            S.make(4, 4, Category::Weights);
-        } else {
-            S.make(blocks * 4, 4, Category::Weights);
-        }
+        T w = param(rows, cols, trainableHere, name);
+        w.nf4 = qlora && !ft.conv1dLinears; // GPT-2's Conv1D is not an nn.Linear: it stays
         return w;
     }
 
@@ -177,7 +160,86 @@ private:
     // casts it back to compute_dtype in place (bias.data = bias.data.to(x.dtype)).
     T linearBias(int64_t rows, bool trainableHere, const char *name)
     {
-        return param(rows, 1, trainableHere, name, qlora && !ft.conv1dLinears ? qe : 0);
+        T b = param(rows, 1, trainableHere, name);
+        b.nf4 = qlora && !ft.conv1dLinears; // marks "ends in compute_dtype" (quantizeForQlora)
+        return b;
+    }
+
+    // Every parameter of the base model, in (about) registration order.
+    std::vector<T *> baseParameters()
+    {
+        std::vector<T *> out = {&embed, &positions};
+        for (auto &L : layers)
+            for (T *t : {&L.n1, &L.n1b, &L.qa, &L.qaN, &L.qb2, &L.q, &L.qb, &L.kva, &L.kvaB, &L.kvaN, &L.kvb, &L.k,
+                         &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router, &L.gateUp, &L.expDown, &L.gate,
+                         &L.up, &L.upB, &L.down, &L.downB, &L.sharedGate, &L.n2, &L.n2b, &L.n3, &L.n4})
+                out.push_back(t);
+        out.push_back(&finalNorm);
+        out.push_back(&finalNormB);
+        if (!m.tiedEmbeddings)
+            out.push_back(&lmHead);
+        std::vector<T *> valid;
+        for (T *t : out)
+            if (t->valid())
+                valid.push_back(t);
+        return valid;
+    }
+
+    // QLoRA as the transformers engine loads it (headroom_engine.quantize_4bit, then
+    // peft.prepare_model_for_kbit_training): each decoder Linear becomes a Linear4bit, whose
+    // Params4bit._quantize copies the weight to the device and runs functional.quantize_4bit: an
+    // fp32 absmax per 64 values and the packed weight (two values per byte), then, double
+    // quantized, the offset, the 256-entry fp32 code, the absmax's own fp32 absmax per 256 blocks
+    // and the uint8 absmax, the fp32 absmax freed; the old weight goes with its module. Then gc
+    // and torch.cuda.empty_cache(); then every parameter that is not 4-bit is cast to fp32 (the
+    // old one freed), and empty_cache() again.
+    void quantizeForQlora()
+    {
+        const std::vector<T *> params = baseParameters();
+        for (T *t : params) {
+            if (!t->nf4 || t->cols <= 1)
+                continue;
+            S.setOp("quantize_4bit");
+            const int64_t n = checkedMul(t->rows, t->cols), blocks = (n + 63) / 64;
+            T copy = S.make(t->bytes, t->elem, Category::Temporaries);
+            const int absmax = S.allocate(blocks * 4, Category::Temporaries);
+            T w = S.parameter((n + 1) / 2, 1, false);
+            w.rows = t->rows;
+            w.cols = t->cols;
+            w.nf4 = true;
+            if (c.lora.doubleQuant) {
+                S.make(4, 4, Category::Weights);                        // offset = absmax.mean()
+                S.make(256 * 4, 4, Category::Weights);                  // the dynamic map (code)
+                S.make((blocks + 255) / 256 * 4, 4, Category::Weights); // state2.absmax
+                S.make(blocks, 1, Category::Weights);                   // the uint8 absmax
+                S.unref(absmax);
+            } else {
+                S.recategorize(absmax, Category::Weights); // kept as the quant state
+            }
+            S.drop(copy);
+            T old = *t;
+            *t = w;
+            S.drop(old);
+        }
+        S.emptyCache();
+        S.setOp("prepare_model_for_kbit_training");
+        for (T *t : params) {
+            if (t->nf4 && t->cols > 1)
+                continue;
+            // Linear4bit biases end in compute_dtype (cast back in place at the first forward).
+            const int elem = t->nf4 ? qe : 4;
+            if (t->elem == elem)
+                continue;
+            T f = S.parameter(checkedMul(t->numel(), elem), elem, false);
+            f.rows = t->rows;
+            f.cols = t->cols;
+            T old = *t;
+            *t = f;
+            S.drop(old);
+        }
+        if (m.tiedEmbeddings)
+            lmHead = embed;
+        S.emptyCache();
     }
 
     void load()
@@ -308,6 +370,8 @@ private:
         } else {
             lmHead = param(V, h, t, "lm_head");
         }
+        if (qlora)
+            quantizeForQlora();
         if (!full) {
             // get_peft_model: an A and a B per targeted Linear, fp32, layer by layer.
             for (int64_t l = 0; l < m.numLayers; ++l) {

@@ -69,8 +69,10 @@ Replay replay(const Timeline &t, const AllocatorConfig &config)
                 phasePeak = m.allocatedBytes();
                 peakEvent = i + 1; // the state after this allocation
             }
-        } else {
+        } else if (e.kind == MemEvent::Free) {
             m.free(e.id);
+        } else {
+            m.emptyCache();
         }
     }
     close(t.events.size());
@@ -112,7 +114,7 @@ std::vector<TimelineSample> stackedSamples(const Timeline &t, int step, size_t m
             size[e.id] = b;
             cat[e.id] = static_cast<uint8_t>(e.category);
             cur.bytes[cat[e.id]] += b;
-        } else {
+        } else if (e.kind == MemEvent::Free) {
             cur.bytes[cat[e.id]] -= size[e.id];
             size[e.id] = 0;
         }
@@ -142,7 +144,7 @@ std::vector<LiveTensor> largestLiveAt(const Timeline &t, size_t event, size_t co
         const MemEvent &e = t.events[i];
         if (e.kind == MemEvent::Alloc)
             live[e.id] = i;
-        else
+        else if (e.kind == MemEvent::Free)
             live.erase(e.id);
     }
     std::vector<LiveTensor> out;
@@ -195,6 +197,7 @@ Timeline timelineFromJson(const json &j)
     if (!events.is_array() || events.size() > (size_t(1) << 26))
         throw InputError(ctx + ".events", show(events), "must be an array of at most 2^26 events");
     t.events.reserve(events.size());
+    std::vector<size_t> fileToOurs(events.size() + 1, 0);
     for (size_t i = 0; i < events.size(); ++i) {
         const json &e = events[i];
         const std::string ec = ctx + ".events[" + std::to_string(i) + "]";
@@ -206,6 +209,7 @@ Timeline timelineFromJson(const json &j)
                 throw InputError(ec, show(e), "field " + std::to_string(k) + " must be a whole number in range");
             return e[k].get<int64_t>();
         };
+        fileToOurs[i] = t.events.size();
         if (kind == 0 || kind == 1) {
             MemEvent m;
             m.kind = kind == 0 ? MemEvent::Alloc : MemEvent::Free;
@@ -217,18 +221,21 @@ Timeline timelineFromJson(const json &j)
                 m.op = static_cast<uint16_t>(fr < 0 ? 0 : fr);
             }
             t.events.push_back(m);
-        } else if (kind != 2 && kind != 3) {
+        } else if (kind == 3) {
+            // Segment frees come only from releasing the cache (empty_cache(), an OOM retry, the
+            // garbage-collection threshold): one EmptyCache for a run of them.
+            if (t.events.empty() || t.events.back().kind != MemEvent::EmptyCache) {
+                MemEvent m;
+                m.kind = MemEvent::EmptyCache;
+                t.events.push_back(m);
+            }
+        } else if (kind != 2) {
             throw InputError(ec, show(e), "kind must be 0 (alloc), 1 (free), 2 or 3 (segments)");
         }
-        // Segment events are what the real allocator did; the model recomputes them.
+        // Segment allocations are what the real allocator did; the model recomputes them.
     }
-    // Marks arrive with event indices into the file's list (segments included): recount.
-    std::vector<size_t> fileToOurs(events.size() + 1, 0);
-    for (size_t i = 0, n = 0; i <= events.size(); ++i) {
-        fileToOurs[i] = n;
-        if (i < events.size() && events[i].is_array() && (events[i][0] == 0 || events[i][0] == 1))
-            ++n;
-    }
+    // Marks arrive with event indices into the file's list (segments included): fileToOurs.
+    fileToOurs[events.size()] = t.events.size();
     const json &marks = requireField(j, "marks", ctx);
     if (!marks.is_array() || marks.size() > 100000)
         throw InputError(ctx + ".marks", show(marks), "must be an array");
@@ -250,7 +257,7 @@ Timeline timelineFromJson(const json &j)
         for (const auto &e : t.events) {
             if (e.kind == MemEvent::Alloc)
                 model.malloc(e.id, e.bytes);
-            else
+            else if (e.kind == MemEvent::Free)
                 model.free(e.id);
             held.push_back(model.allocatedBytes());
         }
@@ -303,8 +310,10 @@ json toJson(const Timeline &t)
     for (const auto &e : t.events) {
         if (e.kind == MemEvent::Alloc)
             events.push_back({0, e.id, e.bytes, static_cast<int>(e.category), e.op});
-        else
+        else if (e.kind == MemEvent::Free)
             events.push_back({1, e.id, e.bytes});
+        else
+            events.push_back({3, 0}); // a release of the cache: a segment free in the recorded form
     }
     json marks = json::array();
     for (const auto &m : t.marks)

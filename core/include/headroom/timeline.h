@@ -21,7 +21,9 @@ constexpr int64_t kTorchStartupBytes = 0;
 
 struct MemEvent
 {
-    enum Kind : uint8_t { Alloc, Free };
+    // EmptyCache: torch.cuda.empty_cache() (or the release before an OOM retry): every wholly
+    // free cached segment goes back to the device. A recorded stream shows it as segment frees.
+    enum Kind : uint8_t { Alloc, Free, EmptyCache };
     Kind kind = Alloc;
     Category category = Category::Temporaries;
     int16_t layer = -1;   // decoder layer, -1 outside the layers
