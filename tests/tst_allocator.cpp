@@ -98,9 +98,9 @@ private Q_SLOTS:
                  (std::to_string(r.peakAllocatedBytes) + " vs " + std::to_string(alloc)).c_str());
     }
 
-    // The model's fidelity over the whole corpus: most runs exact, nine in ten within 0.5%, all within 1%. What
-    // is left comes from where cudaMalloc places segments, which picks between equal free blocks
-    // (lowest address first) and which the model can only lay out in order.
+    // The model's fidelity over the whole corpus: most runs exact, nine in ten within 0.5%, all
+    // within 1%. What is left comes from where cudaMalloc places segments, which picks between
+    // equal free blocks (lowest address first) and which the model can only lay out in order.
     void replayFidelity()
     {
         QVERIFY(g_runErrors.size() >= 100);
