@@ -182,6 +182,17 @@ private Q_SLOTS:
         const auto on = resultOf(runProbe(b)).steady(Phase::Forward)->peakAllocatedBytes;
         QVERIFY2(on < off, qPrintable(QStringLiteral("%1 vs %2").arg(on).arg(off)));
     }
+    // QLoRA as PEFT prepares it: NF4 decoder Linears, everything else fp32 (the estimate's
+    // weight bytes to the byte), and the 4-bit base smaller than bf16 LoRA's.
+    void qloraWeightsAreNf4()
+    {
+        ProbeRequest r = request(FineTune::QLoRA);
+        r.config.precision = Precision::BF16;
+        const Measurement m = resultOf(runProbe(r));
+        const Estimate e = estimate(tiny(), r.config);
+        QCOMPARE(m.attribution[Category::Weights], e.params.weightBytes);
+        QVERIFY(relativeError(e.peakAllocatedBytes, m.peakAllocatedBytes) > -0.02);
+    }
     void badRequestsExitTwo_data()
     {
         QTest::addColumn<QString>("patch");
@@ -199,7 +210,8 @@ private Q_SLOTS:
         QTest::addRow("accumulation") << R"({"config": {"grad_accum": 2}})" << "config.grad_accum";
         QTest::addRow("offload") << R"({"config": {"offload_optimizer": true}})" << "config.offload_optimizer";
         // QLoRA as PEFT prepares it, paged optimizers and activation offload: the real stack only.
-        QTest::addRow("qlora") << R"({"config": {"finetune": "qlora", "precision": "bf16"}})" << "config.finetune";
+        QTest::addRow("amp qlora") << R"({"config": {"finetune": "qlora", "precision": "amp-bf16"}})"
+                                   << "config.precision";
         QTest::addRow("paged") << R"({"config": {"optimizer": "paged-adamw-8bit"}})" << "config.optimizer";
         QTest::addRow("activation offload") << R"({"config": {"activation_offload": true}})"
                                             << "config.activation_offload";

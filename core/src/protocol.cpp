@@ -179,11 +179,10 @@ std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig 
         return Refusal{"config.loss", "fused", "the LibTorch engine's fused loss runs without autocast (Liger's fp32 "
                                                "accumulator path needs addmm's out_dtype); use bf16, fp16 or fp32, or "
                                                "--engine transformers with liger-kernel installed"};
-    if (c.finetune == FineTune::QLoRA)
-        return Refusal{"config.finetune", "qlora", "QLoRA as users run it (bitsandbytes Linear4bit, then PEFT's "
-                                                   "prepare_model_for_kbit_training, which makes the rest of the model "
-                                                   "fp32) was measured up to 39% above the LibTorch engine's; use "
-                                                   "--engine transformers with bitsandbytes installed"};
+    if (c.finetune == FineTune::QLoRA && isAmp(c.precision))
+        return Refusal{"config.precision", std::string(toString(c.precision)),
+                       "QLoRA under autocast runs Linear4bit in fp32 with autocast's casts inside bitsandbytes, "
+                       "which the LibTorch engine does not follow; use bf16 or fp16, or --engine transformers"};
     if (c.optimizer == Optimizer::PagedAdamW8bit)
         return Refusal{"config.optimizer", "paged-adamw-8bit", "paged optimizer state lives in CUDA managed memory, "
                                                                 "which the LibTorch engine does not make; use "

@@ -153,7 +153,8 @@ struct Layer
 struct Net;
 Tensor dequantNf4(const Linear &l, c10::ScalarType dtype, const Tensor &code);
 
-// bitsandbytes MatMul4Bit: saves the packed weight only; dequantizes in forward and in backward.
+// bitsandbytes MatMul4Bit: saves the packed weight only; dequantizes in forward (F.linear with
+// the bias, as gemm_4bit's dequant + F.linear path) and in backward.
 struct Linear4bitFn : public torch::autograd::Function<Linear4bitFn>
 {
     static Tensor forward(torch::autograd::AutogradContext *ctx, Tensor x, int64_t linearPtr, int64_t codePtr)
@@ -164,7 +165,7 @@ struct Linear4bitFn : public torch::autograd::Function<Linear4bitFn>
         ctx->saved_data["c"] = codePtr;
         ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
         Tensor w = dequantNf4(*l, x.scalar_type(), *code);
-        return torch::linear(x, w);
+        return torch::linear(x, w, l->bias);
     }
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                    torch::autograd::variable_list grads)
@@ -177,21 +178,32 @@ struct Linear4bitFn : public torch::autograd::Function<Linear4bitFn>
     }
 };
 
+// The [out, in] weight in `dtype`, as bitsandbytes' dequantize kernel writes it: one output
+// tensor, filled here 64 Ki blocks at a time so the decoding's temporaries stay a few MiB (the
+// kernel has none); double quantization decodes the 8-bit absmax first (an fp32 tensor per
+// block, as dequantize_blockwise makes it).
 Tensor dequantNf4(const Linear &l, c10::ScalarType dtype, const Tensor &code)
 {
     const int64_t numel = l.in * l.out;
-    Tensor hi = torch::div(l.packed, 16, "floor");
-    Tensor lo = l.packed - hi * 16;
-    Tensor idx = torch::stack({hi, lo}, -1).view({-1}).slice(0, 0, numel).to(torch::kInt);
+    const int64_t blocks = (numel + 63) / 64;
     Tensor absmax = l.absmax;
     if (l.absmax2.defined()) // double quantization: 8-bit absmax scaled per 256 blocks
         absmax = (l.absmax.to(torch::kFloat) / 255.0f).view({-1}) *
                  l.absmax2.repeat_interleave(256).slice(0, 0, l.absmax.numel());
-    const int64_t blocks = absmax.numel();
-    Tensor vals = torch::index_select(code, 0, idx);
-    Tensor padded = vals.numel() == blocks * 64 ? vals : torch::constant_pad_nd(vals, {0, blocks * 64 - numel});
-    Tensor w = (padded.view({blocks, 64}) * absmax.view({blocks, 1})).view({-1}).slice(0, 0, numel);
-    return w.view({l.out, l.in}).to(dtype);
+    Tensor w = torch::empty({numel}, l.packed.options().dtype(dtype));
+    constexpr int64_t kChunkBlocks = int64_t(1) << 16;
+    for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
+        const int64_t nb = std::min(kChunkBlocks, blocks - b0);
+        const int64_t e0 = b0 * 64, ne = std::min(nb * 64, numel - e0);
+        Tensor bytes = l.packed.slice(0, e0 / 2, (e0 + ne + 1) / 2);
+        Tensor hi = torch::div(bytes, 16, "floor");
+        Tensor idx = torch::stack({hi, bytes - hi * 16}, -1).view({-1}).slice(0, 0, ne).to(torch::kInt);
+        Tensor vals = torch::index_select(code, 0, idx);
+        Tensor padded = vals.numel() == nb * 64 ? vals : torch::constant_pad_nd(vals, {0, nb * 64 - ne});
+        Tensor scaled = padded.view({nb, 64}) * absmax.slice(0, b0, b0 + nb).view({nb, 1});
+        w.slice(0, e0, e0 + ne).copy_(scaled.view({-1}).slice(0, 0, ne));
+    }
+    return w.view({l.out, l.in});
 }
 
 struct Net
@@ -200,6 +212,7 @@ struct Net
     const TrainingConfig &c;
     torch::Device device;
     c10::ScalarType paramType, computeType;
+    c10::ScalarType quantComputeType = torch::kBFloat16; // QLoRA: Linear4bit's compute_dtype
     bool amp = false, full = true, qlora = false;
     Tensor embed, positions, finalNorm, finalNormB, lmHead, nf4Code;
     std::vector<Layer> layers;
@@ -224,6 +237,13 @@ struct Net
                                                                                          : torch::kBFloat16;
         full = c.finetune == FineTune::Full;
         qlora = c.finetune == FineTune::QLoRA;
+        if (qlora) {
+            // peft.prepare_model_for_kbit_training: every parameter that is not 4-bit is fp32, so
+            // the residual stream and the activations are fp32; Linear4bit computes in the
+            // model's dtype (amp QLoRA is refused: protocol::libtorchRefusal).
+            quantComputeType = computeType;
+            paramType = computeType = torch::kFloat;
+        }
         if (!full)
             loraOn = loraTargetMask(c.lora.targets);
         nf4Code = torch::from_blob(const_cast<float *>(kNf4), {16}, torch::kFloat).to(device);
@@ -280,8 +300,12 @@ struct Net
         } else {
             l.weight = param({out, in});
         }
-        if (bias)
-            l.bias = qlora ? param({out}, false, false) : param({out});
+        if (bias && qlora) { // a Linear4bit's bias ends in compute_dtype (cast in place at the first forward)
+            l.bias = torch::zeros({out}, torch::TensorOptions().dtype(quantComputeType).device(device));
+            weightBytes += l.bias.numel() * l.bias.element_size();
+        } else if (bias) {
+            l.bias = param({out});
+        }
         if (!full && loraOn[static_cast<size_t>(module)]) {
             auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
             const int64_t r = c.lora.rank;
@@ -368,9 +392,14 @@ struct Net
     {
         Tensor result;
         if (qlora) {
-            result = Linear4bitFn::apply(x, reinterpret_cast<int64_t>(&l), reinterpret_cast<int64_t>(&nf4Code));
-            if (l.bias.defined())
-                result = result + l.bias;
+            // Linear4bit.forward: x.to(compute_dtype), matmul_4bit, .to(the input's dtype); PEFT's
+            // lora/bnb.py then clones the result before adding the adapters.
+            Tensor y = Linear4bitFn::apply(x.to(quantComputeType), reinterpret_cast<int64_t>(&l),
+                                           reinterpret_cast<int64_t>(&nf4Code));
+            result = y.to(x.scalar_type());
+            y.reset();
+            if (l.loraA.defined())
+                result = result.clone();
         } else {
             result = torch::linear(x, l.weight, l.bias);
         }
