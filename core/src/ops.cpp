@@ -358,9 +358,9 @@ T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in,
     return out;
 }
 
-T Ops::linear4bit(const T &x, const T &w, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested)
+T Ops::linear4bit(const T &x, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested)
 {
-    (void)w; // MatMul4Bit keeps the packed weight (a parameter) in ctx.tensors: no new memory
+    // MatMul4Bit keeps the packed weight (a parameter) in ctx.tensors: no new memory.
     const int64_t numel = in * outF;
     const int64_t blocks = (numel + 63) / 64;
     // backends/cuda/ops.py _dequant_linear_fallback: absmax_dq = torch.empty_like(absmax_8bit,

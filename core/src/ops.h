@@ -58,11 +58,11 @@ public:
     T linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in, int64_t out, int elem);
     T embedding(const T &w, const T &ids, int64_t tokens, int64_t vocab, int64_t hidden);
     // bitsandbytes matmul_4bit over `tokens` rows of x (already in the compute dtype `elem`) with
-    // an NF4 weight of out x in (bitsandbytes/autograd/_functions.py MatMul4Bit): the weight is
+    // an NF4 weight (a parameter) of out x in (bitsandbytes/autograd/_functions.py MatMul4Bit): the weight is
     // dequantized to `elem` for F.linear (the CUDA gemm_4bit's dequant + F.linear path), and
     // again in backward for the input's gradient; nothing of x is saved. `nested`: the absmax
     // is itself 8-bit (double quantization) and is dequantized first.
-    T linear4bit(const T &x, const T &w, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested);
+    T linear4bit(const T &x, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested);
 
     // ---- attention: q, k, v as (b, heads, s, d); returns (b, heads, s, d) in q's dtype.
     struct AttnShape
