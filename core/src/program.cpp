@@ -84,7 +84,7 @@ public:
             // an fp32 embedding and fp32 norm weights the residual stream and every activation are
             // fp32; Linear4bit casts its input to compute_dtype and its output back
             // (bitsandbytes/nn/modules.py Linear4bit.forward). Measured on the H200 with
-            // bitsandbytes 0.50: Llama-3.2-1B bf16 QLoRA, 4 x 1024, peak 27.5 GiB (LoRA: 18.8).
+            // bitsandbytes 0.50 (quantizeForQlora has the load; the corpus's *-qlora16-* runs).
             qe = amp ? 4 : ce;
             if (!amp)
                 ce = re = 4;
