@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 
 namespace headroom {
 
@@ -1686,71 +1685,16 @@ private:
     std::vector<int> state;
 };
 
-// Steps after the first steady one run the same ops on the same live set: their events are the
-// first steady step's, with the allocations given new ids. That holds while the steady step frees
-// only what it made itself; false (and `t` unchanged) otherwise.
-bool repeatSteadyStep(Timeline &t, int measuredSteps)
-{
-    size_t from = t.events.size();
-    size_t firstMark = t.marks.size();
-    for (size_t i = 0; i < t.marks.size(); ++i)
-        if (t.marks[i].step == 1) {
-            from = t.marks[i].event;
-            firstMark = i;
-            break;
-        }
-    const size_t to = t.events.size();
-    if (from >= to)
-        return false;
-    uint32_t nextId = 0;
-    for (const MemEvent &e : t.events)
-        nextId = std::max(nextId, e.id + 1);
-    std::unordered_map<uint32_t, bool> madeHere;
-    for (size_t i = from; i < to; ++i) {
-        const MemEvent &e = t.events[i];
-        if (e.kind == MemEvent::Alloc)
-            madeHere[e.id] = true;
-        else if (e.kind == MemEvent::Free && !madeHere.count(e.id))
-            return false;
-    }
-    const std::vector<TimelineMark> stepMarks(t.marks.begin() + static_cast<std::ptrdiff_t>(firstMark), t.marks.end());
-    for (int step = 2; step <= measuredSteps; ++step) {
-        const size_t base = t.events.size();
-        std::unordered_map<uint32_t, uint32_t> id;
-        t.events.reserve(base + (to - from));
-        for (size_t i = from; i < to; ++i) {
-            MemEvent e = t.events[i];
-            if (e.kind == MemEvent::Alloc)
-                id[e.id] = nextId++;
-            if (e.kind != MemEvent::EmptyCache)
-                e.id = id.at(e.id);
-            t.events.push_back(e);
-        }
-        for (TimelineMark mk : stepMarks) {
-            mk.step = step;
-            mk.event = mk.event - from + base;
-            t.marks.push_back(mk);
-        }
-    }
-    return true;
-}
-
 } // namespace
 
 Timeline simulateRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options,
                      int measuredSteps)
 {
-    auto simulate = [&](int steps) {
-        Timeline t;
-        t.source = "estimate";
-        t.steadyStep = 1;
-        Run r(model, config, options, t);
-        r.run(steps);
-        return t;
-    };
-    Timeline t = simulate(std::min(measuredSteps, 1));
-    if (measuredSteps > 1 && !repeatSteadyStep(t, measuredSteps))
-        t = simulate(measuredSteps); // the steady step is not self-contained: run them all
+    Timeline t;
+    t.source = "estimate";
+    t.steadyStep = 1;
+    Run r(model, config, options, t);
+    r.run(measuredSteps);
     return t;
 }
 
