@@ -165,14 +165,21 @@ private:
         return b;
     }
 
+    // A decoder layer's parameter slots (unset ones included), in the order model.parameters()
+    // lists them for the families simulated.
+    static std::array<T *, 32> layerParameters(LayerParams &L)
+    {
+        return {&L.n1, &L.n1b, &L.qa, &L.qaN, &L.qb2, &L.q, &L.qb, &L.kva, &L.kvaB, &L.kvaN, &L.kvb,
+                &L.k, &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router, &L.gateUp, &L.expDown,
+                &L.gate, &L.up, &L.upB, &L.down, &L.downB, &L.sharedGate, &L.n2, &L.n2b, &L.n3, &L.n4};
+    }
+
     // Every parameter of the base model, in (about) registration order.
     std::vector<T *> baseParameters()
     {
         std::vector<T *> out = {&embed, &positions};
         for (auto &L : layers)
-            for (T *t : {&L.n1, &L.n1b, &L.qa, &L.qaN, &L.qb2, &L.q, &L.qb, &L.kva, &L.kvaB, &L.kvaN, &L.kvb, &L.k,
-                         &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router, &L.gateUp, &L.expDown, &L.gate,
-                         &L.up, &L.upB, &L.down, &L.downB, &L.sharedGate, &L.n2, &L.n2b, &L.n3, &L.n4})
+            for (T *t : layerParameters(L))
                 out.push_back(t);
         out.push_back(&finalNorm);
         out.push_back(&finalNormB);
@@ -460,10 +467,7 @@ private:
         add(embed);
         add(positions);
         for (auto &L : layers) {
-            for (T *t : {&L.n1, &L.n1b, &L.qa, &L.qaN, &L.qb2, &L.q, &L.qb, &L.kva, &L.kvaB, &L.kvaN, &L.kvb, &L.k,
-                         &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router,
-                         &L.gateUp, &L.expDown, &L.gate, &L.up, &L.upB, &L.down, &L.downB, &L.sharedGate, &L.n2,
-                         &L.n2b, &L.n3, &L.n4})
+            for (T *t : layerParameters(L))
                 add(*t);
             for (auto &p : L.lora)
                 if (p.on) {
