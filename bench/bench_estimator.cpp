@@ -45,6 +45,22 @@ static void BM_Replay(benchmark::State &state, const char *model, FineTune ft, b
 BENCHMARK_CAPTURE(BM_Replay, llama31_70b_full_ckpt, "llama-3.1-70b", FineTune::Full, true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Replay, llama31_8b_lora, "llama-3.1-8b", FineTune::LoRA, false)->Unit(benchmark::kMillisecond);
 
+// What the estimate's second steady step costs: simulating one step and replaying it, against
+// the same with the step's events copied (repeatLastStep) and replayed twice.
+static void BM_SecondStep(benchmark::State &state, bool second)
+{
+    const ModelArch &m = findModelPreset("llama-3.1-8b");
+    const TrainingConfig c = config(FineTune::LoRA, false);
+    for (auto _ : state) {
+        Timeline t = estimateTimeline(m, c);
+        if (second)
+            repeatLastStep(t);
+        benchmark::DoNotOptimize(replay(t).peakReservedBytes);
+    }
+}
+BENCHMARK_CAPTURE(BM_SecondStep, llama31_8b_lora_one_step, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_SecondStep, llama31_8b_lora_repeated, true)->Unit(benchmark::kMillisecond);
+
 // 1,000 configurations: 10 models x 4 fine-tuning/precision combos x 5 seq x 5 batch.
 static void BM_Sweep1k(benchmark::State &state)
 {

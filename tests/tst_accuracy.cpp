@@ -15,6 +15,7 @@
 #include "headroom/estimator.h"
 #include "headroom/measurement.h"
 #include "headroom/protocol.h"
+#include "headroom/timeline.h"
 
 #include <QtTest>
 
@@ -172,6 +173,54 @@ private Q_SLOTS:
         QCOMPARE(unavailable.size(), size_t(3));
         for (const auto &u : unavailable)
             QVERIFY2(u.find("experts (PEFT ParamWrapper)") != std::string::npos, u.c_str());
+    }
+
+    // The estimate's second steady step is the first's events again (repeatLastStep), not a
+    // second simulated step: on every simulated configuration of the corpus the step must be
+    // closed, and replaying the copy must give exactly what simulating the step gives, phase by
+    // phase, allocated and reserved.
+    void repeatedStepIsTheSimulatedStep()
+    {
+        int compared = 0;
+        for (const Run &r : loadCorpus()) {
+            const Measurement &m = r.m;
+            if (!m.model.estimable || !isSimulated(m.config))
+                continue;
+            EstimatorOptions o;
+            if (!r.allocConf.empty())
+                o.allocator = parseAllocConf(r.allocConf);
+            Timeline one, two;
+            try {
+                one = estimateTimeline(m.model, m.config, o, 1);
+                two = estimateTimeline(m.model, m.config, o, 2);
+            } catch (const InputError &) {
+                continue; // listed by estimateMatchesTheRealStack
+            }
+            const QString name = QString::fromStdString(r.name);
+            const size_t events = one.events.size();
+            QVERIFY2(repeatLastStep(one), qPrintable(name + QStringLiteral(": the steady step is not closed")));
+            QCOMPARE(one.events.size(), two.events.size());
+            QVERIFY(one.events.size() > events);
+            AllocatorConfig ac = o.allocator;
+            ac.capacityBytes = INT64_MAX;
+            const Replay a = replay(one, ac), b = replay(two, ac);
+            QCOMPARE(a.phases.size(), b.phases.size());
+            for (size_t i = 0; i < a.phases.size(); ++i) {
+                QCOMPARE(a.phases[i].mark.step, b.phases[i].mark.step);
+                QCOMPARE(a.phases[i].mark.event, b.phases[i].mark.event);
+                QCOMPARE(a.phases[i].peakAllocatedBytes, b.phases[i].peakAllocatedBytes);
+                QCOMPARE(a.phases[i].peakReservedBytes, b.phases[i].peakReservedBytes);
+                QCOMPARE(a.phases[i].endReservedBytes, b.phases[i].endReservedBytes);
+            }
+            ++compared;
+        }
+        QVERIFY2(compared >= 110, "the copy is checked on at least 110 configurations");
+        // Not closed: a stream whose step frees what an earlier step allocated.
+        Timeline t;
+        t.marks = {{0, Phase::Forward, 0, 0}, {1, Phase::Forward, 0, 1}};
+        t.events = {{MemEvent::Alloc, Category::Activations, -1, 0, 1, 512}, {MemEvent::Free, Category::Activations, -1, 0, 1, 512}};
+        QVERIFY(!repeatLastStep(t));
+        QCOMPARE(t.events.size(), size_t(2));
     }
 
     // Solver boundaries (issue 12): for each configuration of the plan, the real stack ran on the

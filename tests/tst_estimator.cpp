@@ -421,6 +421,12 @@ private Q_SLOTS:
         QVERIFY(fits(c));
         c.microBatch = b + 1;
         QVERIFY(!fits(c));
+        // The search starts from the configuration's own value (galloping); from above the
+        // edge, at it, or below, it finds the same edge.
+        for (int64_t from : {int64_t(1), b, b + 1, 8 * b, int64_t(1) << 20}) {
+            c.microBatch = from;
+            QCOMPARE(maxMicroBatch(m, c, gpu), b);
+        }
         c.microBatch = 1;
         const int64_t s = maxSeqLen(m, c, gpu);
         c.seqLen = s;

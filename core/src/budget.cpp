@@ -98,12 +98,30 @@ std::string cacheFlushNote(const Verdict &v)
 
 namespace {
 
+// The largest v in [lo, hi] with fitsAt(v), for a fitsAt that holds up to some value and not
+// past it; 0 when not even lo fits. Galloping from `from` (the configuration's own value, where
+// the answer usually is near): doubling steps until one does not fit, then bisecting that last
+// step, so an answer A costs about 2 log2(A / from) estimates instead of log2(hi).
 template<typename Set>
-int64_t largestFitting(int64_t lo, int64_t hi, const Set &fitsAt)
+int64_t largestFitting(int64_t lo, int64_t hi, int64_t from, const Set &fitsAt)
 {
-    if (!fitsAt(lo))
-        return 0;
-    while (lo < hi) { // invariant: fitsAt(lo)
+    from = std::clamp(from, lo, hi);
+    if (fitsAt(from)) {
+        lo = from;
+    } else { // below the configuration's value: gallop up from lo
+        if (from == lo || !fitsAt(lo))
+            return 0;
+        hi = from - 1;
+    }
+    for (int64_t step = 1; lo < hi; step *= 2) { // invariant: fitsAt(lo)
+        const int64_t probe = hi - lo > step ? lo + step : hi;
+        if (!fitsAt(probe)) {
+            hi = probe - 1;
+            break;
+        }
+        lo = probe;
+    }
+    while (lo < hi) { // invariant: fitsAt(lo), !fitsAt(hi + 1)
         const int64_t mid = lo + (hi - lo + 1) / 2;
         if (fitsAt(mid))
             lo = mid;
@@ -114,12 +132,12 @@ int64_t largestFitting(int64_t lo, int64_t hi, const Set &fitsAt)
 }
 
 // The largest value of one field (set through `apply` to value x unit) in [unit, hi x unit] that
-// fits, or 0.
+// fits, or 0; the search starts from the configuration's own value, `current`.
 template<typename Apply>
 int64_t solve(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
-              const EstimatorOptions &opt, int64_t hi, int64_t unit, Apply apply)
+              const EstimatorOptions &opt, int64_t hi, int64_t unit, int64_t current, Apply apply)
 {
-    return unit * largestFitting(1, hi, [&](int64_t v) {
+    return unit * largestFitting(1, hi, current / unit, [&](int64_t v) {
         TrainingConfig t = c;
         apply(t, v * unit);
         try {
@@ -134,7 +152,8 @@ int64_t solve(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, d
 int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
                       const EstimatorOptions &opt)
 {
-    return solve(m, c, gpu, reserve, opt, 1 << 20, 1, [](TrainingConfig &t, int64_t v) { t.microBatch = v; });
+    return solve(m, c, gpu, reserve, opt, 1 << 20, 1, c.microBatch,
+                 [](TrainingConfig &t, int64_t v) { t.microBatch = v; });
 }
 
 int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
@@ -142,7 +161,7 @@ int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gp
 {
     if (multiple < 1 || multiple > (1 << 20))
         throw InputError("multiple", std::to_string(multiple), "must be in [1, 1048576]");
-    return solve(m, c, gpu, reserve, opt, (int64_t(1) << 24) / multiple, multiple,
+    return solve(m, c, gpu, reserve, opt, (int64_t(1) << 24) / multiple, multiple, c.seqLen,
                  [](TrainingConfig &t, int64_t v) { t.seqLen = v; });
 }
 

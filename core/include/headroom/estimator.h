@@ -87,8 +87,10 @@ struct Estimate
 Estimate estimate(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {});
 
 // The run the estimate is made from: every allocation and free of loading the model, the warm-up
-// step and two steady steps, in order (for the Timeline view and the allocator replay).
-Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {});
+// step and `steadySteps` steady steps (1..8), in order (for the Timeline view and the allocator
+// replay; the estimate replays a second steady step as repeatLastStep copies it).
+Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {},
+                          int steadySteps = 1);
 
 // Rows per chunk of a fused linear cross-entropy, as Liger sizes them
 // (liger_kernel/ops/fused_linear_cross_entropy.py): next_pow2(ceil(tokens / ceil(vocab / hidden))),

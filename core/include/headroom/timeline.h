@@ -72,6 +72,13 @@ struct Replay
     size_t oomEvent = 0;
 };
 
+// Appends the stream's last step again, as the step after it, when that step is closed: every
+// tensor it frees it allocated, and it frees all of them, so the program's next step (the same
+// code in the same steady state) emits the same events with new ids. The estimate uses it to
+// replay a second steady step through the allocator (the cache can still grow in it) without
+// simulating the step again. Returns false, leaving `t` as it was, when the step is not closed.
+bool repeatLastStep(Timeline &t);
+
 // Replays `t` through the allocator model with `config` (its capacity decides an OOM).
 Replay replay(const Timeline &t, const AllocatorConfig &config = {});
 
