@@ -202,7 +202,17 @@ private:
     // old one freed), and empty_cache() again.
     void quantizeForQlora()
     {
+        // Each Linear's weight becomes a Params4bit (bitsandbytes 0.50, nn/modules.py _quantize ->
+        // functional.quantize_4bit, backends/cuda/ops.py), allocation for allocation as the
+        // engine recorded it (q7b-bf16-qlora16-b1s2048-ckpt's stream): a contiguous copy of the
+        // weight, the fp32 absmax per 64-block and the packed 4-bit output; get_4bit_type's code
+        // (64 B, kept in the QuantState) and its temporaries; with double quantization the offset
+        // (absmax.mean(), kept) and its reduction's temporaries, absmax - offset (fp32, freed),
+        // state2's absmax, the uint8 absmax and the dynamic map (kept). The bf16 originals stay
+        // allocated until every Linear is done, then go in reverse order of creation (the old
+        // modules' parameters released together), before the load's empty_cache().
         const std::vector<T *> params = baseParameters();
+        std::vector<T> originals;
         for (T *t : params) {
             if (!t->nf4 || t->cols <= 1)
                 continue;
@@ -214,20 +224,33 @@ private:
             w.rows = t->rows;
             w.cols = t->cols;
             w.nf4 = true;
+            {
+                const int a = S.allocate(64, Category::Temporaries);
+                S.make(64, 4, Category::Weights); // get_4bit_type's code, kept
+                const int b = S.allocate(4, Category::Temporaries);
+                S.unref(a);
+                S.unref(b);
+            }
             if (c.lora.doubleQuant) {
-                S.make(4, 4, Category::Weights);                        // offset = absmax.mean()
-                S.make(256 * 4, 4, Category::Weights);                  // the dynamic map (code)
+                S.make(4, 4, Category::Weights); // offset = absmax.mean()
+                const int a = S.allocate(520, Category::Temporaries), b = S.allocate(4, Category::Temporaries);
+                S.unref(b);
+                S.unref(a);
+                const int centred = S.allocate(blocks * 4, Category::Temporaries); // absmax - offset
                 S.make((blocks + 255) / 256 * 4, 4, Category::Weights); // state2.absmax
                 S.make(blocks, 1, Category::Weights);                   // the uint8 absmax
+                S.make(256 * 4, 4, Category::Weights);                  // the dynamic map (code)
+                S.unref(centred);
                 S.unref(absmax);
             } else {
                 S.recategorize(absmax, Category::Weights); // kept as the quant state
             }
             S.drop(copy);
-            T old = *t;
+            originals.push_back(*t);
             *t = w;
-            S.drop(old);
         }
+        for (auto it = originals.rbegin(); it != originals.rend(); ++it)
+            S.drop(*it);
         S.emptyCache();
         S.setOp("prepare_model_for_kbit_training");
         for (T *t : params) {
