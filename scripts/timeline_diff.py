@@ -45,6 +45,16 @@ def cli_flags(cfg):
          cfg.get("attention", "sdpa"), "--gpus", str(cfg.get("world_size", 1)), "--zero", str(cfg.get("zero_stage", 0))]
     if cfg.get("grad_checkpointing"):
         f.append("--grad-checkpointing")
+    if cfg.get("checkpoint_layers"):
+        f += ["--checkpoint-layers", str(cfg["checkpoint_layers"])]
+    if cfg.get("checkpoint_every"):
+        f += ["--checkpoint-every", str(cfg["checkpoint_every"])]
+    if cfg.get("activation_offload"):
+        f.append("--activation-offload")
+    if cfg.get("offload_optimizer"):
+        f.append("--offload-optimizer")
+    if cfg.get("finetune") == "qlora" and not cfg.get("lora", {}).get("double_quant", True):
+        f.append("--no-double-quant")
     if cfg.get("loss"):
         f += ["--loss", cfg["loss"]]
     if cfg["finetune"] != "full":

@@ -115,6 +115,13 @@ void Sim::blasWorkspace(int thread)
     allocate(m_blasBytes, Category::Temporaries); // never freed
 }
 
+void Sim::packCopy(int64_t bytes)
+{
+    if (!m_toHost || m_region >= 0 || m_recompute >= 0 || !m_gradEnabled || bytes <= 0)
+        return;
+    unref(allocate(bytes, Category::Temporaries));
+}
+
 void Sim::markViewed(int sto)
 {
     if (sto >= 0)

@@ -100,6 +100,11 @@ public:
     // new allocation of the saved tensor's size, parameters included) and frees them when it
     // returns. Checkpointed regions install their own hooks, which win.
     void setSavedToHost(bool on) { m_toHost = on; }
+    // Under save_on_cpu, saving a tensor that is not contiguous (weight.t(), attention's
+    // transposed q, k, v and output): pack_to_cpu's `packed.copy_(tensor)` to pinned host memory
+    // first makes a contiguous copy on the device, freed once copied. Ops call this at the point
+    // the autograd kernel saves the tensor (inputs before the op runs, outputs after).
+    void packCopy(int64_t bytes);
 
     // torch.cuda.empty_cache(): marks the stream; the allocator model releases its free segments.
     void emptyCache();

@@ -321,6 +321,10 @@ T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in,
 {
     // addmm allocates its output, then cuBLAS takes the handle's workspace at its first call
     // (measured on GPT-2, whose first matmul is c_attn: the 32 MiB come after the output).
+    // MmBackward saves weight.t() (not contiguous) when the input needs a gradient, before mm
+    // runs: under save_on_cpu that costs a device copy of the weight (H200, LoRA + offload).
+    if (x.requiresGrad && s.gradEnabled())
+        s.packCopy(w.bytes);
     T out = s.make(tokens * outF * elem, elem);
     s.blasWorkspace(0);
     std::vector<int> saved;
@@ -437,12 +441,23 @@ T Ops::sdpaFlash(const T &q, const T &k, const T &v, const AttnShape &a, int ele
 {
     // aten::_scaled_dot_product_flash_attention: philox seed and offset, the output and the
     // logsumexp (fp32, b x heads x s); it saves q, k, v, the output, the logsumexp and the seed.
+    // q, k and v are transposed views (b, heads, s, d over b, s, heads, d) and so is the output:
+    // under save_on_cpu each is copied contiguous on the device to be packed (k, q, v before the
+    // kernel, the output after; H200, Llama LoRA + offload).
+    const bool saves = s.gradEnabled() && s.anyRequiresGrad({&q, &k, &v});
+    if (saves) {
+        s.packCopy(k.bytes);
+        s.packCopy(q.bytes);
+        s.packCopy(v.bytes);
+    }
     const int seed = s.allocate(8, Category::Activations);
     const int offset = s.allocate(8, Category::Activations);
     T out = s.make(a.b * a.s * a.heads * a.dv * elem, elem, Category::Temporaries);
     const int lse = s.allocate(a.b * a.heads * a.s * 4, Category::Activations);
     const int tmp = s.allocate(256, Category::Temporaries);
     s.unref(tmp);
+    if (saves)
+        s.packCopy(out.bytes);
     const int64_t qb = q.bytes, kb = k.bytes, vb = v.bytes;
     const int64_t ws = 2 * a.b * a.s * a.heads * a.dq * 4 + a.b * a.heads * a.s * 4 + 256;
     s.record({&out}, {&q, &k, &v}, {k.sto, q.sto, v.sto, lse, out.sto, seed, offset},
