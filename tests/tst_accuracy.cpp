@@ -5,7 +5,8 @@
 // Targets (issues 11 and 12), on every configuration the estimator simulates:
 //   peak allocated: median |error| <= 0.5%, max <= 2%, never under by more than 1%;
 //   every phase's peak within 2%;
-//   peak reserved (the allocator model): median |error| <= 1%.
+//   peak reserved (the allocator model): median |error| <= 1%, max <= 3%, never under by more
+//   than 2%.
 // What the estimator does not simulate yet (FSDP2, ZeRO stages 2 and 3) is listed, not held to
 // the targets, and must stay exactly that list. Model types the core cannot describe must say so.
 #include "headroom/allocator.h"
@@ -164,6 +165,9 @@ private Q_SLOTS:
         QVERIFY2(median <= 0.005, "median |error| on peak allocated must be <= 0.5%");
         QVERIFY2(worst <= 0.02, "max |error| on peak allocated must be <= 2%");
         QVERIFY2(rMedian <= 0.01, "median |error| on peak reserved must be <= 1%");
+        QVERIFY2(rWorst <= 0.03, "max |error| on peak reserved must be <= 3%");
+        QVERIFY2(*std::min_element(reserved.begin(), reserved.end()) >= -0.02,
+                 "peak reserved must never be under by more than 2%");
         // The exceptions are exactly these: FSDP2's runs, and the types core does not describe.
         QCOMPARE(notSimulated, (std::set<std::string>{"share2-l1b-ampbf16-full-adamw-b2s1024-z2",
                                                       "share2-l1b-ampbf16-full-adamw-b2s1024-z3",

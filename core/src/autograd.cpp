@@ -432,6 +432,7 @@ void Sim::backward(const T &root, int64_t seedBytes)
                 // AccumulateGrad runs at once: the first gradient becomes .grad (stolen, no copy),
                 // later ones are added in place and freed.
                 Param &p = m_params[static_cast<size_t>(e.param)];
+                m_ready.push_back(e.param);
                 if (p.grad < 0) {
                     p.grad = buf;
                     recategorize(buf, Category::Gradients);

@@ -75,6 +75,10 @@ public:
     int gradOf(int param) const;
     void zeroGrad(); // optimizer.zero_grad(set_to_none=True)
     int paramCount() const { return static_cast<int>(m_params.size()); }
+    // The parameters in the order their AccumulateGrad ran in the backward passes since the log
+    // was cleared (DDP's Reducer records this order in its first iteration to rebuild buckets).
+    const std::vector<int> &gradReadyOrder() const { return m_ready; }
+    void clearGradReadyOrder() { m_ready.clear(); }
     int paramStorage(int param) const;
 
     // Graph nodes. Call after the op's outputs exist; `inputs` are the op's differentiable
@@ -182,6 +186,7 @@ private:
     std::vector<Storage> m_sto;
     std::vector<Node> m_nodes;
     std::vector<Param> m_params;
+    std::vector<int> m_ready; // AccumulateGrad order (gradReadyOrder)
     uint32_t m_nextId = 0;
     uint64_t m_seq = 0;
     int16_t m_layer = -1;

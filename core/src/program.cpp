@@ -107,6 +107,8 @@ public:
                 S.setPhase(step, Phase::Backward, static_cast<int>(micro));
                 S.setOp("backward");
                 S.setLayer(-1);
+                if (step == 0 && micro == c.gradAccum - 1)
+                    S.clearGradReadyOrder(); // the synchronized backward (no_sync before it)
                 S.backward(loss);
                 S.drop(loss);
             }
@@ -114,6 +116,8 @@ public:
             optimizerStep(step);
             S.setOp("zero_grad");
             S.zeroGrad();
+            if (step == 0 && !ddpBuckets.empty())
+                rebuildDdpBuckets();
         }
     }
 
@@ -134,6 +138,7 @@ private:
     std::vector<T> batches;
     std::vector<T *> trainable; // in model.parameters() order
     std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
+    std::vector<int> ddpBuckets; // DDP's bucket storages
     std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
     std::vector<T> embedLocals; // tensors a model's forward keeps in locals until it returns
 
@@ -427,38 +432,81 @@ private:
             batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
     }
 
-    // DistributedDataParallel (torch/nn/parallel/distributed.py, reducer.cpp): the Reducer's
-    // buckets, in reverse parameter order, the first capped at 1 MiB and the rest at 25 MiB
-    // (bucket_cap_mb), one flat tensor each in the gradients' dtype, kept for the run; the
-    // gradients are copied in, all-reduced and copied back in place (gradient_as_bucket_view
-    // False). Measured: two ranks sharing the H200, every phase +1x the trainable bytes.
+    // compute_bucket_assignment_by_size (reducer.cpp) over `order`: per dtype, tensors join the
+    // open bucket until it reaches the current limit (the first limit for a dtype's first bucket,
+    // the last one after); buckets sorted by their first tensor; one allocation each, in order.
+    std::vector<int> allocateBuckets(const std::vector<T *> &order, const std::vector<int64_t> &limits)
+    {
+        struct Open
+        {
+            int64_t bytes = 0;
+            size_t limit = 0;
+            size_t first = 0;
+        };
+        std::map<int, Open> open;
+        std::vector<std::pair<size_t, int64_t>> done; // (first tensor, bytes)
+        for (size_t i = 0; i < order.size(); ++i) {
+            Open &b = open[order[i]->elem];
+            if (b.bytes == 0)
+                b.first = i;
+            b.bytes = checkedAdd(b.bytes, order[i]->bytes);
+            if (b.bytes >= limits[std::min(b.limit, limits.size() - 1)]) {
+                done.emplace_back(b.first, b.bytes);
+                b.bytes = 0;
+                ++b.limit;
+            }
+        }
+        for (const auto &kv : open)
+            if (kv.second.bytes > 0)
+                done.emplace_back(kv.second.first, kv.second.bytes);
+        std::sort(done.begin(), done.end());
+        std::vector<int> out;
+        for (const auto &d : done)
+            out.push_back(S.allocate(d.second, Category::Communication));
+        return out;
+    }
+
+    // Reducer::rebuild_buckets, at the first forward after the first synchronized backward: the
+    // buckets again, with the 1 MiB first cap and bucket_cap_mb, over the parameters in the order
+    // their gradients became ready (the autograd engine's AccumulateGrad order); the old ones are
+    // freed first (initialize_buckets). Emitted at the end of step 0, just before step 1's
+    // forward mark, so that every steady step is the same program.
+    void rebuildDdpBuckets()
+    {
+        std::vector<T *> order;
+        std::vector<bool> seen(static_cast<size_t>(S.paramCount()), false);
+        std::map<int, T *> byParam;
+        for (T *p : trainable)
+            byParam[p->param] = p;
+        for (int pi : S.gradReadyOrder())
+            if (pi >= 0 && !seen[static_cast<size_t>(pi)] && byParam.count(pi)) {
+                seen[static_cast<size_t>(pi)] = true;
+                order.push_back(byParam[pi]);
+            }
+        for (auto it = trainable.rbegin(); it != trainable.rend(); ++it) // never ready: unused
+            if (!seen[static_cast<size_t>((*it)->param)])
+                order.push_back(*it);
+        S.setOp("ddp_rebuild_buckets");
+        S.setLayer(-1);
+        for (int b : ddpBuckets)
+            S.unref(b);
+        ddpBuckets = allocateBuckets(order, {int64_t(1) << 20, opt.ddpBucketBytes});
+    }
+
+    // DistributedDataParallel (torch/nn/parallel/distributed.py, reducer.cpp), one flat bucket
+    // tensor per bucket in the gradients' dtype, kept for the run; the gradients are copied in,
+    // all-reduced and copied back in place (gradient_as_bucket_view False). Without
+    // find_unused_parameters the first iteration runs with one bucket per dtype
+    // (bucket_size_limits = [sys.maxsize] in _ddp_init_helper); at the next forward the Reducer
+    // rebuilds them in the order the gradients became ready (rebuildDdpBuckets). Measured: two
+    // ranks sharing the H200, a 4.6 GiB bucket for Llama-3.2-1B amp freed at step 1's forward.
     // ZeroRedundancyOptimizer (ZeRO-1) over it: the optimizer steps this rank's share only,
     // parameters assigned largest first to the least-loaded rank (_partition_parameters); the
     // estimate takes the rank with the most, and the updated parameters are broadcast in place.
     void dataParallel()
     {
         S.setOp("ddp_buckets");
-        const int64_t firstCap = int64_t(1) << 20, cap = opt.ddpBucketBytes;
-        int64_t bucket = 0;
-        bool first = true;
-        int elem = 0;
-        for (auto it = trainable.rbegin(); it != trainable.rend(); ++it) {
-            const T &p = **it;
-            if (bucket > 0 && p.elem != elem) {
-                S.allocate(bucket, Category::Communication);
-                bucket = 0;
-                first = false;
-            }
-            elem = p.elem;
-            bucket = checkedAdd(bucket, p.bytes);
-            if (bucket >= (first ? firstCap : cap)) {
-                S.allocate(bucket, Category::Communication);
-                bucket = 0;
-                first = false;
-            }
-        }
-        if (bucket > 0)
-            S.allocate(bucket, Category::Communication);
+        ddpBuckets = allocateBuckets(trainable, {INT64_MAX});
         if (c.zeroStage != 1)
             return;
         std::vector<T *> bySize = trainable;
@@ -471,10 +519,9 @@ private:
             share[r].push_back(p);
         }
         const size_t most = static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
-        stepped.clear();
-        for (T *p : trainable) // in the optimizer's order
-            if (std::find(share[most].begin(), share[most].end(), p) != share[most].end())
-                stepped.push_back(p);
+        // The local optimizer is built over the rank's partition as it was filled: largest first
+        // (measured: its AdamW state is allocated in that order, the MLP weights before the rest).
+        stepped = share[most];
     }
 
     bool present(int mod) const { return !linearModuleNames(m)[static_cast<size_t>(mod)].empty(); }
