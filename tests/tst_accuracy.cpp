@@ -1,6 +1,7 @@
 // The estimator and the LibTorch probe against the truth: real Transformers + PEFT + PyTorch
 // training steps run by the transformers engine on an H200 (tests/data/corpus/h200.jsonl, made by
-// scripts/gpu-corpus.sh from scripts/corpus-plan.json; 162 configurations, 18 model types).
+// scripts/gpu-corpus.sh, gpu-bnb.sh and gpu-holdout.sh from scripts/corpus-plan.json; 205
+// runs: 191 one-GPU configurations, 9 with two ranks sharing the GPU, 5 plain-script twins).
 //
 // Targets (issues 11 and 12), on every configuration the estimator simulates:
 //   peak allocated: median |error| <= 0.5%, max <= 2%, never under by more than 1%;
