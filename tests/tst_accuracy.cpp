@@ -217,6 +217,7 @@ private Q_SLOTS:
                 QCOMPARE(a.phases[i].peakReservedBytes, b.phases[i].peakReservedBytes);
                 QCOMPARE(a.phases[i].endReservedBytes, b.phases[i].endReservedBytes);
             }
+            QCOMPARE(a.peakReservedBytes, b.peakReservedBytes);
             ++compared;
         }
         QVERIFY2(compared >= 110, "the copy is checked on at least 110 configurations");

@@ -2,6 +2,8 @@
 
 #include "headroom/error.h"
 
+#include "program.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -65,7 +67,10 @@ Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, co
     // the run cannot fit, and the replay (a second simulation) is not needed.
     if (checkedAdd(e.peakAllocatedBytes, outside) > v.capacityBytes)
         return v;
-    const Timeline t = estimateTimeline(m, c, opt);
+    // The run as the estimate replays it (its second steady step too), at the card's limit.
+    m.validate();
+    c.validate();
+    const Timeline t = simulateMeasuredRun(m, c, opt);
     auto runsWithin = [&](int64_t budget) {
         AllocatorConfig ac = opt.allocator;
         ac.capacityBytes = budget - outside;

@@ -1772,4 +1772,12 @@ Timeline simulateRun(const ModelArch &model, const TrainingConfig &config, const
     return t;
 }
 
+Timeline simulateMeasuredRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options)
+{
+    Timeline t = simulateRun(model, config, options, 1);
+    if (!repeatLastStep(t))
+        t = simulateRun(model, config, options, 2);
+    return t;
+}
+
 } // namespace headroom

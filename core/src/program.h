@@ -12,4 +12,9 @@ namespace headroom {
 Timeline simulateRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options,
                      int measuredSteps = 2);
 
+// The run as the engine measures it (a warm-up and two steady steps) for the allocator replay:
+// one simulated steady step and a copy of it (repeatLastStep) when it is closed; otherwise both
+// steps simulated.
+Timeline simulateMeasuredRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options);
+
 } // namespace headroom

@@ -18,7 +18,86 @@ namespace {
 constexpr int64_t kMaxBytes = int64_t(1) << 56;
 
 std::string show(const json &v) { return showJson(v, 60); }
+
+// The last step of `t` (its first mark and first event) when it is closed: each free names an
+// allocation of the step, and nothing the step allocates outlives it. Also the stream's largest
+// id and the step's smallest.
+struct LastStep
+{
+    size_t firstMark = 0, first = 0;
+    uint32_t maxId = 0, minId = 0;
+};
+std::optional<LastStep> closedLastStep(const Timeline &t)
+{
+    if (t.marks.empty() || t.marks.back().phase == Phase::AfterLoad)
+        return std::nullopt;
+    const int step = t.marks.back().step;
+    LastStep r;
+    r.firstMark = t.marks.size();
+    while (r.firstMark > 0 && t.marks[r.firstMark - 1].step == step && t.marks[r.firstMark - 1].phase != Phase::AfterLoad)
+        --r.firstMark;
+    r.first = t.marks[r.firstMark].event;
+    const size_t end = t.events.size();
+    uint32_t minId = UINT32_MAX;
+    for (const MemEvent &e : t.events)
+        r.maxId = std::max(r.maxId, e.id);
+    for (size_t i = r.first; i < end; ++i)
+        if (t.events[i].kind == MemEvent::Alloc)
+            minId = std::min(minId, t.events[i].id);
+    if (minId == UINT32_MAX)
+        return std::nullopt;
+    r.minId = minId;
+    std::vector<uint8_t> mine(size_t(r.maxId - minId) + 1, 0); // 1 allocated in the step and live, 2 freed
+    for (size_t i = r.first; i < end; ++i) {
+        const MemEvent &e = t.events[i];
+        if (e.kind == MemEvent::EmptyCache)
+            continue;
+        if (e.id < minId)
+            return std::nullopt;
+        uint8_t &st = mine[e.id - minId];
+        if (e.kind == MemEvent::Alloc) {
+            if (st != 0)
+                return std::nullopt;
+            st = 1;
+        } else {
+            if (st != 1)
+                return std::nullopt;
+            st = 2;
+        }
+    }
+    if (std::any_of(mine.begin(), mine.end(), [](uint8_t st) { return st == 1; }))
+        return std::nullopt;
+    if (uint64_t(r.maxId) + (uint64_t(r.maxId) + 1 - minId) >= UINT32_MAX)
+        return std::nullopt; // no room for a copy's ids
+    return r;
+}
 } // namespace
+
+bool repeatLastStep(Timeline &t)
+{
+    const std::optional<LastStep> ls = closedLastStep(t);
+    if (!ls)
+        return false;
+    const int step = t.marks.back().step;
+    const size_t firstMark = ls->firstMark, first = ls->first, end = t.events.size();
+    const uint32_t maxId = ls->maxId, minId = ls->minId;
+    const uint64_t shift = uint64_t(maxId) + 1 - minId; // the copy's ids follow every id of the stream
+    t.events.reserve(end + (end - first));
+    for (size_t i = first; i < end; ++i) {
+        MemEvent e = t.events[i];
+        if (e.kind != MemEvent::EmptyCache)
+            e.id = static_cast<uint32_t>(e.id + shift);
+        t.events.push_back(e);
+    }
+    const size_t marks = t.marks.size();
+    for (size_t k = firstMark; k < marks; ++k) {
+        TimelineMark mk = t.marks[k];
+        mk.step = step + 1;
+        mk.event += end - first;
+        t.marks.push_back(mk);
+    }
+    return true;
+}
 
 Replay replay(const Timeline &t, const AllocatorConfig &config)
 {
@@ -81,65 +160,6 @@ Replay replay(const Timeline &t, const AllocatorConfig &config)
         r.peakReservedBytes = std::max(r.peakReservedBytes, p.peakReservedBytes);
     r.retries = m.allocRetries();
     return r;
-}
-
-bool repeatLastStep(Timeline &t)
-{
-    if (t.marks.empty() || t.marks.back().phase == Phase::AfterLoad)
-        return false;
-    const int step = t.marks.back().step;
-    size_t firstMark = t.marks.size();
-    while (firstMark > 0 && t.marks[firstMark - 1].step == step && t.marks[firstMark - 1].phase != Phase::AfterLoad)
-        --firstMark;
-    const size_t first = t.marks[firstMark].event, end = t.events.size();
-    uint32_t maxId = 0, minId = UINT32_MAX;
-    for (const MemEvent &e : t.events)
-        maxId = std::max(maxId, e.id);
-    // Closed: each free names an allocation of the step, and nothing the step allocates outlives it.
-    std::vector<uint8_t> mine; // by id - minId: 1 allocated in the step and live, 2 freed
-    for (size_t i = first; i < end; ++i)
-        if (t.events[i].kind == MemEvent::Alloc)
-            minId = std::min(minId, t.events[i].id);
-    if (minId == UINT32_MAX)
-        return false;
-    mine.assign(size_t(maxId - minId) + 1, 0);
-    for (size_t i = first; i < end; ++i) {
-        const MemEvent &e = t.events[i];
-        if (e.kind == MemEvent::EmptyCache)
-            continue;
-        if (e.id < minId)
-            return false;
-        uint8_t &st = mine[e.id - minId];
-        if (e.kind == MemEvent::Alloc) {
-            if (st != 0)
-                return false;
-            st = 1;
-        } else {
-            if (st != 1)
-                return false;
-            st = 2;
-        }
-    }
-    if (std::any_of(mine.begin(), mine.end(), [](uint8_t st) { return st == 1; }))
-        return false;
-    const uint64_t shift = uint64_t(maxId) + 1 - minId; // the copy's ids follow every id of the stream
-    if (uint64_t(maxId) + shift >= UINT32_MAX)
-        return false;
-    t.events.reserve(end + (end - first));
-    for (size_t i = first; i < end; ++i) {
-        MemEvent e = t.events[i];
-        if (e.kind != MemEvent::EmptyCache)
-            e.id = static_cast<uint32_t>(e.id + shift);
-        t.events.push_back(e);
-    }
-    const size_t marks = t.marks.size();
-    for (size_t k = firstMark; k < marks; ++k) {
-        TimelineMark mk = t.marks[k];
-        mk.step = step + 1;
-        mk.event += end - first;
-        t.marks.push_back(mk);
-    }
-    return true;
 }
 
 std::vector<TimelineSample> stackedSamples(const Timeline &t, int step, size_t maxSamples)
