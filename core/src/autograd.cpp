@@ -115,6 +115,12 @@ void Sim::blasWorkspace(int thread)
     allocate(m_blasBytes, Category::Temporaries); // never freed
 }
 
+void Sim::reserve(size_t events)
+{
+    m_out.events.reserve(events);
+    m_sto.reserve(events / 2);
+}
+
 void Sim::packCopy(int64_t bytes)
 {
     if (!m_toHost || m_region >= 0 || m_recompute >= 0 || !m_gradEnabled || bytes <= 0)

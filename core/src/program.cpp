@@ -57,6 +57,11 @@ public:
         , O(S)
         , ft(familyTraitsOrLlama(m.modelType))
     {
+        // Room up front (a Llama layer makes about 450 events a micro-batch with its backward;
+        // three steps, the repeated one copied in): growing the vectors took half the
+        // simulation's time (Llama-3.1-8B LoRA: 2.76 -> 1.42 ms). Only what is written is touched.
+        S.reserve(static_cast<size_t>(std::min<int64_t>(
+            int64_t(1) << 22, (m.numLayers + 4) * 640 * std::max<int64_t>(1, c.gradAccum) * 4 + 4096)));
         S.setBlasWorkspaceBytes(o.cublasWorkspaceBytes);
         b = c.microBatch;
         s = c.seqLen;
