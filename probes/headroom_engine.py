@@ -843,6 +843,8 @@ class Attributor:
         self.grads = self.scan_grads()
         self.best = None
         self.samples = []
+        self.phase = "forward"  # set by attribute(): every sample also counts for its phase
+        self.best_by_phase = {}
         self.lock = threading.Lock()
 
     def scan_grads(self):
@@ -875,8 +877,11 @@ class Attributor:
                 now = self.meter.allocated_now()
                 if self.best is None or now > self.best[0]:
                     self.best = (now, cats)
+                b = self.best_by_phase.get(self.phase)
+                if b is None or now > b[0]:
+                    self.best_by_phase[self.phase] = (now, cats)
             else:
-                self.samples.append((self.meter.mark(), cats))
+                self.samples.append((self.meter.mark(), cats, self.phase))
 
     def pack(self, t):
         try:
@@ -927,16 +932,20 @@ class Attributor:
         weakref.finalize(t, self.live_logits.pop, k, None)
         self.sample()
 
-    def result(self, peak_allocated, weights_bytes):
+    def result(self, peak_allocated, weights_bytes, phase=None):
+        """Bytes by category at the step's peak (phase None), or at a phase's peak: the sample
+        with the most allocated in it; temporaries are the rest of `peak_allocated`."""
         if self.meter.cuda:
-            if self.best is None:
+            best = self.best if phase is None else self.best_by_phase.get(phase)
+            if best is None:
                 return None
-            cats = self.best[1]
+            cats = best[1]
         else:
-            if not self.samples:
+            samples = [s for s in self.samples if phase is None or s[2] == phase]
+            if not samples:
                 return None
             self.meter.finish()
-            cats = max(self.samples, key=lambda kc: self.meter.at(kc[0]))[1]
+            cats = max(samples, key=lambda kc: self.meter.at(kc[0]))[1]
         a = {c: 0 for c in CATEGORIES}
         a["weights"] = weights_bytes
         a["optimizer_state"] = self.state
@@ -1764,12 +1773,18 @@ def attribute(torch, model, opt, meter, vocab, forward, backward, optimizer_step
         with torch.autograd.graph.saved_tensors_hooks(A.pack, A.unpack):
             for m in range(ga):
                 with sync_ctx(m == ga - 1):
+                    A.phase = "forward"
                     loss = forward(batches[m])
                     A.sample()
+                    A.phase = "backward"
                     backward(loss)
                     del loss
                     A.rescan()
+        # The optimizer phase: no hook fires inside step(); its sample after it sees the
+        # gradients and the state, the step's own temporaries being the rest of its peak.
+        A.phase = "optimizer"
         optimizer_step()
+        A.sample()
         opt.zero_grad(set_to_none=True)
     except (Stopped, KeyboardInterrupt):
         raise
@@ -1809,6 +1824,16 @@ def finalize(M, A, cuda, weights):
         attribution = {c: 0 for c in CATEGORIES}
         attribution["temporaries"] = M["peak"]["allocated_bytes"]
     M["attribution"] = attribution
+    # The same by phase, at each steady phase's peak, for the per-phase view's measured bars.
+    if A is not None and M["oom"] is None:
+        by_phase = {}
+        for ph in ("forward", "backward", "optimizer"):
+            peaks = [p["peak_allocated_bytes"] for p in steady if p["phase"] == ph]
+            a = A.result(max(peaks), weights, ph) if peaks else None
+            if a is not None:
+                by_phase[ph] = a
+        if by_phase:
+            M["phase_attribution"] = by_phase
 
 
 def rank_peak(M, rank, psum):

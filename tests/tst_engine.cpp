@@ -244,6 +244,27 @@ private Q_SLOTS:
         QVERIFY2(state >= kTinyParams * 8 && state <= kTinyParams * 8 + 64 * 8, std::to_string(state).c_str());
         QVERIFY(m.attribution[Category::Activations] > 0);
         QCOMPARE(m.attribution.allocated(), m.peakAllocatedBytes);
+        // And at each phase's peak: the forward holds activations, the optimizer step the state,
+        // every phase sums to its steady peak.
+        for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+            const auto &b = m.phaseAttribution[static_cast<size_t>(p)];
+            QVERIFY2(b.has_value(), toString(p).data());
+            QCOMPARE((*b)[Category::Weights], kTinyParams * 4);
+            int64_t peak = 0;
+            for (const auto &pm : m.phases)
+                if (pm.phase == p && pm.step >= m.warmupSteps)
+                    peak = std::max(peak, pm.peakAllocatedBytes);
+            QCOMPARE(b->allocated(), peak);
+        }
+        QVERIFY((*m.phaseAttribution[size_t(Phase::Forward)])[Category::Activations] > 0);
+        QVERIFY((*m.phaseAttribution[size_t(Phase::Optimizer)])[Category::OptimizerState] >= kTinyParams * 8);
+        QVERIFY(!m.phaseAttribution[size_t(Phase::AfterLoad)].has_value());
+        // Through a sheet and back.
+        const Measurement back = measurementFromJson(toJson(m));
+        for (size_t i = 0; i < 4; ++i)
+            QCOMPARE(back.phaseAttribution[i].has_value(), m.phaseAttribution[i].has_value());
+        QCOMPARE(back.phaseAttribution[size_t(Phase::Backward)]->allocated(),
+                 m.phaseAttribution[size_t(Phase::Backward)]->allocated());
     }
 
     void outOfMemoryUnderACap()

@@ -558,6 +558,33 @@ private Q_SLOTS:
         QCOMPARE(w.chartPanel()->chart()->barLabels(), QStringList({QStringLiteral("Estimated")}));
     }
 
+    // In the per-phase view each measured twin is stacked by category where the engine
+    // attributed that phase's peak (a real CPU run of the transformers engine, tiny Llama).
+    void measuredPhasesStackByCategory()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QCOMPARE(w.openFile(testData("cpu/tiny-llama-fp32-phase-attribution.result.json")), QString());
+        QVERIFY(settle(s));
+        const Measurement &m = s.measurements().at(0);
+        w.chartPanel()->setView(BreakdownModel::View::Phases);
+        BreakdownChart *chart = w.chartPanel()->chart();
+        const QStringList labels = chart->barLabels();
+        QCOMPARE(labels.size(), 8); // four phases, each with its measured twin
+        for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+            const int col = 2 * int(p) + 1;
+            QVERIFY2(labels[col].startsWith(QStringLiteral("meas.")), qPrintable(labels[col]));
+            const Breakdown &by = *m.phaseAttribution[size_t(p)];
+            for (Category c : {Category::Weights, Category::Gradients, Category::OptimizerState, Category::Activations,
+                               Category::Logits, Category::Temporaries})
+                QCOMPARE(chart->values(int(c))[col], toUnit(by[c], s.units()));
+            QCOMPARE(chart->values(BreakdownModel::kUnattributedRow)[col], 0.0);
+        }
+        QVERIFY(chart->values(int(Category::OptimizerState))[2 * int(Phase::Optimizer) + 1] > 0);
+        QVERIFY(chart->values(int(Category::Activations))[2 * int(Phase::Forward) + 1] > 0);
+    }
+
     void bannerSaysWhenMeasurementDisagrees()
     {
         Measurement m = sheetio::readMeasurement(testData("h200/llama8b-lora16-b4s2048.result.json"));

@@ -180,6 +180,13 @@ private Q_SLOTS:
         QTest::addRow("bad category") << R"({"attribution": {"vram": 5}})" << "result.attribution = vram";
         QTest::addRow("missing model") << R"({"model": null})" << "model";
         QTest::addRow("backend") << R"({"backend": "mpi"})" << "result.backend = mpi";
+        QTest::addRow("phase attribution type") << R"({"phase_attribution": 3})" << "result.phase_attribution";
+        QTest::addRow("phase attribution phase") << R"({"phase_attribution": {"sideways": {"weights": 1}}})"
+                                                 << "result.phase_attribution = sideways";
+        QTest::addRow("phase attribution load") << R"({"phase_attribution": {"after_load": {"weights": 1}}})"
+                                                << "result.phase_attribution = after_load";
+        QTest::addRow("phase attribution bytes") << R"({"phase_attribution": {"forward": {"weights": -1}}})"
+                                                 << "result.phase_attribution.forward";
         QTest::addRow("ranks type") << R"({"ranks": 5})" << "result.ranks = 5";
         const char *rank = R"({"rank": %1, "peak_allocated_bytes": %2, "peak_reserved_bytes": 10, "peak_phase": "%3"})";
         QTest::addRow("rank bytes") << QStringLiteral("{\"ranks\": [%1]}").arg(QString::fromLatin1(rank).arg(0).arg(-1).arg(QStringLiteral("forward")))

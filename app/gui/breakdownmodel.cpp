@@ -59,10 +59,16 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
                 if (mp) {
                     // "meas." under each measured twin; the category axis needs unique names, so
                     // each carries as many zero-width spaces as its phase's index.
-                    Bar bar{tr("meas.") + QString(static_cast<int>(p), QChar(0x200B)), true, {}};
-                    bar.bytes[kUnattributedRow] = mp->peakAllocatedBytes;
+                    // Stacked by category where the engine attributed the phase's peak (its
+                    // phase_attribution), else one block of the phase's peak allocation.
+                    const QString label = tr("meas.") + QString(static_cast<int>(p), QChar(0x200B));
+                    const auto &by = measured->phaseAttribution[static_cast<size_t>(p)];
+                    const int64_t reserved = mp.value().peakReservedBytes, allocated = mp.value().peakAllocatedBytes;
+                    Bar bar = by ? barOf(label, true, *by) : Bar{label, true, {}};
+                    if (!by)
+                        bar.bytes[kUnattributedRow] = allocated;
                     bar.bytes[static_cast<size_t>(Category::AllocatorSlack)] =
-                        std::max<int64_t>(0, mp->peakReservedBytes - mp->peakAllocatedBytes);
+                        std::max<int64_t>(0, reserved - (by ? by->allocated() : allocated));
                     bar.bytes[static_cast<size_t>(Category::CudaContext)] = measured->cudaContextBytes;
                     m_bars.push_back(bar);
                 }

@@ -259,6 +259,12 @@ json toJson(const Measurement &m)
               {"timing", {{"wall_s", m.wallSeconds}, {"init_s", m.initSeconds}, {"build_s", m.buildSeconds},
                           {"steps_s", m.stepsSeconds}}},
               {"note", m.note}};
+    json byPhase = json::object();
+    for (Phase p : kAllPhases)
+        if (const auto &b = m.phaseAttribution[static_cast<size_t>(p)])
+            byPhase[std::string(toString(p))] = toJson(*b);
+    if (!byPhase.empty())
+        j["phase_attribution"] = byPhase;
     if (!m.engineInfo.empty())
         j["engine_info"] = m.engineInfo;
     if (m.sharedDevice)
@@ -369,6 +375,18 @@ Measurement measurementFromJson(const json &j)
     }
     if (j.contains("attribution"))
         m.attribution = breakdownFromJson(j.at("attribution"), ctx + ".attribution");
+    if (j.contains("phase_attribution")) {
+        const json &pa = j.at("phase_attribution");
+        const std::string pctx = ctx + ".phase_attribution";
+        if (!pa.is_object())
+            throw InputError(pctx, showJson(pa, 60), "must be an object of phase -> bytes by category");
+        for (auto it = pa.begin(); it != pa.end(); ++it) {
+            const Phase p = parsePhase(it.key(), pctx);
+            if (p == Phase::AfterLoad)
+                throw InputError(pctx, it.key(), "after_load has no attribution (forward, backward or optimizer)");
+            m.phaseAttribution[static_cast<size_t>(p)] = breakdownFromJson(it.value(), pctx + "." + it.key());
+        }
+    }
     const json &peak = requireField(j, "peak", ctx);
     m.peakAllocatedBytes = requireInt64(peak, "allocated_bytes", ctx + ".peak", 0, kMaxBytes);
     m.peakReservedBytes = requireInt64(peak, "reserved_bytes", ctx + ".peak", 0, kMaxBytes);

@@ -82,6 +82,9 @@ struct Measurement
     int warmupSteps = 1;
     std::vector<PhaseMeasurement> phases; // every phase of every step, in order
     Breakdown attribution;                // bytes by category at the steady-state peak
+    // The same at each steady phase's peak (forward, backward, optimizer; none for after_load),
+    // when the engine reported it ("phase_attribution").
+    std::array<std::optional<Breakdown>, 4> phaseAttribution;
     int64_t peakAllocatedBytes = 0;       // steady state: max over measured steps
     int64_t peakReservedBytes = 0;
     int64_t cudaContextBytes = 0;         // device used - reserved, on CUDA
