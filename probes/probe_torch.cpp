@@ -285,6 +285,7 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
         acc.logprobBytes = b * s * request.model.vocabSize * 4;
         settleSteadyPeak(M);
         M.attribution = attributePeak(acc, M.peakAllocatedBytes, M.peakPhase);
+        attributePhases(M, acc);
         if (cuda) {
             auto last = M.phases.back();
             M.cudaContextBytes = std::max<int64_t>(0, last.deviceUsedBytes - last.reservedBytes);

@@ -164,6 +164,14 @@ private Q_SLOTS:
         for (const auto &t : parameterInventory(tiny()))
             tensors += t.count;
         QCOMPARE(m.attribution[Category::OptimizerState], parameterCount(tiny()) * 4 * 2 + 4 * tensors);
+        // Each steady phase attributed at its own peak (the explorer's per-phase measured bars).
+        for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+            const auto &b = m.phaseAttribution[static_cast<size_t>(p)];
+            QVERIFY2(b.has_value(), toString(p).data());
+            QCOMPARE(b->allocated(), m.steady(p)->peakAllocatedBytes);
+            QCOMPARE((*b)[Category::Weights], parameterCount(tiny()) * 4);
+        }
+        QCOMPARE((*m.phaseAttribution[size_t(Phase::Optimizer)])[Category::Gradients], parameterCount(tiny()) * 4);
     }
     void loraTrainsOnlyAdapters()
     {

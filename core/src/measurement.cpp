@@ -139,6 +139,13 @@ Breakdown attributePeak(const PeakAccounts &a, int64_t peak, Phase peakPhase)
     return A;
 }
 
+void attributePhases(Measurement &m, const PeakAccounts &a)
+{
+    for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer})
+        if (const auto sp = m.steady(p))
+            m.phaseAttribution[static_cast<size_t>(p)] = attributePeak(a, sp->peakAllocatedBytes, p);
+}
+
 double rankSpread(const Measurement &m)
 {
     if (m.ranks.size() < 2)

@@ -129,6 +129,8 @@ void settleSteadyPeak(Measurement &m);
 // The peak split into categories: gradients when it came in the optimizer step or at the end of
 // backward, else activations and logits; what no category names is temporaries.
 Breakdown attributePeak(const PeakAccounts &a, int64_t peakAllocatedBytes, Phase peakPhase);
+// The same at each steady phase's peak (forward, backward, optimizer) into m.phaseAttribution.
+void attributePhases(Measurement &m, const PeakAccounts &a);
 // The criterion: ranks of one data-parallel run should agree within 1%.
 constexpr double kUnevenSpread = 1.01;
 // What one rank reports about itself, from its own phases.
