@@ -4,6 +4,7 @@
 # through the transformers engine. build-bnb/ holds the bitsandbytes source tree
 # (git archive HEAD CMakeLists.txt csrc bitsandbytes pyproject.toml) and travels as a carried path.
 # Results under $OUT: run.log, bnb-build.log, results.jsonl.xz, timelines.tar.xz, logs.tar.xz.
+# With WITH_PROBE=1, headroom-probe is built in build-gpu beside it (scripts/gpu-holdout.sh).
 # Usage (device tool): bash scripts/gpu-bnb.sh NAME,NAME,... [deadline_s]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +16,20 @@ WORK=/tmp/headroom-bnb
 rm -rf "$WORK" && mkdir -p "$WORK"
 date -u >"$LOG"
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv >>"$LOG" 2>&1
+if [ "${WITH_PROBE:-0}" = 1 ]; then # entries whose ranks share the GPU need headroom-probe
+    source scripts/gpu-build-probe.sh
+    (gpu_build_probe "$OUT/probe-build.log" >"$WORK.probe-build.rc" 2>&1) &
+    probe_pid=$!
+fi
 t0=$(date +%s)
 (cd build-bnb && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOMPUTE_BACKEND=cuda \
     -DCOMPUTE_CAPABILITY=90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc && cmake --build build -j16) \
     >"$OUT/bnb-build.log" 2>&1 || { echo "BNB BUILD FAILED" | tee -a "$LOG"; tail -n 40 "$OUT/bnb-build.log"; exit 1; }
 echo "bitsandbytes built in $(( $(date +%s) - t0 )) s" >>"$LOG"
+if [ -n "${probe_pid:-}" ]; then
+    wait "$probe_pid"
+    cat "$WORK.probe-build.rc" >>"$LOG"
+fi
 export PYTHONPATH="$PWD/build-bnb${PYTHONPATH:+:$PYTHONPATH}"
 python3 - >>"$LOG" 2>&1 <<'PY' || { echo "BNB IMPORT FAILED" | tee -a "$LOG"; tail -n 30 "$LOG"; exit 1; }
 import torch, bitsandbytes as bnb
