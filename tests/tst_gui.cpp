@@ -460,6 +460,23 @@ private Q_SLOTS:
         units->setCurrentIndex(units->findText(QStringLiteral("GB")));
         QVERIFY(s.units() == Unit::GB);
         compareChartWithCore(w, s);
+        // The GPU list and the capacity box follow the units too.
+        auto *gpu = child<QComboBox>(w, "gpu");
+        auto *capacity = child<QDoubleSpinBox>(w, "customGiB");
+        QVERIFY2(gpu->itemText(0).endsWith(QStringLiteral(" GB)")), qPrintable(gpu->itemText(0)));
+        QCOMPARE(capacity->suffix(), QStringLiteral(" GB"));
+        QCOMPARE(capacity->value(), std::round(toUnit(s.scenario().gpu.memoryBytes, Unit::GB) * 10) / 10);
+        gpu->setCurrentIndex(gpu->findData(QStringLiteral("custom")));
+        QVERIFY(settle(s));
+        capacity->setValue(100.0); // GB
+        QVERIFY(settle(s));
+        QVERIFY2(std::llabs(s.scenario().gpu.memoryBytes - 100000000000LL) < (1 << 20),
+                 std::to_string(s.scenario().gpu.memoryBytes).c_str());
+        units->setCurrentIndex(units->findText(QStringLiteral("GiB")));
+        QCOMPARE(capacity->suffix(), QStringLiteral(" GiB"));
+        QVERIFY(std::abs(capacity->value() - 93.1) < 0.051); // 100 GB in GiB
+        QVERIFY2(gpu->itemText(0).endsWith(QStringLiteral(" GiB)")), qPrintable(gpu->itemText(0)));
+        units->setCurrentIndex(units->findText(QStringLiteral("GB")));
         const Estimate e = estimate(s.scenario().model, s.scenario().config);
         w.chartPanel()->setView(BreakdownModel::View::Phases);
         QCOMPARE(w.chartPanel()->chart()->barLabels().size(), 4);

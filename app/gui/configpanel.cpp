@@ -344,19 +344,23 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     const auto applyGpu = [this] {
         const QString id = m_gpu->currentData().toString();
         edit([&](Scenario &s) {
-            s.gpu = id == QLatin1String("custom") ? customGpu(m_customGiB->value()) : findGpu(id.toStdString());
+            // The capacity box shows the chosen units; customGpu takes GiB.
+            const double gib = m_customGiB->value() / toUnit(int64_t(1) << 30, m_session->units());
+            s.gpu = id == QLatin1String("custom") ? customGpu(gib) : findGpu(id.toStdString());
         });
     };
     connect(m_gpu, qOverload<int>(&QComboBox::currentIndexChanged), this, applyGpu);
     connect(m_customGiB, qOverload<double>(&QDoubleSpinBox::valueChanged), this, applyGpu);
 
     connect(session, &Session::scenarioChanged, this, &ConfigPanel::syncFromSession);
+    connect(session, &Session::unitsChanged, this, &ConfigPanel::applyUnits);
     connect(session, &Session::reportReady, this, [this] {
         const std::string &err = m_session->report().error;
         m_problem->setVisible(!err.empty());
         m_problem->setText(qs(err));
     });
     syncFromSession();
+    applyUnits();
 }
 
 void ConfigPanel::edit(const std::function<void(Scenario &)> &change)
@@ -458,6 +462,19 @@ void ConfigPanel::updateVisibility()
     m_zero->setItemText(0, m_session->scenario().config.worldSize > 1 ? tr("0 · data parallel (DDP)") : tr("0 · none"));
 }
 
+// The GiB/GB choice reaches the GPU list and the capacity box too.
+void ConfigPanel::applyUnits()
+{
+    const Unit u = m_session->units();
+    const auto &catalog = gpuCatalog();
+    for (int i = 0; i < static_cast<int>(catalog.size()) && i < m_gpu->count(); ++i)
+        m_gpu->setItemText(i, tr("%1 (%2)").arg(qs(catalog[static_cast<size_t>(i)].name),
+                                                qs(formatBytes(catalog[static_cast<size_t>(i)].memoryBytes, u, 0))));
+    const QSignalBlocker block(m_customGiB);
+    m_customGiB->setSuffix(QLatin1Char(' ') + qs(toString(u)));
+    m_customGiB->setValue(toUnit(m_session->scenario().gpu.memoryBytes, u));
+}
+
 void ConfigPanel::syncFromSession()
 {
     const Scenario &s = m_session->scenario();
@@ -500,7 +517,7 @@ void ConfigPanel::syncFromSession()
     m_gradAccum->setValue(static_cast<int>(c.gradAccum));
     const int gpuIndex = m_gpu->findData(qs(s.gpu.id));
     m_gpu->setCurrentIndex(gpuIndex >= 0 ? gpuIndex : m_gpu->count() - 1);
-    m_customGiB->setValue(toUnit(s.gpu.memoryBytes, Unit::GiB));
+    m_customGiB->setValue(toUnit(s.gpu.memoryBytes, m_session->units()));
     m_gpuCount->setValue(c.worldSize);
     m_reserve->setValue(static_cast<int>(std::lround(s.reserve * 100)));
     if (m_allocConf->text().trimmed().toStdString() != s.allocConf)

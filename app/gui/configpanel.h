@@ -33,6 +33,7 @@ signals:
 
 private:
     void syncFromSession();
+    void applyUnits();
     void edit(const std::function<void(headroom::Scenario &)> &change);
     int modelIndex(const headroom::ModelArch &m);
     void updateVisibility();
