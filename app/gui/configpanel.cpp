@@ -193,11 +193,11 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     for (const GpuSpec &g : gpuCatalog())
         m_gpu->addItem(tr("%1 (%2)").arg(qs(g.name), qs(formatBytes(g.memoryBytes, Unit::GiB, 0))), qs(g.id));
     m_gpu->addItem(tr("Custom capacity…"), QStringLiteral("custom"));
-    m_customGiB = new QDoubleSpinBox(hwBox);
-    m_customGiB->setObjectName(QStringLiteral("customGiB"));
-    m_customGiB->setRange(1, 4096);
-    m_customGiB->setDecimals(1);
-    m_customGiB->setSuffix(QStringLiteral(" GiB"));
+    m_capacity = new QDoubleSpinBox(hwBox);
+    m_capacity->setObjectName(QStringLiteral("customGiB"));
+    m_capacity->setRange(1, 4096);
+    m_capacity->setDecimals(1);
+    m_capacity->setSuffix(QStringLiteral(" GiB"));
     m_gpuCount = new QSpinBox(hwBox);
     m_gpuCount->setObjectName(QStringLiteral("gpuCount"));
     m_gpuCount->setRange(1, 4096);
@@ -215,7 +215,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_reserve->setSuffix(QStringLiteral(" %"));
     m_reserve->setToolTip(tr("Keep 10–15% of the card free (SEEDS.md): fragmentation and other processes need it."));
     hw->addRow(tr("GPU"), m_gpu);
-    hw->addRow(tr("Capacity"), m_customGiB);
+    hw->addRow(tr("Capacity"), m_capacity);
     hw->addRow(tr("GPU count"), m_gpuCount);
     hw->addRow(tr("ZeRO stage"), m_zero);
     hw->addRow(QString(), m_offload);
@@ -345,12 +345,12 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
         const QString id = m_gpu->currentData().toString();
         edit([&](Scenario &s) {
             // The capacity box shows the chosen units; customGpu takes GiB.
-            const double gib = m_customGiB->value() / toUnit(int64_t(1) << 30, m_session->units());
+            const double gib = m_capacity->value() / toUnit(int64_t(1) << 30, m_session->units());
             s.gpu = id == QLatin1String("custom") ? customGpu(gib) : findGpu(id.toStdString());
         });
     };
     connect(m_gpu, qOverload<int>(&QComboBox::currentIndexChanged), this, applyGpu);
-    connect(m_customGiB, qOverload<double>(&QDoubleSpinBox::valueChanged), this, applyGpu);
+    connect(m_capacity, qOverload<double>(&QDoubleSpinBox::valueChanged), this, applyGpu);
 
     connect(session, &Session::scenarioChanged, this, &ConfigPanel::syncFromSession);
     connect(session, &Session::unitsChanged, this, &ConfigPanel::applyUnits);
@@ -457,7 +457,7 @@ void ConfigPanel::updateVisibility()
             w->setEnabled(ft != FineTune::Full);
     m_doubleQuant->setEnabled(ft == FineTune::QLoRA);
     m_optimizerImpl->setEnabled(m_session->scenario().config.optimizer == Optimizer::AdamW);
-    m_customGiB->setEnabled(m_session->scenario().gpu.id == "custom");
+    m_capacity->setEnabled(m_session->scenario().gpu.id == "custom");
     // ZeRO / FSDP run on one GPU too (their buckets and gathers are estimated); DDP needs two.
     m_zero->setItemText(0, m_session->scenario().config.worldSize > 1 ? tr("0 · data parallel (DDP)") : tr("0 · none"));
 }
@@ -470,9 +470,9 @@ void ConfigPanel::applyUnits()
     for (int i = 0; i < static_cast<int>(catalog.size()) && i < m_gpu->count(); ++i)
         m_gpu->setItemText(i, tr("%1 (%2)").arg(qs(catalog[static_cast<size_t>(i)].name),
                                                 qs(formatBytes(catalog[static_cast<size_t>(i)].memoryBytes, u, 0))));
-    const QSignalBlocker block(m_customGiB);
-    m_customGiB->setSuffix(QLatin1Char(' ') + qs(toString(u)));
-    m_customGiB->setValue(toUnit(m_session->scenario().gpu.memoryBytes, u));
+    const QSignalBlocker block(m_capacity);
+    m_capacity->setSuffix(QLatin1Char(' ') + qs(toString(u)));
+    m_capacity->setValue(toUnit(m_session->scenario().gpu.memoryBytes, u));
 }
 
 void ConfigPanel::syncFromSession()
@@ -480,7 +480,7 @@ void ConfigPanel::syncFromSession()
     const Scenario &s = m_session->scenario();
     const TrainingConfig &c = s.config;
     const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_checkpointLayers, m_fusedLoss, m_activationOffload, m_batchSlider,
-                                  m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_customGiB, m_gpuCount, m_reserve, m_offload, m_allocConf};
+                                  m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_capacity, m_gpuCount, m_reserve, m_offload, m_allocConf};
     std::vector<std::unique_ptr<QSignalBlocker>> blocks;
     for (QObject *o : all)
         blocks.push_back(std::make_unique<QSignalBlocker>(o));
@@ -517,7 +517,7 @@ void ConfigPanel::syncFromSession()
     m_gradAccum->setValue(static_cast<int>(c.gradAccum));
     const int gpuIndex = m_gpu->findData(qs(s.gpu.id));
     m_gpu->setCurrentIndex(gpuIndex >= 0 ? gpuIndex : m_gpu->count() - 1);
-    m_customGiB->setValue(toUnit(s.gpu.memoryBytes, m_session->units()));
+    m_capacity->setValue(toUnit(s.gpu.memoryBytes, m_session->units()));
     m_gpuCount->setValue(c.worldSize);
     m_reserve->setValue(static_cast<int>(std::lround(s.reserve * 100)));
     if (m_allocConf->text().trimmed().toStdString() != s.allocConf)

@@ -60,7 +60,7 @@ private:
     QSpinBox *m_seq;
     QSpinBox *m_gradAccum;
     QComboBox *m_gpu;
-    QDoubleSpinBox *m_customGiB;
+    QDoubleSpinBox *m_capacity; // the custom card's memory, in the chosen units (object name customGiB)
     QSpinBox *m_gpuCount;
     QComboBox *m_zero;
     QCheckBox *m_offload;

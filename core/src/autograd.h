@@ -121,8 +121,8 @@ public:
     void setBlasWorkspaceBytes(int64_t bytes) { m_blasBytes = bytes; }
 
     int64_t liveBytes() const { return m_live; }
-    // Room for about `events` events up front: the stream, the storages and the graph's nodes
-    // (growing them cost a third of an estimate's simulation: copies and fresh pages).
+    // Room for about `events` events up front: the stream and the storages (growing them was
+    // half of an estimate's simulation: copies and fresh pages).
     void reserve(size_t events);
 
     Timeline &timeline() { return m_out; }

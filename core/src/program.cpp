@@ -478,18 +478,19 @@ private:
     // forward mark, so that every steady step is the same program.
     void rebuildDdpBuckets()
     {
-        std::vector<T *> order;
-        std::vector<bool> seen(static_cast<size_t>(S.paramCount()), false);
-        std::map<int, T *> byParam;
+        // Each trainable parameter once, where its gradient first became ready; then the ones
+        // that never did (unused), last first.
+        std::vector<T *> pending(static_cast<size_t>(S.paramCount()), nullptr);
         for (T *p : trainable)
-            byParam[p->param] = p;
+            pending[static_cast<size_t>(p->param)] = p;
+        std::vector<T *> order;
         for (int pi : S.gradReadyOrder())
-            if (pi >= 0 && !seen[static_cast<size_t>(pi)] && byParam.count(pi)) {
-                seen[static_cast<size_t>(pi)] = true;
-                order.push_back(byParam[pi]);
+            if (T *&p = pending[static_cast<size_t>(pi)]) {
+                order.push_back(p);
+                p = nullptr;
             }
-        for (auto it = trainable.rbegin(); it != trainable.rend(); ++it) // never ready: unused
-            if (!seen[static_cast<size_t>((*it)->param)])
+        for (auto it = trainable.rbegin(); it != trainable.rend(); ++it)
+            if (pending[static_cast<size_t>((*it)->param)])
                 order.push_back(*it);
         S.setOp("ddp_rebuild_buckets");
         S.setLayer(-1);
