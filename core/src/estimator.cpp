@@ -764,6 +764,25 @@ double defaultSlackFraction()
     return 0.061;
 }
 
+// Any collective (DDP, or ZeRO at any N) brings up an NCCL communicator.
+bool usesCollectives(const TrainingConfig &cfg)
+{
+    return cfg.worldSize > 1 || cfg.zeroStage >= 1;
+}
+
+// The device total (what the card loses) is peak reserved plus what lives on the device outside
+// PyTorch's allocator: the CUDA context with the driver's reservation (one category), and NCCL's
+// communicator once a collective runs, whose buffers the caching allocator never sees.
+void addOutsideAllocator(Estimate &est, const TrainingConfig &cfg, const EstimatorOptions &opt)
+{
+    est.peak[Category::CudaContext] = checkedAdd(opt.cudaContextBytes, opt.driverReservedBytes);
+    est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, est.peak[Category::CudaContext]);
+    if (usesCollectives(cfg)) {
+        est.peak[Category::Communication] = checkedAdd(est.peak[Category::Communication], opt.ncclCommunicatorBytes);
+        est.deviceTotalBytes = checkedAdd(est.deviceTotalBytes, opt.ncclCommunicatorBytes);
+    }
+}
+
 } // namespace
 
 // The per-op ledger this estimator started from: composed layers, whole-tensor lifetimes. It
@@ -1084,13 +1103,8 @@ Estimate estimateLedger(const ModelArch &model, const TrainingConfig &cfg, const
     const int64_t slack = static_cast<int64_t>(std::llround(static_cast<double>(est.peakAllocatedBytes) * slackFraction));
     est.peak[C::AllocatorSlack] = slack;
     est.peakReservedBytes = checkedAdd(est.peakAllocatedBytes, slack);
-    est.peak[C::CudaContext] = opt.cudaContextBytes;
-    est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, opt.cudaContextBytes);
-    // Any collective (DDP, or ZeRO at any N) brings up an NCCL communicator, whose buffers the
-    // caching allocator never sees.
-    if (N > 1 || zero >= 1) {
-        est.peak[C::Communication] = checkedAdd(est.peak[C::Communication], opt.ncclCommunicatorBytes);
-        est.deviceTotalBytes = checkedAdd(est.deviceTotalBytes, opt.ncclCommunicatorBytes);
+    addOutsideAllocator(est, cfg, opt);
+    if (usesCollectives(cfg)) {
         x.notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "
                           "(measured at one rank); its per-peer buffers on several GPUs come on top");
     }
@@ -1324,8 +1338,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     // Slack: what the allocator holds beyond the tensors' rounded bytes (cached free blocks, and
     // remainders too small to split off).
     est.peak[Category::AllocatorSlack] = std::max<int64_t>(0, est.peakReservedBytes - est.peak.allocated());
-    est.peak[Category::CudaContext] = opt.cudaContextBytes;
-    est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, opt.cudaContextBytes);
+    addOutsideAllocator(est, cfg, opt);
     return est;
 }
 

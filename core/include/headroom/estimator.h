@@ -47,7 +47,18 @@ struct ParamSummary
 // driver 580, PyTorch 2.11 (tests/data/hf_reference_h200.json).
 struct EstimatorOptions
 {
-    int64_t cudaContextBytes = 1448466432;   // NVML used - torch reserved: 1.349 GiB, every run
+    // What the device holds outside PyTorch's allocator, in two measured terms:
+    // - the CUDA context and what the process loads lazily (kernel modules, cuBLAS/cuBLASLt
+    //   handles), device-wide: device used (cudaMemGetInfo) - reserved. On the corpus runs
+    //   (tests/data/corpus, NVML's process table): 742 MiB with eager attention or fp32, 758 MiB
+    //   once bf16 SDPA's fused kernels load, 760 MiB with MoE's grouped GEMM too; the driver
+    //   keeps 8.8 MiB more device-wide (the one corpus run alone on the GPU; the LibTorch
+    //   probe's 767 MiB in tests/data/h200/nccl-ws1/*plain* is 758 + 8.8). The largest: 760 + 8.8.
+    int64_t cudaContextBytes = 806158336;
+    // - what the driver keeps of the card for itself: the catalog's memory is the card's total
+    //   (cudaDeviceProp::totalGlobalMem, nvidia-smi's "Total"), cudaMemGetInfo's total is 615 MiB
+    //   less on the H200 with driver 580 (every phase of every corpus run). No process gets it.
+    int64_t driverReservedBytes = 644939776;
     // cuBLAS's workspace on Hopper (CUBLAS_WORKSPACE_CONFIG :4096:8), per handle: one for the
     // forward thread, one for autograd's backward thread; allocated at each's first matmul, kept.
     int64_t cublasWorkspaceBytes = 33554432;
@@ -75,7 +86,9 @@ struct Estimate
     Breakdown peak;                 // at the overall peak, slack and context included
     int64_t peakAllocatedBytes = 0; // torch.cuda.max_memory_allocated
     int64_t peakReservedBytes = 0;  // torch.cuda.max_memory_reserved
-    int64_t deviceTotalBytes = 0;   // what nvidia-smi shows: reserved + context (+ NCCL)
+    // What the card loses, as nvidia-smi -q's Used + Reserved: peak reserved + the CUDA context
+    // + the driver's reservation (+ NCCL's communicator).
+    int64_t deviceTotalBytes = 0;
     int64_t tokens = 0;
     std::vector<std::string> notes; // mechanisms in play worth telling the user
 
