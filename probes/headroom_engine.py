@@ -1027,7 +1027,8 @@ def build_timeline(trace, marks, persistent, grad_ptrs, logits_unit):
     backward was saved for backward (activations); everything else is a temporary."""
     import bisect
     frames, frame_ids = [], {}
-    events = []  # [kind, block id, size, frame, addr]
+    events = []  # [kind, block id, size, frame, addr, stream]
+    streams = {0: 0}  # CUDA stream handle -> 0 (the default stream), 1, 2... in order of first use
     blocks = {}  # addr -> (id, size)
     next_id = 0
     cum = 0
@@ -1043,18 +1044,20 @@ def build_timeline(trace, marks, persistent, grad_ptrs, logits_unit):
                 frames.append(fr)
             blocks[addr] = (next_id, size)
             cum += size
-            events.append([0, next_id, size, frame_ids[fr], addr])
+            raw = e.get("stream", 0)
+            st = streams.setdefault(raw if isinstance(raw, int) else 0, len(streams))
+            events.append([0, next_id, size, frame_ids[fr], addr, st])
             next_id += 1
         elif a == "free_completed":
             blk = blocks.pop(addr, None)
             if blk is None:
                 continue  # allocated before recording started
             cum -= blk[1]
-            events.append([1, blk[0], blk[1], -1, addr])
+            events.append([1, blk[0], blk[1], -1, addr, 0])
         elif a in ("segment_alloc", "segment_map"):
-            events.append([2, -1, size, -1, addr])
+            events.append([2, -1, size, -1, addr, 0])
         elif a in ("segment_free", "segment_unmap"):
-            events.append([3, -1, size, -1, addr])
+            events.append([3, -1, size, -1, addr, 0])
         else:
             continue
         cums.append(cum)
@@ -1078,7 +1081,7 @@ def build_timeline(trace, marks, persistent, grad_ptrs, logits_unit):
         phase_at.append(cur)
     last_opt = max((m["event"] for m in aligned if m["phase"] == "optimizer"), default=len(events))
     born, freed = {}, {}
-    for idx, (kind, bid, size, _, addr) in enumerate(events):
+    for idx, (kind, bid, size, _, addr, _) in enumerate(events):
         if kind == 0:
             born[bid] = (idx, addr)
         elif kind == 1:
@@ -1099,9 +1102,9 @@ def build_timeline(trace, marks, persistent, grad_ptrs, logits_unit):
             c = "temporaries"
         cat[bid] = CATEGORIES.index(c)
     out_events = []
-    for kind, bid, size, fr, addr in events:
-        if kind == 0:
-            out_events.append([0, bid, size, cat[bid], fr, addr])
+    for kind, bid, size, fr, addr, st in events:
+        if kind == 0:  # the stream only when it is not the default one (the allocator pools by stream)
+            out_events.append([0, bid, size, cat[bid], fr, addr] + ([st] if st else []))
         elif kind == 1:
             out_events.append([1, bid, size])
         else:
