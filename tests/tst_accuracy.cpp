@@ -27,6 +27,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 using namespace headroom;
 using nlohmann::json;
@@ -145,15 +146,15 @@ private Q_SLOTS:
             alloc.push_back(err);
             reserved.push_back(rerr);
             // nvidia-smi's total: measured as the process table lists it (reserved + this
-            // process's context), against the estimate less the driver's reservation (checked
-            // below); ranks sharing one GPU talk over Gloo, not NCCL, so their totals lack the
+            // process's context; nvidia-smi's Used is 9 MiB more, nvidiaSmiIsTheDeviceTotal);
+            // ranks sharing one GPU talk over Gloo, not NCCL, so their totals lack the
             // communicator the estimate adds for real GPUs.
             if (m.config.worldSize == 1 && m.cudaContextBytes > 0) {
                 const int64_t context = EstimatorOptions{}.cudaContextBytes;
                 QVERIFY2(m.cudaContextBytes <= context && context - m.cudaContextBytes <= 28 * 1048576,
                          qPrintable(QString::fromStdString(r.name) + QStringLiteral(": CUDA context %1 bytes, the estimator's %2")
                                                                      .arg(m.cudaContextBytes).arg(context)));
-                total.push_back(relativeError(e.deviceTotalBytes - o.driverReservedBytes, m.deviceTotalBytes()));
+                total.push_back(relativeError(e.deviceTotalBytes, m.deviceTotalBytes()));
             }
             QVERIFY2(err >= -0.01, qPrintable(QString::fromStdString(r.name) + QStringLiteral(": under by more than 1%")));
             QVERIFY2(std::abs(worstPhase) <= 0.02,
@@ -218,6 +219,51 @@ private Q_SLOTS:
                 }
         }
         QVERIFY(phases >= 1000);
+    }
+
+    // nvidia-smi itself, polled every 50 ms beside three one-GPU runs alone on the H200
+    // (scripts/gpu-streams.sh, tests/data/h200/smi-2026-12-02): its highest Used is the engine's
+    // device total (reserved + the process's context) + 9 MiB, its Reserved the driver's
+    // reservation, and the estimate's device total is held to the targets against that Used
+    // (within 3%, never under by more than 2%: it is peak reserved's error, the context's is
+    // at most 18 MiB).
+    void nvidiaSmiIsTheDeviceTotal_data()
+    {
+        QTest::addColumn<QString>("name");
+        for (const char *n : {"l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b2s1024-eager", "q05b-fp32-full-adamw-b4s512"})
+            QTest::addRow("%s", n) << QString::fromLatin1(n);
+    }
+    void nvidiaSmiIsTheDeviceTotal()
+    {
+        QFETCH(QString, name);
+        const std::string base = QFINDTESTDATA("data/h200/smi-2026-12-02").toStdString() + "/" + name.toStdString();
+        std::ifstream csv(base + ".csv");
+        std::string row;
+        int64_t usedMiB = 0, reservedMiB = -1, rows = 0;
+        while (std::getline(csv, row)) { // timestamp, total, reserved, used, free (MiB)
+            std::vector<int64_t> f;
+            std::stringstream ss(row);
+            std::string cell;
+            std::getline(ss, cell, ','); // the timestamp
+            while (std::getline(ss, cell, ','))
+                f.push_back(std::stoll(cell));
+            QCOMPARE(f.size(), size_t(4));
+            QCOMPARE(f[0] * 1048576, findGpu("h200").memoryBytes); // nvidia-smi's Total is the catalog's
+            reservedMiB = f[1];
+            usedMiB = std::max(usedMiB, f[2]);
+            ++rows;
+        }
+        QVERIFY(rows >= 100);
+        const int64_t driver = EstimatorOptions{}.driverReservedBytes;
+        QVERIFY(std::abs(reservedMiB * 1048576 - driver) < 1048576);
+        std::ifstream in(base + ".result.json");
+        const Measurement m = measurementFromJson(json::parse(in));
+        QCOMPARE(usedMiB * 1048576, m.deviceTotalBytes() + 9 * 1048576);
+        const Estimate e = estimate(m.model, m.config);
+        const double err = relativeError(e.deviceTotalBytes, usedMiB * 1048576);
+        std::printf("%-36s nvidia-smi Used %lld MiB, estimate %.0f MiB (%+.2f%%)\n", qPrintable(name),
+                    static_cast<long long>(usedMiB), double(e.deviceTotalBytes) / 1048576.0, 100 * err);
+        QVERIFY(err <= 0.03 && err >= -0.02);
     }
 
     // The estimate's second steady step is the first's events again (repeatLastStep), not a

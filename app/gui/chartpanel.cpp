@@ -61,7 +61,7 @@ void ChartPanel::refresh()
                        static_cast<BreakdownModel::View>(m_view->currentData().toInt()));
     // The card's line from the scenario itself: a configuration that cannot be estimated has no
     // verdict, but the card is still the card.
-    const int64_t cap = r.scenario.gpu.memoryBytes;
+    const int64_t cap = processCapacityBytes(r.scenario.gpu);
     const auto usable = static_cast<int64_t>(static_cast<double>(cap) * (1.0 - r.scenario.reserve));
     m_chart->setCapacity(cap, usable, qs(r.scenario.gpu.name));
 }

@@ -74,8 +74,8 @@ void ScalingPanel::refresh()
     const ScalingData &d = m_session->scaling();
     const auto &s = m_session->report().scenario;
     m_model.setContent(d, m_session->units());
-    m_seqChart->setContent(d.bySeq, s.config.seqLen, s.gpu.memoryBytes, m_session->units());
-    m_batchChart->setContent(d.byBatch, s.config.microBatch, s.gpu.memoryBytes, m_session->units());
+    m_seqChart->setContent(d.bySeq, s.config.seqLen, processCapacityBytes(s.gpu), m_session->units());
+    m_batchChart->setContent(d.byBatch, s.config.microBatch, processCapacityBytes(s.gpu), m_session->units());
 }
 
 void ScalingPanel::copyTable()

@@ -45,6 +45,10 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
                     .arg(pct, 0, 'f', 1)
                     .arg(v.headroomBytes() >= 0 ? tr("headroom") : tr("over the card"))
                     .arg(qs(r.scenario.gpu.name).toHtmlEscaped());
+    if (r.scenario.gpu.memoryBytes > v.capacityBytes)
+        t += tr(" (the card's %1 less %2 its driver keeps)")
+                 .arg(qs(formatBytes(r.scenario.gpu.memoryBytes, u, 1)),
+                      qs(formatBytes(r.scenario.gpu.memoryBytes - v.capacityBytes, u, 1)));
     if (r.scenario.config.worldSize > 1)
         t += tr(" (per GPU, %1 GPUs, ZeRO-%2)").arg(r.scenario.config.worldSize).arg(r.scenario.config.zeroStage);
     else if (r.scenario.config.zeroStage > 0)

@@ -39,14 +39,19 @@ std::string formatGiB(int64_t bytes, int decimals)
     return buf;
 }
 
+int64_t processCapacityBytes(const GpuSpec &gpu, int64_t driverReservedBytes)
+{
+    return std::max<int64_t>(0, gpu.memoryBytes - std::max<int64_t>(0, driverReservedBytes));
+}
+
 Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve)
 {
     if (!(reserve >= 0.0 && reserve < 1.0))
         throw InputError("reserve", std::to_string(reserve), "must be in [0, 1)");
     Verdict v;
     v.reserve = reserve;
-    v.capacityBytes = gpu.memoryBytes;
-    v.usableBytes = static_cast<int64_t>(std::floor(static_cast<double>(gpu.memoryBytes) * (1.0 - reserve)));
+    v.capacityBytes = processCapacityBytes(gpu, e.driverReservedBytes);
+    v.usableBytes = static_cast<int64_t>(std::floor(static_cast<double>(v.capacityBytes) * (1.0 - reserve)));
     v.neededBytes = e.deviceTotalBytes;
     v.fit = v.neededBytes <= v.usableBytes ? Fit::Fits : v.neededBytes <= v.capacityBytes ? Fit::Tight : Fit::OOM;
     return v;

@@ -770,13 +770,15 @@ bool usesCollectives(const TrainingConfig &cfg)
     return cfg.worldSize > 1 || cfg.zeroStage >= 1;
 }
 
-// The device total (what the card loses) is peak reserved plus what lives on the device outside
-// PyTorch's allocator: the CUDA context with the driver's reservation (one category), and NCCL's
-// communicator once a collective runs, whose buffers the caching allocator never sees.
+// The device total (nvidia-smi's Used) is peak reserved plus what lives on the device outside
+// PyTorch's allocator: the CUDA context, and NCCL's communicator once a collective runs, whose
+// buffers the caching allocator never sees. The driver's reservation goes with the estimate for
+// the verdict, which takes it off the card.
 void addOutsideAllocator(Estimate &est, const TrainingConfig &cfg, const EstimatorOptions &opt)
 {
-    est.peak[Category::CudaContext] = checkedAdd(opt.cudaContextBytes, opt.driverReservedBytes);
-    est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, est.peak[Category::CudaContext]);
+    est.peak[Category::CudaContext] = opt.cudaContextBytes;
+    est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, opt.cudaContextBytes);
+    est.driverReservedBytes = opt.driverReservedBytes;
     if (usesCollectives(cfg)) {
         est.peak[Category::Communication] = checkedAdd(est.peak[Category::Communication], opt.ncclCommunicatorBytes);
         est.deviceTotalBytes = checkedAdd(est.deviceTotalBytes, opt.ncclCommunicatorBytes);

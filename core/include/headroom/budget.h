@@ -13,9 +13,9 @@ std::string_view toString(Fit);
 struct Verdict
 {
     Fit fit = Fit::Fits;
-    int64_t capacityBytes = 0; // the card
-    int64_t usableBytes = 0;   // the card minus the reserve
-    int64_t neededBytes = 0;   // device total (what nvidia-smi would show)
+    int64_t capacityBytes = 0; // the card less the driver's reservation (what processes can get)
+    int64_t usableBytes = 0;   // that minus the reserve
+    int64_t neededBytes = 0;   // device total (what nvidia-smi would show as Used)
     double reserve = 0.10;
     // The step's unbounded peak reserved passes the budget, yet it runs: at a failed cudaMalloc
     // the caching allocator frees its cached blocks and retries. This many retries per run.
@@ -29,6 +29,11 @@ struct Verdict
 };
 
 // fits: needed <= usable; tight: within the reserve band; OOM: over the card.
+// What processes can get of a card: its total (the catalog's, totalGlobalMem, nvidia-smi's Total)
+// less what its driver keeps (nvidia-smi's Reserved); cudaMemGetInfo's total, the "total
+// capacity" of PyTorch's OOM message.
+int64_t processCapacityBytes(const GpuSpec &gpu, int64_t driverReservedBytes = EstimatorOptions{}.driverReservedBytes);
+
 Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve = 0.10);
 // The same, and where the peak reserved passes a limit, whether the run still completes: the
 // simulated step is replayed through the allocator model with the limit as the device's memory,

@@ -56,8 +56,9 @@ struct EstimatorOptions
     //   probe's 767 MiB in tests/data/h200/nccl-ws1/*plain* is 758 + 8.8). The largest: 760 + 8.8.
     int64_t cudaContextBytes = 806158336;
     // - what the driver keeps of the card for itself: the catalog's memory is the card's total
-    //   (cudaDeviceProp::totalGlobalMem, nvidia-smi's "Total"), cudaMemGetInfo's total is 615 MiB
-    //   less on the H200 with driver 580 (every phase of every corpus run). No process gets it.
+    //   (cudaDeviceProp::totalGlobalMem, nvidia-smi's Total), cudaMemGetInfo's total is 615 MiB
+    //   less on the H200 with driver 580 (every phase of every corpus run; nvidia-smi's Reserved,
+    //   616 MiB, tests/data/h200/smi-2026-12-02). No process gets it.
     int64_t driverReservedBytes = 644939776;
     // cuBLAS's workspace on Hopper (CUBLAS_WORKSPACE_CONFIG :4096:8), per handle: one for the
     // forward thread, one for autograd's backward thread; allocated at each's first matmul, kept.
@@ -86,9 +87,11 @@ struct Estimate
     Breakdown peak;                 // at the overall peak, slack and context included
     int64_t peakAllocatedBytes = 0; // torch.cuda.max_memory_allocated
     int64_t peakReservedBytes = 0;  // torch.cuda.max_memory_reserved
-    // What the card loses, as nvidia-smi -q's Used + Reserved: peak reserved + the CUDA context
-    // + the driver's reservation (+ NCCL's communicator).
+    // What nvidia-smi shows as Used: peak reserved + the CUDA context (+ NCCL's communicator).
     int64_t deviceTotalBytes = 0;
+    // What the driver keeps of the card (nvidia-smi's Reserved): the verdict's capacity is the
+    // card's total less this, PyTorch's "total capacity" in its OOM message.
+    int64_t driverReservedBytes = 0;
     int64_t tokens = 0;
     std::vector<std::string> notes; // mechanisms in play worth telling the user
 
