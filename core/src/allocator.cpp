@@ -45,6 +45,7 @@ struct Block
     bool allocated = false;
     bool mapped = true;
     bool expandable = false;
+    int stream = 0; // the CUDA stream its segment was made for: only that stream reuses it
     int64_t gcCountBase = 0;
     bool isSplit() const { return prev != nullptr || next != nullptr; }
 };
@@ -63,8 +64,10 @@ struct ByAddr
 
 // A free block as the best-fit set orders it: its size and address kept inline, so that the
 // tree's comparisons touch no Block (the replay's hot path: half its time was these lookups).
+// Ordered as BlockComparatorSize orders a BlockPool: by stream, then size, then address.
 struct FreeKey
 {
+    int stream;
     int64_t size;
     int64_t addr;
     Block *b;
@@ -73,6 +76,8 @@ struct FreeKeyLess
 {
     bool operator()(const FreeKey &a, const FreeKey &b) const
     {
+        if (a.stream != b.stream)
+            return a.stream < b.stream;
         return a.size != b.size ? a.size < b.size : a.addr < b.addr;
     }
 };
@@ -117,9 +122,9 @@ struct Pool
     void insert(Block *b)
     {
         b->gcCountBase = getFreeBlocksCalls;
-        blocks.insert(FreeKey{b->size, b->addr, b});
+        blocks.insert(FreeKey{b->stream, b->size, b->addr, b});
     }
-    void erase(const Block *b) { blocks.erase(FreeKey{b->size, b->addr, nullptr}); }
+    void erase(const Block *b) { blocks.erase(FreeKey{b->stream, b->size, b->addr, nullptr}); }
     std::vector<Block *> freeBlocks() const
     {
         std::vector<Block *> v;
@@ -173,13 +178,14 @@ struct CachingAllocatorModel::Impl
     }
     std::deque<Block> all; // owner of every Block (a deque keeps their addresses)
 
-    Block *make(int64_t size, int64_t addr, Pool *pool)
+    Block *make(int64_t size, int64_t addr, Pool *pool, int stream)
     {
         all.emplace_back();
         Block *b = &all.back();
         b->size = size;
         b->addr = addr;
         b->pool = pool;
+        b->stream = stream;
         return b;
     }
     void destroy(Block *b)
@@ -194,12 +200,12 @@ struct CachingAllocatorModel::Impl
         q.m_peakReserved = std::max(q.m_peakReserved, q.m_reserved);
     }
 
-    bool getFreeBlock(Pool &pool, int64_t size, Block *&out)
+    bool getFreeBlock(Pool &pool, int stream, int64_t size, Block *&out)
     {
         if (cfg.garbageCollectionThreshold > 0.0 && cfg.capacityBytes != INT64_MAX)
             ++pool.getFreeBlocksCalls;
-        auto it = pool.blocks.lower_bound(FreeKey{size, std::numeric_limits<int64_t>::min(), nullptr});
-        if (it == pool.blocks.end())
+        auto it = pool.blocks.lower_bound(FreeKey{stream, size, std::numeric_limits<int64_t>::min(), nullptr});
+        if (it == pool.blocks.end() || it->stream != stream)
             return false;
         if (it->b->expandable && cfg.expandableSegments) {
             // An expandable block's fit counts the unmapped space right after it.
@@ -207,7 +213,8 @@ struct CachingAllocatorModel::Impl
                 return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
             };
             auto next = std::next(it);
-            while (it->b->expandable && next != pool.blocks.end() && expandableSize(next->b) < expandableSize(it->b))
+            while (it->b->expandable && next != pool.blocks.end() && next->stream == stream &&
+                   expandableSize(next->b) < expandableSize(it->b))
                 it = next++;
         }
         if (size < cfg.maxSplitBytes && it->size >= cfg.maxSplitBytes)
@@ -244,22 +251,23 @@ struct CachingAllocatorModel::Impl
     }
 
     // cudaMalloc of a new segment, or pages of an expandable one.
-    bool allocBlock(Pool &pool, int64_t size, int64_t allocSize, bool retry, Block *&out)
+    bool allocBlock(Pool &pool, int stream, int64_t size, int64_t allocSize, bool retry, Block *&out)
     {
         if (retry)
             ++q.m_retries;
         if (cfg.expandableSegments)
-            return allocExpandable(pool, size, out);
+            return allocExpandable(pool, stream, size, out);
         if (q.m_reserved + allocSize > cfg.capacityBytes)
             return false;
         nextAddr -= allocSize + kRoundLarge; // segments do not touch: no merging across them
-        out = make(allocSize, nextAddr, &pool);
+        out = make(allocSize, nextAddr, &pool, stream);
         addReserved(allocSize);
         ++q.m_segmentCount;
         return true;
     }
 
-    Block *findExpandable(Pool &pool, int64_t size)
+    // An expandable segment serves one stream (find_expandable_block matches segment->stream()).
+    Block *findExpandable(Pool &pool, int stream, int64_t size)
     {
         auto allocatable = [](const Block *b) { return b && !b->allocated; };
         auto room = [&](Block *b) {
@@ -271,12 +279,14 @@ struct CachingAllocatorModel::Impl
             return bytes >= size;
         };
         for (Block *c : pool.unmapped) {
+            if (c->stream != stream)
+                continue;
             if (allocatable(c->prev))
                 c = c->prev;
             if (room(c))
                 return c;
         }
-        Block *c = make(kExpandableSpace, nextAddr, &pool);
+        Block *c = make(kExpandableSpace, nextAddr, &pool, stream);
         nextAddr += kExpandableSpace;
         c->mapped = false;
         c->expandable = true;
@@ -296,7 +306,7 @@ struct CachingAllocatorModel::Impl
         pool.unmapped.erase(b);
         b->mapped = true;
         if (mapped < b->size) {
-            Block *rest = make(b->size - mapped, b->addr + mapped, &pool);
+            Block *rest = make(b->size - mapped, b->addr + mapped, &pool, b->stream);
             rest->mapped = false;
             rest->expandable = true;
             rest->prev = b;
@@ -314,9 +324,9 @@ struct CachingAllocatorModel::Impl
         return true;
     }
 
-    bool allocExpandable(Pool &pool, int64_t size, Block *&out)
+    bool allocExpandable(Pool &pool, int stream, int64_t size, Block *&out)
     {
-        Block *c = findExpandable(pool, size);
+        Block *c = findExpandable(pool, stream, size);
         if (!c->mapped && !mapBlock(c, std::min(c->size, size)))
             return false;
         while (c->size < size) {
@@ -356,14 +366,14 @@ struct CachingAllocatorModel::Impl
         pool.erase(b);
         Block *before = nullptr, *after = nullptr;
         if (first > b->addr) {
-            before = make(first - b->addr, b->addr, &pool);
+            before = make(first - b->addr, b->addr, &pool, b->stream);
             before->expandable = true;
         }
         if (b->addr + b->size > last) {
-            after = make(b->addr + b->size - last, last, &pool);
+            after = make(b->addr + b->size - last, last, &pool, b->stream);
             after->expandable = true;
         }
-        Block *gap = make(last - first, first, &pool);
+        Block *gap = make(last - first, first, &pool, b->stream);
         gap->expandable = true;
         gap->mapped = false;
         Block *prev = b->prev, *next = b->next;
@@ -405,18 +415,19 @@ struct CachingAllocatorModel::Impl
         return true;
     }
 
-    bool releaseAvailable(Pool &pool, int64_t size)
+    // release_available_cached_blocks: the requesting stream's oversize cached blocks only.
+    bool releaseAvailable(Pool &pool, int stream, int64_t size)
     {
         if (cfg.maxSplitBytes == INT64_MAX)
             return false;
         const int64_t want = size < cfg.maxSplitBytes ? cfg.maxSplitBytes : size;
-        auto it = pool.blocks.lower_bound(FreeKey{want, std::numeric_limits<int64_t>::min(), nullptr});
-        if (it == pool.blocks.end()) {
+        auto it = pool.blocks.lower_bound(FreeKey{stream, want, std::numeric_limits<int64_t>::min(), nullptr});
+        if (it == pool.blocks.end() || it->stream != stream || it->b->expandable) {
             if (it == pool.blocks.begin())
                 return false;
             int64_t released = 0;
             --it;
-            while (released < want && it->size >= cfg.maxSplitBytes) {
+            while (released < want && it->size >= cfg.maxSplitBytes && it->stream == stream) {
                 auto cur = it;
                 const bool isFirst = cur == pool.blocks.begin();
                 if (!isFirst)
@@ -489,20 +500,20 @@ int64_t CachingAllocatorModel::roundSize(int64_t size, int divisions)
     return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
 }
 
-bool CachingAllocatorModel::malloc(uint32_t id, int64_t requested)
+bool CachingAllocatorModel::malloc(uint32_t id, int64_t requested, int stream)
 {
     Impl &m = *d;
     const int64_t size = roundSize(std::max<int64_t>(requested, 0), m.cfg.roundupPower2Divisions);
     Pool &pool = size <= kSmallSize ? m.small : m.large;
     const int64_t allocSize = allocationSize(size);
     Block *block = nullptr;
-    bool found = m.getFreeBlock(pool, size, block);
+    bool found = m.getFreeBlock(pool, stream, size, block);
     if (!found) {
         if (m.cfg.garbageCollectionThreshold > 0.0 && m.cfg.capacityBytes != INT64_MAX)
             m.garbageCollect();
-        found = m.allocBlock(pool, size, allocSize, false, block) ||
-                (m.releaseAvailable(pool, size) && m.allocBlock(pool, size, allocSize, false, block)) ||
-                (m.releaseCached() && m.allocBlock(pool, size, allocSize, true, block));
+        found = m.allocBlock(pool, stream, size, allocSize, false, block) ||
+                (m.releaseAvailable(pool, stream, size) && m.allocBlock(pool, stream, size, allocSize, false, block)) ||
+                (m.releaseCached() && m.allocBlock(pool, stream, size, allocSize, true, block));
     }
     if (!found) {
         ++m_ooms;
@@ -510,7 +521,7 @@ bool CachingAllocatorModel::malloc(uint32_t id, int64_t requested)
     }
     if (m.shouldSplit(block, size)) {
         Block *rest = block;
-        Block *b = m.make(size, rest->addr, &pool);
+        Block *b = m.make(size, rest->addr, &pool, rest->stream);
         b->expandable = rest->expandable;
         b->prev = rest->prev;
         if (b->prev)
@@ -561,8 +572,8 @@ int64_t CachingAllocatorModel::largestFreeBlockBytes() const
 {
     int64_t best = 0;
     for (const Pool *p : {&d->large, &d->small})
-        if (!p->blocks.empty())
-            best = std::max(best, p->blocks.rbegin()->size);
+        for (const FreeKey &k : p->blocks) // ordered by stream first: every stream's largest
+            best = std::max(best, k.size);
     return best;
 }
 

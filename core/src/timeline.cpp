@@ -139,7 +139,7 @@ Replay replay(const Timeline &t, const AllocatorConfig &config)
             break;
         const MemEvent &e = t.events[i];
         if (e.kind == MemEvent::Alloc) {
-            if (!m.malloc(e.id, e.bytes)) {
+            if (!m.malloc(e.id, e.bytes, e.stream)) {
                 r.outOfMemory = true;
                 r.oomEvent = i;
                 break;
@@ -298,6 +298,9 @@ Timeline timelineFromJson(const json &j)
                 m.category = kAllCategories[static_cast<size_t>(num(3, 0, kCategoryCount - 1))];
                 const int64_t fr = num(4, -1, static_cast<int64_t>(t.ops.size()) - 1);
                 m.op = static_cast<uint16_t>(fr < 0 ? 0 : fr);
+                // [0, id, size, category, frame, addr, stream]: the stream only when not the default
+                if (e.size() > 6)
+                    m.stream = static_cast<uint8_t>(num(6, 0, 255));
             }
             t.events.push_back(m);
         } else if (kind == 3) {
@@ -335,7 +338,7 @@ Timeline timelineFromJson(const json &j)
         held.push_back(model.allocatedBytes());
         for (const auto &e : t.events) {
             if (e.kind == MemEvent::Alloc)
-                model.malloc(e.id, e.bytes);
+                model.malloc(e.id, e.bytes, e.stream);
             else if (e.kind == MemEvent::Free)
                 model.free(e.id);
             held.push_back(model.allocatedBytes());
@@ -387,7 +390,9 @@ json toJson(const Timeline &t)
 {
     json events = json::array();
     for (const auto &e : t.events) {
-        if (e.kind == MemEvent::Alloc)
+        if (e.kind == MemEvent::Alloc && e.stream != 0) // the address is not modelled: 0
+            events.push_back({0, e.id, e.bytes, static_cast<int>(e.category), e.op, 0, e.stream});
+        else if (e.kind == MemEvent::Alloc)
             events.push_back({0, e.id, e.bytes, static_cast<int>(e.category), e.op});
         else if (e.kind == MemEvent::Free)
             events.push_back({1, e.id, e.bytes});

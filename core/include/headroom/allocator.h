@@ -37,7 +37,9 @@ public:
     CachingAllocatorModel &operator=(const CachingAllocatorModel &) = delete;
 
     // False when the device cannot give the memory even after freeing the cache (an OOM).
-    bool malloc(uint32_t id, int64_t requestedBytes);
+    // `stream`: the CUDA stream it is allocated on (0 the default one); blocks are cached per
+    // stream and only a request on their stream reuses them.
+    bool malloc(uint32_t id, int64_t requestedBytes, int stream = 0);
     void free(uint32_t id);
     // torch.cuda.empty_cache(): every wholly free segment goes back to the device.
     void emptyCache();

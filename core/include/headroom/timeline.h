@@ -28,6 +28,7 @@ struct MemEvent
     Category category = Category::Temporaries;
     int16_t layer = -1;   // decoder layer, -1 outside the layers
     uint16_t op = 0;      // index into Timeline::ops
+    uint8_t stream = 0;   // CUDA stream of an allocation: 0 the default one (FSDP2's side streams 1..)
     uint32_t id = 0;      // the allocation's id; a free names the id it frees
     int64_t bytes = 0;    // requested bytes (the allocator rounds)
 };
