@@ -553,6 +553,122 @@ private Q_SLOTS:
         QVERIFY(!quickFix(l, base(), "batch").has_value());
     }
 
+    // Issue 13's honesty grid: 240 configurations (six models from GPT-2 to Llama-3.1-8B; full,
+    // LoRA, QLoRA; four shapes, with and without accumulation; four cards). On every one:
+    // - no reduction changes the effective batch or saves under 0.5% of the device total;
+    // - a row that says "then fits" fits;
+    // - a run that fits gets an "increase" row, unless not even one more sample or 128 more
+    //   tokens fit;
+    // - a run that no single change fixes gets the combined plan whenever everything the plan can
+    //   use together fits (checked independently here), and the plan fits.
+    void adviceIsHonestOverAGrid()
+    {
+        struct Shape
+        {
+            int64_t batch, seq, accum;
+        };
+        const std::vector<std::string> models = {"gpt2", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-3-1b", "llama-3.2-1b", "llama-3.1-8b"};
+        const std::vector<Shape> shapes = {{1, 512, 1}, {4, 1024, 3}, {8, 2048, 1}, {6, 4096, 2}};
+        std::vector<std::pair<std::string, TrainingConfig>> grid;
+        for (const auto &id : models)
+            for (FineTune ft : {FineTune::Full, FineTune::LoRA, FineTune::QLoRA})
+                for (const Shape &sh : shapes)
+                    for (const char *gpu : {"rtx-4090", "a100-40", "h100-80"}) {
+                        TrainingConfig c = base();
+                        c.finetune = ft;
+                        c.microBatch = sh.batch;
+                        c.seqLen = id == "gpt2" ? std::min<int64_t>(sh.seq, 1024) : sh.seq;
+                        c.gradAccum = sh.accum;
+                        c.lora.targets = loraTargetsFor(findModelPreset(id), c.lora.targets);
+                        grid.emplace_back(id + "@" + gpu, c);
+                    }
+        for (const auto &id : models) // fp32 full fine-tuning with accumulation on an 80 GB A100
+            for (const Shape &sh : shapes) {
+                TrainingConfig c = base();
+                c.precision = Precision::FP32;
+                c.microBatch = sh.batch;
+                c.seqLen = id == "gpt2" ? std::min<int64_t>(sh.seq, 1024) : sh.seq;
+                c.gradAccum = 4;
+                grid.emplace_back(id + "@a100-80", c);
+            }
+        QCOMPARE(grid.size(), size_t(240));
+        // The sanitizer job (ten times slower) walks every 8th configuration; the dev job all.
+        const int stride = std::clamp(qEnvironmentVariableIntValue("HEADROOM_ADVICE_GRID_STRIDE"), 1, 16);
+        int fitting = 0, planned = 0, increases = 0, walked = 0;
+        for (size_t gi = 0; gi < grid.size(); gi += size_t(stride)) {
+            const auto &[key, c] = grid[gi];
+            ++walked;
+            const std::string id = key.substr(0, key.find('@'));
+            const ModelArch &m = findModelPreset(id);
+            const GpuSpec &gpu = findGpu(key.substr(key.find('@') + 1));
+            const std::string where = key + " b" + std::to_string(c.microBatch) + "x" + std::to_string(c.seqLen) + " ga" +
+                                      std::to_string(c.gradAccum) + " " + std::string(toString(c.finetune));
+            const Estimate e = estimate(m, c);
+            const bool fits = judge(m, c, e, gpu).fit == Fit::Fits;
+            const auto recs = recommend(m, c, gpu);
+            bool single = false, plan = false, grow = false;
+            for (const auto &r : recs) {
+                const std::string what = where + ": " + r.title;
+                if (r.group == RecommendationGroup::Increase) {
+                    grow = true;
+                    QVERIFY2(r.fitsAfter, what.c_str());
+                    if (r.id == "more-batch" && c.gradAccum > 1 && r.config.gradAccum > 1)
+                        QVERIFY2(r.config.microBatch * r.config.gradAccum == c.microBatch * c.gradAccum, what.c_str());
+                    continue;
+                }
+                QVERIFY2(r.config.microBatch * r.config.gradAccum == c.microBatch * c.gradAccum, what.c_str());
+                QVERIFY2(double(r.savingBytes) >= 0.005 * double(e.deviceTotalBytes), what.c_str());
+                if (r.fitsAfter) {
+                    if (r.id == "plan") // the combined configuration, judged again from scratch
+                        QVERIFY2(judge(m, r.config, estimate(m, r.config), gpu).fit == Fit::Fits, what.c_str());
+                    single = single || (r.id != "plan" && r.id != "zero");
+                    plan = plan || r.id == "plan";
+                }
+            }
+            if (fits) {
+                ++fitting;
+                increases += grow;
+                TrainingConfig more = c, longer = c;
+                more.microBatch += 1;
+                longer.seqLen += 128;
+                auto fitsAt = [&](const TrainingConfig &t) {
+                    try {
+                        return judge(m, t, estimate(m, t), gpu).fit == Fit::Fits;
+                    } catch (const InputError &) {
+                        return false;
+                    }
+                };
+                QVERIFY2(grow || (!fitsAt(more) && !fitsAt(longer)), (where + ": fits, but no increase row").c_str());
+            } else if (!single) {
+                // Everything the plan can combine, at once.
+                TrainingConfig all = c;
+                all.attention = Attention::SDPA;
+                all.loss = Loss::Fused;
+                all.gradCheckpointing = true;
+                all.gradAccum = c.microBatch * c.gradAccum;
+                all.microBatch = 1;
+                if (all.precision == Precision::FP32)
+                    all.precision = Precision::AmpBF16;
+                if (all.optimizer == Optimizer::AdamW)
+                    all.optimizer = Optimizer::AdamW8bit;
+                all.finetune = FineTune::QLoRA;
+                all.lora.targets = loraTargetsFor(m, all.lora.targets);
+                all.offloadOptimizer = true;
+                bool allFits = false;
+                try {
+                    allFits = judge(m, all, estimate(m, all), gpu).fit == Fit::Fits;
+                } catch (const InputError &) {
+                }
+                planned += plan;
+                QVERIFY2(plan || !allFits, (where + ": a combined plan fits, none offered").c_str());
+            }
+        }
+        std::printf("%d of %d fit (%d with an increase row); %d fixed only by a combined plan\n", fitting, walked, increases,
+                    planned);
+        QVERIFY(fitting * 6 >= walked && fitting * 6 <= walked * 5); // the grid spans both sides of every card
+        QVERIFY(planned * 48 >= walked);
+    }
+
     void everyPresetEstimates_data()
     {
         QTest::addColumn<QString>("id");

@@ -470,7 +470,12 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
             }
         };
         const int64_t most = maxMicroBatch(m, c, gpu, reserve, opt);
-        if (most > c.microBatch) {
+        // With accumulation only a divisor of the effective batch is offered (issue 13: advice
+        // keeps the effective batch exactly); without, the largest micro-batch that fits.
+        bool divisorFits = c.gradAccum <= 1;
+        for (int64_t d = most; !divisorFits && d > c.microBatch; --d)
+            divisorFits = (c.microBatch * c.gradAccum) % d == 0;
+        if (most > c.microBatch && divisorFits) {
             TrainingConfig t = c;
             const int64_t effective = c.microBatch * c.gradAccum;
             // With accumulation, the largest micro-batch that divides the effective batch keeps
