@@ -4,6 +4,7 @@
 #include "headroom/error.h"
 #include "headroom/estimator.h"
 #include "headroom/serialize.h"
+#include "headroom/sheet.h"
 
 #include <QtTest>
 
@@ -277,6 +278,29 @@ private Q_SLOTS:
             QCOMPARE(QString::fromStdString(e.value()), QStringLiteral("qq_proj"));
         }
     }
+    // Issue 13: absurd sizes stay readable: thousands grouped, TiB (TB) past 1,024 GiB (1,000 GB),
+    // and "N× the card" instead of a percentage past twice the card.
+    void sizesStayReadable()
+    {
+        const int64_t GiB = 1073741824;
+        QCOMPARE(QString::fromStdString(formatGiB(1000 * GiB)), QStringLiteral("1,000.00 GiB"));
+        QCOMPARE(QString::fromStdString(formatGiB(1024 * GiB)), QStringLiteral("1.00 TiB"));
+        QCOMPARE(QString::fromStdString(formatGiB(-3 * GiB / 2, 1)), QStringLiteral("-1.5 GiB"));
+        QCOMPARE(QString::fromStdString(formatGiB(int64_t(2500000) * GiB, 1)), QStringLiteral("2,441.4 TiB"));
+        QCOMPARE(QString::fromStdString(formatBytes(int64_t(1500000000000), Unit::GB, 1)), QStringLiteral("1.5 TB"));
+        QCOMPARE(QString::fromStdString(formatBytes(int64_t(999000000000), Unit::GB, 0)), QStringLiteral("999 GB"));
+        Verdict v;
+        v.capacityBytes = 10 * GiB;
+        v.neededBytes = 8 * GiB;
+        QCOMPARE(QString::fromStdString(headroomPhrase(v)), QStringLiteral("20.0% headroom"));
+        v.neededBytes = 15 * GiB;
+        QCOMPARE(QString::fromStdString(headroomPhrase(v)), QStringLiteral("50.0% over the card"));
+        v.neededBytes = 45900 * GiB;
+        QCOMPARE(QString::fromStdString(headroomPhrase(v)), QStringLiteral("4,590× the card"));
+        v.neededBytes = 40 * GiB;
+        QCOMPARE(QString::fromStdString(headroomPhrase(v)), QStringLiteral("4.0× the card"));
+    }
+
     void verdictBands()
     {
         const Estimate e = estimate(findModelPreset("llama-3.1-8b"), base());

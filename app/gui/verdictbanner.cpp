@@ -39,12 +39,9 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
     }
     const Verdict &v = r.verdict;
     const QString word = v.fit == Fit::Fits ? tr("Fits") : v.fit == Fit::Tight ? tr("Tight") : tr("Out of memory");
-    const double pct = std::abs(v.headroomFraction()) * 100.0;
-    QString t = tr("<b>%1</b> — peak %2 of %3, %4% %5 on %6")
-                    .arg(word, qs(formatBytes(v.neededBytes, u, 1)), qs(formatBytes(v.capacityBytes, u, 1)))
-                    .arg(pct, 0, 'f', 1)
-                    .arg(v.headroomBytes() >= 0 ? tr("headroom") : tr("over the card"))
-                    .arg(qs(r.scenario.gpu.name).toHtmlEscaped());
+    QString t = tr("<b>%1</b> — peak %2 of %3, %4 on %5")
+                    .arg(word, qs(formatBytes(v.neededBytes, u, 1)), qs(formatBytes(v.capacityBytes, u, 1)),
+                         qs(headroomPhrase(v)), qs(r.scenario.gpu.name).toHtmlEscaped());
     if (r.scenario.gpu.memoryBytes > v.capacityBytes)
         t += tr(" (the card's %1 less %2 its driver keeps)")
                  .arg(qs(formatBytes(r.scenario.gpu.memoryBytes, u, 1)),

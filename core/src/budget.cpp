@@ -32,11 +32,46 @@ std::string_view toString(RecommendationGroup g)
     return "?";
 }
 
+// "1234567.5" -> "1,234,567.5"
+static std::string groupThousands(std::string n)
+{
+    const size_t digits0 = !n.empty() && n[0] == '-' ? 1 : 0;
+    size_t end = n.find('.');
+    if (end == std::string::npos)
+        end = n.size();
+    for (size_t i = end; i > digits0 + 3; i -= 3)
+        n.insert(i - 3, ",");
+    return n;
+}
+
+std::string formatScaled(int64_t bytes, int decimals, double base, const char *unit, const char *bigUnit)
+{
+    // From 1,024 GiB (1,000 GB) on, the next unit up; thousands grouped with commas either way.
+    const double big = base * (base == 1073741824.0 ? 1024.0 : 1000.0);
+    const bool up = std::abs(static_cast<double>(bytes)) >= big;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", std::clamp(decimals, 0, 6),
+                  static_cast<double>(bytes) / (up ? big : base));
+    return groupThousands(buf) + " " + (up ? bigUnit : unit);
+}
+
+std::string headroomPhrase(const Verdict &v)
+{
+    char buf[96];
+    if (v.capacityBytes > 0 && v.neededBytes > 2 * v.capacityBytes) {
+        // Far past the card a percentage says nothing: how many cards' worth it needs.
+        const double times = static_cast<double>(v.neededBytes) / static_cast<double>(v.capacityBytes);
+        std::snprintf(buf, sizeof buf, times < 100 ? "%.1f" : "%.0f", times);
+        return groupThousands(buf) + "× the card";
+    }
+    const double pct = std::abs(v.headroomFraction()) * 100.0;
+    std::snprintf(buf, sizeof buf, "%.1f%% %s", pct, v.headroomBytes() >= 0 ? "headroom" : "over the card");
+    return buf;
+}
+
 std::string formatGiB(int64_t bytes, int decimals)
 {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f GiB", decimals, static_cast<double>(bytes) / 1073741824.0);
-    return buf;
+    return formatScaled(bytes, decimals, 1073741824.0, "GiB", "TiB");
 }
 
 int64_t processCapacityBytes(const GpuSpec &gpu, int64_t driverReservedBytes)

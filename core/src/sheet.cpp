@@ -34,9 +34,7 @@ double toUnit(int64_t bytes, Unit u)
 
 std::string formatBytes(int64_t bytes, Unit u, int decimals)
 {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f %s", decimals, toUnit(bytes, u), u == Unit::GiB ? "GiB" : "GB");
-    return buf;
+    return u == Unit::GiB ? formatGiB(bytes, decimals) : formatScaled(bytes, decimals, 1e9, "GB", "TB");
 }
 
 bool Scenario::operator==(const Scenario &o) const

@@ -107,6 +107,12 @@ std::vector<SweepRow> sweep(const ModelArch &m, const TrainingConfig &base, cons
 std::string sweepMarkdown(const std::vector<SweepRow> &rows);
 std::string sweepCsv(const std::vector<SweepRow> &rows);
 
+// "12.5% headroom", "36.5% over the card", and past twice the card "4,589× the card".
+std::string headroomPhrase(const Verdict &v);
+
+// "12.34 GiB"; "1,000.00 GiB"; from 1,024 GiB on "1.50 TiB" (thousands grouped with commas).
 std::string formatGiB(int64_t bytes, int decimals = 2);
+// The same in decimal units: "GB", and "TB" from 1,000 GB on.
+std::string formatScaled(int64_t bytes, int decimals, double base, const char *unit, const char *bigUnit);
 
 } // namespace headroom
