@@ -72,6 +72,10 @@ private Q_SLOTS:
         QCOMPARE(model.rowCount(), int(r.recommendations.size()));
         QCOMPARE(model.data(model.index(0, RecommendationModel::Change)).toString(),
                  QString::fromStdString(r.recommendations[0].title));
+        // "1 · dynamic" is explained where it is shown: the column's header and each cell.
+        const QString why = model.headerData(RecommendationModel::Kind, Qt::Horizontal, Qt::ToolTipRole).toString();
+        QVERIFY(why.contains(QStringLiteral("1 · dynamic")) && why.contains(QStringLiteral("3 · sharding")));
+        QCOMPARE(model.data(model.index(0, RecommendationModel::Kind), Qt::ToolTipRole).toString(), why);
         model.setContent({}, Unit::GB);
         QCOMPARE(model.rowCount(), 0);
     }
@@ -89,6 +93,7 @@ private Q_SLOTS:
         QVERIFY(scaling.data(scaling.index(1, ScalingModel::Costs)).toString().startsWith(QLatin1Char('+')));
         const QString md = scaling.toMarkdown();
         QCOMPARE(md.count(QLatin1Char('\n')), scaling.rowCount() + 2);
+        QCOMPARE(scaling.headerData(ScalingModel::Verdict, Qt::Horizontal).toString(), QStringLiteral("Fits the card?"));
 
         MeasurementsModel measurements(&session);
         QAbstractItemModelTester t2(&measurements, QAbstractItemModelTester::FailureReportingMode::QtTest);

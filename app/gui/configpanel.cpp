@@ -98,7 +98,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_modelInfo = new QLabel(modelBox);
     m_modelInfo->setObjectName(QStringLiteral("modelInfo"));
     m_modelInfo->setWordWrap(true);
-    m_modelInfo->setStyleSheet(QStringLiteral("color: palette(mid)"));
+    // The window's text colour (palette(mid) was too faint to read on a light theme).
     modelLayout->addWidget(m_model);
     modelLayout->addWidget(importButton);
     modelLayout->addWidget(m_modelInfo);
@@ -213,7 +213,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_reserve->setObjectName(QStringLiteral("reserve"));
     m_reserve->setRange(0, 50);
     m_reserve->setSuffix(QStringLiteral(" %"));
-    m_reserve->setToolTip(tr("Keep 10–15% of the card free (SEEDS.md): fragmentation and other processes need it."));
+    m_reserve->setToolTip(tr("Keep 10–15% of the card free: a longer sample, fragmentation or another process on "
+                             "the GPU needs it. A run inside the reserve is \"tight\"."));
     hw->addRow(tr("GPU"), m_gpu);
     hw->addRow(tr("Capacity"), m_capacity);
     hw->addRow(tr("GPU count"), m_gpuCount);

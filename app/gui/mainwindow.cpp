@@ -176,6 +176,27 @@ void MainWindow::buildMenus()
     measure->addAction(tr("&Settings…"), this, [this] { SettingsDialog(this).exec(); });
 
     QMenu *help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("How Headroom &budgets memory"), this, [this] {
+        QMessageBox box(QMessageBox::Information, tr("How Headroom budgets memory"),
+                        tr("<b>Budget the peak, not the average.</b> Within one training step memory rises through "
+                           "the forward pass (activations pile up), again in backward (gradients), changes at the "
+                           "optimizer step (its state) and drops after zero_grad. Headroom runs that step op by op "
+                           "and replays every allocation through a model of PyTorch's caching allocator, so the "
+                           "number is the peak <i>reserved</i> plus the CUDA context: what nvidia-smi shows.<br><br>"
+                           "<b>Static + dynamic &lt; usable.</b> The static base is weights, gradients and optimizer "
+                           "state; the dynamic pool is activations, logits, temporaries and the allocator's slack. "
+                           "Their peak must stay under the card less a reserve (10–15%: longer samples, "
+                           "fragmentation, other processes).<br><br>"
+                           "<b>Fix in order.</b> First cut the dynamic peak (micro-batch with accumulation, "
+                           "checkpointing, the fused loss, shorter sequences), then the static base (8-bit or paged "
+                           "optimizers, LoRA/QLoRA, offload), and only then shard across GPUs. The recommendations "
+                           "are listed in that order.<br><br>"
+                           "<b>Then measure.</b> <i>Measure now</i> runs a real step of the same configuration on "
+                           "this machine's GPU and overlays it on the estimate; re-measure after any change to the "
+                           "model, the sequence length, the optimizer or the parallelism."),
+                        QMessageBox::Ok, this);
+        box.exec();
+    });
     help->addAction(tr("&About Headroom"), this, [this] {
         QMessageBox::about(this, tr("About Headroom"),
                            tr("<b>Headroom %1</b><br>GPU memory budgets for training runs, estimated op by op and "

@@ -54,6 +54,8 @@ QVariant RecommendationModel::data(const QModelIndex &index, int role) const
         case Cost: return qs(r.cost);
         case FitsAfter: return r.fitsAfter ? tr("fits") : tr("not yet");
         }
+    } else if (role == Qt::ToolTipRole && index.column() == Kind) {
+        return orderExplained();
     } else if (role == Qt::ToolTipRole) {
         return tr("%1\n%2 %3 per GPU; cost: %4.\nDouble-click or press Apply to use it; Undo restores.")
             .arg(qs(r.title), r.savingBytes >= 0 ? tr("Saves") : tr("Uses"),
@@ -66,8 +68,21 @@ QVariant RecommendationModel::data(const QModelIndex &index, int role) const
     return {};
 }
 
+QString RecommendationModel::orderExplained()
+{
+    return tr("The order to try changes in:\n"
+              "1 · dynamic: what grows with the batch and the sequence (activations, logits): micro-batch with "
+              "accumulation, checkpointing, the fused loss, shorter sequences. Cheapest to change.\n"
+              "2 · static: what the model itself holds (weights, gradients, optimizer state): 8-bit or paged "
+              "optimizers, LoRA/QLoRA, optimizer offload.\n"
+              "3 · sharding: spread the static part over GPUs (ZeRO/FSDP): more cards and communication.\n"
+              "more: the run fits; what it could grow to.");
+}
+
 QVariant RecommendationModel::headerData(int section, Qt::Orientation o, int role) const
 {
+    if (role == Qt::ToolTipRole && o == Qt::Horizontal && section == Kind)
+        return orderExplained();
     if (role != Qt::DisplayRole || o != Qt::Horizontal)
         return {};
     switch (section) {

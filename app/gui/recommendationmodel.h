@@ -9,6 +9,8 @@ class RecommendationModel : public QAbstractTableModel
 {
     Q_OBJECT
 public:
+    // What "1 · dynamic", "2 · static", "3 · sharding" and "more" mean (the Order column's tooltips).
+    static QString orderExplained();
     enum Column { Change, Kind, Saves, Cost, FitsAfter, ColumnCount };
     explicit RecommendationModel(QObject *parent = nullptr);
     void setContent(const std::vector<headroom::Recommendation> &recs, headroom::Unit units);

@@ -81,7 +81,7 @@ QVariant ScalingModel::headerData(int section, Qt::Orientation o, int role) cons
     case PeakReserved: return tr("Peak reserved");
     case DeviceTotal: return tr("Device total");
     case Costs: return tr("Costs");
-    case Verdict: return tr("Passed?");
+    case Verdict: return tr("Fits the card?");
     }
     return {};
 }
