@@ -200,6 +200,27 @@ private Q_SLOTS:
             QVERIFY2(u.find("experts (PEFT ParamWrapper)") != std::string::npos, u.c_str());
     }
 
+    // PyTorch's ZeRO-1 is DDP with ZeroRedundancyOptimizer at any world size: measured as one NCCL
+    // rank (tests/data/h200/fsdp-ws1-2026-12-02), DDP's gradient buckets and all the state; the
+    // estimate simulates it so (it went through the ledger's DeepSpeed-like ZeRO-1 at one GPU,
+    // 16.5% under).
+    void zeroOneAtOneRankIsDdpWithZeroRedundancy()
+    {
+        std::ifstream in(QFINDTESTDATA("data/h200/fsdp-ws1-2026-12-02/ws1-l1b-ampbf16-full-adamw-b2s1024-z1.json").toStdString());
+        const Measurement m = measurementFromJson(json::parse(in));
+        QCOMPARE(m.config.zeroStage, 1);
+        QCOMPARE(m.config.worldSize, 1);
+        QVERIFY(isSimulated(m.config));
+        const Estimate e = estimate(m.model, m.config);
+        const double err = relativeError(e.peakAllocatedBytes, m.peakAllocatedBytes);
+        const double rerr = relativeError(e.peakReservedBytes, m.peakReservedBytes);
+        std::printf("ZeRO-1 at one NCCL rank: allocated %+.3f%%, reserved %+.2f%%\n", 100 * err, 100 * rerr);
+        QVERIFY(std::abs(err) <= 0.005);
+        QVERIFY(rerr <= 0.03 && rerr >= -0.02);
+        for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer})
+            QVERIFY(std::abs(relativeError(e.phase(p).peakAllocatedBytes, steadyPeak(m, p))) <= 0.02);
+    }
+
     // The driver's reservation: the card's total in the catalog (totalGlobalMem) less what
     // cudaMemGetInfo reports as the total, in every phase of every corpus run.
     void driverReservationIsTheCardsMissingMemory()

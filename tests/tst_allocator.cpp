@@ -173,6 +173,39 @@ private Q_SLOTS:
         }
     }
 
+    // The same over NCCL at world size 1 (tests/data/h200/fsdp-ws1-2026-12-02): FSDP2's all-gather
+    // outputs on their own stream, no Gloo temporaries; every run replays to PyTorch's peak reserved.
+    void replaysNcclFsdpWithItsStream_data()
+    {
+        QTest::addColumn<QString>("run");
+        for (const char *n : {"ws1-l1b-bf16-full-adamw-b2s1024-z3", "ws1-l1b-bf16-lora16-b2s1024-z3",
+                              "ws1-l1b-ampbf16-full-adamw-b2s1024-z3", "ws1-l1b-ampbf16-full-adamw-b2s1024-z2",
+                              "ws1-l1b-ampbf16-full-adamw-b2s1024-z1"})
+            QTest::addRow("%s", n) << QString::fromLatin1(n);
+    }
+    void replaysNcclFsdpWithItsStream()
+    {
+        QFETCH(QString, run);
+        const QString data = QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/h200/fsdp-ws1-2026-12-02");
+        static QTemporaryDir dir;
+        static const bool unpacked = [&data] {
+            QProcess tar;
+            tar.setWorkingDirectory(dir.path());
+            tar.start(QStringLiteral("tar"), {QStringLiteral("xJf"), data + QStringLiteral("/timelines.tar.xz")});
+            return tar.waitForFinished(60000) && tar.exitCode() == 0;
+        }();
+        QVERIFY(unpacked);
+        const Timeline t = readTimelineFile(QString(dir.path() + QLatin1Char('/') + run + QStringLiteral("/timeline.json")).toStdString());
+        std::ifstream in(QString(data + QLatin1Char('/') + run + QStringLiteral(".json")).toStdString());
+        const json result = json::parse(in);
+        QCOMPARE(result.at("backend").get<std::string>(), std::string("nccl"));
+        const bool sideStream = std::any_of(t.events.begin(), t.events.end(), [](const MemEvent &e) { return e.stream; });
+        QCOMPARE(sideStream, !run.endsWith(QLatin1String("-z1")));
+        const Replay r = replay(t);
+        QVERIFY(!r.outOfMemory);
+        QCOMPARE(r.peakReservedBytes, result.at("peak").at("reserved_bytes").get<int64_t>());
+    }
+
     // A freed block serves only its own stream: a request on another stream takes a new segment.
     void blocksServeTheirStream()
     {

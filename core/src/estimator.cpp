@@ -1281,7 +1281,7 @@ int64_t fusedLossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab)
 
 bool isSimulated(const TrainingConfig &cfg)
 {
-    return (cfg.zeroStage == 0 || (cfg.zeroStage == 1 && cfg.worldSize > 1)) && !cfg.offloadOptimizer;
+    return cfg.zeroStage <= 1 && !cfg.offloadOptimizer;
 }
 
 Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)

@@ -430,7 +430,10 @@ private:
         }
         collectTrainable();
         stepped = trainable;
-        if (c.worldSize > 1 && c.zeroStage <= 1)
+        // DDP wraps every run with several ranks, and ZeRO-1 at any world size: PyTorch's ZeRO-1 is
+        // DDP with ZeroRedundancyOptimizer (measured at one NCCL rank: DDP's buckets and all the
+        // state, tests/data/h200/fsdp-ws1-2026-12-02).
+        if (c.worldSize > 1 || c.zeroStage == 1)
             dataParallel();
         S.setOp("input_ids");
         for (int64_t i = 0; i < c.gradAccum; ++i)
