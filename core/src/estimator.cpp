@@ -764,6 +764,19 @@ double defaultSlackFraction()
     return 0.061;
 }
 
+// The step's peak: the forward, backward or optimizer phase with the most allocated (after load
+// is never the step's peak), its breakdown the estimate's.
+void takePeakPhase(Estimate &est)
+{
+    size_t top = 1;
+    for (size_t i = 2; i < 4; ++i)
+        if (est.phases[i].peakAllocatedBytes > est.phases[top].peakAllocatedBytes)
+            top = i;
+    est.peakPhase = est.phases[top].phase;
+    est.peakAllocatedBytes = est.phases[top].peakAllocatedBytes;
+    est.peak = est.phases[top].atPeak;
+}
+
 // Any collective (DDP, or ZeRO at any N) brings up an NCCL communicator.
 bool usesCollectives(const TrainingConfig &cfg)
 {
@@ -1158,14 +1171,7 @@ private:
     // Overall peak, reserved and device total.
     void totals()
     {
-        // ---- Overall peak, reserved and device total.
-        size_t best = 1;
-        for (size_t i = 1; i < 4; ++i)
-            if (est.phases[i].peakAllocatedBytes > est.phases[best].peakAllocatedBytes)
-                best = i;
-        est.peakPhase = est.phases[best].phase;
-        est.peak = est.phases[best].atPeak;
-        est.peakAllocatedBytes = est.phases[best].peakAllocatedBytes;
+        takePeakPhase(est);
         const double slackFraction = opt.allocatorSlackFraction > 0 ? opt.allocatorSlackFraction : defaultSlackFraction();
         const int64_t slack = static_cast<int64_t>(std::llround(static_cast<double>(est.peakAllocatedBytes) * slackFraction));
         est.peak[C::AllocatorSlack] = slack;
@@ -1401,13 +1407,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         // block beyond the tensor's rounded size is slack.
         pe.atPeak[Category::AllocatorSlack] = std::max<int64_t>(0, pe.peakAllocatedBytes - pe.atPeak.allocated());
     }
-    size_t top = 1;
-    for (size_t i = 1; i < 4; ++i)
-        if (est.phases[i].peakAllocatedBytes > est.phases[top].peakAllocatedBytes)
-            top = i;
-    est.peakPhase = est.phases[top].phase;
-    est.peakAllocatedBytes = est.phases[top].peakAllocatedBytes;
-    est.peak = est.phases[top].atPeak;
+    takePeakPhase(est);
     est.peakReservedBytes = std::max(reserved, est.peakAllocatedBytes);
     // Slack: what the allocator holds beyond the tensors' rounded bytes (cached free blocks, and
     // remainders too small to split off).
