@@ -6,7 +6,9 @@
 // least 512 bytes (small pool, and expandable segments); merging of free neighbours; on a
 // failed cudaMalloc, freeing oversize cached blocks (max_split_size) and then the whole cache
 // before retrying; expandable segments that map 2 MiB (small) or 20 MiB (large) pages at the
-// lowest address that fits. Addresses are modelled: segments are laid out in order.
+// lowest address that fits. Addresses are modelled: segments are laid out in order. Blocks are
+// cached per CUDA stream (BlockPool orders them by stream, then size): a request reuses only its
+// own stream's blocks and expandable segments, as FSDP2's side streams need.
 
 #include "headroom/allocator.h"
 
