@@ -6,6 +6,7 @@
 #include "guitestutil.h"
 #include "hubserver.h"
 #include "mainwindow.h"
+#include "measurementsmodel.h"
 #include "recommendationspanel.h"
 #include "settings.h"
 #include "timelinepanel.h"
@@ -17,6 +18,9 @@
 #include "headroom/training_formats.h"
 
 #include <QCheckBox>
+#include <QHeaderView>
+#include <QTabWidget>
+#include <QTableView>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QLabel>
@@ -426,6 +430,31 @@ private Q_SLOTS:
 
     // Issue 15: a sheet with a 1 MB GPU name and a 1 MB device name opens with both cut to a line:
     // the window keeps its width (it grew with the name, to 24 GB of memory and the OOM killer).
+    // Issue 13: at 1,400 px the Measurements table shows the error without scrolling.
+    void measurementErrorIsOnScreenAt1400()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.resize(1400, 900);
+        w.show();
+        QVERIFY(settle(s));
+        QCOMPARE(w.openFile(testData("h200/final-2026-12-01/l8b-bf16-lora16-b4s2048.transformers.json")), QString());
+        auto *tabs = w.findChild<QTabWidget *>();
+        QVERIFY(tabs);
+        auto *view = child<QTableView>(w, "measurements");
+        for (int i = 0; i < tabs->count(); ++i)
+            if (tabs->widget(i)->isAncestorOf(view))
+                tabs->setCurrentIndex(i);
+        QApplication::processEvents();
+        QVERIFY(view->isVisible());
+        QCOMPARE(view->model()->rowCount(), 1);
+        const int right = view->horizontalHeader()->sectionViewportPosition(MeasurementsModel::Error) +
+                          view->horizontalHeader()->sectionSize(MeasurementsModel::Error);
+        QVERIFY2(right <= view->viewport()->width(), qPrintable(QStringLiteral("error column ends at %1 of %2 px")
+                                                                    .arg(right).arg(view->viewport()->width())));
+        QVERIFY(view->model()->data(view->model()->index(0, MeasurementsModel::Error)).toString().endsWith(QLatin1Char('%')));
+    }
+
     void hugeNamesInASheetStayBounded()
     {
         Session s;

@@ -75,6 +75,8 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
         if (rankSpread(m) > kUnevenSpread)
             lines << tr("Uneven: the ranks differ by more than %1%.").arg((kUnevenSpread - 1) * 100, 0, 'f', 0);
         return lines.join(QLatin1Char('\n'));
+    } else if (role == Qt::ToolTipRole && index.column() == Config) {
+        return qs(summarize(m.config)); // the column is narrower than the longest configurations
     } else if (role == Qt::ToolTipRole) {
         return tr("%1 on %2, %3\n%4\nHeadroom %5, %6")
             .arg(qs(m.model.name), qs(m.deviceName), qs(m.driver), qs(engineProvenance(m)), qs(m.headroomVersion),
@@ -86,7 +88,8 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
             return QColor(0xa1, 0x5c, 0x00);
         if (index.column() == Ranks && rankSpread(m) > kUnevenSpread)
             return QColor(0xa1, 0x5c, 0x00);
-    } else if (role == Qt::TextAlignmentRole && index.column() >= AfterLoad && index.column() <= Error) {
+    } else if (role == Qt::TextAlignmentRole && index.column() != Model && index.column() != Config &&
+               index.column() != Device && index.column() != Result) {
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
     } else if (role == Qt::UserRole && index.column() == Peak) {
         return static_cast<qlonglong>(m.peakAllocatedBytes);

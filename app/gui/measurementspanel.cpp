@@ -39,6 +39,10 @@ MeasurementsPanel::MeasurementsPanel(Session *session, QWidget *parent)
     m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_view->setSelectionMode(QAbstractItemView::SingleSelection);
     m_view->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    // The configuration can be long: a bounded, resizable column (elided, the whole in its tooltip).
+    m_view->horizontalHeader()->setSectionResizeMode(MeasurementsModel::Config, QHeaderView::Interactive);
+    m_view->horizontalHeader()->resizeSection(MeasurementsModel::Config, 260);
+    m_view->setTextElideMode(Qt::ElideRight);
     m_view->horizontalHeader()->setStretchLastSection(true);
     m_view->setAlternatingRowColors(true);
     layout->addWidget(m_view);
