@@ -343,8 +343,9 @@ int Sim::record(std::vector<T *> outputs, const std::vector<const T *> &inputs, 
         n.region = m_region;
         n.wantsSaved = !saved.empty();
     } else if (m_toHost) {
-        for (int s : saved)
-            n.packed.push_back(m_sto[static_cast<size_t>(s)].bytes);
+        for (int s : saved) // a tensor with no storage here (Gemma 3's embed_scale buffer) packs nothing
+            if (s >= 0)
+                n.packed.push_back(m_sto[static_cast<size_t>(s)].bytes);
     } else {
         for (int s : saved) {
             ref(s);
