@@ -44,10 +44,10 @@ static std::string groupThousands(std::string n)
     return n;
 }
 
-std::string formatScaled(int64_t bytes, int decimals, double base, const char *unit, const char *bigUnit)
+std::string formatScaled(int64_t bytes, int decimals, double base, double step, const char *unit, const char *bigUnit)
 {
-    // From 1,024 GiB (1,000 GB) on, the next unit up; thousands grouped with commas either way.
-    const double big = base * (base == 1073741824.0 ? 1024.0 : 1000.0);
+    // From `step` units on (1,024 GiB, 1,000 GB), the next unit up; thousands grouped either way.
+    const double big = base * step;
     const bool up = std::abs(static_cast<double>(bytes)) >= big;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.*f", std::clamp(decimals, 0, 6),
@@ -71,7 +71,7 @@ std::string headroomPhrase(const Verdict &v)
 
 std::string formatGiB(int64_t bytes, int decimals)
 {
-    return formatScaled(bytes, decimals, 1073741824.0, "GiB", "TiB");
+    return formatScaled(bytes, decimals, 1073741824.0, 1024.0, "GiB", "TiB");
 }
 
 int64_t processCapacityBytes(const GpuSpec &gpu, int64_t driverReservedBytes)
@@ -505,16 +505,12 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
             }
         };
         const int64_t most = maxMicroBatch(m, c, gpu, reserve, opt);
-        // With accumulation only a divisor of the effective batch is offered (issue 13: advice
-        // keeps the effective batch exactly); without, the largest micro-batch that fits.
-        bool divisorFits = c.gradAccum <= 1;
-        for (int64_t d = most; !divisorFits && d > c.microBatch; --d)
-            divisorFits = (c.microBatch * c.gradAccum) % d == 0;
-        if (most > c.microBatch && divisorFits) {
+        if (most > c.microBatch) {
             TrainingConfig t = c;
             const int64_t effective = c.microBatch * c.gradAccum;
             // With accumulation, the largest micro-batch that divides the effective batch keeps
-            // it exactly (fewer steps, same batch); without, the largest that fits.
+            // it exactly (fewer steps, same batch), and only such a divisor is offered (issue 13);
+            // without, the largest that fits.
             int64_t b = most;
             bool keeps = false;
             if (c.gradAccum > 1)
@@ -524,15 +520,18 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                         keeps = true;
                         break;
                     }
-            t.microBatch = b;
-            if (keeps)
-                t.gradAccum = effective / b;
-            grow("more-batch", keeps ? "Micro-batch " + std::to_string(b) + " x accumulation " + std::to_string(t.gradAccum)
-                                     : "Micro-batch up to " + std::to_string(b),
-                 keeps ? "accumulation " + std::to_string(t.gradAccum) + " keeps the effective batch (" +
-                             std::to_string(effective) + "); fewer, larger steps"
-                       : "a larger effective batch: retune the learning rate",
-                 t);
+            if (c.gradAccum <= 1 || keeps) {
+                t.microBatch = b;
+                if (keeps)
+                    t.gradAccum = effective / b;
+                grow("more-batch",
+                     keeps ? "Micro-batch " + std::to_string(b) + " x accumulation " + std::to_string(t.gradAccum)
+                           : "Micro-batch up to " + std::to_string(b),
+                     keeps ? "accumulation " + std::to_string(t.gradAccum) + " keeps the effective batch (" +
+                                 std::to_string(effective) + "); fewer, larger steps"
+                           : "a larger effective batch: retune the learning rate",
+                     t);
+            }
         }
         const int64_t seq = maxSeqLen(m, c, gpu, reserve, opt, 128);
         if (seq > c.seqLen) {

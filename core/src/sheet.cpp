@@ -34,7 +34,7 @@ double toUnit(int64_t bytes, Unit u)
 
 std::string formatBytes(int64_t bytes, Unit u, int decimals)
 {
-    return u == Unit::GiB ? formatGiB(bytes, decimals) : formatScaled(bytes, decimals, 1e9, "GB", "TB");
+    return u == Unit::GiB ? formatGiB(bytes, decimals) : formatScaled(bytes, decimals, 1e9, 1000.0, "GB", "TB");
 }
 
 bool Scenario::operator==(const Scenario &o) const

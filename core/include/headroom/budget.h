@@ -112,7 +112,8 @@ std::string headroomPhrase(const Verdict &v);
 
 // "12.34 GiB"; "1,000.00 GiB"; from 1,024 GiB on "1.50 TiB" (thousands grouped with commas).
 std::string formatGiB(int64_t bytes, int decimals = 2);
-// The same in decimal units: "GB", and "TB" from 1,000 GB on.
-std::string formatScaled(int64_t bytes, int decimals, double base, const char *unit, const char *bigUnit);
+// `bytes` in `base`-byte units, in the next unit up from `step` of them (GiB/TiB: 2^30, 1,024;
+// GB/TB: 10^9, 1,000), thousands grouped with commas.
+std::string formatScaled(int64_t bytes, int decimals, double base, double step, const char *unit, const char *bigUnit);
 
 } // namespace headroom
