@@ -38,6 +38,15 @@ const std::map<std::string, json> &corpus()
     return rows;
 }
 
+// Unpacks an xz tarball of recorded streams into dir.
+bool unpack(const QString &tarball, const QString &dir)
+{
+    QProcess tar;
+    tar.setWorkingDirectory(dir);
+    tar.start(QStringLiteral("tar"), {QStringLiteral("xJf"), tarball});
+    return tar.waitForFinished(120000) && tar.exitStatus() == QProcess::NormalExit && tar.exitCode() == 0;
+}
+
 } // namespace
 
 class TestAllocator : public QObject
@@ -49,11 +58,7 @@ private Q_SLOTS:
     void initTestCase()
     {
         QVERIFY(m_dir.isValid());
-        QProcess tar;
-        tar.setWorkingDirectory(m_dir.path());
-        tar.start(QStringLiteral("tar"), {QStringLiteral("xJf"), kData + QStringLiteral("/h200-timelines.tar.xz")});
-        QVERIFY(tar.waitForFinished(120000));
-        QCOMPARE(tar.exitCode(), 0);
+        QVERIFY(unpack(kData + QStringLiteral("/h200-timelines.tar.xz"), m_dir.path()));
     }
 
     // Every recorded run replayed through the model: peak reserved against what PyTorch reserved.
@@ -137,13 +142,8 @@ private Q_SLOTS:
         QFETCH(QString, run);
         QFETCH(int, rank);
         static QTemporaryDir dir;
-        static const bool unpacked = [] {
-            QProcess tar;
-            tar.setWorkingDirectory(dir.path());
-            tar.start(QStringLiteral("tar"), {QStringLiteral("xJf"), QStringLiteral(HEADROOM_SOURCE_DIR
-                                                  "/tests/data/h200/streams-2026-12-02/rank-timelines.tar.xz")});
-            return tar.waitForFinished(60000) && tar.exitCode() == 0;
-        }();
+        static const bool unpacked =
+            unpack(QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/h200/streams-2026-12-02/rank-timelines.tar.xz"), dir.path());
         QVERIFY(unpacked);
         const QString file = dir.path() + QLatin1Char('/') + run + QStringLiteral("/timeline.json") +
                              (rank ? QStringLiteral(".rank1") : QString());
@@ -188,12 +188,7 @@ private Q_SLOTS:
         QFETCH(QString, run);
         const QString data = QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/h200/fsdp-ws1-2026-12-02");
         static QTemporaryDir dir;
-        static const bool unpacked = [&data] {
-            QProcess tar;
-            tar.setWorkingDirectory(dir.path());
-            tar.start(QStringLiteral("tar"), {QStringLiteral("xJf"), data + QStringLiteral("/timelines.tar.xz")});
-            return tar.waitForFinished(60000) && tar.exitCode() == 0;
-        }();
+        static const bool unpacked = unpack(data + QStringLiteral("/timelines.tar.xz"), dir.path());
         QVERIFY(unpacked);
         const Timeline t = readTimelineFile(QString(dir.path() + QLatin1Char('/') + run + QStringLiteral("/timeline.json")).toStdString());
         std::ifstream in(QString(data + QLatin1Char('/') + run + QStringLiteral(".json")).toStdString());
