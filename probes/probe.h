@@ -50,6 +50,9 @@ bool distributedAvailable(std::string *why);
 Outcome run(const ProbeRequest &request, const Callbacks &callbacks, const Dist &dist = {});
 // False in a build without LibTorch: then only the transformers engine measures.
 bool libtorchAvailable();
+// True if the LibTorch engine would run on a GPU here (a CUDA build and a usable device): "auto"
+// falls back to the CPU otherwise, and a CPU run is checked against host memory first.
+bool cudaUsable();
 
 // ---------------------------------------------------------------- the driver's output
 // One JSON object per line on stdout (probe_main.cpp).

@@ -507,8 +507,8 @@ int probeMain(int argc, char **argv)
         }
         // A CPU run lives in host memory: one that cannot fit is refused before it starts, naming
         // the estimate (every rank on this machine) and what the machine has free.
-        const bool onCpu = request.device == "cpu" || (request.device == "auto" && !HEADROOM_HAVE_CUDA &&
-                                                       engine == protocol::Engine::LibTorch);
+        const bool onCpu = request.device == "cpu" ||
+                           (request.device == "auto" && engine == protocol::Engine::LibTorch && !probe::cudaUsable());
         if (onCpu && request.model.estimable) {
             const int64_t free = availableHostBytes();
             int64_t need = 0;

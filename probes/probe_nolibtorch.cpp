@@ -9,6 +9,11 @@ bool libtorchAvailable()
     return false;
 }
 
+bool cudaUsable()
+{
+    return false;
+}
+
 bool distributedAvailable(std::string *why)
 {
     if (why)

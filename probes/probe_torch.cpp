@@ -90,6 +90,15 @@ bool libtorchAvailable()
     return true;
 }
 
+bool cudaUsable()
+{
+#if HEADROOM_HAVE_CUDA
+    return torch::cuda::is_available();
+#else
+    return false;
+#endif
+}
+
 bool distributedAvailable(std::string *why)
 {
 #if HEADROOM_HAVE_C10D

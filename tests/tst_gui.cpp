@@ -536,6 +536,40 @@ private Q_SLOTS:
         QCOMPARE(child<QSpinBox>(w, "microBatch")->value(), int(before.config.microBatch));
     }
 
+    // Issue 13: undo covers the controls, not only applied recommendations. A drag of one control
+    // is one step, named after its label; another control is another step.
+    void manualEditsUndo()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        const Scenario before = s.scenario();
+        auto *batch = child<QSpinBox>(w, "microBatch");
+        for (int v : {5, 6, 8})
+            batch->setValue(v); // one drag
+        QCOMPARE(s.scenario().config.microBatch, int64_t(8));
+        QCOMPARE(s.undoStack()->undoText(), QStringLiteral("Change Micro-batch"));
+        auto *accum = child<QSpinBox>(w, "gradAccum");
+        accum->setValue(before.config.gradAccum + 3);
+        QCOMPARE(s.undoStack()->undoText(), QStringLiteral("Change Grad. accumulation"));
+        s.undoStack()->undo();
+        QCOMPARE(s.scenario().config.gradAccum, before.config.gradAccum);
+        QCOMPARE(accum->value(), int(before.config.gradAccum)); // the control follows
+        s.undoStack()->undo(); // the whole drag at once
+        QVERIFY(s.scenario() == before);
+        QCOMPARE(batch->value(), int(before.config.microBatch));
+        s.undoStack()->redo();
+        QCOMPARE(s.scenario().config.microBatch, int64_t(8));
+        // A drag that ends where it began leaves no step behind.
+        s.undoStack()->clear();
+        batch->setValue(9);
+        batch->setValue(8);
+        QVERIFY(!s.undoStack()->canUndo());
+        QVERIFY(settle(s));
+        compareChartWithCore(w, s);
+    }
+
     void importsAHuggingFaceConfig()
     {
         Session s;

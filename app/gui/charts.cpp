@@ -224,16 +224,25 @@ void BreakdownChart::refresh()
             peakCol = c;
     if (peakCol >= 0 && peakCol + 1 < columns && isMeasured(peakCol + 1))
         measuredCol = peakCol + 1;
+    // A measurement without a split by category (an older probe result) is one grey bar: the
+    // categories then carry the estimate's number only, and the grey entry the measured total.
+    const bool measuredUnsplit =
+        measuredCol >= 0 &&
+        m_model->data(m_model->index(BreakdownModel::kUnattributedRow, measuredCol), BreakdownModel::BytesRole).toLongLong() != 0;
     for (int row = 0; row < m_model->rowCount(); ++row) {
         QString text = BreakdownModel::rowLabel(row);
         auto bytesAt = [&](int c) { return m_model->data(m_model->index(row, c), BreakdownModel::BytesRole).toLongLong(); };
-        if (peakCol >= 0 && (bytesAt(peakCol) != 0 || (measuredCol >= 0 && bytesAt(measuredCol) != 0))) {
+        const auto number = [&](int c) { return QLocale().toString(toUnit(bytesAt(c), u), 'f', 2); };
+        const QString unit = QString::fromLatin1(u == Unit::GiB ? "GiB" : "GB");
+        if (row == BreakdownModel::kUnattributedRow) {
+            if (measuredCol >= 0 && bytesAt(measuredCol) != 0)
+                text += QStringLiteral("  ") + number(measuredCol) + QLatin1Char(' ') + unit;
+        } else if (peakCol >= 0 && (bytesAt(peakCol) != 0 || (measuredCol >= 0 && bytesAt(measuredCol) != 0))) {
             // "15.11 / 15.09 GiB": estimated / measured, in the bars' left-to-right order.
-            const auto number = [&](int c) { return QLocale().toString(toUnit(bytesAt(c), u), 'f', 2); };
             text += QStringLiteral("  ") + number(peakCol);
-            if (measuredCol >= 0)
+            if (measuredCol >= 0 && !measuredUnsplit)
                 text += QStringLiteral(" / ") + number(measuredCol);
-            text += QLatin1Char(' ') + QString::fromLatin1(u == Unit::GiB ? "GiB" : "GB");
+            text += QLatin1Char(' ') + unit;
         }
         QBarSet *set = m_sets[static_cast<size_t>(row)];
         if (set->label() != text)

@@ -11,6 +11,7 @@
 #include <QComboBox>
 #include <QCompleter>
 #include <QDoubleSpinBox>
+#include <QAbstractButton>
 #include <QFormLayout>
 #include <QFutureWatcher>
 #include <QGroupBox>
@@ -374,7 +375,29 @@ void ConfigPanel::edit(const std::function<void(Scenario &)> &change)
         m_problem->show();
         return;
     }
-    m_session->setScenario(s);
+    // Undoable, named after the control's label (Edit > Undo "Micro-batch"); the control that
+    // sent the change keys the merging of a drag into one step.
+    QObject *from = sender();
+    m_session->editScenario(s, tr("Change %1").arg(fieldLabel(from)), from);
+}
+
+QString ConfigPanel::fieldLabel(QObject *control) const
+{
+    for (auto *w = qobject_cast<QWidget *>(control); w && w != this; w = w->parentWidget()) {
+        if (const auto *b = qobject_cast<QAbstractButton *>(w); b && !b->text().isEmpty())
+            return b->text().remove(QLatin1Char('&'));
+        // The form row whose field is the control, or a row layout holding it (slider + spin box).
+        for (const QFormLayout *form : findChildren<QFormLayout *>())
+            for (int row = 0; row < form->rowCount(); ++row) {
+                QLayoutItem *field = form->itemAt(row, QFormLayout::FieldRole);
+                QLayoutItem *label = form->itemAt(row, QFormLayout::LabelRole);
+                if (!field || !label || !qobject_cast<QLabel *>(label->widget()))
+                    continue;
+                if (field->widget() == w || (field->layout() && field->layout()->indexOf(w) >= 0))
+                    return static_cast<QLabel *>(label->widget())->text().remove(QLatin1Char('&'));
+            }
+    }
+    return control ? control->objectName() : tr("the configuration");
 }
 
 int ConfigPanel::modelIndex(const ModelArch &m)

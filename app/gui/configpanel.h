@@ -35,6 +35,7 @@ private:
     void syncFromSession();
     void applyUnits();
     void edit(const std::function<void(headroom::Scenario &)> &change);
+    QString fieldLabel(QObject *control) const;
     int modelIndex(const headroom::ModelArch &m);
     void updateVisibility();
 

@@ -71,7 +71,10 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
                            .arg(qs(toString(m.oom->phase)), qs(formatBytes(m.oom->inUseBytes, u, 1)), qs(m.deviceName)),
                        "#b3261e");
         else
-            showStatus(tr("Measured on %1 in %2 s: peak allocated %3 (%4).")
+            showStatus((m_requestedDevice == QLatin1String("auto") && m.device == "cpu"
+                            ? tr("No usable GPU, so measured on the CPU (%1) in %2 s: peak allocated %3 (%4); "
+                                 "no CUDA context or allocator slack in it.")
+                            : tr("Measured on %1 in %2 s: peak allocated %3 (%4)."))
                            .arg(qs(m.deviceName))
                            .arg(m.wallSeconds, 0, 'f', 1)
                            .arg(qs(formatBytes(m.peakAllocatedBytes, u, 2)), qs(toString(m.peakPhase))),
@@ -154,6 +157,7 @@ void MeasureBar::measureOn(const QString &device)
     request.config = m_session->scenario().config;
     request.steps = o.steps;
     request.device = device.toStdString();
+    m_requestedDevice = device;
     // What the LibTorch engine does not reproduce (other families, accumulation, ZeRO/FSDP...) is
     // measured by the transformers engine instead, and the status says why.
     QString why;

@@ -37,4 +37,5 @@ private:
     QPushButton *m_cancel;
     QLabel *m_status;
     QPushButton *m_cpuInstead;
+    QString m_requestedDevice; // what the last run asked for: "auto", "cuda" or "cpu"
 };

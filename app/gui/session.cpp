@@ -4,6 +4,8 @@
 
 #include <unordered_map>
 
+#include <QElapsedTimer>
+#include <QUndoCommand>
 #include <QtConcurrent/QtConcurrentRun>
 
 using namespace headroom;
@@ -26,6 +28,41 @@ public:
 private:
     Session *m_session;
     Scenario m_before, m_after;
+};
+
+// A control's edit: merges with the previous one when it came from the same control soon after,
+// so a slider drag is one undo step; an edit that lands back where it started drops out.
+class EditCommand : public QUndoCommand
+{
+public:
+    EditCommand(Session *s, Scenario before, Scenario after, const QString &text, const void *source)
+        : QUndoCommand(text)
+        , m_session(s)
+        , m_before(std::move(before))
+        , m_after(std::move(after))
+        , m_source(source)
+    {
+        m_clock.start();
+    }
+    void undo() override { m_session->setScenario(m_before); }
+    void redo() override { m_session->setScenario(m_after); }
+    int id() const override { return 0x4544; }
+    bool mergeWith(const QUndoCommand *other) override
+    {
+        const auto *o = static_cast<const EditCommand *>(other);
+        if (o->m_source != m_source || m_clock.elapsed() > 1500)
+            return false;
+        m_after = o->m_after;
+        m_clock.restart();
+        setObsolete(m_after == m_before);
+        return true;
+    }
+
+private:
+    Session *m_session;
+    Scenario m_before, m_after;
+    const void *m_source;
+    QElapsedTimer m_clock;
 };
 
 std::vector<int64_t> powersOfTwo(int64_t lo, int64_t hi)
@@ -188,6 +225,13 @@ void Session::applyScenario(const Scenario &s, const QString &what)
     if (s == m_scenario)
         return;
     m_undo.push(new ScenarioCommand(this, m_scenario, s, what));
+}
+
+void Session::editScenario(const Scenario &s, const QString &what, const void *source)
+{
+    if (s == m_scenario)
+        return;
+    m_undo.push(new EditCommand(this, m_scenario, s, what, source));
 }
 
 void Session::setUnits(Unit u)

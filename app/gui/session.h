@@ -41,8 +41,11 @@ public:
     ~Session() override;
 
     const headroom::Scenario &scenario() const { return m_scenario; }
-    // Direct edits from the controls; not on the undo stack.
+    // Sets the scenario without an undo step (undo itself, opening a session, tests).
     void setScenario(const headroom::Scenario &s);
+    // An edit from a control, undoable: consecutive edits of the same control (`source`, a slider
+    // drag, typing a number) within a second and a half merge into one step.
+    void editScenario(const headroom::Scenario &s, const QString &what, const void *source);
     // Named, undoable changes: a recommendation, an import, an opened sheet.
     void applyScenario(const headroom::Scenario &s, const QString &what);
     QUndoStack *undoStack() { return &m_undo; }
