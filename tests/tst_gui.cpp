@@ -665,6 +665,16 @@ private Q_SLOTS:
         }
         QVERIFY(chart->values(int(Category::OptimizerState))[2 * int(Phase::Optimizer) + 1] > 0);
         QVERIFY(chart->values(int(Category::Activations))[2 * int(Phase::Forward) + 1] > 0);
+        // After load the engine attributes nothing: the bar is the measured weights (the peak's
+        // attribution, by tensor identity) and the rest of what was allocated, not one grey block.
+        const int load = 2 * int(Phase::AfterLoad) + 1;
+        QCOMPARE(chart->values(BreakdownModel::kUnattributedRow)[load], 0.0);
+        QCOMPARE(chart->values(int(Category::Weights))[load], toUnit(m.attribution[Category::Weights], s.units()));
+        const auto afterLoad = m.steady(Phase::AfterLoad);
+        QVERIFY(afterLoad.has_value());
+        QCOMPARE(chart->values(int(Category::Temporaries))[load],
+                 toUnit(afterLoad->peakAllocatedBytes - m.attribution[Category::Weights] - m.attribution[Category::Communication],
+                        s.units()));
     }
 
     void bannerSaysWhenMeasurementDisagrees()

@@ -62,8 +62,20 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
                     // Stacked by category where the engine attributed the phase's peak (its
                     // phase_attribution), else one block of the phase's peak allocation.
                     const QString label = tr("meas.") + QString(static_cast<int>(p), QChar(0x200B));
-                    const auto &by = measured->phaseAttribution[static_cast<size_t>(p)];
                     const int64_t reserved = mp.value().peakReservedBytes, allocated = mp.value().peakAllocatedBytes;
+                    auto by = measured->phaseAttribution[static_cast<size_t>(p)];
+                    // After load the device holds the model, and DDP's buckets where there are
+                    // ranks: the measured weights and communication of the peak's attribution
+                    // (by tensor identity; they do not change after load), the rest temporaries.
+                    const Breakdown &whole = measured->attribution;
+                    if (!by && p == Phase::AfterLoad && whole[Category::Weights] > 0 &&
+                        whole[Category::Weights] + whole[Category::Communication] <= allocated) {
+                        Breakdown load;
+                        load[Category::Weights] = whole[Category::Weights];
+                        load[Category::Communication] = whole[Category::Communication];
+                        load[Category::Temporaries] = allocated - load.allocated();
+                        by = load;
+                    }
                     Bar bar = by ? barOf(label, true, *by) : Bar{label, true, {}};
                     if (!by)
                         bar.bytes[kUnattributedRow] = allocated;

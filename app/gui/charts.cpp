@@ -466,7 +466,20 @@ void TimelineChart::setContent(const std::vector<double> &x, const std::vector<s
                 emit hovered(p.x());
         });
     }
-    ay->setRange(0, ymax > 0 ? ymax * 1.08 : 1.0);
+    // Round ticks (0 / 25 / 50 / 75 / 100 / 125), not quarters of the peak: the step of 1, 2, 2.5
+    // or 5 x 10^k that gives four to six intervals up to the peak plus 5%.
+    const double top = ymax > 0 ? ymax * 1.05 : 1.0;
+    const double p10 = std::pow(10.0, std::floor(std::log10(top / 4)));
+    double step = p10;
+    for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+        if (top / (m * p10) <= 6) {
+            step = m * p10;
+            break;
+        }
+    const int intervals = std::max(1, static_cast<int>(std::ceil(top / step - 1e-9)));
+    ay->setRange(0, intervals * step);
+    ay->setTickCount(intervals + 1);
+    ay->setLabelFormat(step < 1.0 ? QStringLiteral("%.1f") : QStringLiteral("%.0f"));
 }
 
 int TimelineChart::seriesCount() const
