@@ -1422,7 +1422,15 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
     grad_ptrs = set()
     try:
         t0 = time.time()
-        model = build_model(torch, R, device, factory, info)
+        # FSDP2 as a Trainer's model reaches it through accelerate: built on the CPU (Trainer
+        # leaves an FSDP model where it is), then each fully_shard moves its unit's parameters
+        # and buffers to the GPU and shards them (_move_states_to_device, then
+        # _init_sharded_param): the GPU never holds the whole model. QLoRA quantizes on the GPU.
+        build_device = device
+        if cuda and D.enabled and D.zero >= 2 and D.sharding == "fsdp" and cfg["finetune"] != "qlora":
+            build_device = "cpu"
+            info["fsdp_build"] = "cpu, moved per unit by fully_shard"
+        model = build_model(torch, R, build_device, factory, info)
         model, _ = wrap_parallel(torch, model, R, D, cuda, info)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:

@@ -201,6 +201,43 @@ private Q_SLOTS:
         QCOMPARE(r.peakReservedBytes, result.at("peak").at("reserved_bytes").get<int64_t>());
     }
 
+    // FSDP2 as accelerate hands it a Trainer's model (built on the CPU, each fully_shard moving its
+    // unit to the GPU; tests/data/h200/fsdp-2026-12-02): two ranks over Gloo and one over NCCL,
+    // each rank's stream replays to PyTorch's peak reserved.
+    void replaysFsdpBuiltOnTheCpu_data()
+    {
+        QTest::addColumn<QString>("run");
+        QTest::addColumn<int>("rank");
+        for (const char *n : {"l1b-bf16-full-adamw-b2s1024-z3", "l1b-bf16-lora16-b2s1024-z3", "l1b-ampbf16-full-adamw-b2s1024-z3",
+                              "l1b-ampbf16-full-adamw-b2s1024-z2"}) {
+            QTest::addRow("ws1-%s", n) << QStringLiteral("ws1-") + QLatin1String(n) << 0;
+            for (int rank : {0, 1})
+                QTest::addRow("share2-%s-r%d", n, rank) << QStringLiteral("share2-") + QLatin1String(n) << rank;
+        }
+    }
+    void replaysFsdpBuiltOnTheCpu()
+    {
+        QFETCH(QString, run);
+        QFETCH(int, rank);
+        const QString data = QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/h200/fsdp-2026-12-02");
+        static QTemporaryDir dir;
+        static const bool unpacked = unpack(data + QStringLiteral("/timelines.tar.xz"), dir.path());
+        QVERIFY(unpacked);
+        const Timeline t = readTimelineFile(QString(dir.path() + QLatin1Char('/') + run + QStringLiteral("/timeline.json") +
+                                                    (rank ? QStringLiteral(".rank1") : QString()))
+                                                .toStdString());
+        std::ifstream in(QString(data + QLatin1Char('/') + run + QStringLiteral(".json")).toStdString());
+        const json result = json::parse(in);
+        int64_t measured = result.at("peak").at("reserved_bytes").get<int64_t>();
+        if (result.contains("ranks"))
+            for (const auto &r : result.at("ranks"))
+                if (r.at("rank").get<int>() == rank)
+                    measured = r.at("peak_reserved_bytes").get<int64_t>();
+        const Replay r = replay(t);
+        QVERIFY(!r.outOfMemory);
+        QCOMPARE(r.peakReservedBytes, measured);
+    }
+
     // A freed block serves only its own stream: a request on another stream takes a new segment.
     void blocksServeTheirStream()
     {

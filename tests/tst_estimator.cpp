@@ -112,11 +112,16 @@ private Q_SLOTS:
             c.zeroStage = stage;
             const Estimate e = estimate(m, c);
             // The backward peak can sit before any gradient exists, so stage 2 may equal stage 1 there,
-            // plus its two reduce buckets, which live through backward (stage 1 reduces after it);
-            // the optimizer step, which holds gradients and state, shrinks at every stage.
+            // plus its two reduce buckets, which live through backward (stage 1 reduces after it).
+            // The optimizer step holds gradients, state and weights: stage 2 (FSDP2 without
+            // resharding after forward) shards gradients and, at rest, the parameters too, so stage
+            // 3's step is the same as stage 2's; both below stage 1's.
             const int64_t buckets = stage == 2 ? 2 * EstimatorOptions{}.ddpBucketBytes : 0;
             QVERIFY2(e.peakAllocatedBytes <= previous + buckets, "no ZeRO stage costs more");
-            QVERIFY2(e.phase(Phase::Optimizer).peakAllocatedBytes < previousStep, "each stage shards more");
+            if (stage == 3)
+                QVERIFY2(e.phase(Phase::Optimizer).peakAllocatedBytes <= previousStep, "stage 3 shards as much");
+            else
+                QVERIFY2(e.phase(Phase::Optimizer).peakAllocatedBytes < previousStep, "each stage shards more");
             previous = e.peakAllocatedBytes;
             previousStep = e.phase(Phase::Optimizer).peakAllocatedBytes;
         }
@@ -125,10 +130,10 @@ private Q_SLOTS:
         QVERIFY(previous < one.peakAllocatedBytes * 6 / 10);
         QVERIFY(previousStep < one.phase(Phase::Optimizer).peakAllocatedBytes / 3);
     }
-    // ZeRO-3 gathers a unit whole next to its shard: with LoRA the frozen base too (FSDP with
-    // use_orig_params). At the forward peak, at the loss, the root unit is gathered: embedding,
-    // final norm and lm_head, in bf16; the decoder layers are back to their shards, but the last
-    // one's flat all-gather output, which FSDP2 keeps into backward (H200, two ranks).
+    // ZeRO-3 gathers a unit whole next to its shard: with LoRA the frozen base too. At the forward
+    // peak, at the loss, the root unit is gathered (embedding, final norm and lm_head, in bf16, as
+    // weights), the decoder layers are back to their shards, and the last layer's flat all-gather
+    // output is kept into backward (comm_ctx.all_gather_state; H200, tests/data/h200/fsdp-2026-12-02).
     void zeroThreeGathersTheRootWithLoraToo()
     {
         TrainingConfig c = base();
@@ -141,10 +146,16 @@ private Q_SLOTS:
         const int64_t h = m.hiddenSize, kv = m.numKvHeads * m.headDim, I = m.intermediateSize;
         const int64_t layerBase = (2 * h * h + 2 * kv * h + 3 * I * h + 2 * h) * 2;                  // bf16
         const int64_t layerLora = ((h + h) + 2 * (h + kv) + (h + h) + 3 * (h + I)) * c.lora.rank * 4; // fp32 A and B
-        QCOMPARE(e.phase(Phase::Forward).atPeak[Category::Communication], root + layerBase + layerLora);
-        c.zeroStage = 2; // nothing gathered below stage 3, only the two reduce buckets
-        QCOMPARE(estimate(m, c).phase(Phase::Forward).atPeak[Category::Communication],
-                 2 * EstimatorOptions{}.ddpBucketBytes);
+        const Breakdown &at = e.phase(Phase::Forward).atPeak;
+        QCOMPARE(at[Category::Communication], layerBase + layerLora); // 8 x the shards: every dimension divides by 8
+        const int64_t shards = (int64_t(m.numLayers) * (layerBase + layerLora) + root) / 8;
+        QVERIFY(at[Category::Weights] >= root + shards);
+        QVERIFY(at[Category::Weights] < root + shards + layerBase); // no decoder layer is gathered
+        c.zeroStage = 2; // FSDP2 without resharding after forward: every layer stays gathered to backward
+        const Estimate stageTwo = estimate(m, c);
+        const Breakdown &two = stageTwo.phase(Phase::Forward).atPeak;
+        QCOMPARE(two[Category::Communication], layerBase + layerLora);
+        QVERIFY(two[Category::Weights] >= root + shards + int64_t(m.numLayers) * layerBase);
     }
     // The model states per rank at the optimizer step follow the ZeRO paper's formula (Rajbhandari
     // et al. 2020, Figure 1): stage 1 divides the state by N, stage 2 also the gradients, stage 3
@@ -180,13 +191,18 @@ private Q_SLOTS:
         const double p = Precision(precision) == Precision::AmpBF16 ? 4 : 2; // weight and gradient bytes
         const double k = 2 * p;                                              // AdamW: exp_avg + exp_avg_sq
         const double n = gpus;
-        const double weights = stage >= 3 ? p * psi / n : p * psi;
+        // FSDP2's stage 2 (reshard_after_forward=False) keeps the parameters sharded at rest, as
+        // stage 3 does; DeepSpeed's (the paper's, the ledger's with offload) keeps them whole.
+        const double weights = stage >= 3 || (stage == 2 && !offload) ? p * psi / n : p * psi;
         const double grads = stage >= 2 ? p * psi / n : p * psi;
         const double state = offload ? 0.0 : stage >= 1 ? k * psi / n : k * psi;
         const Breakdown &at = e.phase(Phase::Optimizer).atPeak;
-        // Tolerance: each shard is rounded up to whole bytes and the allocator's 512-byte blocks.
-        QVERIFY(qAbs(double(at[Category::Weights]) / weights - 1) < 1e-4);
-        QVERIFY(qAbs(double(at[Category::Gradients]) / grads - 1) < 1e-4);
+        // Tolerance: each shard is a tensor of its own, rounded up to the allocator's 512-byte
+        // blocks (at N = 64 a norm's shard is 64 bytes), plus the rotary buffers.
+        QVERIFY2(qAbs(double(at[Category::Weights]) / weights - 1) < 1e-3,
+                 qPrintable(QString::number(double(at[Category::Weights]) / weights)));
+        QVERIFY2(qAbs(double(at[Category::Gradients]) / grads - 1) < 1e-3,
+                 qPrintable(QString::number(double(at[Category::Gradients]) / grads)));
         if (offload) {
             QCOMPARE(at[Category::OptimizerState], int64_t(0));
             QVERIFY(qAbs(double(e.params.hostOptimizerStateBytes) / ((stage >= 1 ? k / n : k) * psi) - 1) < 1e-3);
@@ -549,10 +565,12 @@ private Q_SLOTS:
         }
         c.checkpointLayers = m.numLayers;
         QCOMPARE(estimate(m, c).peakAllocatedBytes, all);
-        TrainingConfig q = c; // FSDP goes through the ledger
+        TrainingConfig q = c; // FSDP2 is simulated layer by layer too; optimizer offload is the ledger's
         q.worldSize = 2;
         q.zeroStage = 3;
         q.checkpointLayers = 4;
+        QVERIFY(estimate(m, q).peakAllocatedBytes > 0);
+        q.offloadOptimizer = true;
         QVERIFY_THROWS_EXCEPTION(InputError, estimate(m, q));
         TrainingConfig off = base();
         off.checkpointLayers = 4; // without checkpointing on

@@ -42,6 +42,8 @@ void Sim::emit(MemEvent::Kind kind, const Storage &s)
     e.op = m_op;
     e.id = s.id;
     e.bytes = s.bytes;
+    if (kind == MemEvent::Alloc)
+        e.stream = m_stream;
     m_out.events.push_back(e);
 }
 
@@ -52,12 +54,48 @@ int Sim::allocate(int64_t bytes, Category category)
     s.id = m_nextId++;
     s.refs = 1;
     s.cat = category;
+    if (m_onHost) { // on the host: the device sees it when restore() moves it
+        m_sto.push_back(s);
+        return static_cast<int>(m_sto.size() - 1);
+    }
     s.live = true;
     s.allocEvent = m_out.events.size();
     m_sto.push_back(s);
     m_live = checkedAdd(m_live, s.bytes);
     emit(MemEvent::Alloc, s);
     return static_cast<int>(m_sto.size() - 1);
+}
+
+void Sim::release(int sto)
+{
+    if (sto < 0)
+        return;
+    Storage &s = m_sto[static_cast<size_t>(sto)];
+    if (!s.live)
+        return;
+    s.live = false;
+    m_live -= s.bytes;
+    emit(MemEvent::Free, s);
+}
+
+void Sim::restore(int sto)
+{
+    if (sto < 0)
+        return;
+    Storage &s = m_sto[static_cast<size_t>(sto)];
+    if (s.live || s.refs <= 0)
+        return;
+    s.live = true;
+    s.id = m_nextId++;
+    s.allocEvent = m_out.events.size();
+    m_live = checkedAdd(m_live, s.bytes);
+    emit(MemEvent::Alloc, s);
+}
+
+void Sim::resize(int sto, int64_t bytes)
+{
+    if (sto >= 0 && !m_sto[static_cast<size_t>(sto)].live)
+        m_sto[static_cast<size_t>(sto)].bytes = std::max<int64_t>(bytes, 0);
 }
 
 void Sim::emptyCache()
@@ -284,6 +322,16 @@ void Sim::zeroGrad()
         unref(p.grad);
         p.grad = -1;
     }
+}
+
+int Sim::takeGrad(int param)
+{
+    if (param < 0)
+        return -1;
+    Param &p = m_params[static_cast<size_t>(param)];
+    const int g = p.grad;
+    p.grad = -1;
+    return g;
 }
 
 bool Sim::anyRequiresGrad(const std::vector<const T *> &inputs) const

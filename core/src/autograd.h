@@ -52,8 +52,23 @@ public:
     bool gradEnabled() const { return m_gradEnabled; }
     void setGradEnabled(bool on) { m_gradEnabled = on; }
 
+    // The CUDA stream new allocations are made on (0: the default one). The caching allocator
+    // caches blocks per stream (FSDP2's all-gather and reduce-scatter streams).
+    void setStream(int stream) { m_stream = static_cast<uint8_t>(stream); }
+    // While on, new storages live on the host: nothing is allocated on the device until
+    // restore() moves them (a model built on the CPU, as accelerate hands FSDP2 a Trainer's).
+    void setOnHost(bool on) { m_onHost = on; }
+
     // Storages.
     int allocate(int64_t bytes, Category category);
+    // FSDP2's resharding: storage().resize_(0) frees the bytes while every tensor (and autograd's
+    // saved copy) keeps the storage; restore() allocates them again (the all-gather's copy-out).
+    // resize() changes the size of a released storage (the unsharded parameter in the
+    // mixed-precision policy's dtype).
+    void release(int sto);
+    void restore(int sto);
+    void resize(int sto, int64_t bytes);
+    bool isLive(int sto) const { return sto >= 0 && m_sto[static_cast<size_t>(sto)].live; }
     void ref(int sto);
     void unref(int sto);
     void recategorize(int sto, Category c);
@@ -74,6 +89,9 @@ public:
     T parameter(int64_t bytes, int elem, bool requiresGrad, Category category = Category::Weights);
     int gradOf(int param) const;
     void zeroGrad(); // optimizer.zero_grad(set_to_none=True)
+    // Takes a parameter's .grad away (the caller holds its reference): FSDP2 frees the unsharded
+    // gradient once the reduce-scatter has its copy.
+    int takeGrad(int param);
     int paramCount() const { return static_cast<int>(m_params.size()); }
     // The parameters in the order their AccumulateGrad ran in the backward passes since the log
     // was cleared (DDP's Reducer records this order in its first iteration to rebuild buckets).
@@ -194,6 +212,8 @@ private:
     uint64_t m_seq = 0;
     int16_t m_layer = -1;
     uint16_t m_op = 0;
+    uint8_t m_stream = 0;
+    bool m_onHost = false;
     bool m_gradEnabled = true;
     bool m_toHost = false;
     int64_t m_live = 0;

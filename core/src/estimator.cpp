@@ -1218,11 +1218,15 @@ private:
         if (x.mixedPrecisionPolicy)
             x.notes.push_back("FSDP2's MixedPrecisionPolicy gathers the parameters in bf16 and casts each unit's inputs: "
                               "the step runs in bf16 over fp32 shards, gradients and optimizer state");
-        if (zero >= 2)
-            x.notes.push_back("ZeRO-2/3 (FSDP2) goes through the per-op ledger: its peak allocated was within -0.04% to "
-                              "+0.3% of real steps (two ranks on an H200), but the allocator's fragmentation under FSDP2 is "
-                              "not modelled yet: reserved measured 18-45% above allocated there; keep that headroom, or "
-                              "measure with --engine transformers");
+        if (zero >= 2 && isSimulated(cfg))
+            x.notes.push_back("FSDP2 as accelerate runs it: the model built on the CPU and moved to the GPU unit by unit; "
+                              "its all-gathers and reduce-scatters keep their own blocks on side streams, which the "
+                              "compute stream cannot reuse (reserved is counted per stream)");
+        else if (zero >= 2)
+            x.notes.push_back("ZeRO-2/3 with " + std::string(cfg.offloadOptimizer ? "optimizer offload" : "QLoRA") +
+                              " goes through the per-op ledger: peak allocated as the layers compose it, reserved as "
+                              "allocated plus the median slack (FSDP2's side streams are not replayed); keep headroom, "
+                              "or measure with --engine transformers");
     }
 };
 
@@ -1287,7 +1291,9 @@ int64_t fusedLossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab)
 
 bool isSimulated(const TrainingConfig &cfg)
 {
-    return cfg.zeroStage <= 1 && !cfg.offloadOptimizer;
+    // FSDP2 (ZeRO-2/3) is simulated unit by unit (program.cpp fullyShard); QLoRA's Params4bit
+    // under FSDP2 is not.
+    return !cfg.offloadOptimizer && (cfg.zeroStage <= 1 || cfg.finetune != FineTune::QLoRA);
 }
 
 Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)

@@ -11,6 +11,7 @@
 #include "headroom/error.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 namespace headroom {
@@ -81,6 +82,16 @@ public:
         if (!full)
             loraMask = loraAdaptedModules(m, c.lora.targets);
         qlora = c.finetune == FineTune::QLoRA;
+        fsdp = c.zeroStage >= 2;
+        if (fsdp && amp) {
+            // FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the fp32
+            // model is sharded in fp32, each unit gathered in bf16 and its inputs cast to bf16
+            // (cast_forward_inputs): the step runs as pure bf16, autocast finds nothing to cast.
+            // The gradients are reduce-scattered in fp32; the sharded state stays fp32.
+            amp = false;
+            mixedPolicy = true;
+            ce = re = 2;
+        }
         if (qlora) {
             // The decoder's nn.Linear layers become bitsandbytes Linear4bit with the model's dtype
             // as compute_dtype; peft.prepare_model_for_kbit_training then casts every parameter
@@ -114,13 +125,20 @@ public:
                 S.setLayer(-1);
                 if (step == 0 && micro == c.gradAccum - 1)
                     S.clearGradReadyOrder(); // the synchronized backward (no_sync before it)
+                if (fsdp)
+                    fsdpRootPreBackward(micro == c.gradAccum - 1);
                 S.backward(loss);
+                if (fsdp)
+                    fsdpFinalCallback();
                 S.drop(loss);
             }
             S.setPhase(step, Phase::Optimizer, 0);
             optimizerStep(step);
             S.setOp("zero_grad");
             S.zeroGrad();
+            for (int g : shardedGrads) // FSDP2: the reduce-scatter outputs are the sharded .grad
+                S.unref(g);
+            shardedGrads.clear();
             if (step == 0 && !ddpBuckets.empty())
                 rebuildDdpBuckets();
         }
@@ -145,7 +163,28 @@ private:
     std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
     std::vector<int> ddpBuckets; // DDP's bucket storages
     std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
+    // FSDP2 (fully_shard on each decoder layer, then on the model: torch/distributed/fsdp/
+    // _fully_shard, PyTorch 2.11), as the transformers engine wraps a run for ZeRO-2/3. Measured
+    // per CUDA stream with two ranks sharing the H200 (tests/data/h200/streams-2026-12-02).
+    struct FsdpUnit
+    {
+        std::vector<T *> params;  // model.parameters() order within the unit
+        std::vector<T> shards;    // this rank's padded Shard(0) of each (what its optimizer steps)
+        int64_t gatherBytes = 0;  // the all-gather output: world size x the padded shards
+        int64_t reduceBytes = 0;  // the reduce-scatter input: the same over parameters with grads
+        int agOut = -1;           // an all-gather output not copied out yet (a prefetch)
+        bool unsharded = false;
+        bool postBackwardDone = false;
+    };
+    bool fsdp = false, mixedPolicy = false;
+    std::vector<FsdpUnit> units; // [0] the root (embeddings, final norm, lm_head), then the layers
+    int agState = -1;            // comm_ctx.all_gather_state: the forward's last all-gather output
+    int rsState = -1;            // comm_ctx.reduce_scatter_state: the last reduce-scatter input
+    std::vector<int> glooTemps;  // Gloo's reduce-scatter temporaries not yet released
+    std::vector<int> shardedGrads;
+    bool syncGrads = true;       // the micro-batch that reduce-scatters (no_sync before it)
     std::vector<T> embedLocals; // tensors a model's forward keeps in locals until it returns
+    std::vector<T> buffers;     // the model's buffers (rotary inv_freq, router biases)
 
     // ------------------------------------------------------------------ building the model
     T param(int64_t rows, int64_t cols, bool trainableHere, const char *name, int elem = 0)
@@ -286,6 +325,9 @@ private:
     {
         S.setPhase(0, Phase::AfterLoad, 0);
         S.setLayer(-1);
+        // FSDP2: the model is built on the CPU (Trainer leaves an FSDP model where it is) and
+        // each fully_shard moves its unit to the GPU (fullyShard).
+        S.setOnHost(fsdp);
         const bool t = full;
         embed = param(V, h, t, "embed_tokens");
         if (m.learnedPositions)
@@ -351,6 +393,7 @@ private:
                 if (ft.sigmoidRouter) { // DeepseekV3TopkRouter's e_score_correction_bias buffer (fp32)
                     S.setOp("e_score_correction_bias");
                     L.routerBias = S.make(E * 4, 4, Category::Weights);
+                    buffers.push_back(L.routerBias);
                 }
                 if (Is > 0) {
                     L.gate = linearWeight(Is, h, t, "shared_expert.gate_proj");
@@ -393,10 +436,8 @@ private:
         // Rotary inv_freq and its original copy (fp32 buffers).
         if (!m.learnedPositions) {
             S.setOp("rotary_emb");
-            T inv = S.make(hd / 2 * 4, 4, Category::Weights);
-            T inv2 = S.make(hd / 2 * 4, 4, Category::Weights);
-            (void)inv;
-            (void)inv2;
+            buffers.push_back(S.make(hd / 2 * 4, 4, Category::Weights));
+            buffers.push_back(S.make(hd / 2 * 4, 4, Category::Weights));
         }
         if (m.tiedEmbeddings) {
             // HF builds the lm_head's own nn.Linear weight in __init__ and post_init's
@@ -433,7 +474,10 @@ private:
         // DDP wraps every run with several ranks, and ZeRO-1 at any world size: PyTorch's ZeRO-1 is
         // DDP with ZeroRedundancyOptimizer (measured at one NCCL rank: DDP's buckets and all the
         // state, tests/data/h200/fsdp-ws1-2026-12-02).
-        if (c.worldSize > 1 || c.zeroStage == 1)
+        S.setOnHost(false);
+        if (fsdp)
+            fullyShard();
+        else if (c.worldSize > 1 || c.zeroStage == 1)
             dataParallel();
         S.setOp("input_ids");
         for (int64_t i = 0; i < c.gradAccum; ++i)
@@ -512,6 +556,274 @@ private:
     // ZeroRedundancyOptimizer (ZeRO-1) over it: the optimizer steps this rank's share only,
     // parameters assigned largest first to the least-loaded rank (_partition_parameters); the
     // estimate takes the rank with the most, and the updated parameters are broadcast in place.
+    // ------------------------------------------------------------------ FSDP2
+    // CUDA streams as the allocator keys its blocks: the all-gathers run on one side stream, the
+    // reduce-scatters on another, and Gloo makes its own temporaries on a third.
+    static constexpr int kAllGatherStream = 1, kGlooStream = 2, kReduceScatterStream = 3;
+
+    // A decoder layer's parameters in model.parameters() order: each adapted Linear's base
+    // weight (and bias), then its lora_A and lora_B (PEFT's lora.Linear registers base_layer first).
+    std::vector<T *> layerUnitParameters(LayerParams &L)
+    {
+        const std::array<std::pair<T *, T *>, kLinearModuleCount> mods = {
+            std::pair{&L.q, &L.qb}, {&L.k, &L.kb}, {&L.v, &L.vb}, {&L.o, &L.ob}, {&L.gate, nullptr}, {&L.up, &L.upB},
+            {&L.down, &L.downB}};
+        std::array<bool, kLinearModuleCount> placed{};
+        std::vector<T *> out;
+        for (T *t : layerParameters(L)) {
+            if (!t->valid())
+                continue;
+            out.push_back(t);
+            for (size_t m = 0; m < mods.size(); ++m) {
+                LoraPair &pair = L.lora[m];
+                const bool last = mods[m].second && mods[m].second->valid() ? t == mods[m].second : t == mods[m].first;
+                if (last && pair.on && !placed[m]) {
+                    out.push_back(&pair.a);
+                    out.push_back(&pair.b);
+                    placed[m] = true;
+                }
+            }
+        }
+        for (size_t m = 0; m < L.lora.size(); ++m)
+            if (L.lora[m].on && !placed[m]) {
+                out.push_back(&L.lora[m].a);
+                out.push_back(&L.lora[m].b);
+            }
+        return out;
+    }
+
+    // fully_shard(layer) for every decoder layer, then fully_shard(model) (accelerate's and the
+    // engine's order) on a model built on the CPU: each call moves its unit's parameters to the
+    // GPU, then each becomes a Shard(0) DTensor whose local tensor is padded to ceil(rows / N) rows
+    // (_fsdp_param.py _init_sharded_param), then the whole ones are freed (measured, unit by unit,
+    // tests/data/h200/fsdp-2026-12-02). Under the mixed-precision policy the shards stay fp32 and
+    // the parameters are gathered in bf16.
+    void fullyShard()
+    {
+        const int64_t N = std::max<int64_t>(1, c.worldSize);
+        units.resize(layers.size() + 1);
+        for (size_t l = 0; l < layers.size(); ++l)
+            units[l + 1].params = layerUnitParameters(layers[l]);
+        for (T *t : {&embed, &positions, &finalNorm, &finalNormB, m.tiedEmbeddings ? nullptr : &lmHead})
+            if (t && t->valid())
+                units[0].params.push_back(t);
+        std::map<const T *, T *> shardOf;
+        auto shardUnit = [&](FsdpUnit &u, int layer) {
+            S.setLayer(layer);
+            S.setOp("fully_shard");
+            // _move_states_to_device: the unit's parameters (and, for the root, the model's
+            // buffers) to the GPU whole; then a shard of each; then the whole ones go.
+            for (T *p : u.params)
+                S.restore(p->sto);
+            if (layer < 0)
+                for (T &b : buffers)
+                    S.restore(b.sto);
+            u.shards.reserve(u.params.size());
+            for (T *p : u.params) {
+                const int64_t rows = p->rows > 0 ? p->rows : p->numel(), cols = p->cols > 0 ? p->cols : 1;
+                const int64_t chunk = (rows + N - 1) / N, numel = checkedMul(chunk, cols);
+                T sh = S.make(checkedMul(numel, p->elem), p->elem, Category::Weights);
+                sh.rows = chunk;
+                sh.cols = cols;
+                sh.requiresGrad = p->requiresGrad;
+                u.shards.push_back(sh);
+                const int gatherElem = mixedPolicy ? 2 : p->elem;
+                u.gatherBytes = checkedAdd(u.gatherBytes, checkedMul(checkedMul(numel, gatherElem), N));
+                if (p->requiresGrad)
+                    u.reduceBytes = checkedAdd(u.reduceBytes, checkedMul(checkedMul(numel, mixedPolicy ? 4 : p->elem), N));
+            }
+            for (T *p : u.params)
+                S.release(p->sto);
+            if (mixedPolicy)
+                for (T *p : u.params) { // the unsharded parameter is param_dtype (bf16)
+                    p->bytes = checkedMul(p->numel(), 2);
+                    p->elem = 2;
+                    S.resize(p->sto, p->bytes);
+                }
+            for (size_t i = 0; i < u.params.size(); ++i)
+                shardOf[u.params[i]] = &u.shards[i];
+        };
+        for (size_t l = 0; l < layers.size(); ++l)
+            shardUnit(units[l + 1], static_cast<int>(l));
+        shardUnit(units[0], -1);
+        S.setLayer(-1);
+        if (m.tiedEmbeddings)
+            lmHead = embed;
+        stepped.clear();
+        for (T *t : trainable)
+            stepped.push_back(shardOf.at(t));
+    }
+
+    // FSDPParamGroup.unshard: the all-gather into one flat output on the all-gather stream
+    // (_fsdp_collectives.py foreach_all_gather; Gloo adds a temporary of its size on its own).
+    void fsdpUnshard(FsdpUnit &u)
+    {
+        if (u.unsharded || u.agOut >= 0)
+            return;
+        // At one rank there is nothing to gather: the copy-out reads the shard (measured over
+        // NCCL at world size 1, tests/data/h200/fsdp-ws1-2026-12-02: no all-gather buffer).
+        if (c.worldSize <= 1)
+            return;
+        S.setOp("fsdp_all_gather");
+        S.setStream(kAllGatherStream);
+        // Under the mixed-precision policy each shard is first cast to bf16 into one flat input
+        // (_fsdp_collectives.py _get_param_all_gather_inputs), freed once the all-gather is out.
+        const int64_t N = std::max<int64_t>(1, c.worldSize);
+        const int cast = mixedPolicy ? S.allocate(u.gatherBytes / N, Category::Communication) : -1;
+        u.agOut = S.allocate(u.gatherBytes, Category::Communication);
+        if (opt.glooCollectives) {
+            S.setStream(kGlooStream);
+            S.unref(S.allocate(u.gatherBytes, Category::Communication));
+        }
+        S.unref(cast);
+        S.setStream(0);
+        releaseGlooTemps(); // Gloo lets its last reduce-scatter temporary go at the next collective
+    }
+
+    // wait_for_unshard's copy-out: each parameter's unsharded storage, in order (alloc_storage).
+    void fsdpCopyOut(FsdpUnit &u)
+    {
+        if (u.unsharded)
+            return;
+        S.setOp("fsdp_copy_out");
+        for (T *p : u.params)
+            S.restore(p->sto);
+        u.unsharded = true;
+    }
+
+    // FSDPParamGroup.reshard: storage().resize_(0) of every unsharded parameter.
+    void fsdpReshard(FsdpUnit &u)
+    {
+        if (!u.unsharded)
+            return;
+        S.setOp("fsdp_reshard");
+        for (T *p : u.params)
+            S.release(p->sto);
+        u.unsharded = false;
+    }
+
+    void releaseGlooTemps()
+    {
+        for (auto it = glooTemps.rbegin(); it != glooTemps.rend(); ++it)
+            S.unref(*it);
+        glooTemps.clear();
+    }
+
+    // pre_forward: unshard and copy out; the previous unit's all-gather output goes once this
+    // unit's copy-out is done (the forward keeps one in comm_ctx.all_gather_state).
+    void fsdpPreForward(size_t k)
+    {
+        FsdpUnit &u = units[k];
+        fsdpUnshard(u);
+        fsdpCopyOut(u);
+        if (agState >= 0)
+            S.unref(agState);
+        agState = u.agOut;
+        u.agOut = -1;
+    }
+
+    // The root's pre-backward (a hook on the loss): the forward's last all-gather output goes, the
+    // root is gathered again (ZeRO-3), the last layer prefetched, then the root's output freed.
+    void fsdpRootPreBackward(bool sync)
+    {
+        syncGrads = sync;
+        for (FsdpUnit &u : units)
+            u.postBackwardDone = false;
+        S.setLayer(-1);
+        if (agState >= 0)
+            S.unref(agState);
+        agState = -1;
+        FsdpUnit &root = units[0];
+        fsdpUnshard(root);
+        fsdpCopyOut(root);
+        if (units.size() > 1)
+            fsdpUnshard(units.back());
+        if (root.agOut >= 0)
+            S.unref(root.agOut);
+        root.agOut = -1;
+    }
+
+    // A layer's pre-backward (a hook on its output): copy out the prefetched all-gather, free it,
+    // prefetch the next layer in backward order.
+    void fsdpPreBackward(size_t k)
+    {
+        FsdpUnit &u = units[k];
+        fsdpUnshard(u);
+        fsdpCopyOut(u);
+        if (u.agOut >= 0)
+            S.unref(u.agOut);
+        u.agOut = -1;
+        if (k > 1)
+            fsdpUnshard(units[k - 1]);
+        S.setOp("backward");
+    }
+
+    // post_backward (RegisterPostBackwardFunction on the unit's inputs, or the final callback):
+    // reshard; then, where gradients sync, the previous reduce-scatter input goes, the new one
+    // (N x the shards, in reduce_dtype) is made on the default stream from the unsharded
+    // gradients, which are freed, and the reduce-scatter output, the sharded .grad, is made on the
+    // reduce-scatter stream and kept until zero_grad (_fsdp_collectives.py foreach_reduce).
+    void fsdpPostBackward(size_t k, bool finalCallback)
+    {
+        FsdpUnit &u = units[k];
+        if (u.postBackwardDone)
+            return;
+        u.postBackwardDone = true;
+        fsdpReshard(u);
+        bool any = false;
+        for (T *p : u.params)
+            any = any || (p->param >= 0 && S.gradOf(p->param) >= 0);
+        if (!syncGrads || !any) {
+            S.setOp("backward");
+            return;
+        }
+        const int64_t N = std::max<int64_t>(1, c.worldSize);
+        S.setOp("fsdp_reduce_scatter");
+        if (rsState >= 0)
+            S.unref(rsState);
+        rsState = S.allocate(u.reduceBytes, Category::Communication);
+        for (T *p : u.params)
+            if (p->param >= 0)
+                S.unref(S.takeGrad(p->param));
+        S.setStream(kReduceScatterStream);
+        shardedGrads.push_back(S.allocate(u.reduceBytes / N, Category::Gradients));
+        if (opt.glooCollectives) {
+            if (!finalCallback)
+                releaseGlooTemps();
+            glooTemps.push_back(S.allocate(u.reduceBytes, Category::Communication));
+        }
+        S.setStream(0);
+        S.setOp("backward");
+    }
+
+    // _root_post_backward_final_callback: every unit whose post-backward did not run (the root;
+    // a layer whose input needs no gradient, as the first under LoRA), root first; then it waits
+    // for the last reduce-scatter, whose input goes.
+    void fsdpFinalCallback()
+    {
+        S.setLayer(-1);
+        for (size_t k = 0; k < units.size(); ++k)
+            fsdpPostBackward(k, true);
+        if (rsState >= 0)
+            S.unref(rsState);
+        rsState = -1;
+        releaseGlooTemps();
+    }
+
+    // An identity autograd node whose backward runs `hook` first (FSDP2's pre-backward hook on a
+    // unit's output, and RegisterPostBackwardFunction on its input); no-op where no grad flows.
+    T backwardHook(T &x, std::function<void()> hook)
+    {
+        T y = S.view(x);
+        S.record({&y}, {&x}, {}, [hook](Sim &sim, const std::vector<int> &g, const std::vector<bool> &) {
+            hook();
+            sim.ref(g.empty() ? -1 : g[0]);
+            return std::vector<int>{g.empty() ? -1 : g[0]};
+        });
+        S.drop(x);
+        return y;
+    }
+
     void dataParallel()
     {
         S.setOp("ddp_buckets");
@@ -626,11 +938,11 @@ private:
         // scaling, added to the base result, cast back to the base result's dtype.
         // PEFT's _cast_input_dtype: x.to(lora_A.weight.dtype) whenever the dtypes differ (also
         // under autocast, where o_proj's and down_proj's inputs are bf16).
-        T xa = O.to(x, kLoraElem); // rebinds forward()'s `x`: it lives until forward returns
+        T xa = O.to(x, lora->a.elem); // rebinds forward()'s `x`: it lives until forward returns
         T xd = O.dropout(xa, c.lora.dropout);
         T wa = weightFor(lora->a);
         T ain = amp ? O.to(xd, 2) : S.view(xd);
-        const int le = amp ? 2 : kLoraElem;
+        const int le = amp ? 2 : lora->a.elem;
         T a = O.linear(ain, wa, nullptr, tok, in, c.lora.rank, le);
         S.drop(ain);
         S.drop(wa);
@@ -1451,6 +1763,8 @@ private:
     T forward(const T &ids)
     {
         S.setLayer(-1);
+        if (fsdp)
+            fsdpPreForward(0);
         S.setOp("embedding");
         T x = O.embedding(embed, ids, tok, V, h);
         if (ft.scaledEmbedding) {
@@ -1528,6 +1842,11 @@ private:
             // Gemma 3's sliding layers turn q and k by the local table.
             const bool local = cosLocal.valid() && slidingLayer(l);
             const T &cos = local ? cosLocal : cosGlobal, &sin = local ? sinLocal : sinGlobal;
+            const size_t unit = static_cast<size_t>(l) + 1;
+            if (fsdp) {
+                fsdpPreForward(unit);
+                hcur = backwardHook(hcur, [this, unit] { fsdpPostBackward(unit, false); });
+            }
             T next;
             if (c.checkpointed(l)) {
                 const T in = hcur;
@@ -1554,6 +1873,11 @@ private:
                 S.endRegion();
             } else {
                 next = layerForward(L, hcur, cos, sin);
+            }
+            if (fsdp) {
+                if (c.zeroStage >= 3) // post_forward: reshard_after_forward
+                    fsdpReshard(units[unit]);
+                next = backwardHook(next, [this, unit] { fsdpPreBackward(unit); });
             }
             S.drop(hcur);
             hcur = next;
@@ -1588,6 +1912,8 @@ private:
             if (cast.valid())
                 S.drop(cast);
             clearAmpCache();
+            if (fsdp && c.zeroStage >= 3)
+                fsdpReshard(units[0]);
             return loss;
         }
         S.setOp("lm_head");
@@ -1616,6 +1942,8 @@ private:
         // of the statement, then autocast's exit clears its cache of weight casts (only visible
         // where no node keeps them: under activation offload, measured on the H200).
         clearAmpCache();
+        if (fsdp && c.zeroStage >= 3) // the root's post_forward reshards it too
+            fsdpReshard(units[0]);
         return loss;
     }
 

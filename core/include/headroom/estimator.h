@@ -70,13 +70,17 @@ struct EstimatorOptions
     double allocatorSlackFraction = 0.0;     // <= 0: use the measured default (see estimator.cpp)
     int64_t ddpBucketBytes = 25 * 1048576;   // DDP bucket_cap_mb default
     AllocatorConfig allocator;               // PYTORCH_CUDA_ALLOC_CONF the run will use
+    // Collectives over Gloo (ranks sharing one GPU, as the corpus measures several ranks on one
+    // H200): Gloo's all_gather_into_tensor and reduce_scatter_tensor make a full-size temporary
+    // per call on a stream of their own, which NCCL's in-place collectives do not.
+    bool glooCollectives = false;
     // Use the per-op ledger even where the step is simulated: to compare a configuration that
     // only the ledger covers (FSDP, offload, QLoRA) with the same mechanism on both sides.
     bool ledgerOnly = false;
 };
 
-// Whether estimate() simulates this configuration op by op (one GPU, DDP, ZeRO-1), or uses the
-// per-op ledger (FSDP stages 2-3, optimizer offload).
+// Whether estimate() simulates this configuration op by op (one GPU, DDP, ZeRO-1, FSDP2), or
+// uses the per-op ledger (optimizer offload, QLoRA under FSDP).
 bool isSimulated(const TrainingConfig &config);
 
 struct Estimate
