@@ -214,6 +214,11 @@ private Q_SLOTS:
             for (int rank : {0, 1})
                 QTest::addRow("share2-%s-r%d", n, rank) << QStringLiteral("share2-") + QLatin1String(n) << rank;
         }
+        for (const char *n : {"ws1-l1b-bf16-full-adamw-b2s1024-z3-ga2", "ws1-l1b-bf16-full-adamw-b2s1024-z3-ckpt",
+                              "ws1-l1b-bf16-lora16-b2s1024-z3-ckpt"})
+            QTest::addRow("%s", n) << QString::fromLatin1(n) << 0;
+        for (int rank : {0, 1})
+            QTest::addRow("share2-ga2-r%d", rank) << QStringLiteral("share2-l1b-bf16-full-adamw-b2s1024-z3-ga2") << rank;
     }
     void replaysFsdpBuiltOnTheCpu()
     {
@@ -221,7 +226,8 @@ private Q_SLOTS:
         QFETCH(int, rank);
         const QString data = QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/h200/fsdp-2026-12-02");
         static QTemporaryDir dir;
-        static const bool unpacked = unpack(data + QStringLiteral("/timelines.tar.xz"), dir.path());
+        static const bool unpacked = unpack(data + QStringLiteral("/timelines.tar.xz"), dir.path()) &&
+                                     unpack(data + QStringLiteral("/variants-timelines.tar.xz"), dir.path());
         QVERIFY(unpacked);
         const Timeline t = readTimelineFile(QString(dir.path() + QLatin1Char('/') + run + QStringLiteral("/timeline.json") +
                                                     (rank ? QStringLiteral(".rank1") : QString()))
