@@ -6,6 +6,7 @@
 #include "sheetio.h"
 
 #include "charts.h"
+#include "headroom/catalog.h"
 #include "headroom/error.h"
 #include "headroom/serialize.h"
 
@@ -111,12 +112,24 @@ private Q_SLOTS:
             QVERIFY(bytes.contains("<h2>Notes</h2>"));
             QVERIFY(bytes.contains("data:image/png;base64,"));
             QVERIFY(bytes.contains("NVIDIA H200"));
+            QVERIFY(bytes.contains("<td class=\"n\">")); // numbers right-aligned, text not
+            QVERIFY(!bytes.contains("td:not(:first-child){text-align:right}"));
             break;
-        case sheetio::Format::Markdown:
+        case sheetio::Format::Markdown: {
             QVERIFY(bytes.startsWith("# GPU memory budget: Llama 3.1 8B"));
             QVERIFY(bytes.contains("| Activations |"));
             QVERIFY(bytes.contains("## Provenance"));
+            // Issue 13: text columns left-aligned, numbers right; parameters as people say them;
+            // the verdict on every card of the catalog, in the banner's words.
+            QVERIFY(bytes.contains("| Setting | Value |\n|:---|:---|"));
+            QVERIFY(bytes.contains("| # | Change | Kind | Saves | Cost | Fits after |\n|---:|:---|:---|"));
+            QVERIFY(bytes.contains("| Parameters | 8.07 B (8,072,204,288) |"));
+            const QByteArray cards = bytes.mid(bytes.indexOf("## Verdict by card"));
+            QCOMPARE(int(cards.left(cards.indexOf("\n## ")).count("\n| NVIDIA") + cards.left(cards.indexOf("\n## ")).count("\n| AMD")),
+                     int(gpuCatalog().size()));
+            QVERIFY(bytes.contains("headroom on NVIDIA H200") || bytes.contains("over the card on NVIDIA H200"));
             break;
+        }
         case sheetio::Format::Png: {
             QImage img;
             QVERIFY(img.loadFromData(bytes, "PNG"));

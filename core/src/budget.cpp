@@ -55,6 +55,19 @@ std::string formatScaled(int64_t bytes, int decimals, double base, double step, 
     return groupThousands(buf) + " " + (up ? bigUnit : unit);
 }
 
+std::string formatParameterCount(int64_t n)
+{
+    char buf[64];
+    const double v = static_cast<double>(n);
+    if (std::abs(v) >= 1e9)
+        std::snprintf(buf, sizeof buf, "%.2f B", v / 1e9);
+    else if (std::abs(v) >= 1e6)
+        std::snprintf(buf, sizeof buf, "%.1f M", v / 1e6);
+    else
+        return groupThousands(std::to_string(n));
+    return groupThousands(buf) + " (" + groupThousands(std::to_string(n)) + ")";
+}
+
 std::string headroomPhrase(const Verdict &v)
 {
     char buf[96];

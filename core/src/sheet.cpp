@@ -1,9 +1,12 @@
 #include "headroom/sheet.h"
 
+#include "headroom/budget.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
 #include "headroom/serialize.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -63,12 +66,6 @@ Scenario defaultScenario()
     return s;
 }
 
-const std::vector<std::string> &commonCardIds()
-{
-    static const std::vector<std::string> ids = {"rtx-4090", "l40s", "a100-40", "a100-80", "h100-80", "h200", "b200"};
-    return ids;
-}
-
 Report buildReport(const Scenario &s, bool withAdvice)
 {
     Report r;
@@ -83,9 +80,13 @@ Report buildReport(const Scenario &s, bool withAdvice)
             for (auto &n : cardNotes(s.model, s.config, r.estimate, s.gpu, s.reserve, opt))
                 r.notes.push_back(std::move(n));
         }
-        for (const auto &id : commonCardIds()) {
-            const GpuSpec &g = findGpu(id);
-            r.otherCards.emplace_back(g, judge(s.model, s.config, r.estimate, g, s.reserve, opt));
+        // The sheet's "verdict by card": every card of the catalog, the chosen one included if it
+        // is the user's own (the full pass only: the slider's quick pass does not show it).
+        if (withAdvice) {
+            for (const GpuSpec &g : gpuCatalog())
+                r.otherCards.emplace_back(g, judge(s.model, s.config, r.estimate, g, s.reserve, opt));
+            if (std::none_of(gpuCatalog().begin(), gpuCatalog().end(), [&](const GpuSpec &g) { return g.id == s.gpu.id; }))
+                r.otherCards.emplace_back(s.gpu, r.verdict);
         }
     } catch (const InputError &e) {
         r.error = e.what();
@@ -332,6 +333,21 @@ struct Table
     std::string title;
     std::vector<std::string> header;
     std::vector<std::vector<std::string>> rows;
+    // A column of numbers ("15.11 GiB", "+23.3%", "12") is right-aligned, text left-aligned.
+    bool numeric(size_t col) const
+    {
+        bool any = false;
+        for (const auto &r : rows) {
+            if (col >= r.size() || r[col] == "-")
+                continue;
+            const std::string &c = r[col];
+            const size_t i = !c.empty() && (c[0] == '+' || c[0] == '-') ? 1 : 0;
+            if (i >= c.size() || !std::isdigit(static_cast<unsigned char>(c[i])))
+                return false;
+            any = true;
+        }
+        return any;
+    }
 };
 
 std::vector<Table> sheetTables(const Sheet &s, const Report &r)
@@ -344,8 +360,8 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     Table cfg{"Configuration", {"Setting", "Value"}, {}};
     const TrainingConfig &c = s.scenario.config;
     cfg.rows = {{"Model", s.scenario.model.name + " (" + s.scenario.model.id + ")"},
-                {"Parameters", std::to_string(r.estimate.params.total)},
-                {"Trainable parameters", std::to_string(r.estimate.params.trainable)},
+                {"Parameters", formatParameterCount(r.estimate.params.total)},
+                {"Trainable parameters", formatParameterCount(r.estimate.params.trainable)},
                 {"Fine-tuning", std::string(toString(c.finetune)) +
                                     (c.finetune == FineTune::Full ? "" : " rank " + std::to_string(c.lora.rank))},
                 {"Precision", std::string(toString(c.precision))},
@@ -382,13 +398,19 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     Table cards{"Verdict by card", {"GPU", "Memory", "Needed", "Verdict", "Headroom"}, {}};
     const auto cardRow = [&](const GpuSpec &g, const Verdict &v) {
         return std::vector<std::string>{g.name, fmt(v.capacityBytes), fmt(v.neededBytes), std::string(toString(v.fit)),
-                                        pct(v.headroomFraction())};
+                                        headroomPhrase(v)};
     };
     cards.rows.push_back(cardRow(s.scenario.gpu, r.verdict));
     cards.rows.back()[0] += " (chosen)";
-    for (const auto &[g, v] : r.otherCards)
-        if (g.id != s.scenario.gpu.id)
-            cards.rows.push_back(cardRow(g, v));
+    // The rest of the catalog, smallest card first.
+    std::vector<const std::pair<GpuSpec, Verdict> *> others;
+    for (const auto &c : r.otherCards)
+        if (c.first.id != s.scenario.gpu.id)
+            others.push_back(&c);
+    std::stable_sort(others.begin(), others.end(),
+                     [](const auto *a, const auto *b) { return a->second.capacityBytes < b->second.capacityBytes; });
+    for (const auto *c : others)
+        cards.rows.push_back(cardRow(c->first, c->second));
     t.push_back(cards);
 
     Table recs{"Recommendations (in this order)", {"#", "Change", "Kind", "Saves", "Cost", "Fits after"}, {}};
@@ -446,10 +468,11 @@ std::string verdictLine(const Sheet &s, const Report &r)
 {
     std::ostringstream o;
     const Verdict &v = r.verdict;
+    // The banner's words: "Out of memory: peak 107.3 GiB of 78.6 GiB, 36.5% over the card on ...".
     o << (v.fit == Fit::Fits ? "Fits" : v.fit == Fit::Tight ? "Tight" : "Out of memory") << ": peak "
-      << formatBytes(v.neededBytes, s.units, 1) << " of " << formatBytes(v.capacityBytes, s.units, 0) << ", "
-      << pct(v.headroomFraction()).substr(v.headroomFraction() >= 0 ? 1 : 0) << " headroom on "
-      << s.scenario.gpu.name << " (reserve " << std::lround(s.scenario.reserve * 100) << "%).";
+      << formatBytes(v.neededBytes, s.units, 1) << " of " << formatBytes(v.capacityBytes, s.units, 1) << ", "
+      << headroomPhrase(v) << " on " << s.scenario.gpu.name << " (reserve " << std::lround(s.scenario.reserve * 100)
+      << "%).";
     if (v.cacheFlushes > 0)
         o << " Fits only because " << cacheFlushNote(v) << '.';
     return o.str();
@@ -468,7 +491,7 @@ std::string sheetMarkdown(const Sheet &s)
             o << " " << h << " |";
         o << "\n|";
         for (size_t i = 0; i < t.header.size(); ++i)
-            o << (i == 0 ? "---|" : "---:|");
+            o << (t.numeric(i) ? "---:|" : ":---|");
         o << "\n";
         for (const auto &row : t.rows) {
             o << "|";
@@ -488,7 +511,7 @@ std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc, const st
     o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>GPU memory budget: "
       << escapeHtml(s.scenario.model.name) << "</title>\n<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
          "table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px}"
-         "td:not(:first-child){text-align:right}th{background:#eee}</style></head><body>\n"
+         "td.n{text-align:right}th{background:#eee}</style></head><body>\n"
       << "<h1>GPU memory budget: " << escapeHtml(s.scenario.model.name) << "</h1>\n<p style=\"color:" << color
       << ";font-weight:bold\">" << escapeHtml(verdictLine(s, r)) << "</p>\n";
     if (!chartImageSrc.empty())
@@ -503,8 +526,8 @@ std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc, const st
         o << "</tr>\n";
         for (const auto &row : t.rows) {
             o << "<tr>";
-            for (const auto &cell : row)
-                o << "<td>" << escapeHtml(cell) << "</td>";
+            for (size_t i = 0; i < row.size(); ++i)
+                o << (t.numeric(i) ? "<td class=\"n\">" : "<td>") << escapeHtml(row[i]) << "</td>";
             o << "</tr>\n";
         }
         o << "</table>\n";

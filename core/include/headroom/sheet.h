@@ -49,8 +49,6 @@ struct Report
 // `withAdvice` false: the estimate and the verdicts only, without the recommendations (which
 // estimate a dozen alternatives and run the solvers), for a first answer while they compute.
 Report buildReport(const Scenario &s, bool withAdvice = true);
-// Cards a sheet judges the configuration on besides the chosen one.
-const std::vector<std::string> &commonCardIds();
 
 struct Sheet
 {
