@@ -29,6 +29,7 @@
 #include <QPushButton>
 #include <QSlider>
 #include <QSpinBox>
+#include <QScrollBar>
 
 #include <functional>
 
@@ -568,6 +569,24 @@ private Q_SLOTS:
         QVERIFY(!s.undoStack()->canUndo());
         QVERIFY(settle(s));
         compareChartWithCore(w, s);
+    }
+
+    // Issue 13: new advice is shown from its first row, not where the previous list was scrolled.
+    void adviceListStartsAtTheTop()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(settle(s));
+        auto *view = w.findChild<QTableView *>(QStringLiteral("recommendations"));
+        QVERIFY(view);
+        QVERIFY(view->model()->rowCount() > 3);
+        view->scrollToBottom();
+        QVERIFY(view->verticalScrollBar()->value() > 0);
+        child<QSpinBox>(w, "microBatch")->setValue(int(s.scenario().config.microBatch) * 2);
+        QVERIFY(settle(s));
+        QCOMPARE(view->verticalScrollBar()->value(), 0);
     }
 
     void importsAHuggingFaceConfig()

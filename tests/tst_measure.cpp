@@ -7,6 +7,7 @@
 
 #include <QComboBox>
 #include <QPushButton>
+#include <QSpinBox>
 
 using namespace headroom;
 
@@ -210,6 +211,30 @@ private Q_SLOTS:
         QCOMPARE(w.measureBar()->statusText(), QStringLiteral("Stopped."));
         QVERIFY(s.measurements().empty());
         QVERIFY(!w.measureBar()->runner()->isRunning());
+    }
+
+    // Issue 13: a failure is about the configuration it was for; changing the configuration
+    // clears it, and the offer to run on the CPU with it.
+    void staleFailureClearsOnChange()
+    {
+        useProbe(testData("fake_probes/nogpu.sh"));
+        Settings().setProbePath(QStringLiteral("/nonexistent/headroom-probe"));
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        tinyScenario(s, w);
+        QSignalSpy failed(w.measureBar()->runner(), &ProbeRunner::failed);
+        w.measureBar()->measure();
+        if (w.measureBar()->runner()->isRunning())
+            QVERIFY(failed.wait(30000));
+        QVERIFY(w.measureBar()->statusText().contains(QStringLiteral("No usable GPU")));
+        auto *cpu = w.findChild<QPushButton *>(QStringLiteral("cpuInstead"));
+        QVERIFY(cpu->isVisibleTo(&w));
+        w.findChild<QSpinBox *>(QStringLiteral("microBatch"))->setValue(4);
+        QVERIFY(w.measureBar()->statusText().isEmpty());
+        QVERIFY(!cpu->isVisibleTo(&w));
+        useProbe(QStringLiteral(HEADROOM_PROBE));
+        QVERIFY(waitIdle(w.measureBar(), 5000));
     }
 
     void misbehavingProbes_data()

@@ -59,6 +59,15 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this,
             [this](int) { Settings().setProbeDevice(m_device->currentData().toString()); });
 
+    // A failure belongs to the configuration it was for ("no usable GPU", a refused request): a
+    // change of configuration clears it, and the "Run on the CPU instead" offer with it.
+    connect(session, &Session::scenarioChanged, this, [this] {
+        if (m_runner.isRunning() || !m_failed)
+            return;
+        m_failed = false;
+        m_cpuInstead->hide();
+        showStatus(QString(), nullptr);
+    });
     connect(&m_runner, &ProbeRunner::progress, this, [this](double f, const QString &what) {
         m_progress->setValue(static_cast<int>(f * 1000));
         showStatus(tr("Measuring: %1…").arg(what), nullptr);
@@ -84,6 +93,7 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     connect(&m_runner, &ProbeRunner::failed, this, [this](const QString &message, int code) {
         setRunning(false);
         showStatus(message, "#b3261e");
+        m_failed = true;
         m_cpuInstead->setVisible(code == protocol::NoDevice); // no usable GPU: CPU mode still measures the step
     });
     connect(&m_runner, &ProbeRunner::stopped, this, [this] {
@@ -124,6 +134,7 @@ void MeasureBar::measureOn(const QString &device)
         return;
     if (!m_session->report().error.empty()) {
         showStatus(tr("Fix the configuration first: %1").arg(qs(m_session->report().error)), "#b3261e");
+        m_failed = true;
         return;
     }
     const Settings settings;
@@ -146,6 +157,7 @@ void MeasureBar::measureOn(const QString &device)
                           "It is built with LibTorch; see the README.")
                            .arg(searched.join(QStringLiteral(", "))),
                        "#b3261e");
+            m_failed = true;
             return;
         }
     } else {

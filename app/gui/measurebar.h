@@ -38,4 +38,5 @@ private:
     QLabel *m_status;
     QPushButton *m_cpuInstead;
     QString m_requestedDevice; // what the last run asked for: "auto", "cuda" or "cpu"
+    bool m_failed = false;     // the status shows a failure of the last run
 };

@@ -50,6 +50,7 @@ RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
     connect(session->undoStack(), &QUndoStack::canUndoChanged, undoButton, &QPushButton::setEnabled);
     const auto refresh = [this, title, applyButton] {
         m_model.setContent(m_session->report().recommendations, m_session->units());
+        m_view->scrollToTop(); // new advice starts at its first row, not where the old list was scrolled
         // Until the advice for the new scenario lands, the shown rows are the previous one's:
         // greyed out, and not applicable (applying would bring the old configuration back).
         const bool stale = m_session->adviceIsStale();
