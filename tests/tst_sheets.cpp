@@ -134,6 +134,14 @@ private Q_SLOTS:
             QImage img;
             QVERIFY(img.loadFromData(bytes, "PNG"));
             QVERIFY(img.width() >= 600);
+            // Issue 13: it stands alone: a header with the title, configuration and verdict (dark
+            // text on white above the chart), the chart below it.
+            QVERIFY(img.height() > 520 + 40); // the chart is exported at 900 x 520
+            int dark = 0;
+            for (int y = 0; y < 40; ++y)
+                for (int x = 0; x < std::min(img.width(), 400); ++x)
+                    dark += qGray(img.pixel(x, y)) < 100;
+            QVERIFY2(dark > 100, qPrintable(QString::number(dark)));
             break;
         }
         }

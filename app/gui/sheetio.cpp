@@ -7,10 +7,15 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QFontMetrics>
+#include <QImage>
+#include <QPainter>
 #include <QPdfWriter>
 #include <QSaveFile>
 #include <QTextDocument>
 #include <QUrl>
+
+#include <algorithm>
 
 using namespace headroom;
 using nlohmann::json;
@@ -43,6 +48,51 @@ QByteArray pngBytes(const QPixmap &chart)
     QBuffer buffer(&bytes);
     buffer.open(QIODevice::WriteOnly);
     chart.save(&buffer, "PNG");
+    return bytes;
+}
+
+// The PNG export stands alone (a chat message, a slide): the chart under a header with the
+// title, the configuration and the verdict.
+QByteArray titledPng(const QPixmap &chart, const Sheet &sheet)
+{
+    const QString title = QObject::tr("GPU memory budget: %1").arg(QString::fromStdString(sheet.scenario.model.name));
+    const QString config = QString::fromStdString(summarize(sheet.scenario.config)) + QStringLiteral(" · ") +
+                           QString::fromStdString(sheet.scenario.gpu.name);
+    const QString verdict = QString::fromStdString(sheetHeadline(sheet));
+    QFont titleFont;
+    titleFont.setPixelSize(22);
+    titleFont.setBold(true);
+    QFont body;
+    body.setPixelSize(15);
+    const int pad = 12, width = std::max(chart.width(), 640);
+    const QFontMetrics tm(titleFont), bm(body);
+    const QRect textArea(pad, 0, width - 2 * pad, 10000);
+    const int configH = bm.boundingRect(textArea, Qt::TextWordWrap, config).height();
+    const int verdictH = bm.boundingRect(textArea, Qt::TextWordWrap, verdict).height();
+    const int header = pad + tm.height() + 6 + configH + 4 + verdictH + pad;
+    QImage img(width, header + chart.height(), QImage::Format_RGB32);
+    img.fill(Qt::white);
+    QPainter p(&img);
+    p.setRenderHint(QPainter::TextAntialiasing);
+    int y = pad;
+    p.setFont(titleFont);
+    p.setPen(QColor(0x20, 0x20, 0x20));
+    p.drawText(QRect(pad, y, width - 2 * pad, tm.height()), Qt::AlignLeft, title);
+    y += tm.height() + 6;
+    p.setFont(body);
+    p.drawText(QRect(pad, y, width - 2 * pad, configH), Qt::TextWordWrap, config);
+    y += configH + 4;
+    const char *color = verdict.startsWith(QLatin1String("Fits")) ? "#1b7f3b"
+                        : verdict.startsWith(QLatin1String("Tight")) ? "#a15c00"
+                                                                      : "#b3261e";
+    p.setPen(QColor(QLatin1String(color)));
+    p.drawText(QRect(pad, y, width - 2 * pad, verdictH), Qt::TextWordWrap, verdict);
+    p.drawPixmap((width - chart.width()) / 2, header, chart);
+    p.end();
+    QByteArray bytes;
+    QBuffer buffer(&bytes);
+    buffer.open(QIODevice::WriteOnly);
+    img.save(&buffer, "PNG");
     return bytes;
 }
 
@@ -101,7 +151,7 @@ QString exportSheet(const QString &path, Format format, const Sheet &sheet, cons
             bytes = QByteArray::fromStdString(sheetHtml(sheet, src, tsrc));
             break;
         }
-        case Format::Png: bytes = pngBytes(chart); break;
+        case Format::Png: bytes = titledPng(chart, sheet); break;
         case Format::Pdf: {
             QTextDocument doc;
             const QUrl chartUrl(QStringLiteral("headroom-chart.png"));

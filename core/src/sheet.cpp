@@ -480,6 +480,11 @@ std::string verdictLine(const Sheet &s, const Report &r)
 
 } // namespace
 
+std::string sheetHeadline(const Sheet &s)
+{
+    return verdictLine(s, reportOrThrow(s.scenario));
+}
+
 std::string sheetMarkdown(const Sheet &s)
 {
     const Report r = reportOrThrow(s.scenario);

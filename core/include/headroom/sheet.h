@@ -70,6 +70,8 @@ Sheet sheetFromText(const std::string &text);
 
 // Human forms of the same sheet. `chartImageSrc` (optional): an img src for the chart, e.g. a data: URL.
 std::string sheetMarkdown(const Sheet &s);
+// The verdict in the banner's words: "Fits: peak 107.3 GiB of 139.8 GiB, 23.3% headroom on ...".
+std::string sheetHeadline(const Sheet &s);
 std::string sheetCsv(const Sheet &s);
 std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {}, const std::string &timelineImageSrc = {});
 
