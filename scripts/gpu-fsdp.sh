@@ -4,29 +4,39 @@
 # simulator's FSDP2 model (issues 11 and 12):
 #  - over NCCL at world size 1 (RANK=0 WORLD_SIZE=1): the real collectives' buffers;
 #  - two ranks sharing the GPU over Gloo (--torchrun 2 --share-gpu): sharding at N = 2.
-# Results: $OUT/fsdp.tar.xz (per job: rank results, timelines, logs; run.log).
-# Usage (device tool): bash scripts/gpu-fsdp.sh
+# `base` (default): ZeRO-3 bf16 full and LoRA, ZeRO-3 and ZeRO-2 amp, both ways.
+# `variants`: held-out checks written after the model: ZeRO-3 with gradient accumulation 2
+# (no_sync), with activation checkpointing, LoRA with checkpointing (NCCL), accumulation (Gloo).
+# Results: $OUT/fsdp.tar.xz or $OUT/fsdp-variants.tar.xz (per job: rank results, timelines, logs).
+# Usage (device tool): bash scripts/gpu-fsdp.sh [base|variants]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+SET=${1:-base}
 OUT=${OUT:-/tmp/headroom-out}
-W=/tmp/headroom-fsdp
+W=/tmp/headroom-fsdp-$SET
 rm -rf "$W" && mkdir -p "$W"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-{
-    date -u
-    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
-    python3 -c "import sys, torch, transformers, peft; print(sys.version.split()[0], torch.__version__, transformers.__version__, peft.__version__)"
-} >"$W/run.log" 2>&1
-python3 - "$W" <<'PY'
+source scripts/gpu-common.sh
+gpu_header >"$W/run.log" 2>&1
+python3 - "$W" "$SET" <<'PY'
 import json, sys
 plan = {j["name"]: j for j in json.load(open("scripts/corpus-plan.json"))["jobs"]}
-for n in ["share2-l1b-bf16-full-adamw-b2s1024-z3", "share2-l1b-bf16-lora16-b2s1024-z3",
-          "share2-l1b-ampbf16-full-adamw-b2s1024-z3", "share2-l1b-ampbf16-full-adamw-b2s1024-z2"]:
-    req = plan[n]["request"]
-    json.dump(req, open(f"{sys.argv[1]}/{n}.request.json", "w"))
-    req = json.loads(json.dumps(req))
-    req["config"]["world_size"] = 1
-    json.dump(req, open(f"{sys.argv[1]}/{n.replace('share2-', 'ws1-')}.request.json", "w"))
+def make(base, name, ws, **cfg):
+    req = json.loads(json.dumps(plan[base]["request"]))
+    req["config"]["world_size"] = ws
+    req["config"].update(cfg)
+    json.dump(req, open(f"{sys.argv[1]}/{name}.request.json", "w"))
+if sys.argv[2] == "base":
+    for n in ["share2-l1b-bf16-full-adamw-b2s1024-z3", "share2-l1b-bf16-lora16-b2s1024-z3",
+              "share2-l1b-ampbf16-full-adamw-b2s1024-z3", "share2-l1b-ampbf16-full-adamw-b2s1024-z2"]:
+        make(n, n, 2)
+        make(n, n.replace("share2-", "ws1-"), 1)
+else:
+    full, lora = "share2-l1b-bf16-full-adamw-b2s1024-z3", "share2-l1b-bf16-lora16-b2s1024-z3"
+    make(full, "ws1-l1b-bf16-full-adamw-b2s1024-z3-ga2", 1, grad_accum=2)
+    make(full, "ws1-l1b-bf16-full-adamw-b2s1024-z3-ckpt", 1, grad_checkpointing=True)
+    make(lora, "ws1-l1b-bf16-lora16-b2s1024-z3-ckpt", 1, grad_checkpointing=True)
+    make(full, "share2-l1b-bf16-full-adamw-b2s1024-z3-ga2", 2, grad_accum=2)
 PY
 port=29711
 for r in "$W"/ws1-*.request.json; do
@@ -47,5 +57,5 @@ for r in "$W"/share2-*.request.json; do
         --timeline "$W/$n/timeline.json" >"$W/$n/log.txt" 2>&1
     echo "$n rc=$? $(python3 -c "import time;print(round(time.time()-$t0,1))") s" | tee -a "$W/run.log"
 done
-(cd "$W" && tar cJf "$OUT/fsdp.tar.xz" .)
+(cd "$W" && tar cJf "$OUT/fsdp$([ "$SET" = base ] || echo "-$SET").tar.xz" .)
 ls -la "$OUT"

@@ -10,11 +10,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/headroom-out}
 W=/tmp/headroom-readme
 rm -rf "$W" && mkdir -p "$W"
-{
-    date -u
-    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
-    python3 -c "import sys, torch, transformers, peft; print(sys.version.split()[0], torch.__version__, transformers.__version__, peft.__version__)"
-} >"$W/run.log" 2>&1
+source scripts/gpu-common.sh
+gpu_header >"$W/run.log" 2>&1
 python3 - "$W" <<'PY'
 import json, sys
 plan = {j["name"]: j for j in json.load(open("scripts/corpus-plan.json"))["jobs"]}

@@ -31,6 +31,20 @@ void tinyScenario(Session &s, MainWindow &w)
     QVERIFY(settle(s));
 }
 
+// Shows the window on the tiny scenario and runs "Measure now" with `probe` (a fake one that
+// fails), until it has failed.
+void measureWith(Session &s, MainWindow &w, const QString &probe)
+{
+    useProbe(probe);
+    Settings().setProbePath(QStringLiteral("/nonexistent/headroom-probe"));
+    w.show();
+    tinyScenario(s, w);
+    QSignalSpy failed(w.measureBar()->runner(), &ProbeRunner::failed);
+    w.measureBar()->measure();
+    if (w.measureBar()->runner()->isRunning())
+        QVERIFY(failed.wait(30000));
+}
+
 bool waitIdle(MeasureBar *bar, int timeoutMs)
 {
     QElapsedTimer t;
@@ -217,16 +231,9 @@ private Q_SLOTS:
     // clears it, and the offer to run on the CPU with it.
     void staleFailureClearsOnChange()
     {
-        useProbe(testData("fake_probes/nogpu.sh"));
-        Settings().setProbePath(QStringLiteral("/nonexistent/headroom-probe"));
         Session s;
         MainWindow w(&s);
-        w.show();
-        tinyScenario(s, w);
-        QSignalSpy failed(w.measureBar()->runner(), &ProbeRunner::failed);
-        w.measureBar()->measure();
-        if (w.measureBar()->runner()->isRunning())
-            QVERIFY(failed.wait(30000));
+        measureWith(s, w, testData("fake_probes/nogpu.sh"));
         QVERIFY(w.measureBar()->statusText().contains(QStringLiteral("No usable GPU")));
         auto *cpu = w.findChild<QPushButton *>(QStringLiteral("cpuInstead"));
         QVERIFY(cpu->isVisibleTo(&w));
@@ -251,16 +258,9 @@ private Q_SLOTS:
         QFETCH(QString, probe);
         QFETCH(QString, mentions);
         QFETCH(bool, offersCpu);
-        useProbe(probe);
-        Settings().setProbePath(QStringLiteral("/nonexistent/headroom-probe"));
         Session s;
         MainWindow w(&s);
-        w.show();
-        tinyScenario(s, w);
-        QSignalSpy failed(w.measureBar()->runner(), &ProbeRunner::failed);
-        w.measureBar()->measure();
-        if (w.measureBar()->runner()->isRunning())
-            QVERIFY(failed.wait(30000));
+        measureWith(s, w, probe);
         const QString status = w.measureBar()->statusText();
         QVERIFY2(status.contains(mentions), qPrintable(status));
         QCOMPARE(w.findChild<QPushButton *>(QStringLiteral("cpuInstead"))->isVisibleTo(&w), offersCpu);
