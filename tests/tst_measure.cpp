@@ -5,6 +5,7 @@
 #include "measurebar.h"
 #include "settings.h"
 
+#include <QApplication>
 #include <QComboBox>
 #include <QPushButton>
 #include <QSpinBox>
@@ -139,8 +140,13 @@ private Q_SLOTS:
         QSignalSpy progress(w.measureBar()->runner(), &ProbeRunner::progress);
         auto *device = w.findChild<QComboBox *>(QStringLiteral("probeDevice"));
         device->setCurrentIndex(device->findData(QStringLiteral("auto"))); // "GPU if present", none here
+        // No layout jump when it starts: the controls stay where they were.
+        auto *cancel = w.findChild<QPushButton *>(QStringLiteral("cancelProbe"));
+        const QPoint cancelAt = cancel->mapTo(&w, QPoint(0, 0));
         w.findChild<QPushButton *>(QStringLiteral("measureNow"))->click();
         QVERIFY(w.measureBar()->runner()->isRunning()); // the GUI did not wait
+        QApplication::processEvents();
+        QCOMPARE(cancel->mapTo(&w, QPoint(0, 0)), cancelAt);
         QVERIFY(added.wait(120000));
         QVERIFY(progress.count() >= 3);
         QCOMPARE(s.measurements().size(), size_t(1));

@@ -36,6 +36,11 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     m_progress->setRange(0, 1000);
     m_progress->setTextVisible(false);
     m_progress->setMaximumWidth(180);
+    m_progress->setMinimumWidth(120);
+    // Hidden while idle, but its place is kept: nothing moves when a measurement starts.
+    QSizePolicy keep = m_progress->sizePolicy();
+    keep.setRetainSizeWhenHidden(true);
+    m_progress->setSizePolicy(keep);
     m_cancel->setObjectName(QStringLiteral("cancelProbe"));
     m_status->setObjectName(QStringLiteral("probeStatus"));
     m_status->setWordWrap(true);
