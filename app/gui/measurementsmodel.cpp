@@ -2,6 +2,8 @@
 
 #include "qtutil.h"
 
+#include <cmath>
+
 #include <QColor>
 
 using namespace headroom;
@@ -60,7 +62,13 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
         case Optimizer: return phaseCell(Phase::Optimizer);
         case Peak: return qs(formatBytes(m.peakAllocatedBytes, u, 2));
         case Estimated: return est ? qs(formatBytes(est->peakAllocatedBytes, u, 2)) : QStringLiteral("—");
-        case Error: return est ? QString::asprintf("%+.1f%%", estimateError(m, *est) * 100.0) : QStringLiteral("—");
+        case Error: {
+            if (!est)
+                return QStringLiteral("—");
+            // Below the shown precision it is 0.0%, not "-0.0%".
+            const double pct = estimateError(m, *est) * 100.0;
+            return std::abs(pct) < 0.05 ? QStringLiteral("0.0%") : QString::asprintf("%+.1f%%", pct);
+        }
         case Result:
             return m.oom ? tr("OOM in %1 at %2").arg(qs(toString(m.oom->phase)), qs(formatBytes(m.oom->inUseBytes, u, 1)))
                          : tr("ok");
