@@ -3,6 +3,7 @@
 #include "headroom/error.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <queue>
 #include <unordered_map>
 
@@ -55,6 +56,7 @@ int Sim::allocate(int64_t bytes, Category category)
     s.refs = 1;
     s.cat = category;
     if (m_onHost) { // on the host: the device sees it when restore() moves it
+        s.allocEvent = SIZE_MAX; // no Alloc event yet (recategorize leaves the stream alone)
         m_sto.push_back(s);
         return static_cast<int>(m_sto.size() - 1);
     }
