@@ -378,7 +378,7 @@ void ConfigPanel::edit(const std::function<void(Scenario &)> &change)
     // Undoable, named after the control's label (Edit > Undo "Micro-batch"); the control that
     // sent the change keys the merging of a drag into one step.
     QObject *from = sender();
-    m_session->editScenario(s, tr("Change %1").arg(fieldLabel(from)), from);
+    m_session->applyScenario(s, tr("Change %1").arg(fieldLabel(from)), from);
 }
 
 QString ConfigPanel::fieldLabel(QObject *control) const

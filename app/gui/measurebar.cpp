@@ -97,8 +97,7 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     });
     connect(&m_runner, &ProbeRunner::failed, this, [this](const QString &message, int code) {
         setRunning(false);
-        showStatus(message, "#b3261e");
-        m_failed = true;
+        showFailure(message);
         m_cpuInstead->setVisible(code == protocol::NoDevice); // no usable GPU: CPU mode still measures the step
     });
     connect(&m_runner, &ProbeRunner::stopped, this, [this] {
@@ -116,6 +115,13 @@ void MeasureBar::showStatus(const QString &text, const char *color)
 {
     m_status->setText(text);
     m_status->setStyleSheet(color ? QStringLiteral("color: %1").arg(QLatin1String(color)) : QString());
+}
+
+// A failure of the last run (in red); the next change of configuration clears it.
+void MeasureBar::showFailure(const QString &text)
+{
+    showStatus(text, "#b3261e");
+    m_failed = true;
 }
 
 void MeasureBar::setRunning(bool running)
@@ -138,8 +144,7 @@ void MeasureBar::measureOn(const QString &device)
     if (m_runner.isRunning())
         return;
     if (!m_session->report().error.empty()) {
-        showStatus(tr("Fix the configuration first: %1").arg(qs(m_session->report().error)), "#b3261e");
-        m_failed = true;
+        showFailure(tr("Fix the configuration first: %1").arg(qs(m_session->report().error)));
         return;
     }
     const Settings settings;
@@ -158,11 +163,9 @@ void MeasureBar::measureOn(const QString &device)
         QStringList searched;
         o.program = ProbeRunner::locateProbe(settings.probePath(), &searched);
         if (o.program.isEmpty()) {
-            showStatus(tr("headroom-probe was not found (looked at %1). Set its path in Settings, or $HEADROOM_PROBE. "
-                          "It is built with LibTorch; see the README.")
-                           .arg(searched.join(QStringLiteral(", "))),
-                       "#b3261e");
-            m_failed = true;
+            showFailure(tr("headroom-probe was not found (looked at %1). Set its path in Settings, or $HEADROOM_PROBE. "
+                           "It is built with LibTorch; see the README.")
+                            .arg(searched.join(QStringLiteral(", "))));
             return;
         }
     } else {

@@ -28,6 +28,7 @@ public slots:
 private:
     void setRunning(bool running);
     void showStatus(const QString &text, const char *color);
+    void showFailure(const QString &text);
 
     Session *m_session;
     ProbeRunner m_runner;

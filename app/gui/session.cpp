@@ -12,30 +12,14 @@ using namespace headroom;
 
 namespace {
 
+// One undoable change of the scenario. An edit from a control (`source` set) merges with the
+// previous one when it came from the same control soon after, so a slider drag is one undo step;
+// an edit that lands back where it started drops out. Named changes (a recommendation, an
+// import) never merge.
 class ScenarioCommand : public QUndoCommand
 {
 public:
-    ScenarioCommand(Session *s, Scenario before, Scenario after, const QString &text)
-        : QUndoCommand(text)
-        , m_session(s)
-        , m_before(std::move(before))
-        , m_after(std::move(after))
-    {
-    }
-    void undo() override { m_session->setScenario(m_before); }
-    void redo() override { m_session->setScenario(m_after); }
-
-private:
-    Session *m_session;
-    Scenario m_before, m_after;
-};
-
-// A control's edit: merges with the previous one when it came from the same control soon after,
-// so a slider drag is one undo step; an edit that lands back where it started drops out.
-class EditCommand : public QUndoCommand
-{
-public:
-    EditCommand(Session *s, Scenario before, Scenario after, const QString &text, const void *source)
+    ScenarioCommand(Session *s, Scenario before, Scenario after, const QString &text, const void *source)
         : QUndoCommand(text)
         , m_session(s)
         , m_before(std::move(before))
@@ -46,10 +30,10 @@ public:
     }
     void undo() override { m_session->setScenario(m_before); }
     void redo() override { m_session->setScenario(m_after); }
-    int id() const override { return 0x4544; }
+    int id() const override { return m_source ? 0x4544 : -1; }
     bool mergeWith(const QUndoCommand *other) override
     {
-        const auto *o = static_cast<const EditCommand *>(other);
+        const auto *o = static_cast<const ScenarioCommand *>(other);
         if (o->m_source != m_source || m_clock.elapsed() > 1500)
             return false;
         m_after = o->m_after;
@@ -220,18 +204,11 @@ void Session::setScenario(const Scenario &s)
     launch();
 }
 
-void Session::applyScenario(const Scenario &s, const QString &what)
+void Session::applyScenario(const Scenario &s, const QString &what, const void *source)
 {
     if (s == m_scenario)
         return;
-    m_undo.push(new ScenarioCommand(this, m_scenario, s, what));
-}
-
-void Session::editScenario(const Scenario &s, const QString &what, const void *source)
-{
-    if (s == m_scenario)
-        return;
-    m_undo.push(new EditCommand(this, m_scenario, s, what, source));
+    m_undo.push(new ScenarioCommand(this, m_scenario, s, what, source));
 }
 
 void Session::setUnits(Unit u)

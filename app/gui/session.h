@@ -43,11 +43,10 @@ public:
     const headroom::Scenario &scenario() const { return m_scenario; }
     // Sets the scenario without an undo step (undo itself, opening a session, tests).
     void setScenario(const headroom::Scenario &s);
-    // An edit from a control, undoable: consecutive edits of the same control (`source`, a slider
-    // drag, typing a number) within a second and a half merge into one step.
-    void editScenario(const headroom::Scenario &s, const QString &what, const void *source);
-    // Named, undoable changes: a recommendation, an import, an opened sheet.
-    void applyScenario(const headroom::Scenario &s, const QString &what);
+    // Named, undoable changes: a recommendation, an import, an opened sheet; and an edit from a
+    // control (`source`): consecutive edits of the same control (a slider drag, typing a number)
+    // within a second and a half merge into one step.
+    void applyScenario(const headroom::Scenario &s, const QString &what, const void *source = nullptr);
     QUndoStack *undoStack() { return &m_undo; }
 
     // The report for the latest scenario once it has landed (see isComputing()).

@@ -42,12 +42,12 @@ std::string readText(const QString &path, const std::string &field)
     return f.readAll().toStdString();
 }
 
-QByteArray pngBytes(const QPixmap &chart)
+QByteArray pngBytes(const QImage &image)
 {
     QByteArray bytes;
     QBuffer buffer(&bytes);
     buffer.open(QIODevice::WriteOnly);
-    chart.save(&buffer, "PNG");
+    image.save(&buffer, "PNG");
     return bytes;
 }
 
@@ -58,7 +58,8 @@ QByteArray titledPng(const QPixmap &chart, const Sheet &sheet)
     const QString title = QObject::tr("GPU memory budget: %1").arg(QString::fromStdString(sheet.scenario.model.name));
     const QString config = QString::fromStdString(summarize(sheet.scenario.config)) + QStringLiteral(" · ") +
                            QString::fromStdString(sheet.scenario.gpu.name);
-    const QString verdict = QString::fromStdString(sheetHeadline(sheet));
+    const Headline headline = sheetHeadline(sheet);
+    const QString verdict = QString::fromStdString(headline.text);
     QFont titleFont;
     titleFont.setPixelSize(22);
     titleFont.setBold(true);
@@ -82,18 +83,11 @@ QByteArray titledPng(const QPixmap &chart, const Sheet &sheet)
     p.setFont(body);
     p.drawText(QRect(pad, y, width - 2 * pad, configH), Qt::TextWordWrap, config);
     y += configH + 4;
-    const char *color = verdict.startsWith(QLatin1String("Fits")) ? "#1b7f3b"
-                        : verdict.startsWith(QLatin1String("Tight")) ? "#a15c00"
-                                                                      : "#b3261e";
-    p.setPen(QColor(QLatin1String(color)));
+    p.setPen(QColor(QLatin1String(fitColor(headline.fit))));
     p.drawText(QRect(pad, y, width - 2 * pad, verdictH), Qt::TextWordWrap, verdict);
     p.drawPixmap((width - chart.width()) / 2, header, chart);
     p.end();
-    QByteArray bytes;
-    QBuffer buffer(&bytes);
-    buffer.open(QIODevice::WriteOnly);
-    img.save(&buffer, "PNG");
-    return bytes;
+    return pngBytes(img);
 }
 
 } // namespace
@@ -144,11 +138,11 @@ QString exportSheet(const QString &path, Format format, const Sheet &sheet, cons
         case Format::Markdown: bytes = QByteArray::fromStdString(sheetMarkdown(sheet)); break;
         case Format::Csv: bytes = QByteArray::fromStdString(sheetCsv(sheet)); break;
         case Format::Html: {
-            const std::string src = chart.isNull() ? std::string()
-                                                   : "data:image/png;base64," + pngBytes(chart).toBase64().toStdString();
-            const std::string tsrc = timeline.isNull() ? std::string()
-                                                       : "data:image/png;base64," + pngBytes(timeline).toBase64().toStdString();
-            bytes = QByteArray::fromStdString(sheetHtml(sheet, src, tsrc));
+            const auto dataUri = [](const QPixmap &image) {
+                return image.isNull() ? std::string()
+                                      : "data:image/png;base64," + pngBytes(image.toImage()).toBase64().toStdString();
+            };
+            bytes = QByteArray::fromStdString(sheetHtml(sheet, dataUri(chart), dataUri(timeline)));
             break;
         }
         case Format::Png: bytes = titledPng(chart, sheet); break;

@@ -556,10 +556,32 @@ private:
     // ZeroRedundancyOptimizer (ZeRO-1) over it: the optimizer steps this rank's share only,
     // parameters assigned largest first to the least-loaded rank (_partition_parameters); the
     // estimate takes the rank with the most, and the updated parameters are broadcast in place.
+    void dataParallel()
+    {
+        S.setOp("ddp_buckets");
+        ddpBuckets = allocateBuckets(trainable, {INT64_MAX});
+        if (c.zeroStage != 1)
+            return;
+        std::vector<T *> bySize = trainable;
+        std::stable_sort(bySize.begin(), bySize.end(), [](const T *a, const T *b) { return a->numel() > b->numel(); });
+        std::vector<int64_t> load(static_cast<size_t>(c.worldSize), 0);
+        std::vector<std::vector<T *>> share(static_cast<size_t>(c.worldSize));
+        for (T *p : bySize) {
+            const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+            load[r] += p->numel();
+            share[r].push_back(p);
+        }
+        const size_t most = static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
+        // The local optimizer is built over the rank's partition as it was filled: largest first
+        // (measured: its AdamW state is allocated in that order, the MLP weights before the rest).
+        stepped = share[most];
+    }
+
     // ------------------------------------------------------------------ FSDP2
     // CUDA streams as the allocator keys its blocks: the all-gathers run on one side stream, the
     // reduce-scatters on another, and Gloo makes its own temporaries on a third.
     static constexpr int kAllGatherStream = 1, kGlooStream = 2, kReduceScatterStream = 3;
+    int64_t ranks() const { return std::max<int64_t>(1, c.worldSize); } // N, the shards per parameter
 
     // A decoder layer's parameters in model.parameters() order: each adapted Linear's base
     // weight (and bias), then its lora_A and lora_B (PEFT's lora.Linear registers base_layer first).
@@ -600,7 +622,7 @@ private:
     // the parameters are gathered in bf16.
     void fullyShard()
     {
-        const int64_t N = std::max<int64_t>(1, c.worldSize);
+        const int64_t N = ranks();
         units.resize(layers.size() + 1);
         for (size_t l = 0; l < layers.size(); ++l)
             units[l + 1].params = layerUnitParameters(layers[l]);
@@ -668,7 +690,7 @@ private:
         S.setStream(kAllGatherStream);
         // Under the mixed-precision policy each shard is first cast to bf16 into one flat input
         // (_fsdp_collectives.py _get_param_all_gather_inputs), freed once the all-gather is out.
-        const int64_t N = std::max<int64_t>(1, c.worldSize);
+        const int64_t N = ranks();
         const int cast = mixedPolicy ? S.allocate(u.gatherBytes / N, Category::Communication) : -1;
         u.agOut = S.allocate(u.gatherBytes, Category::Communication);
         if (opt.glooCollectives) {
@@ -777,7 +799,7 @@ private:
             S.setOp("backward");
             return;
         }
-        const int64_t N = std::max<int64_t>(1, c.worldSize);
+        const int64_t N = ranks();
         S.setOp("fsdp_reduce_scatter");
         if (rsState >= 0)
             S.unref(rsState);
@@ -822,27 +844,6 @@ private:
         });
         S.drop(x);
         return y;
-    }
-
-    void dataParallel()
-    {
-        S.setOp("ddp_buckets");
-        ddpBuckets = allocateBuckets(trainable, {INT64_MAX});
-        if (c.zeroStage != 1)
-            return;
-        std::vector<T *> bySize = trainable;
-        std::stable_sort(bySize.begin(), bySize.end(), [](const T *a, const T *b) { return a->numel() > b->numel(); });
-        std::vector<int64_t> load(static_cast<size_t>(c.worldSize), 0);
-        std::vector<std::vector<T *>> share(static_cast<size_t>(c.worldSize));
-        for (T *p : bySize) {
-            const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-            load[r] += p->numel();
-            share[r].push_back(p);
-        }
-        const size_t most = static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
-        // The local optimizer is built over the rank's partition as it was filled: largest first
-        // (measured: its AdamW state is allocated in that order, the MLP weights before the rest).
-        stepped = share[most];
     }
 
     bool present(int mod) const { return !linearModuleNames(m)[static_cast<size_t>(mod)].empty(); }

@@ -196,9 +196,9 @@ json provenance(const Sheet &s, const std::string &createdAt)
 }
 
 // Every written form of a sheet needs the report; a scenario that cannot be estimated has none.
-Report reportOrThrow(const Scenario &s)
+Report reportOrThrow(const Scenario &s, bool withAdvice = true)
 {
-    Report r = buildReport(s);
+    Report r = buildReport(s, withAdvice);
     if (!r.error.empty())
         throw InputError("sheet", "configuration", r.error);
     return r;
@@ -480,9 +480,15 @@ std::string verdictLine(const Sheet &s, const Report &r)
 
 } // namespace
 
-std::string sheetHeadline(const Sheet &s)
+const char *fitColor(Fit f)
 {
-    return verdictLine(s, reportOrThrow(s.scenario));
+    return f == Fit::Fits ? "#1b7f3b" : f == Fit::Tight ? "#a15c00" : "#b3261e";
+}
+
+Headline sheetHeadline(const Sheet &s)
+{
+    const Report r = reportOrThrow(s.scenario, false); // the verdict needs no advice pass
+    return {verdictLine(s, r), r.verdict.fit};
 }
 
 std::string sheetMarkdown(const Sheet &s)
@@ -512,7 +518,7 @@ std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc, const st
 {
     const Report r = reportOrThrow(s.scenario);
     std::ostringstream o;
-    const char *color = r.verdict.fit == Fit::Fits ? "#1b7f3b" : r.verdict.fit == Fit::Tight ? "#a15c00" : "#b3261e";
+    const char *color = fitColor(r.verdict.fit);
     o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>GPU memory budget: "
       << escapeHtml(s.scenario.model.name) << "</title>\n<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
          "table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px}"

@@ -70,8 +70,16 @@ Sheet sheetFromText(const std::string &text);
 
 // Human forms of the same sheet. `chartImageSrc` (optional): an img src for the chart, e.g. a data: URL.
 std::string sheetMarkdown(const Sheet &s);
-// The verdict in the banner's words: "Fits: peak 107.3 GiB of 139.8 GiB, 23.3% headroom on ...".
-std::string sheetHeadline(const Sheet &s);
+// The verdict in the banner's words ("Fits: peak 107.3 GiB of 139.8 GiB, 23.3% headroom on ..."),
+// and the fit it is drawn for.
+struct Headline
+{
+    std::string text;
+    Fit fit = Fit::Fits;
+};
+Headline sheetHeadline(const Sheet &s);
+// The colour a verdict is written in: green fits, amber tight, red out of memory.
+const char *fitColor(Fit f);
 std::string sheetCsv(const Sheet &s);
 std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {}, const std::string &timelineImageSrc = {});
 
