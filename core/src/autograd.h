@@ -77,6 +77,7 @@ public:
     // add into it in place (storage shared), so a second gradient makes an out-of-place sum.
     void markViewed(int sto);
     int64_t bytesOf(int sto) const;
+    Category categoryOf(int sto) const { return m_sto[static_cast<size_t>(sto)].cat; }
 
     // A new tensor owning a fresh storage, with one Python reference.
     T make(int64_t bytes, int elem, Category category = Category::Temporaries);
