@@ -282,6 +282,64 @@ private Q_SLOTS:
             }
         QVERIFY(lora);
     }
+    // LoRA naming the MLP projections of a model with stacked experts (Qwen3-MoE, DeepSeek-V2/V3):
+    // PEFT wraps every MoE layer's experts in ParamWrappers (gate_up at rank 2r, down at r) and
+    // leaves the dense MLPs and shared experts alone, as the H200 runs' parameter layouts show
+    // (Qwen3-30B-A3B: 20,725,760 adapter parameters a layer). What was not measured is refused,
+    // each with the field that decides it.
+    void loraOnStackedExperts()
+    {
+        const auto &m = findModelPreset("qwen3-30b-a3b");
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        c.microBatch = 1;
+        c.seqLen = 512;
+        const Estimate e = estimate(m, c);
+        QCOMPARE(e.params.trainable, m.numLayers * int64_t(20725760));
+        c.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+        const Estimate attention = estimate(m, c);
+        QCOMPARE(attention.params.trainable, m.numLayers * int64_t(278528));
+        // the experts' deltas: W + delta saved per wrapped weight, and its gradient in backward
+        const int64_t deltas = m.numExperts * 3 * m.expertIntermediateSize * m.hiddenSize * 2;
+        QVERIFY(e.peakAllocatedBytes - attention.peakAllocatedBytes > deltas);
+        const auto &dsv2 = findModelPreset("deepseek-v2-lite"); // dense layer 0 and shared experts: no adapters
+        c.lora.targets = {"gate_proj", "up_proj", "down_proj"};
+        const int64_t E = dsv2.numExperts, r = c.lora.rank;
+        const int64_t perLayer = 2 * r * E * dsv2.hiddenSize + 2 * dsv2.expertIntermediateSize * 2 * r * E +
+                                 r * E * dsv2.expertIntermediateSize + dsv2.hiddenSize * r * E;
+        QCOMPARE(estimate(dsv2, c).params.trainable, (dsv2.numLayers - dsv2.firstDenseLayers) * perLayer);
+        c.lora.targets = TrainingConfig{}.lora.targets;
+        auto refused = [&](TrainingConfig t, const char *field) {
+            try {
+                estimate(m, t);
+                QFAIL(field);
+            } catch (const InputError &err) {
+                QCOMPARE(QString::fromStdString(err.field()), QString::fromLatin1(field));
+            }
+        };
+        TrainingConfig t = c;
+        t.lora.dropout = 0.05; // PEFT raises
+        refused(t, "lora.dropout");
+        t = c;
+        t.lora.targets = {"gate_proj", "down_proj"};
+        refused(t, "lora.targets");
+        t = c;
+        t.lora.targets = {"all-linear"};
+        refused(t, "lora.targets");
+        t = c;
+        t.finetune = FineTune::QLoRA;
+        refused(t, "finetune");
+        t = c;
+        t.precision = Precision::AmpBF16;
+        refused(t, "precision");
+        t = c;
+        t.worldSize = 2;
+        t.zeroStage = 3;
+        refused(t, "zero");
+        t = c;
+        t.gradCheckpointing = true; // composes: the wrappers run again in the recomputed forward
+        QVERIFY(estimate(m, t).peakAllocatedBytes < e.peakAllocatedBytes);
+    }
     void unknownLoraTargetIsNamed()
     {
         TrainingConfig c = base();

@@ -18,6 +18,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <sstream>
 #include <set>
 #include <cmath>
 #include <map>
@@ -145,6 +146,7 @@ struct Ctx
     bool full = true;
     bool qlora = false;
     std::array<bool, ModuleCount> lora{};
+    ExpertsLora experts; // PEFT's ParamWrappers on the stacked experts
     int loraBytes = 4; // PEFT's autocast_adapter_dtype=True keeps adapters in fp32
     int64_t weightCopies = 1; // experts share one simulated MLP: E weight copies under autocast
     bool mixedPrecisionPolicy = false; // FSDP2's: bf16 compute over fp32 shards
@@ -184,8 +186,10 @@ struct Ctx
             if (!amp)
                 c = r = 4;
         }
-        if (!full)
+        if (!full) {
             lora = loraAdaptedModules(model, config.lora.targets); // indexed like Module
+            experts = expertsLora(model, config.lora.targets);
+        }
     }
     int64_t tok(int64_t bytesPerToken) const { return checkedMul(T, bytesPerToken); }
     int64_t inFeatures(Module mod) const { return linearInFeatures(m, LinearModule(mod)); }
@@ -725,6 +729,17 @@ Params countParams(const Ctx &x)
                 layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(numel, count / L), x.loraBytes));
                 addTrainable(rows, cols, x.loraBytes, count, true);
             }
+        }
+        // The wrapped experts' adapters, on every MoE layer.
+        int64_t moeLayers = 0;
+        for (int64_t l = 0; l < L; ++l)
+            moeLayers += x.m.isMoeLayer(l) ? 1 : 0;
+        for (auto [rows, cols] : expertsLoraShapes(x.m, x.experts, r)) {
+            const int64_t numel = checkedMul(rows, cols);
+            S.total = checkedAdd(S.total, checkedMul(numel, moeLayers));
+            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, moeLayers), x.loraBytes));
+            layerParamBytes = checkedAdd(layerParamBytes, checkedMul(numel, x.loraBytes));
+            addTrainable(rows, cols, x.loraBytes, moeLayers, true);
         }
     }
     if (x.full) {
@@ -1306,16 +1321,38 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
         throw InputError("seq", std::to_string(cfg.seqLen),
                          model.name + " learns one position embedding per position: at most max_position_embeddings = " +
                              std::to_string(model.maxPositions) + " tokens (Transformers fails past it)");
-    // PEFT wraps the stacked expert weights of Qwen3-MoE and DeepSeek-V2/V3 in a ParamWrapper
-    // when LoRA targets the MLP projections (measured: qwen3-30b-a3b-l8, 20.7M adapter parameters
-    // per layer; deepseek-v2-lite, 12.4M), which merges a delta of every expert's weight in each
-    // forward. That path is not simulated yet; an estimate without it would be 40% under.
-    if (familyTraitsOrLlama(model.modelType).expertsWrappedByPeft && cfg.finetune != FineTune::Full) {
-        const auto mask = loraTargetMask(cfg.lora.targets);
-        if (mask[size_t(LinearModule::Gate)] || mask[size_t(LinearModule::Up)] || mask[size_t(LinearModule::Down)])
-            throw InputError("lora.targets", "gate_proj/up_proj/down_proj",
-                             "LoRA on " + model.modelType + "'s experts (PEFT ParamWrapper) cannot be estimated yet; "
-                             "target the attention only, or measure with --engine transformers");
+    // PEFT wraps the stacked expert weights of Qwen3-MoE and DeepSeek-V2/V3 in ParamWrappers when
+    // LoRA names the MLP projections (model.h expertsLora; simulated in program.cpp, measured in
+    // bf16 on one GPU). What was not measured is refused rather than guessed.
+    if (cfg.finetune != FineTune::Full && familyTraitsOrLlama(model.modelType).expertsWrappedByPeft && model.isMoe()) {
+        const ExpertsLora el = expertsLora(model, cfg.lora.targets);
+        const bool allLinear =
+            std::find(cfg.lora.targets.begin(), cfg.lora.targets.end(), "all-linear") != cfg.lora.targets.end();
+        if (allLinear)
+            throw InputError("lora.targets", "all-linear",
+                             "all-linear on " + model.modelType + " (stacked experts) was not measured; name the "
+                             "modules (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)");
+        if (el.partial)
+            throw InputError("lora.targets", "gate_proj/up_proj",
+                             model.modelType + " fuses gate and up in one experts.gate_up_proj: name both or neither");
+        if (el.any()) {
+            auto refuse = [&](const char *field, const std::string &value, const std::string &why) {
+                throw InputError(field, value, "LoRA on " + model.modelType + "'s experts (PEFT ParamWrapper) " + why);
+            };
+            if (cfg.lora.dropout > 0)
+                refuse("lora.dropout", [&] { std::ostringstream o; o << cfg.lora.dropout; return o.str(); }(),
+                       "needs lora_dropout 0: PEFT raises for any other value");
+            if (cfg.finetune == FineTune::QLoRA)
+                refuse("finetune", "qlora", "under QLoRA was not measured; use LoRA, or target the attention only");
+            if (parameterBytes(cfg.precision) != 2 || isAmp(cfg.precision))
+                refuse("precision", std::string(toString(cfg.precision)),
+                       "was measured in bf16 only (the factors are cast to the experts' dtype); use bf16 or fp16");
+            if (cfg.zeroStage >= 2 || cfg.offloadOptimizer)
+                refuse(cfg.offloadOptimizer ? "offload_optimizer" : "zero",
+                       cfg.offloadOptimizer ? "true" : std::to_string(cfg.zeroStage),
+                       "was measured on one GPU; it is estimated there, with DDP and with ZeRO-1, not with FSDP "
+                       "(parametrized DTensors) or optimizer offload");
+        }
     }
     // Selective checkpointing is simulated layer by layer; the ledger composes identical layers.
     if (!isSimulated(cfg) && !cfg.checkpointingUniform(model.numLayers))
@@ -1338,7 +1375,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     // {...} not found in the base model"); an estimate of that run would have no adapters at all.
     if (cfg.finetune != FineTune::Full) {
         const auto on = loraAdaptedModules(model, cfg.lora.targets);
-        if (std::none_of(on.begin(), on.end(), [](bool b) { return b; })) {
+        if (std::none_of(on.begin(), on.end(), [](bool b) { return b; }) && !expertsLora(model, cfg.lora.targets).any()) {
             std::string targets, names;
             for (const auto &t : cfg.lora.targets)
                 targets += (targets.empty() ? "" : ",") + t;

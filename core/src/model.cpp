@@ -541,11 +541,46 @@ std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, cons
     (void)loraTargetMask(targets); // every name must be one Headroom knows
     const auto names = linearModuleNames(m);
     std::array<bool, kLinearModuleCount> on{};
-    for (size_t i = 0; i < names.size(); ++i)
+    const bool wrapsExperts = expertsLora(m, targets).any();
+    for (size_t i = 0; i < names.size(); ++i) {
+        const auto mod = static_cast<LinearModule>(i);
+        if (wrapsExperts && (mod == LinearModule::Gate || mod == LinearModule::Up || mod == LinearModule::Down))
+            continue; // PEFT puts these targets on the stacked experts (expertsLora)
         for (const auto &t : targets)
             if (!names[i].empty() && (t == names[i] || t == "all-linear"))
                 on[i] = true;
+    }
     return on;
+}
+
+ExpertsLora expertsLora(const ModelArch &m, const std::vector<std::string> &targets)
+{
+    ExpertsLora e;
+    if (!m.isMoe() || !familyTraitsOrLlama(m.modelType).expertsWrappedByPeft)
+        return e;
+    auto named = [&](const char *n) { return std::find(targets.begin(), targets.end(), n) != targets.end(); };
+    const bool gate = named("gate_proj"), up = named("up_proj");
+    e.gateUp = gate && up;
+    e.partial = gate != up;
+    e.down = named("down_proj");
+    return e;
+}
+
+std::vector<std::pair<int64_t, int64_t>> expertsLoraShapes(const ModelArch &m, const ExpertsLora &e, int64_t rank)
+{
+    const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, h = m.hiddenSize;
+    std::vector<std::pair<int64_t, int64_t>> out;
+    if (e.gateUp) {
+        const int64_t r2 = checkedMul(checkedMul(2, rank), E);
+        out.push_back({r2, h});
+        out.push_back({checkedMul(2, Ie), r2});
+    }
+    if (e.down) {
+        const int64_t r1 = checkedMul(rank, E);
+        out.push_back({r1, Ie});
+        out.push_back({h, r1});
+    }
+    return out;
 }
 
 int64_t seqLenFor(const ModelArch &m, int64_t seqLen)

@@ -831,6 +831,33 @@ T Ops::groupedMm(const T &x, const T &w, const T &offsets, int64_t rows, int64_t
     return out;
 }
 
+T Ops::loraExpertWeight(const T &w, const T &lhs, const T &rhs, bool graph)
+{
+    T out = s.make(w.bytes, w.elem);
+    const int copy = s.allocate(lhs.bytes, Category::Temporaries); // lhs.contiguous() for the bmm
+    s.unref(copy);
+    if (!graph)
+        return out;
+    const int64_t L = lhs.bytes, R = rhs.bytes;
+    s.record({&out}, {&lhs, &rhs}, {lhs.sto, rhs.sto}, [L, R](Sim &s, const std::vector<int> &g, const std::vector<bool> &) {
+        // w is frozen: grad lhs = grad @ rhs^T (a result and its copy), grad rhs = lhs^T @ grad
+        // (with a copy of lhs), in the order the H200 streams show.
+        std::vector<int> r(2, -1);
+        if (g[0] < 0)
+            return r;
+        const int a = s.allocate(L, Category::Temporaries);
+        r[0] = s.allocate(L, Category::Temporaries);
+        s.unref(a);
+        const int b = s.allocate(R, Category::Temporaries);
+        const int c = s.allocate(L, Category::Temporaries);
+        s.unref(c);
+        r[1] = s.allocate(R, Category::Temporaries);
+        s.unref(b);
+        return r;
+    });
+    return out;
+}
+
 T Ops::maskedFill(const T &x, const T &mask)
 {
     T out = s.make(x.bytes, x.elem);

@@ -105,6 +105,11 @@ public:
     // a stacked [experts, out, in] weight. Saves x (for the weight) and w (for the input); its
     // backward makes the whole weight's gradient first, then the input's.
     T groupedMm(const T &x, const T &w, const T &offsets, int64_t rows, int64_t in, int64_t outF);
+    // A frozen stacked experts weight w through PEFT's LoRA parametrization: w + scaling x (lhs @
+    // rhs) over all experts at once, into a tensor of w's size (with a contiguous copy of the
+    // permuted lhs while the batched matmul runs). `graph`: recorded for autograd (gradients for
+    // lhs and rhs); without it the result is only made (register_parametrization's check).
+    T loraExpertWeight(const T &w, const T &lhs, const T &rhs, bool graph);
     // x.masked_fill(mask, 0) (out of place): saves the mask; backward masks the gradient (a copy).
     T maskedFill(const T &x, const T &mask);
     // An in-place op on x (masked_fill_, div_): the same storage, a new grad_fn that keeps

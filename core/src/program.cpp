@@ -45,6 +45,7 @@ struct LayerParams
     // q_lora_rank; otherwise `q` is q_proj), kv_a_proj_with_mqa (+ bias), kv_a_layernorm, kv_b_proj.
     T qa, qaN, qb2, kva, kvaB, kvaN, kvb;
     std::array<LoraPair, kLinearModuleCount> lora;
+    LoraPair gateUpLora, downLora; // PEFT ParamWrappers on the stacked experts (model.h expertsLora)
 };
 
 class Run
@@ -79,8 +80,10 @@ public:
         ce = computeBytes(c.precision);
         re = amp ? 4 : ce;
         full = c.finetune == FineTune::Full;
-        if (!full)
+        if (!full) {
             loraMask = loraAdaptedModules(m, c.lora.targets);
+            expertsWrapped = expertsLora(m, c.lora.targets);
+        }
         qlora = c.finetune == FineTune::QLoRA;
         fsdp = c.zeroStage >= 2;
         if (fsdp && amp) {
@@ -177,6 +180,7 @@ private:
     int pe = 2, ce = 2, re = 2;
     int qe = 2; // QLoRA: Linear4bit's compute dtype
     std::array<bool, kLinearModuleCount> loraMask{};
+    ExpertsLora expertsWrapped;
     T embed, positions, finalNorm, finalNormB, lmHead;
     std::vector<LayerParams> layers;
     std::vector<T> batches;
@@ -487,6 +491,18 @@ private:
                     p.b = param(outFeatures(mod), c.lora.rank, true, "lora_B", kLoraElem);
                     p.on = true;
                 }
+                if (m.isMoeLayer(l)) { // the experts' ParamWrappers: gate_up's pair, then down's
+                    const auto shapes = expertsLoraShapes(m, expertsWrapped, c.lora.rank);
+                    size_t k = 0;
+                    for (LoraPair *p : {&L.gateUpLora, &L.downLora}) {
+                        if (p == &L.gateUpLora ? !expertsWrapped.gateUp : !expertsWrapped.down)
+                            continue;
+                        p->a = param(shapes[k].first, shapes[k].second, true, "experts.lora_A", kLoraElem);
+                        p->b = param(shapes[k + 1].first, shapes[k + 1].second, true, "experts.lora_B", kLoraElem);
+                        p->on = true;
+                        k += 2;
+                    }
+                }
             }
             S.setLayer(-1);
         }
@@ -631,6 +647,11 @@ private:
             if (L.lora[m].on && !placed[m]) {
                 out.push_back(&L.lora[m].a);
                 out.push_back(&L.lora[m].b);
+            }
+        for (LoraPair *p : {&L.gateUpLora, &L.downLora}) // (estimate() refuses FSDP with these)
+            if (p->on) {
+                out.push_back(&p->a);
+                out.push_back(&p->b);
             }
         return out;
     }
@@ -886,6 +907,11 @@ private:
                 if (p.on) {
                     add(p.a);
                     add(p.b);
+                }
+            for (LoraPair *p : {&L.gateUpLora, &L.downLora})
+                if (p->on) {
+                    add(p->a);
+                    add(p->b);
                 }
         }
         add(finalNorm);
@@ -1639,11 +1665,52 @@ private:
         }
     }
 
+    // PEFT 0.21's ParamWrapper over a stacked experts Parameter (lora/layer.py, get_delta_factors
+    // and the LoRA parametrization), as the H200 streams of Qwen3-30B-A3B, Moonlight and
+    // DeepSeek-V2-Lite show it op by op: the factors are lora_B.reshape(out, r, E).permute(2, 0, 1)
+    // and lora_A.reshape(E, r, in), each cast to the experts' dtype (lhs, then rhs; autograd keeps
+    // both), and register_parametrization evaluates the parametrized weight once and drops it.
+    struct Wrapped
+    {
+        T lhs, rhs;
+    };
+    Wrapped activateWrapper(const T &w, LoraPair &p)
+    {
+        S.setOp("lora.get_delta_factors");
+        Wrapped r;
+        T bv = O.headsView(p.b, true); // the permuted view: its gradient is copied back on reshape
+        r.lhs = O.to(bv, w.elem);
+        S.drop(bv);
+        T av = O.viewOf(p.a);
+        r.rhs = O.to(av, w.elem);
+        S.drop(av);
+        S.setOp("lora.register_parametrization");
+        T check = O.loraExpertWeight(w, r.lhs, r.rhs, false);
+        S.drop(check);
+        return r;
+    }
+    // The experts' weight as grouped_mm reads it through the parametrization: W + delta, made at
+    // each access (the forward's), saved by grouped_mm for the backward.
+    T wrappedWeight(const T &w, const Wrapped &f)
+    {
+        S.setOp("lora.parametrization");
+        T out = O.loraExpertWeight(w, f.lhs, f.rhs, true);
+        S.setOp("experts");
+        return out;
+    }
+
     T experts(LayerParams &L, const T &x, T &logits, T &top, T &idx, T &weights, T &shared)
     {
         const int e = amp ? 2 : ce;
         const int64_t E = m.numExperts, K = m.expertsPerToken, Ie = m.expertIntermediateSize;
         const int64_t pairs = checkedMul(tok, K);
+        // PEFT's ParamWrappers around the experts module: the outer (down_proj) activates first,
+        // then the inner (gate_up_proj); each holds its factors until the experts return.
+        Wrapped wDown, wGateUp;
+        if (L.downLora.on)
+            wDown = activateWrapper(L.expDown, L.downLora);
+        if (L.gateUpLora.on)
+            wGateUp = activateWrapper(L.gateUp, L.gateUpLora);
         // grouped_mm_experts_forward
         S.setOp("experts");
         T sortedIds = S.make(pairs * 8, 8); // torch.sort: values, permutation, scratch
@@ -1662,7 +1729,10 @@ private:
         T selm = O.inPlace(sel, {mask.sto});
         S.drop(sel);
         T selIn = amp ? O.to(selm, pe) : S.view(selm);
-        T up = O.groupedMm(selIn, L.gateUp, offsets, pairs, h, 2 * Ie);
+        T wgu = L.gateUpLora.on ? wrappedWeight(L.gateUp, wGateUp) : T{};
+        T up = O.groupedMm(selIn, L.gateUpLora.on ? wgu : L.gateUp, offsets, pairs, h, 2 * Ie);
+        if (wgu.valid())
+            S.drop(wgu); // grouped_mm saved it
         S.drop(selIn);
         T upm = O.maskedFill(up, mask);
         S.drop(up);
@@ -1674,7 +1744,10 @@ private:
         S.drop(g);
         S.drop(u);
         S.drop(upm);
-        T down = O.groupedMm(p, L.expDown, offsets, pairs, Ie, h);
+        T wd = L.downLora.on ? wrappedWeight(L.expDown, wDown) : T{};
+        T down = O.groupedMm(p, L.downLora.on ? wd : L.expDown, offsets, pairs, Ie, h);
+        if (wd.valid())
+            S.drop(wd);
         S.drop(p);
         T dm = O.maskedFill(down, mask);
         S.drop(down);
@@ -1689,6 +1762,10 @@ private:
         T sum = O.sumGroups(wg, checkedMul(tok, h));
         S.drop(wg);
         T out = O.to(sum, x.elem);
+        for (Wrapped *w : {&wGateUp, &wDown}) // the wrappers' contexts exit: autograd keeps the factors
+            for (T *f : {&w->lhs, &w->rhs})
+                if (f->valid())
+                    S.drop(*f);
         for (T *t : {&sortedIds, &idsInt, &hist, &sum, &logits, &top, &weights, &perm, &rowIdx, &offsets, &mask,
                      &inv, &sw, &selm, &idx})
             if (!ft.sharedExpertsAfter || (t != &logits && t != &weights))

@@ -138,6 +138,25 @@ std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m
 // The Linears PEFT's LoRA wraps: those whose name is a target (PEFT matches the module name's
 // last component), every one for "all-linear". Names are checked with loraTargetMask first.
 std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, const std::vector<std::string> &targets);
+// PEFT 0.21 on a family whose MoE experts are stacked Parameters it wraps (FamilyTraits::
+// expertsWrappedByPeft: Qwen3-MoE, DeepSeek-V2/V3): naming gate_proj/up_proj/down_proj puts a
+// ParamWrapper on every MoE layer's experts.gate_up_proj (rank 2r: gate and up side by side) and
+// experts.down_proj (rank r) and leaves the dense MLPs and shared experts alone; loraAdaptedModules
+// then has no MLP Linear for such a family (measured: the parameter layouts of the H200 runs
+// q3moe-bf16-lora16-b2s1024-l8, moon-bf16-lora16-b1s2048, dsv2l-bf16-lora16-b1s2048).
+struct ExpertsLora
+{
+    bool gateUp = false; // gate_proj and up_proj named
+    bool down = false;   // down_proj named
+    bool partial = false; // one of gate_proj/up_proj without the other (not measured)
+    bool any() const { return gateUp || down || partial; }
+};
+ExpertsLora expertsLora(const ModelArch &m, const std::vector<std::string> &targets);
+// The adapters of one MoE layer's wrapped experts as [rows, cols] in creation order: gate_up's
+// lora_A [2r x E, hidden] and lora_B [2 x expert intermediate, 2r x E], then down's lora_A
+// [r x E, expert intermediate] and lora_B [hidden, r x E] (PEFT's ParamWrapper: one nn.Linear
+// pair over all experts; the down wrapper is the outer one, so its factors come first in forward).
+std::vector<std::pair<int64_t, int64_t>> expertsLoraShapes(const ModelArch &m, const ExpertsLora &e, int64_t rank);
 // The targets, or {"all-linear"} where they name no Linear of `m` (a model switched from Llama to
 // GPT-2 keeps adapters instead of an error).
 std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets);
