@@ -394,7 +394,9 @@ int probeMain(int argc, char **argv)
     app.add_option("--request", requestPath, "Request JSON file (default: read stdin)");
     app.add_option("--engine", engineName,
                    "libtorch (default: Headroom's own step, fast) | transformers (your PyTorch + Transformers + PEFT)");
-    app.add_option("--steps", steps, "Measured steps after one warm-up step (default 2)");
+    app.add_option("--steps", steps,
+                   "Measured steps after one warm-up step, all of them run (default: 2 at most; on CUDA the "
+                   "LibTorch engine stops after the first when the allocator replay shows the second repeats it)");
     app.add_option("--device", device, "auto | cuda | cpu (overrides the request)");
     app.add_option("--out", outPath, "Also write the result JSON to this file");
     app.add_option("--alloc-conf", allocConf, "PYTORCH_CUDA_ALLOC_CONF, e.g. expandable_segments:True");
@@ -473,6 +475,7 @@ int probeMain(int argc, char **argv)
             if (steps < 1 || steps > 1000)
                 throw InputError("--steps", std::to_string(steps), "must be between 1 and 1000");
             request.steps = steps;
+            request.earlyStop = false; // asked for: run every one
         }
         if (!device.empty()) {
             if (device != "auto" && device != "cuda" && device != "cpu")

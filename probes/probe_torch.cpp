@@ -159,6 +159,23 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
         cudaFree(nullptr); // create the context now, so its time is init time
     }
 #endif
+    // The early stop's trace, attached before the model is built (one GPU: a rank's collectives
+    // run on NCCL's own streams, which the replay does not follow). Leaked on purpose: the
+    // allocator keeps calling its tracker until the process ends.
+    AllocatorTracer &tracer = *new AllocatorTracer;
+    const int keptSteps = request.steps;
+    bool earlyStop = cuda && request.earlyStop && !dist.enabled && request.steps > 1 && !cb.snapshot; // --snapshot samples the last step
+    AllocatorConfig replayConf;
+    if (earlyStop) {
+        try {
+            const char *conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+            replayConf = parseAllocConf(conf ? conf : "");
+        } catch (const InputError &) {
+            earlyStop = false; // a setting the model does not know: run every step
+        }
+        earlyStop = earlyStop && tracer.attach();
+    }
+    std::vector<TimelineMark> traceMarks;
     M.initSeconds = since(tStart);
     const torch::Device device(cuda ? torch::kCUDA : torch::kCPU);
     const Meter meter(cuda);
@@ -230,6 +247,13 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
                     cb.progress(k, current, (k * 3.0 + double(pi)) / (total * 3.0));
                 meter.sync();
                 meter.resetPeak();
+                if (earlyStop && !zeroGrad) {
+                    TimelineMark mk;
+                    mk.step = k;
+                    mk.phase = current;
+                    mk.event = tracer.size();
+                    traceMarks.push_back(mk);
+                }
                 const int64_t before = meter.read().allocated;
                 const auto t0 = Clock::now();
                 if (zeroGrad) {
@@ -270,7 +294,26 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
                 std::tie(pm.deviceUsedBytes, pm.deviceTotalBytes) = meter.deviceUsedTotal();
                 M.phases.push_back(pm);
             }
+            // After a measured step, with more to run: does the next one repeat it? Only when the
+            // allocator model reproduces every phase so far to the byte and its replay of the
+            // step once more peaks where this one did (core: nextStepRepeats).
+            if (earlyStop && k >= M.warmupSteps && k + 1 < total) {
+                std::string why;
+                const auto repeats =
+                    nextStepRepeats(timelineFromTrace(tracer.entries(), traceMarks), replayConf, M.phases, &why);
+                if (repeats && *repeats) {
+                    M.skippedSteps = total - 1 - k;
+                    M.note += std::string(M.note.empty() ? "" : " ") + "Measured " + std::to_string(k + 1 - M.warmupSteps) +
+                              " of " + std::to_string(keptSteps) +
+                              " steps: replayed through the caching-allocator model, which reproduces every phase "
+                              "of this run to the byte, the next step repeats the last.";
+                    break;
+                }
+                if (!repeats)
+                    earlyStop = false; // the model cannot vouch for this run: run every step
+            }
         }
+        tracer.stop();
         M.stepsSeconds = since(tSteps);
         if (dist.enabled) { // the same on every rank when the collectives are right
             torch::NoGradGuard ng;

@@ -4,6 +4,7 @@
 // every phase (tests/data/corpus/h200.jsonl). And the rules one by one, on small streams.
 #include "headroom/allocator.h"
 #include "headroom/error.h"
+#include "headroom/measurement.h"
 #include "headroom/serialize.h"
 #include "headroom/timeline.h"
 
@@ -120,6 +121,80 @@ private Q_SLOTS:
         QVERIFY(exact * 2 > a.size());
         QVERIFY(a[a.size() * 9 / 10] <= 0.005);
         QVERIFY(a.back() <= 0.01); // 0.37% with the cache releases (EmptyCache) read from the stream
+    }
+
+    // The LibTorch probe's early stop (measurement.h nextStepRepeats) on every recorded run: cut
+    // after the first steady step, with the phases measured up to there, the model either cannot
+    // vouch for the run or predicts the next step. A "repeats" must never be said of a step that
+    // grew (the probe would report a peak that was not the steady one); and it must be said often
+    // enough to matter (the probe then skips a step).
+    void earlyStopNeverSkipsAStepThatGrew()
+    {
+        int verified = 0, repeats = 0, runs = 0;
+        const QStringList files = QDir(m_dir.path()).entryList({QStringLiteral("*.json")}, QDir::Files, QDir::Name);
+        for (const QString &f : files) {
+            const std::string name = QFileInfo(f).completeBaseName().toStdString();
+            Timeline t = readTimelineFile(QString(m_dir.path() + QLatin1Char('/') + f).toStdString());
+            const Measurement m = measurementFromJson(corpus().at(name));
+            const auto cut = std::find_if(t.marks.begin(), t.marks.end(), [](const TimelineMark &k) { return k.step == 2; });
+            if (cut == t.marks.end())
+                continue;
+            ++runs;
+            t.events.resize(cut->event);
+            t.marks.erase(cut, t.marks.end());
+            std::vector<PhaseMeasurement> upToCut;
+            std::map<std::pair<int, Phase>, std::pair<int64_t, int64_t>> stepPeaks; // (step, phase) -> peaks
+            for (const PhaseMeasurement &p : m.phases) {
+                if (p.step <= 1)
+                    upToCut.push_back(p);
+                auto &v = stepPeaks[{p.step, p.phase}];
+                v.first = std::max(v.first, p.peakAllocatedBytes);
+                v.second = std::max(v.second, p.peakReservedBytes);
+            }
+            const auto says = nextStepRepeats(t, AllocatorConfig{}, upToCut);
+            if (!says)
+                continue;
+            ++verified;
+            if (!*says)
+                continue;
+            ++repeats;
+            for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer})
+                QVERIFY2((stepPeaks[{2, p}] == stepPeaks[{1, p}]), (name + " " + std::string(toString(p))).c_str());
+        }
+        qInfo("%d runs: the model vouches for %d, and says the next step repeats in %d", runs, verified, repeats);
+        QVERIFY(runs >= 150);
+        QVERIFY(verified >= 90);
+        QVERIFY(repeats >= 40);
+    }
+
+    // A trace as the probe records it: ids by address, the frees of addresses it never saw dropped,
+    // a burst of segment frees one cache release, marks moved with the stream.
+    void traceBecomesAStream()
+    {
+        using E = AllocatorTraceEntry;
+        const std::vector<E> trace = {{E::Free, 0x10, 512},    {E::Alloc, 0x100, 1000}, {E::Alloc, 0x200, 2 * MiB},
+                                      {E::Free, 0x100, 1000},  {E::Alloc, 0x100, 600},  {E::SegmentFree, 0x0, 0},
+                                      {E::SegmentFree, 0x0, 0}, {E::Free, 0x200, 2 * MiB}, {E::Free, 0x100, 600}};
+        TimelineMark fwd;
+        fwd.step = 0;
+        fwd.phase = Phase::Forward;
+        fwd.event = 1;
+        TimelineMark bwd = fwd;
+        bwd.phase = Phase::Backward;
+        bwd.event = 7;
+        const Timeline t = timelineFromTrace(trace, {bwd, fwd});
+        QCOMPARE(t.events.size(), size_t(7));
+        QVERIFY(t.events[0].kind == MemEvent::Alloc);
+        QVERIFY(t.events[2].kind == MemEvent::Free);
+        QCOMPARE(t.events[2].id, t.events[0].id);
+        QVERIFY(t.events[3].kind == MemEvent::Alloc);
+        QVERIFY(t.events[3].id != t.events[0].id); // the address again is a new tensor
+        QVERIFY(t.events[4].kind == MemEvent::EmptyCache);
+        QCOMPARE(t.events[6].id, t.events[3].id);
+        QCOMPARE(t.marks.size(), size_t(2));
+        QVERIFY(t.marks[0].phase == Phase::Forward);
+        QCOMPARE(t.marks[0].event, size_t(0));
+        QCOMPARE(t.marks[1].event, size_t(5));
     }
 
     // Two ranks sharing the H200 through FSDP2 (reshard on and off), ZeroRedundancyOptimizer and

@@ -163,8 +163,21 @@ private Q_SLOTS:
         r.model = findModelPreset("qwen2.5-0.5b");
         r.steps = 3;
         r.device = "cpu";
+        r.earlyStop = false;
         const json j = toJson(r);
         QCOMPARE(toJson(probeRequestFromJson(j)), j);
+        QVERIFY(!probeRequestFromJson(j).earlyStop);
+        json older = j; // a request from before early_stop: the probe may stop early
+        older.erase("early_stop");
+        QVERIFY(probeRequestFromJson(older).earlyStop);
+        json bad = j;
+        bad["early_stop"] = "sometimes";
+        try {
+            probeRequestFromJson(bad);
+            QFAIL("accepted early_stop = sometimes");
+        } catch (const InputError &e) {
+            QCOMPARE(QString::fromStdString(e.field()), QStringLiteral("request.early_stop"));
+        }
     }
     void badMeasurementNamesField_data()
     {
@@ -180,6 +193,7 @@ private Q_SLOTS:
         QTest::addRow("bad category") << R"({"attribution": {"vram": 5}})" << "result.attribution = vram";
         QTest::addRow("missing model") << R"({"model": null})" << "model";
         QTest::addRow("backend") << R"({"backend": "mpi"})" << "result.backend = mpi";
+        QTest::addRow("skipped steps") << R"({"skipped_steps": -1})" << "result.skipped_steps = -1";
         QTest::addRow("phase attribution type") << R"({"phase_attribution": 3})" << "result.phase_attribution";
         QTest::addRow("phase attribution phase") << R"({"phase_attribution": {"sideways": {"weights": 1}}})"
                                                  << "result.phase_attribution = sideways";

@@ -4,6 +4,9 @@
 #include "headroom/serialize.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
 
 namespace headroom {
 
@@ -62,6 +65,7 @@ json toJson(const ProbeRequest &r)
             {"model", model},
             {"config", toJson(r.config)},
             {"steps", r.steps},
+            {"early_stop", r.earlyStop},
             {"device", r.device},
             {"engine", r.engine}};
 }
@@ -82,6 +86,11 @@ ProbeRequest probeRequestFromJson(const json &j)
     }
     if (j.contains("steps"))
         r.steps = static_cast<int>(requireInt64(j, "steps", ctx, 1, 1000));
+    if (j.contains("early_stop")) {
+        if (!j.at("early_stop").is_boolean())
+            throw InputError(ctx + ".early_stop", show(j.at("early_stop")), "must be true or false");
+        r.earlyStop = j.at("early_stop").get<bool>();
+    }
     if (j.contains("device")) {
         r.device = optString(j, "device", ctx);
         if (r.device != "auto" && r.device != "cuda" && r.device != "cpu")
@@ -256,6 +265,7 @@ json toJson(const Measurement &m)
               {"model", toJson(m.model)},
               {"config", toJson(m.config)},
               {"warmup_steps", m.warmupSteps},
+              {"skipped_steps", m.skippedSteps},
               {"phases", phases},
               {"attribution", toJson(m.attribution)},
               {"peak", {{"phase", toString(m.peakPhase)},
@@ -349,6 +359,8 @@ Measurement measurementFromJson(const json &j)
     m.config = trainingConfigFromJson(requireField(j, "config", ctx));
     if (j.contains("warmup_steps"))
         m.warmupSteps = static_cast<int>(requireInt64(j, "warmup_steps", ctx, 0, 1000));
+    if (j.contains("skipped_steps"))
+        m.skippedSteps = static_cast<int>(requireInt64(j, "skipped_steps", ctx, 0, 1000));
     const json &phases = requireField(j, "phases", ctx);
     if (!phases.is_array())
         throw InputError(ctx + ".phases", show(phases).substr(0, 40), "must be an array");
@@ -473,6 +485,102 @@ Measurement measurementFromJson(const json &j)
         }
     }
     return m;
+}
+
+Timeline timelineFromTrace(const std::vector<AllocatorTraceEntry> &trace, std::vector<TimelineMark> marks)
+{
+    Timeline t;
+    t.source = "measured";
+    t.events.reserve(trace.size());
+    std::unordered_map<uint64_t, uint32_t> live; // address -> id
+    uint32_t next = 0;
+    size_t mark = 0;
+    std::sort(marks.begin(), marks.end(), [](const TimelineMark &a, const TimelineMark &b) { return a.event < b.event; });
+    for (size_t i = 0; i <= trace.size(); ++i) {
+        for (; mark < marks.size() && marks[mark].event <= i; ++mark) {
+            marks[mark].event = t.events.size();
+            t.marks.push_back(marks[mark]);
+        }
+        if (i == trace.size())
+            break;
+        const AllocatorTraceEntry &e = trace[i];
+        MemEvent ev;
+        if (e.kind == AllocatorTraceEntry::Alloc) {
+            ev.kind = MemEvent::Alloc;
+            ev.id = next++;
+            ev.bytes = e.bytes;
+            live[e.address] = ev.id;
+        } else if (e.kind == AllocatorTraceEntry::Free) {
+            const auto it = live.find(e.address);
+            if (it == live.end())
+                continue;
+            ev.kind = MemEvent::Free;
+            ev.id = it->second;
+            ev.bytes = e.bytes;
+            live.erase(it);
+        } else {
+            if (!t.events.empty() && t.events.back().kind == MemEvent::EmptyCache)
+                continue;
+            ev.kind = MemEvent::EmptyCache;
+        }
+        t.events.push_back(ev);
+    }
+    return t;
+}
+
+std::optional<bool> nextStepRepeats(const Timeline &t, const AllocatorConfig &config,
+                                    const std::vector<PhaseMeasurement> &measured, std::string *why)
+{
+    auto no = [why](const std::string &w) -> std::optional<bool> {
+        if (why)
+            *why = w;
+        return std::nullopt;
+    };
+    if (t.marks.empty())
+        return no("no phase marks");
+    using Key = std::tuple<int, Phase, int>;
+    auto peaks = [](const Replay &r) {
+        std::map<Key, std::pair<int64_t, int64_t>> out;
+        for (const ReplayPhase &p : r.phases) {
+            auto &v = out[{p.mark.step, p.mark.phase, p.mark.microBatch}];
+            v.first = std::max(v.first, p.peakAllocatedBytes);
+            v.second = std::max(v.second, p.peakReservedBytes);
+        }
+        return out;
+    };
+    const Replay r = replay(t, config);
+    if (r.outOfMemory || r.retries > 0)
+        return no("the replay ran out of memory or retried");
+    const auto replayed = peaks(r);
+    int compared = 0;
+    for (const PhaseMeasurement &m : measured) {
+        if (m.phase == Phase::AfterLoad)
+            continue;
+        const auto it = replayed.find({m.step, m.phase, m.microBatch});
+        if (it == replayed.end())
+            return no("step " + std::to_string(m.step) + " " + std::string(toString(m.phase)) + " is not in the trace");
+        if (it->second.first != m.peakAllocatedBytes || it->second.second != m.peakReservedBytes)
+            return no("step " + std::to_string(m.step) + " " + std::string(toString(m.phase)) + ": the model peaks at " +
+                      std::to_string(it->second.first) + " allocated, " + std::to_string(it->second.second) +
+                      " reserved; measured " + std::to_string(m.peakAllocatedBytes) + ", " +
+                      std::to_string(m.peakReservedBytes));
+        ++compared;
+    }
+    if (compared == 0)
+        return no("nothing measured to check the model against");
+    Timeline next = t;
+    if (!repeatLastStep(next))
+        return no("the last step keeps tensors it allocated (not closed)");
+    const int last = t.marks.back().step;
+    const auto both = peaks(replay(next, config));
+    for (const auto &[k, v] : both) {
+        if (std::get<0>(k) != last + 1)
+            continue;
+        const auto same = both.find({last, std::get<1>(k), std::get<2>(k)});
+        if (same == both.end() || same->second != v)
+            return false;
+    }
+    return true;
 }
 
 } // namespace headroom

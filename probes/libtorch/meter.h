@@ -160,6 +160,83 @@ private:
 // taken at every decoder-layer boundary in forward and in backward (MarkFn), and at the phase
 // ends, so the chosen one is within one layer's transients of the true peak; the result says
 // both numbers.
+// ---------------------------------------------------------------- allocator trace (early stop)
+// Every allocation, completed free and segment release of PyTorch's caching allocator, from before
+// the model is built, for the early stop (core's nextStepRepeats). attachAllocatorTraceTracker's
+// callback runs under the allocator's lock on whichever thread allocates (autograd's too): it only
+// appends. Not available (cudaMallocAsync backend, a LibTorch without the hook): empty, no stop.
+class AllocatorTracer
+{
+public:
+    bool attach()
+    {
+#if HEADROOM_HAVE_CUDA
+        try {
+            // The device allocators exist once CUDA is initialised for ATen; an empty tensor
+            // initialises it and allocates nothing.
+            (void)torch::empty({0}, torch::TensorOptions().device(torch::kCUDA));
+            auto *allocator = c10::cuda::CUDACachingAllocator::get();
+            if (!allocator || allocator->name() != "native")
+                return false;
+            {
+                std::lock_guard<std::mutex> lock(m_mutex);
+                m_on = true;
+            }
+            allocator->attachAllocatorTraceTracker([this](const auto &te) {
+                using Action = typename std::decay_t<decltype(te)>::Action;
+                AllocatorTraceEntry e;
+                if (te.action_ == Action::ALLOC)
+                    e.kind = AllocatorTraceEntry::Alloc;
+                else if (te.action_ == Action::FREE_COMPLETED)
+                    e.kind = AllocatorTraceEntry::Free;
+                else if (te.action_ == Action::SEGMENT_FREE)
+                    e.kind = AllocatorTraceEntry::SegmentFree;
+                else
+                    return;
+                e.address = static_cast<uint64_t>(te.addr_);
+                e.bytes = static_cast<int64_t>(te.size_);
+                std::lock_guard<std::mutex> lock(m_mutex);
+                if (m_on)
+                    m_entries.push_back(e);
+            });
+            return true;
+        } catch (const std::exception &) {
+            stop();
+            return false;
+        }
+#else
+        return false;
+#endif
+    }
+    bool on() const
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        return m_on;
+    }
+    size_t size() const
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        return m_entries.size();
+    }
+    std::vector<AllocatorTraceEntry> entries() const
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        return m_entries;
+    }
+    void stop()
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_on = false; // the tracker cannot be detached: it records nothing more
+        m_entries.clear();
+        m_entries.shrink_to_fit();
+    }
+
+private:
+    mutable std::mutex m_mutex;
+    std::vector<AllocatorTraceEntry> m_entries;
+    bool m_on = false;
+};
+
 class SnapshotRecorder
 {
 public:

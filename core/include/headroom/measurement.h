@@ -2,6 +2,9 @@
 
 #include "headroom/estimator.h"
 #include "headroom/model.h"
+#include "headroom/timeline.h"
+
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +15,10 @@ struct ProbeRequest
 {
     ModelArch model;
     TrainingConfig config;
-    int steps = 2;              // measured steps after one warm-up step
+    int steps = 2;              // measured steps after one warm-up step, at most (see earlyStop)
+    // The LibTorch engine on CUDA may stop after a measured step when the allocator model, exact on
+    // every phase run so far, shows the next step repeats it (nextStepRepeats). False: run them all.
+    bool earlyStop = true;
     std::string device = "auto"; // auto | cuda | cpu
     std::string engine = "libtorch"; // libtorch | transformers (headroom-probe --engine overrides)
 };
@@ -80,6 +86,9 @@ struct Measurement
     ModelArch model;
     TrainingConfig config;
     int warmupSteps = 1;
+    // Measured steps not run because the allocator replay of the run showed the next step repeats
+    // the last one (ProbeRequest::earlyStop); 0 when every requested step ran.
+    int skippedSteps = 0;
     std::vector<PhaseMeasurement> phases; // every phase of every step, in order
     Breakdown attribution;                // bytes by category at the steady-state peak
     // The same at each steady phase's peak (forward, backward, optimizer; none for after_load),
@@ -105,6 +114,34 @@ struct Measurement
     // before the warm-up); nullopt if never measured.
     std::optional<PhaseMeasurement> steady(Phase p) const;
 };
+
+// One entry of PyTorch's caching-allocator trace (c10 CUDACachingAllocator's TraceEntry, as the
+// LibTorch probe receives it from attachAllocatorTraceTracker): an allocation of `bytes` requested
+// bytes at `address`, a free that completed (the block is back in the pool), or a segment given back
+// to the device (empty_cache, or the release before an out-of-memory retry).
+struct AllocatorTraceEntry
+{
+    enum Kind : uint8_t { Alloc, Free, SegmentFree };
+    Kind kind = Alloc;
+    uint64_t address = 0;
+    int64_t bytes = 0;
+};
+// The trace as an allocation stream: ids by address, a free of an address never allocated in the
+// trace dropped, a burst of segment frees one EmptyCache. `marks[i].event` index the trace; in the
+// result they index the stream.
+Timeline timelineFromTrace(const std::vector<AllocatorTraceEntry> &trace, std::vector<TimelineMark> marks);
+
+// The LibTorch probe's early stop (issue 11): after a measured steady step, will the next step
+// repeat it? The caching allocator is deterministic: the next step asks for the same blocks in the
+// same order from the state this one left. `t` is the whole run's trace so far (from before the
+// model was built), `measured` the phases the probe measured on it. The allocator model replays
+// `t`; unless it gives every measured phase's peak allocated and peak reserved to the byte, it
+// cannot vouch for this run (nullopt, with the first difference in `why`). Otherwise the last step
+// is repeated (repeatLastStep) and replayed: true when each of its phases peaks, allocated and
+// reserved, where the last step's did. Checked against the 158 recorded H200 runs (tst_allocator):
+// it never says "repeats" of a step that grew.
+std::optional<bool> nextStepRepeats(const Timeline &t, const AllocatorConfig &config,
+                                    const std::vector<PhaseMeasurement> &measured, std::string *why = nullptr);
 
 // max/min of the ranks' peak allocated bytes (1 for fewer than two ranks).
 double rankSpread(const Measurement &m);
