@@ -37,6 +37,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -174,6 +175,8 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
             earlyStop = false; // a setting the model does not know: run every step
         }
         earlyStop = earlyStop && tracer.attach();
+        if (!earlyStop)
+            std::fprintf(stderr, "headroom-probe: early stop off: no allocator trace (allocator backend or settings)\n");
     }
     std::vector<TimelineMark> traceMarks;
     M.initSeconds = since(tStart);
@@ -309,8 +312,10 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
                               "of this run to the byte, the next step repeats the last.";
                     break;
                 }
-                if (!repeats)
+                if (!repeats) {
                     earlyStop = false; // the model cannot vouch for this run: run every step
+                    std::fprintf(stderr, "headroom-probe: early stop off: %s\n", why.c_str());
+                }
             }
         }
         tracer.stop();

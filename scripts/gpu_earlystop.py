@@ -164,7 +164,7 @@ def main():
                "steps3_later_steps_repeat_step1": repeated,
                "auto_step1_equals_steps3_step1": all(sa.get((1, ph)) == s3.get((1, ph))
                                                      for ph in ("forward", "backward", "optimizer")),
-               "note": auto.get("note", "")[-200:]}
+               "note": auto.get("note", "")[-200:], "stderr": err[-300:]}
         rows.append(row)
         json.dump(rows, open(os.path.join(a.out, "earlystop.json"), "w"), indent=1)
         verdict = "" if not skipped else ("ok" if repeated else "WRONG: a skipped step differed")
