@@ -273,6 +273,10 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
                 } else if (current == Phase::Backward) {
                     loss.backward();
                     loss = Tensor();
+                    // The layers' rotary tables and mask go with the step, as HF's forward locals
+                    // do, not at the next forward: the step then frees all it made (the early stop
+                    // replays only such a step).
+                    step.calls.clear();
                     if (dp)
                         dp->afterBackward();
                 } else {
@@ -306,10 +310,14 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
                     nextStepRepeats(timelineFromTrace(tracer.entries(), traceMarks), replayConf, M.phases, &why);
                 if (repeats && *repeats) {
                     M.skippedSteps = total - 1 - k;
+                    for (int as = k + 1; as < total; ++as)
+                        for (const PhaseMeasurement &r : repeatedStep(M.phases, k, as))
+                            M.phases.push_back(r);
                     M.note += std::string(M.note.empty() ? "" : " ") + "Measured " + std::to_string(k + 1 - M.warmupSteps) +
                               " of " + std::to_string(keptSteps) +
                               " steps: replayed through the caching-allocator model, which reproduces every phase "
-                              "of this run to the byte, the next step repeats the last.";
+                              "of this run to the byte, the next step repeats the last (its phases are marked "
+                              "replayed).";
                     break;
                 }
                 if (!repeats) {

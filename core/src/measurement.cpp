@@ -239,7 +239,7 @@ std::string engineProvenance(const Measurement &m)
 json toJson(const Measurement &m)
 {
     json phases = json::array();
-    for (const auto &p : m.phases)
+    for (const auto &p : m.phases) {
         phases.push_back({{"step", p.step},
                           {"phase", toString(p.phase)},
                           {"micro_batch", p.microBatch},
@@ -253,6 +253,9 @@ json toJson(const Measurement &m)
                           {"alloc_retries", p.allocRetries},
                           {"ooms", p.ooms},
                           {"seconds", p.seconds}});
+        if (p.replayed)
+            phases.back()["replayed"] = true;
+    }
     json j = {{"schema_version", kSchemaVersion},
               {"event", "result"},
               {"engine", m.engine},
@@ -387,6 +390,11 @@ Measurement measurementFromJson(const json &j)
         if (p.contains("ooms"))
             pm.ooms = requireInt64(p, "ooms", pc, 0, kMaxBytes);
         pm.seconds = optNumber(p, "seconds", pc);
+        if (p.contains("replayed")) {
+            if (!p.at("replayed").is_boolean())
+                throw InputError(pc + ".replayed", show(p.at("replayed")), "must be true or false");
+            pm.replayed = p.at("replayed").get<bool>();
+        }
         if (pm.peakAllocatedBytes > pm.peakReservedBytes && pm.peakReservedBytes > 0)
             throw InputError(pc + ".peak_allocated_bytes", std::to_string(pm.peakAllocatedBytes),
                              "exceeds peak_reserved_bytes (" + std::to_string(pm.peakReservedBytes) + ")");
@@ -572,15 +580,45 @@ std::optional<bool> nextStepRepeats(const Timeline &t, const AllocatorConfig &co
     if (!repeatLastStep(next))
         return no("the last step keeps tensors it allocated (not closed)");
     const int last = t.marks.back().step;
-    const auto both = peaks(replay(next, config));
+    const Replay r2 = replay(next, config);
+    if (r2.outOfMemory || r2.retries > 0)
+        return false;
+    // The cache the last step ends with: the next step repeats it when each of its phases peaks at
+    // the same allocated bytes and it reserves nothing more (a phase's peak reserved is then that).
+    int64_t endReserved = -1;
+    for (const ReplayPhase &p : r2.phases)
+        if (p.mark.step == last)
+            endReserved = p.endReservedBytes;
+    const auto both = peaks(r2);
     for (const auto &[k, v] : both) {
         if (std::get<0>(k) != last + 1)
             continue;
         const auto same = both.find({last, std::get<1>(k), std::get<2>(k)});
-        if (same == both.end() || same->second != v)
+        if (same == both.end() || same->second.first != v.first || v.second != endReserved)
             return false;
     }
     return true;
+}
+
+std::vector<PhaseMeasurement> repeatedStep(const std::vector<PhaseMeasurement> &phases, int step, int as)
+{
+    int64_t endReserved = 0;
+    for (const PhaseMeasurement &p : phases)
+        if (p.step == step)
+            endReserved = std::max(endReserved, p.reservedBytes);
+    std::vector<PhaseMeasurement> out;
+    for (const PhaseMeasurement &p : phases) {
+        if (p.step != step || p.phase == Phase::AfterLoad)
+            continue;
+        PhaseMeasurement r = p;
+        r.step = as;
+        r.peakReservedBytes = endReserved; // the cache it starts with, which it does not grow
+        r.reservedBytes = endReserved;
+        r.seconds = 0.0;
+        r.replayed = true;
+        out.push_back(r);
+    }
+    return out;
 }
 
 } // namespace headroom

@@ -46,6 +46,8 @@ struct PhaseMeasurement
     int64_t allocRetries = 0;
     int64_t ooms = 0;
     double seconds = 0.0;
+    // Not run: a step the early stop showed repeats a measured one (repeatedStep), its numbers that step's.
+    bool replayed = false;
 };
 
 struct OomReport
@@ -137,11 +139,14 @@ Timeline timelineFromTrace(const std::vector<AllocatorTraceEntry> &trace, std::v
 // model was built), `measured` the phases the probe measured on it. The allocator model replays
 // `t`; unless it gives every measured phase's peak allocated and peak reserved to the byte, it
 // cannot vouch for this run (nullopt, with the first difference in `why`). Otherwise the last step
-// is repeated (repeatLastStep) and replayed: true when each of its phases peaks, allocated and
-// reserved, where the last step's did. Checked against the 158 recorded H200 runs (tst_allocator):
-// it never says "repeats" of a step that grew.
+// is repeated (repeatLastStep) and replayed: true when each of its phases peaks at the last step's
+// allocated bytes and it reserves nothing beyond what the last step ended with. Checked against
+// the 158 recorded H200 runs (tst_allocator): it never says "repeats" of a step that grew.
 std::optional<bool> nextStepRepeats(const Timeline &t, const AllocatorConfig &config,
                                     const std::vector<PhaseMeasurement> &measured, std::string *why = nullptr);
+// The phases of a step that repeats measured step `step`, numbered `as` and marked replayed: the
+// same peaks allocated, and as reserved the cache `step` ended with (a phase starts from it).
+std::vector<PhaseMeasurement> repeatedStep(const std::vector<PhaseMeasurement> &phases, int step, int as);
 
 // max/min of the ranks' peak allocated bytes (1 for fewer than two ranks).
 double rankSpread(const Measurement &m);
