@@ -250,7 +250,7 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
                     cb.progress(k, current, (k * 3.0 + double(pi)) / (total * 3.0));
                 meter.sync();
                 meter.resetPeak();
-                if (earlyStop && !zeroGrad) {
+                if (!zeroGrad && tracer.on()) {
                     TimelineMark mk;
                     mk.step = k;
                     mk.phase = current;
@@ -325,6 +325,10 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
                     std::fprintf(stderr, "headroom-probe: early stop off: %s\n", why.c_str());
                 }
             }
+        }
+        if (const char *dump = std::getenv("HEADROOM_PROBE_TRACE"); dump && tracer.on()) {
+            // For studying the allocator model: the run's allocator trace as a probe_timeline.
+            std::ofstream(dump) << toJson(timelineFromTrace(tracer.entries(), traceMarks)).dump();
         }
         tracer.stop();
         M.stepsSeconds = since(tSteps);

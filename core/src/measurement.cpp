@@ -499,6 +499,7 @@ Timeline timelineFromTrace(const std::vector<AllocatorTraceEntry> &trace, std::v
 {
     Timeline t;
     t.source = "measured";
+    t.ops.push_back("caching allocator trace"); // the trace names no op
     t.events.reserve(trace.size());
     std::unordered_map<uint64_t, uint32_t> live; // address -> id
     uint32_t next = 0;

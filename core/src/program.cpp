@@ -11,6 +11,7 @@
 #include "headroom/error.h"
 
 #include <algorithm>
+#include <string_view>
 #include <functional>
 #include <map>
 
@@ -479,31 +480,66 @@ private:
         if (qlora)
             quantizeForQlora();
         if (!full) {
-            // get_peft_model: an A and a B per targeted Linear, fp32, layer by layer.
+            // get_peft_model (PEFT 0.21): an A and a B per targeted Linear of every layer, then per
+            // targeted experts Parameter (target_parameters are injected after the modules), each
+            // made on the base weight's device in its dtype (_move_adapter_to_device_of_base_layer);
+            // then cast_adapter_dtype (autocast_adapter_dtype=True) makes each fp32, layer by
+            // layer in module order, and the first copy goes (the H200 streams' load: "convert",
+            // then cast_adapter_dtype). Already fp32 (fp32 and autocast runs), nothing is cast.
+            // QLoRA's adapters come as fp32 directly (its load is simulated in quantizeForQlora).
+            struct Adapter
+            {
+                int64_t layer;
+                LoraPair *pair;
+                std::array<std::pair<int64_t, int64_t>, 2> shape; // A, then B: [rows, cols]
+                const char *name;
+                T a16, b16;
+            };
+            std::vector<Adapter> order; // the fp32 cast's order: per layer, modules then experts
             for (int64_t l = 0; l < m.numLayers; ++l) {
-                S.setLayer(static_cast<int>(l));
                 LayerParams &L = layers[static_cast<size_t>(l)];
-                for (int mod = 0; mod < kLinearModuleCount; ++mod) {
-                    if (!loraMask[static_cast<size_t>(mod)] || !present(mod))
-                        continue;
-                    LoraPair &p = L.lora[static_cast<size_t>(mod)];
-                    p.a = param(c.lora.rank, inFeatures(mod), true, "lora_A", kLoraElem);
-                    p.b = param(outFeatures(mod), c.lora.rank, true, "lora_B", kLoraElem);
-                    p.on = true;
-                }
+                for (int mod = 0; mod < kLinearModuleCount; ++mod)
+                    if (loraMask[static_cast<size_t>(mod)] && present(mod))
+                        order.push_back({l, &L.lora[static_cast<size_t>(mod)],
+                                         {{{c.lora.rank, inFeatures(mod)}, {outFeatures(mod), c.lora.rank}}}, "lora", {}, {}});
                 if (m.isMoeLayer(l)) { // the experts' ParamWrappers: gate_up's pair, then down's
                     const auto shapes = expertsLoraShapes(m, expertsWrapped, c.lora.rank);
                     size_t k = 0;
                     for (LoraPair *p : {&L.gateUpLora, &L.downLora}) {
                         if (p == &L.gateUpLora ? !expertsWrapped.gateUp : !expertsWrapped.down)
                             continue;
-                        p->a = param(shapes[k].first, shapes[k].second, true, "experts.lora_A", kLoraElem);
-                        p->b = param(shapes[k + 1].first, shapes[k + 1].second, true, "experts.lora_B", kLoraElem);
-                        p->on = true;
+                        order.push_back({l, p, {{shapes[k], shapes[k + 1]}}, "experts.lora", {}, {}});
                         k += 2;
                     }
                 }
             }
+            const bool cast = !qlora && pe != kLoraElem;
+            auto made = [&](Adapter &ad, bool fp32) {
+                S.setLayer(static_cast<int>(ad.layer));
+                const auto [ra, ca] = ad.shape[0];
+                const auto [rb, cb] = ad.shape[1];
+                if (!fp32) {
+                    S.setOp("lora (base dtype)");
+                    ad.a16 = S.make(checkedMul(checkedMul(ra, ca), pe), pe, Category::Temporaries);
+                    ad.b16 = S.make(checkedMul(checkedMul(rb, cb), pe), pe, Category::Temporaries);
+                    return;
+                }
+                ad.pair->a = param(ra, ca, true, "lora_A", kLoraElem);
+                if (ad.a16.valid())
+                    S.drop(ad.a16);
+                ad.pair->b = param(rb, cb, true, "lora_B", kLoraElem);
+                if (ad.b16.valid())
+                    S.drop(ad.b16);
+                ad.pair->on = true;
+            };
+            const bool expertsLast = !qlora; // target_parameters after target_modules
+            for (int pass = 0; pass < (expertsLast ? 2 : 1); ++pass)
+                for (Adapter &ad : order)
+                    if (!expertsLast || (pass == 1) == (std::string_view(ad.name) == "experts.lora"))
+                        made(ad, !cast);
+            if (cast)
+                for (Adapter &ad : order)
+                    made(ad, true);
             S.setLayer(-1);
         }
         collectTrainable();
@@ -1673,6 +1709,7 @@ private:
     struct Wrapped
     {
         T lhs, rhs;
+        T weight; // W + delta, cached by parametrize.cached() until the wrappers exit
     };
     Wrapped activateWrapper(const T &w, LoraPair &p)
     {
@@ -1729,10 +1766,9 @@ private:
         T selm = O.inPlace(sel, {mask.sto});
         S.drop(sel);
         T selIn = amp ? O.to(selm, pe) : S.view(selm);
-        T wgu = L.gateUpLora.on ? wrappedWeight(L.gateUp, wGateUp) : T{};
-        T up = O.groupedMm(selIn, L.gateUpLora.on ? wgu : L.gateUp, offsets, pairs, h, 2 * Ie);
-        if (wgu.valid())
-            S.drop(wgu); // grouped_mm saved it
+        if (L.gateUpLora.on)
+            wGateUp.weight = wrappedWeight(L.gateUp, wGateUp);
+        T up = O.groupedMm(selIn, L.gateUpLora.on ? wGateUp.weight : L.gateUp, offsets, pairs, h, 2 * Ie);
         S.drop(selIn);
         T upm = O.maskedFill(up, mask);
         S.drop(up);
@@ -1744,10 +1780,9 @@ private:
         S.drop(g);
         S.drop(u);
         S.drop(upm);
-        T wd = L.downLora.on ? wrappedWeight(L.expDown, wDown) : T{};
-        T down = O.groupedMm(p, L.downLora.on ? wd : L.expDown, offsets, pairs, Ie, h);
-        if (wd.valid())
-            S.drop(wd);
+        if (L.downLora.on)
+            wDown.weight = wrappedWeight(L.expDown, wDown);
+        T down = O.groupedMm(p, L.downLora.on ? wDown.weight : L.expDown, offsets, pairs, Ie, h);
         S.drop(p);
         T dm = O.maskedFill(down, mask);
         S.drop(down);
@@ -1762,14 +1797,16 @@ private:
         T sum = O.sumGroups(wg, checkedMul(tok, h));
         S.drop(wg);
         T out = O.to(sum, x.elem);
-        for (Wrapped *w : {&wGateUp, &wDown}) // the wrappers' contexts exit: autograd keeps the factors
-            for (T *f : {&w->lhs, &w->rhs})
-                if (f->valid())
-                    S.drop(*f);
         for (T *t : {&sortedIds, &idsInt, &hist, &sum, &logits, &top, &weights, &perm, &rowIdx, &offsets, &mask,
                      &inv, &sw, &selm, &idx})
             if (!ft.sharedExpertsAfter || (t != &logits && t != &weights))
                 S.drop(*t);
+        // The wrappers' contexts exit, the inner first: its factors go, then parametrize's cache
+        // (both W + delta: in a checkpointed forward nothing saved them), then the outer's factors
+        // (H200 stream, q3moe with checkpointing). Autograd keeps what it saved.
+        for (T *f : {&wGateUp.lhs, &wGateUp.rhs, &wGateUp.weight, &wDown.weight, &wDown.lhs, &wDown.rhs})
+            if (f->valid())
+                S.drop(*f);
         if (ft.sharedExpertsAfter) {
             // DeepSeek: hidden_states + self.shared_experts(residuals); the router's logits and
             // weights go when the MoE block returns.
