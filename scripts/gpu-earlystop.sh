@@ -11,7 +11,7 @@ gpu_header >"$F/run.log" 2>&1
 source scripts/gpu-build-probe.sh
 (gpu_build_probe "$F/build.log" >>"$F/run.log" 2>&1) &
 BUILD=$!
-python3 scripts/gpu_earlystop.py --out "$F" --deadline-s "${DEADLINE_S:-520}" --build-pid "$BUILD" > "$OUT/earlystop.log" 2>&1
+python3 scripts/gpu_earlystop.py --out "$F" --deadline-s "${DEADLINE_S:-520}" --build-pid "$BUILD" "$@" > "$OUT/earlystop.log" 2>&1
 wait "$BUILD" 2>/dev/null
 (cd "$OUT" && tar cJf earlystop.tar.xz earlystop && rm -rf earlystop)
 tail -60 "$OUT/earlystop.log"

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# The LibTorch probe's own allocator traces (HEADROOM_PROBE_TRACE) for five configurations whose
+# early stop the allocator model could not vouch for: $OUT/trace.tar.xz (what
+# tests/data/h200/earlystop-2026-12-02/probe-traces.tar.xz holds).
 set -uo pipefail
 cd "$(dirname "$0")/.." 2>/dev/null || true
 OUT=${OUT:-/tmp/headroom-out}

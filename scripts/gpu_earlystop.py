@@ -61,6 +61,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline-s", type=float, default=500)
     ap.add_argument("--build-pid", type=int, default=0)
+    ap.add_argument("--no-moe", action="store_true", help="skip part 1")
+    ap.add_argument("--names", default="", help="part 3 on these configurations only (comma-separated)")
     a = ap.parse_args()
     t0 = time.time()
     left = lambda: a.deadline_s - (time.time() - t0)
@@ -71,7 +73,7 @@ def main():
     moe = []
     base = plan["q3moe-bf16-lora16-b2s1024-l8"]["request"]
     for name, edit in [("q3moe-bf16-lora16-b1s2048-l8-ckpt", {"micro_batch": 1, "seq_len": 2048, "grad_checkpointing": True})]:
-        if left() < 300:
+        if left() < 300 or a.no_moe:
             break
         req = json.loads(json.dumps(base))
         req["engine"] = "transformers"
@@ -137,6 +139,8 @@ def main():
     names = [n for n in plan if re.match(r"^(l1b|l3b|l8b|q05b|q3-06b|m7b|q3b|q7b|nemo|q3-8b)-", n)
              and not re.search(r"share2|ws1|offload|liger|fused|plain|maxseq|maxbatch|lce|-ga\d", n)]
     names = [n for n in FIRST if n in plan] + [n for n in names if n not in FIRST]
+    if a.names:
+        names = [n for n in a.names.split(",") if n in plan]
     rows = []
     for n in names:
         if left() < 25:

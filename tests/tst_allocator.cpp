@@ -177,21 +177,45 @@ private Q_SLOTS:
         QVERIFY(repeats >= 80);
     }
 
+    // Best fit breaks ties between equal free blocks by address; replaying a recorded run, the
+    // model puts its segments where the run's cudaMalloc put them.
+    void recordedSegmentAddressesBreakTies()
+    {
+        for (bool firstLow : {true, false}) {
+            CachingAllocatorModel m;
+            const int64_t low = int64_t(1) << 32, high = int64_t(1) << 33;
+            m.useSegmentAddresses({{firstLow ? low : high, 20 * MiB}, {firstLow ? high : low, 12 * MiB}});
+            QVERIFY(m.malloc(1, 8 * MiB));  // a 20 MiB segment: 8 used, 12 free
+            QVERIFY(m.malloc(2, 12 * MiB)); // the 12 left
+            QVERIFY(m.malloc(3, 12 * MiB)); // its own 12 MiB segment
+            m.free(2);
+            m.free(3);
+            QVERIFY(m.malloc(4, 12 * MiB)); // two free 12 MiB blocks: the lower address wins
+            const auto segs = m.largeSegments(); // in address order, free blocks negative
+            QCOMPARE(segs.size(), size_t(2));
+            if (firstLow)
+                QCOMPARE(segs[0], (std::vector<int64_t>{8 * MiB, 12 * MiB}));
+            else
+                QCOMPARE(segs[0], (std::vector<int64_t>{12 * MiB}));
+        }
+    }
+
     // A trace as the probe records it: ids by address, the frees of addresses it never saw dropped,
     // a burst of segment frees one cache release, marks moved with the stream.
     void traceBecomesAStream()
     {
         using E = AllocatorTraceEntry;
-        const std::vector<E> trace = {{E::Free, 0x10, 512},    {E::Alloc, 0x100, 1000}, {E::Alloc, 0x200, 2 * MiB},
+        const std::vector<E> trace = {{E::Free, 0x10, 512},    {E::SegmentAlloc, 0x100, 2 * MiB},
+                                      {E::Alloc, 0x100, 1000}, {E::Alloc, 0x200, 2 * MiB},
                                       {E::Free, 0x100, 1000},  {E::Alloc, 0x100, 600},  {E::SegmentFree, 0x0, 0},
                                       {E::SegmentFree, 0x0, 0}, {E::Free, 0x200, 2 * MiB}, {E::Free, 0x100, 600}};
         TimelineMark fwd;
         fwd.step = 0;
         fwd.phase = Phase::Forward;
-        fwd.event = 1;
+        fwd.event = 2;
         TimelineMark bwd = fwd;
         bwd.phase = Phase::Backward;
-        bwd.event = 7;
+        bwd.event = 8;
         const Timeline t = timelineFromTrace(trace, {bwd, fwd});
         QCOMPARE(t.events.size(), size_t(7));
         QVERIFY(t.events[0].kind == MemEvent::Alloc);
@@ -205,6 +229,8 @@ private Q_SLOTS:
         QVERIFY(t.marks[0].phase == Phase::Forward);
         QCOMPARE(t.marks[0].event, size_t(0));
         QCOMPARE(t.marks[1].event, size_t(5));
+        QCOMPARE(t.segments.size(), size_t(1)); // where cudaMalloc put it, for the replay
+        QCOMPARE(t.segments[0].first, int64_t(0x100));
     }
 
     // Two ranks sharing the H200 through FSDP2 (reshard on and off), ZeroRedundancyOptimizer and

@@ -171,6 +171,8 @@ struct CachingAllocatorModel::Impl
     std::vector<Block *> byId;      // live allocations by the caller's id
     std::vector<Block *> segments;  // every block ever made, for deletion
     int64_t nextAddr = int64_t(1) << 60;
+    std::vector<std::pair<int64_t, int64_t>> recorded; // real (address, bytes) of each cudaMalloc
+    size_t nextRecorded = 0;
 
     Impl(CachingAllocatorModel &owner, const AllocatorConfig &c)
         : q(owner)
@@ -261,8 +263,15 @@ struct CachingAllocatorModel::Impl
             return allocExpandable(pool, stream, size, out);
         if (q.m_reserved + allocSize > cfg.capacityBytes)
             return false;
-        nextAddr -= allocSize + kRoundLarge; // segments do not touch: no merging across them
-        out = make(allocSize, nextAddr, &pool, stream);
+        int64_t at = 0;
+        if (nextRecorded < recorded.size() && recorded[nextRecorded].second == allocSize) {
+            at = recorded[nextRecorded++].first; // where the recorded run's cudaMalloc put it
+        } else {
+            nextRecorded = recorded.size(); // the replay left the record: lay segments out in order
+            nextAddr -= allocSize + kRoundLarge; // segments do not touch: no merging across them
+            at = nextAddr;
+        }
+        out = make(allocSize, at, &pool, stream);
         addReserved(allocSize);
         ++q.m_segmentCount;
         return true;
@@ -557,6 +566,12 @@ void CachingAllocatorModel::free(uint32_t id)
     m.tryMerge(block, block->prev, pool);
     m.tryMerge(block, block->next, pool);
     pool.insert(block);
+}
+
+void CachingAllocatorModel::useSegmentAddresses(std::vector<std::pair<int64_t, int64_t>> recorded)
+{
+    d->recorded = std::move(recorded);
+    d->nextRecorded = 0;
 }
 
 void CachingAllocatorModel::emptyCache()

@@ -527,6 +527,9 @@ Timeline timelineFromTrace(const std::vector<AllocatorTraceEntry> &trace, std::v
             ev.id = it->second;
             ev.bytes = e.bytes;
             live.erase(it);
+        } else if (e.kind == AllocatorTraceEntry::SegmentAlloc) {
+            t.segments.push_back({static_cast<int64_t>(e.address), e.bytes});
+            continue;
         } else {
             if (!t.events.empty() && t.events.back().kind == MemEvent::EmptyCache)
                 continue;

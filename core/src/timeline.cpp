@@ -102,6 +102,8 @@ bool repeatLastStep(Timeline &t)
 Replay replay(const Timeline &t, const AllocatorConfig &config)
 {
     CachingAllocatorModel m(config);
+    if (!config.expandableSegments) // mapped pages, not segments, with expandable segments
+        m.useSegmentAddresses(t.segments);
     Replay r;
     uint32_t startupId = 0; // one past the stream's ids
     for (const auto &e : t.events)
@@ -311,10 +313,14 @@ Timeline timelineFromJson(const json &j)
                 m.kind = MemEvent::EmptyCache;
                 t.events.push_back(m);
             }
-        } else if (kind != 2) {
+        } else if (kind == 2) {
+            // [2, -1, bytes, -1, address, ...]: where the real cudaMalloc put a segment. The model
+            // recomputes when segments are needed; it takes their addresses from here.
+            if (e.size() > 4)
+                t.segments.push_back({num(4, 0, INT64_MAX), num(2, 0, kMaxBytes)});
+        } else {
             throw InputError(ec, show(e), "kind must be 0 (alloc), 1 (free), 2 or 3 (segments)");
         }
-        // Segment allocations are what the real allocator did; the model recomputes them.
     }
     // Marks arrive with event indices into the file's list (segments included): fileToOurs.
     fileToOurs[events.size()] = t.events.size();

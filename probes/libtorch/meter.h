@@ -161,7 +161,7 @@ private:
 // ends, so the chosen one is within one layer's transients of the true peak; the result says
 // both numbers.
 // ---------------------------------------------------------------- allocator trace (early stop)
-// Every allocation, completed free and segment release of PyTorch's caching allocator, from before
+// Every allocation, completed free, segment cudaMalloc and release of PyTorch's caching allocator, from before
 // the model is built, for the early stop (core's nextStepRepeats). attachAllocatorTraceTracker's
 // callback runs under the allocator's lock on whichever thread allocates (autograd's too): it only
 // appends. Not available (cudaMallocAsync backend, a LibTorch without the hook): empty, no stop.
@@ -189,6 +189,8 @@ public:
                     e.kind = AllocatorTraceEntry::Alloc;
                 else if (te.action_ == Action::FREE_COMPLETED)
                     e.kind = AllocatorTraceEntry::Free;
+                else if (te.action_ == Action::SEGMENT_ALLOC)
+                    e.kind = AllocatorTraceEntry::SegmentAlloc;
                 else if (te.action_ == Action::SEGMENT_FREE)
                     e.kind = AllocatorTraceEntry::SegmentFree;
                 else

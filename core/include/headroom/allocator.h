@@ -41,6 +41,11 @@ public:
     // stream and only a request on their stream reuses them.
     bool malloc(uint32_t id, int64_t requestedBytes, int stream = 0);
     void free(uint32_t id);
+    // Where a recorded run's cudaMalloc put each segment (address, bytes), in order: the model puts
+    // its segments there while its requests match the record's sizes, so that best fit breaks ties
+    // between equal free blocks by the real addresses. Without it (an estimate), segments are laid
+    // out in order.
+    void useSegmentAddresses(std::vector<std::pair<int64_t, int64_t>> recorded);
     // torch.cuda.empty_cache(): every wholly free segment goes back to the device.
     void emptyCache();
 

@@ -119,17 +119,19 @@ struct Measurement
 
 // One entry of PyTorch's caching-allocator trace (c10 CUDACachingAllocator's TraceEntry, as the
 // LibTorch probe receives it from attachAllocatorTraceTracker): an allocation of `bytes` requested
-// bytes at `address`, a free that completed (the block is back in the pool), or a segment given back
-// to the device (empty_cache, or the release before an out-of-memory retry).
+// bytes at `address`, a free that completed (the block is back in the pool), a segment cudaMalloc
+// made (where, and how big), or a segment given back to the device (empty_cache, or the release
+// before an out-of-memory retry).
 struct AllocatorTraceEntry
 {
-    enum Kind : uint8_t { Alloc, Free, SegmentFree };
+    enum Kind : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree };
     Kind kind = Alloc;
     uint64_t address = 0;
     int64_t bytes = 0;
 };
 // The trace as an allocation stream: ids by address, a free of an address never allocated in the
-// trace dropped, a burst of segment frees one EmptyCache. `marks[i].event` index the trace; in the
+// trace dropped, a burst of segment frees one EmptyCache, the segments' addresses in
+// Timeline::segments. `marks[i].event` index the trace; in the
 // result they index the stream.
 Timeline timelineFromTrace(const std::vector<AllocatorTraceEntry> &trace, std::vector<TimelineMark> marks);
 

@@ -50,6 +50,9 @@ struct Timeline
     std::vector<TimelineMark> marks;
     int steadyStep = 1;            // the step whose phases the estimate reports
     int64_t startupBytes = 0;      // allocated before the first event (PyTorch's own, at CUDA init)
+    // A recorded run's cudaMalloc segments (address, bytes) in order, for the replay
+    // (CachingAllocatorModel::useSegmentAddresses); empty for an estimate.
+    std::vector<std::pair<int64_t, int64_t>> segments;
 };
 
 // Per phase of the run, what the caching allocator does with the stream.
