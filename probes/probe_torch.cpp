@@ -161,9 +161,10 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
     }
 #endif
     // The early stop's trace, attached before the model is built (one GPU: a rank's collectives
-    // run on NCCL's own streams, which the replay does not follow). Leaked on purpose: the
-    // allocator keeps calling its tracker until the process ends.
-    AllocatorTracer &tracer = *new AllocatorTracer;
+    // run on NCCL's own streams, which the replay does not follow). Never destroyed: the allocator
+    // keeps calling its tracker until the process ends (a static pointer keeps it reachable).
+    static AllocatorTracer *const tracerStore = new AllocatorTracer;
+    AllocatorTracer &tracer = *tracerStore;
     const int keptSteps = request.steps;
     bool earlyStop = cuda && request.earlyStop && !dist.enabled && request.steps > 1 && !cb.snapshot; // --snapshot samples the last step
     AllocatorConfig replayConf;
