@@ -307,18 +307,22 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
             // step once more peaks where this one did (core: nextStepRepeats).
             if (earlyStop && k >= M.warmupSteps && k + 1 < total) {
                 std::string why;
-                const auto repeats =
-                    nextStepRepeats(timelineFromTrace(tracer.entries(), traceMarks), replayConf, M.phases, &why);
+                std::optional<bool> repeats;
+                try {
+                    repeats = nextStepRepeats(timelineFromTrace(tracer.entries(), traceMarks), replayConf, M.phases, &why);
+                } catch (const std::exception &e) {
+                    why = e.what(); // the replay failed: measure every step
+                }
                 if (repeats && *repeats) {
                     M.skippedSteps = total - 1 - k;
                     for (int as = k + 1; as < total; ++as)
                         for (const PhaseMeasurement &r : repeatedStep(M.phases, k, as))
                             M.phases.push_back(r);
-                    M.note += std::string(M.note.empty() ? "" : " ") + "Measured " + std::to_string(k + 1 - M.warmupSteps) +
+                    M.note += std::string(M.note.empty() ? "" : " ") + "Ran " + std::to_string(k + 1 - M.warmupSteps) +
                               " of " + std::to_string(keptSteps) +
-                              " steps: replayed through the caching-allocator model, which reproduces every phase "
-                              "of this run to the byte, the next step repeats the last (its phases are marked "
-                              "replayed).";
+                              " measured steps: this run's allocator trace, replayed through the caching-allocator "
+                              "model (exact on every phase run), shows the next step repeats the last; its phases "
+                              "are marked replayed.";
                     break;
                 }
                 if (!repeats) {
