@@ -34,6 +34,14 @@ using nlohmann::json;
 
 namespace {
 
+// A result committed under tests/data/h200/<dir>/<run><suffix>.
+Measurement h200Result(const char *dir, const QString &run, const char *suffix = ".json")
+{
+    std::ifstream in(QFINDTESTDATA(QStringLiteral("data/h200/%1/%2%3").arg(QLatin1String(dir), run, QLatin1String(suffix)))
+                         .toStdString());
+    return measurementFromJson(json::parse(in));
+}
+
 struct Run
 {
     std::string name;
@@ -208,8 +216,7 @@ private Q_SLOTS:
     // 16.5% under).
     void zeroOneAtOneRankIsDdpWithZeroRedundancy()
     {
-        std::ifstream in(QFINDTESTDATA("data/h200/fsdp-ws1-2026-12-02/ws1-l1b-ampbf16-full-adamw-b2s1024-z1.json").toStdString());
-        const Measurement m = measurementFromJson(json::parse(in));
+        const Measurement m = h200Result("fsdp-ws1-2026-12-02", QStringLiteral("ws1-l1b-ampbf16-full-adamw-b2s1024-z1"));
         QCOMPARE(m.config.zeroStage, 1);
         QCOMPARE(m.config.worldSize, 1);
         QVERIFY(isSimulated(m.config));
@@ -238,8 +245,7 @@ private Q_SLOTS:
     void moeLoraHeldOut()
     {
         QFETCH(QString, run);
-        std::ifstream in(QFINDTESTDATA(QStringLiteral("data/h200/moe-lora-2026-12-02/%1.json").arg(run)).toStdString());
-        const Measurement m = measurementFromJson(json::parse(in));
+        const Measurement m = h200Result("moe-lora-2026-12-02", run);
         const Estimate e = estimate(m.model, m.config);
         const double err = relativeError(e.peakAllocatedBytes, m.peakAllocatedBytes);
         const double rerr = relativeError(e.peakReservedBytes, m.peakReservedBytes);
@@ -268,8 +274,7 @@ private Q_SLOTS:
     void fsdp2OverNcclIsExact()
     {
         QFETCH(QString, run);
-        std::ifstream in(QFINDTESTDATA(QStringLiteral("data/h200/fsdp-2026-12-02/%1.json").arg(run)).toStdString());
-        const Measurement m = measurementFromJson(json::parse(in));
+        const Measurement m = h200Result("fsdp-2026-12-02", run);
         QCOMPARE(m.backend, std::string("nccl"));
         QVERIFY(m.config.zeroStage >= 2);
         QVERIFY(isSimulated(m.config));
@@ -597,10 +602,7 @@ private Q_SLOTS:
     void ncclCommunicatorIsTheEstimatorsTerm()
     {
         QFETCH(QString, name);
-        auto load = [](const QString &n) {
-            std::ifstream in(QFINDTESTDATA(QStringLiteral("data/h200/nccl-ws1/%1.result.json").arg(n)).toStdString());
-            return measurementFromJson(nlohmann::json::parse(in));
-        };
+        auto load = [](const QString &n) { return h200Result("nccl-ws1", n, ".result.json"); };
         const Measurement m = load(name);
         QCOMPARE(QString::fromStdString(m.backend), QStringLiteral("nccl"));
         const Measurement plain = load(name.startsWith(QLatin1String("8b")) ? QStringLiteral("8b-plain")
