@@ -231,6 +231,12 @@ private Q_SLOTS:
         QCOMPARE(t.marks[1].event, size_t(5));
         QCOMPARE(t.segments.size(), size_t(1)); // where cudaMalloc put it, for the replay
         QCOMPARE(t.segments[0].first, int64_t(0x100));
+        // Written out (headroom-probe's HEADROOM_PROBE_TRACE) and read back, the segments stay.
+        const Timeline back = timelineFromJson(toJson(t));
+        QVERIFY(back.segments == t.segments);
+        QCOMPARE(back.events.size(), t.events.size());
+        QCOMPARE(back.marks.size(), t.marks.size());
+        QCOMPARE(back.marks[1].event, t.marks[1].event);
     }
 
     // Two ranks sharing the H200 through FSDP2 (reshard on and off), ZeroRedundancyOptimizer and

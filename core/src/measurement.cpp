@@ -550,26 +550,27 @@ std::optional<bool> nextStepRepeats(const Timeline &t, const AllocatorConfig &co
     };
     if (t.marks.empty())
         return no("no phase marks");
-    using Key = std::tuple<int, Phase, int>;
-    auto peaks = [](const Replay &r) {
-        std::map<Key, std::pair<int64_t, int64_t>> out;
-        for (const ReplayPhase &p : r.phases) {
-            auto &v = out[{p.mark.step, p.mark.phase, p.mark.microBatch}];
-            v.first = std::max(v.first, p.peakAllocatedBytes);
-            v.second = std::max(v.second, p.peakReservedBytes);
-        }
-        return out;
-    };
-    const Replay r = replay(t, config);
+    // One replay: the run so far, then its last step once more (the allocator is deterministic,
+    // so the run's phases replay alike with or without the copy after them).
+    Timeline next = t;
+    if (!repeatLastStep(next))
+        return no("the last step keeps tensors it allocated (not closed)");
+    const int last = t.marks.back().step;
+    const Replay r = replay(next, config);
     if (r.outOfMemory || r.retries > 0)
         return no("the replay ran out of memory or retried");
-    const auto replayed = peaks(r);
+    std::map<std::tuple<int, Phase, int>, std::pair<int64_t, int64_t>> replayed; // (step, phase, micro) -> peaks
+    for (const ReplayPhase &p : r.phases) {
+        auto &v = replayed[{p.mark.step, p.mark.phase, p.mark.microBatch}];
+        v.first = std::max(v.first, p.peakAllocatedBytes);
+        v.second = std::max(v.second, p.peakReservedBytes);
+    }
     int compared = 0;
     for (const PhaseMeasurement &m : measured) {
         if (m.phase == Phase::AfterLoad)
             continue;
         const auto it = replayed.find({m.step, m.phase, m.microBatch});
-        if (it == replayed.end())
+        if (it == replayed.end() || m.step > last)
             return no("step " + std::to_string(m.step) + " " + std::string(toString(m.phase)) + " is not in the trace");
         if (it->second.first != m.peakAllocatedBytes || it->second.second != m.peakReservedBytes)
             return no("step " + std::to_string(m.step) + " " + std::string(toString(m.phase)) + ": the model peaks at " +
@@ -580,25 +581,17 @@ std::optional<bool> nextStepRepeats(const Timeline &t, const AllocatorConfig &co
     }
     if (compared == 0)
         return no("nothing measured to check the model against");
-    Timeline next = t;
-    if (!repeatLastStep(next))
-        return no("the last step keeps tensors it allocated (not closed)");
-    const int last = t.marks.back().step;
-    const Replay r2 = replay(next, config);
-    if (r2.outOfMemory || r2.retries > 0)
-        return false;
     // The cache the last step ends with: the next step repeats it when each of its phases peaks at
     // the same allocated bytes and it reserves nothing more (a phase's peak reserved is then that).
     int64_t endReserved = -1;
-    for (const ReplayPhase &p : r2.phases)
+    for (const ReplayPhase &p : r.phases)
         if (p.mark.step == last)
             endReserved = p.endReservedBytes;
-    const auto both = peaks(r2);
-    for (const auto &[k, v] : both) {
+    for (const auto &[k, v] : replayed) {
         if (std::get<0>(k) != last + 1)
             continue;
-        const auto same = both.find({last, std::get<1>(k), std::get<2>(k)});
-        if (same == both.end() || same->second.first != v.first || v.second != endReserved)
+        const auto same = replayed.find({last, std::get<1>(k), std::get<2>(k)});
+        if (same == replayed.end() || same->second.first != v.first || v.second != endReserved)
             return false;
     }
     return true;

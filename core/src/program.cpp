@@ -11,7 +11,6 @@
 #include "headroom/error.h"
 
 #include <algorithm>
-#include <string_view>
 #include <functional>
 #include <map>
 
@@ -492,8 +491,8 @@ private:
                 int64_t layer;
                 LoraPair *pair;
                 std::array<std::pair<int64_t, int64_t>, 2> shape; // A, then B: [rows, cols]
-                const char *name;
-                T a16, b16;
+                bool experts;                                      // a ParamWrapper's (target_parameters)
+                T a16, b16;                                        // the first copies, in the base dtype
             };
             std::vector<Adapter> order; // the fp32 cast's order: per layer, modules then experts
             for (int64_t l = 0; l < m.numLayers; ++l) {
@@ -501,45 +500,44 @@ private:
                 for (int mod = 0; mod < kLinearModuleCount; ++mod)
                     if (loraMask[static_cast<size_t>(mod)] && present(mod))
                         order.push_back({l, &L.lora[static_cast<size_t>(mod)],
-                                         {{{c.lora.rank, inFeatures(mod)}, {outFeatures(mod), c.lora.rank}}}, "lora", {}, {}});
+                                         {{{c.lora.rank, inFeatures(mod)}, {outFeatures(mod), c.lora.rank}}}, false, {}, {}});
                 if (m.isMoeLayer(l)) { // the experts' ParamWrappers: gate_up's pair, then down's
                     const auto shapes = expertsLoraShapes(m, expertsWrapped, c.lora.rank);
                     size_t k = 0;
                     for (LoraPair *p : {&L.gateUpLora, &L.downLora}) {
                         if (p == &L.gateUpLora ? !expertsWrapped.gateUp : !expertsWrapped.down)
                             continue;
-                        order.push_back({l, p, {{shapes[k], shapes[k + 1]}}, "experts.lora", {}, {}});
+                        order.push_back({l, p, {{shapes[k], shapes[k + 1]}}, true, {}, {}});
                         k += 2;
                     }
                 }
             }
-            const bool cast = !qlora && pe != kLoraElem;
-            auto made = [&](Adapter &ad, bool fp32) {
+            auto fp32 = [&](Adapter &ad) {
                 S.setLayer(static_cast<int>(ad.layer));
-                const auto [ra, ca] = ad.shape[0];
-                const auto [rb, cb] = ad.shape[1];
-                if (!fp32) {
-                    S.setOp("lora (base dtype)");
-                    ad.a16 = S.make(checkedMul(checkedMul(ra, ca), pe), pe, Category::Temporaries);
-                    ad.b16 = S.make(checkedMul(checkedMul(rb, cb), pe), pe, Category::Temporaries);
-                    return;
-                }
-                ad.pair->a = param(ra, ca, true, "lora_A", kLoraElem);
+                ad.pair->a = param(ad.shape[0].first, ad.shape[0].second, true, "lora_A", kLoraElem);
                 if (ad.a16.valid())
                     S.drop(ad.a16);
-                ad.pair->b = param(rb, cb, true, "lora_B", kLoraElem);
+                ad.pair->b = param(ad.shape[1].first, ad.shape[1].second, true, "lora_B", kLoraElem);
                 if (ad.b16.valid())
                     S.drop(ad.b16);
                 ad.pair->on = true;
             };
-            const bool expertsLast = !qlora; // target_parameters after target_modules
-            for (int pass = 0; pass < (expertsLast ? 2 : 1); ++pass)
+            const bool cast = !qlora && pe != kLoraElem;
+            auto firstCopy = [&](Adapter &ad) {
+                if (!cast)
+                    return fp32(ad);
+                S.setLayer(static_cast<int>(ad.layer));
+                S.setOp("lora (base dtype)");
+                ad.a16 = S.make(checkedMul(checkedMul(ad.shape[0].first, ad.shape[0].second), pe), pe);
+                ad.b16 = S.make(checkedMul(checkedMul(ad.shape[1].first, ad.shape[1].second), pe), pe);
+            };
+            for (bool experts : {false, true}) // target_modules, then target_parameters
                 for (Adapter &ad : order)
-                    if (!expertsLast || (pass == 1) == (std::string_view(ad.name) == "experts.lora"))
-                        made(ad, !cast);
+                    if (ad.experts == experts)
+                        firstCopy(ad);
             if (cast)
                 for (Adapter &ad : order)
-                    made(ad, true);
+                    fp32(ad);
             S.setLayer(-1);
         }
         collectTrainable();

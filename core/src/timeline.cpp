@@ -405,6 +405,10 @@ json toJson(const Timeline &t)
         else
             events.push_back({3, 0}); // a release of the cache: a segment free in the recorded form
     }
+    // A recorded run's segments, in the recorded form [2, -1, bytes, -1, address], after the events
+    // (only their order among themselves matters to the replay; marks index the events before them).
+    for (const auto &[address, bytes] : t.segments)
+        events.push_back({2, -1, bytes, -1, address});
     json marks = json::array();
     for (const auto &m : t.marks)
         marks.push_back({{"step", m.step}, {"phase", toString(m.phase)}, {"micro_batch", m.microBatch}, {"event", m.event}});

@@ -155,16 +155,12 @@ private:
     bool m_cuda;
 };
 
-// ---------------------------------------------------------------- --snapshot
-// The allocator's live blocks at the sampled moment with the most bytes allocated. Samples are
-// taken at every decoder-layer boundary in forward and in backward (MarkFn), and at the phase
-// ends, so the chosen one is within one layer's transients of the true peak; the result says
-// both numbers.
 // ---------------------------------------------------------------- allocator trace (early stop)
-// Every allocation, completed free, segment cudaMalloc and release of PyTorch's caching allocator, from before
-// the model is built, for the early stop (core's nextStepRepeats). attachAllocatorTraceTracker's
-// callback runs under the allocator's lock on whichever thread allocates (autograd's too): it only
-// appends. Not available (cudaMallocAsync backend, a LibTorch without the hook): empty, no stop.
+// Every allocation, completed free, segment cudaMalloc and release of PyTorch's caching
+// allocator, from before the model is built, for the early stop (core's nextStepRepeats).
+// attachAllocatorTraceTracker's callback runs under the allocator's lock on whichever thread
+// allocates (autograd's too): it only appends. Not available (cudaMallocAsync backend, a LibTorch
+// without the hook): empty, no stop.
 class AllocatorTracer
 {
 public:
@@ -239,6 +235,11 @@ private:
     bool m_on = false;
 };
 
+// ---------------------------------------------------------------- --snapshot
+// The allocator's live blocks at the sampled moment with the most bytes allocated. Samples are
+// taken at every decoder-layer boundary in forward and in backward (MarkFn), and at the phase
+// ends, so the chosen one is within one layer's transients of the true peak; the result says
+// both numbers.
 class SnapshotRecorder
 {
 public:

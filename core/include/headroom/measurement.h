@@ -131,8 +131,7 @@ struct AllocatorTraceEntry
 };
 // The trace as an allocation stream: ids by address, a free of an address never allocated in the
 // trace dropped, a burst of segment frees one EmptyCache, the segments' addresses in
-// Timeline::segments. `marks[i].event` index the trace; in the
-// result they index the stream.
+// Timeline::segments. `marks[i].event` index the trace; in the result they index the stream.
 Timeline timelineFromTrace(const std::vector<AllocatorTraceEntry> &trace, std::vector<TimelineMark> marks);
 
 // The LibTorch probe's early stop (issue 11): after a measured steady step, will the next step
