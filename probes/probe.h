@@ -47,12 +47,33 @@ struct Dist
 // True if this build can run several ranks (c10d with Gloo, and NCCL on CUDA builds).
 bool distributedAvailable(std::string *why);
 
+// ---------------------------------------------------------------- the LibTorch engine
+// The LibTorch engine is a module, headroom-probe-torch.so (probe_torch.cpp), that the driver loads
+// only when a request needs it (torch_module.cpp): `--help`, a refused request and the transformers
+// engine never load Torch's libraries, and on a GPU the CUDA context is created on another thread
+// while they load (prepareCuda), instead of after them.
 Outcome run(const ProbeRequest &request, const Callbacks &callbacks, const Dist &dist = {});
-// False in a build without LibTorch: then only the transformers engine measures.
-bool libtorchAvailable();
+// False when the module is absent (a build without LibTorch) or cannot load; `why` says which.
+bool libtorchAvailable(std::string *why = nullptr);
 // True if the LibTorch engine would run on a GPU here (a CUDA build and a usable device): "auto"
 // falls back to the CPU otherwise, and a CPU run is checked against host memory first.
 bool cudaUsable();
+// Starts creating the CUDA driver's primary context for device 0 on a thread of its own (the
+// runtime then finds it made). Nothing happens without a driver or a device, or when
+// HEADROOM_PROBE_EARLY_CONTEXT=0. Call it before the module loads.
+void prepareCuda();
+
+// What the module exports (headroom_probe_torch_engine): the engine's entry points, and what the
+// driver checks before using them (the module and the driver come from one build).
+struct TorchEngine
+{
+    const char *version;   // HEADROOM_VERSION
+    size_t outcomeBytes;   // sizeof(Outcome)
+    size_t requestBytes;   // sizeof(ProbeRequest)
+    Outcome (*run)(const ProbeRequest &, const Callbacks &, const Dist &);
+    bool (*cudaUsable)();
+    bool (*distributedAvailable)(std::string *why);
+};
 
 // ---------------------------------------------------------------- the driver's output
 // One JSON object per line on stdout (probe_main.cpp).

@@ -508,6 +508,11 @@ int probeMain(int argc, char **argv)
                 throw InputError("config.offload_optimizer", "true",
                                  "the probe keeps the optimizer on the device; offload is estimated, not measured");
         }
+        // One GPU process: its CUDA context is made while the LibTorch engine's libraries load
+        // (torch_module.cpp). A launcher's ranks pick their own devices and make their own.
+        if (engine == protocol::Engine::LibTorch && request.device != "cpu" && rank < 0 && nproc == -1 &&
+            request.config.worldSize == 1)
+            probe::prepareCuda();
         // A CPU run lives in host memory: one that cannot fit is refused before it starts, naming
         // the estimate (every rank on this machine) and what the machine has free.
         const bool onCpu = request.device == "cpu" ||
@@ -552,8 +557,8 @@ int probeMain(int argc, char **argv)
         std::fflush(stderr);
         std::_Exit(written || code != 0 ? code : Internal);
     }
-    if (!libtorchAvailable())
-        return fail(probe::NoDevice, "this headroom-probe was built without LibTorch: use --engine transformers");
+    if (std::string why; !probe::libtorchAvailable(&why))
+        return fail(probe::NoDevice, why + ": use --engine transformers");
 
     const bool several = nproc != -1 || request.config.worldSize > 1;
     if (several && rank < 0) {

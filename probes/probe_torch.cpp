@@ -2,7 +2,8 @@
 // op for op, PEFT's LoRA Linear, a bitsandbytes-style NF4 base for QLoRA, per-layer gradient
 // checkpointing, the optimizers, and per-phase memory measurement.
 //
-// It is the only translation unit that includes Torch (each costs ~25 s to compile). It builds
+// It is the only translation unit that includes Torch (each costs ~25 s to compile), built as the
+// module headroom-probe-torch.so that the driver loads when a request needs it (torch_module.cpp). It builds
 // against Debian's LibTorch 1.13 (CPU) and PyTorch's LibTorch 2.x (CUDA). Its parts are in
 // libtorch/, by job: meter.h (the allocator's counters), network.h (the model and one step),
 // optimizers.h, parallel.h (c10d, DDP); this file is the run itself. What it does with the
@@ -86,12 +87,9 @@ int64_t requestedFromMessage(const std::string &msg)
 
 } // namespace
 
-bool libtorchAvailable()
-{
-    return true;
-}
+namespace {
 
-bool cudaUsable()
+bool cudaUsableHere()
 {
 #if HEADROOM_HAVE_CUDA
     return torch::cuda::is_available();
@@ -100,7 +98,7 @@ bool cudaUsable()
 #endif
 }
 
-bool distributedAvailable(std::string *why)
+bool distributedHere(std::string *why)
 {
 #if HEADROOM_HAVE_C10D
     (void)why;
@@ -112,7 +110,9 @@ bool distributedAvailable(std::string *why)
 #endif
 }
 
-Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
+} // namespace
+
+static Outcome runEngine(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
 {
     Outcome out;
     const auto tStart = Clock::now();
@@ -413,3 +413,12 @@ Outcome run(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
 }
 
 } // namespace headroom::probe
+
+// The module's one export (probe.h: TorchEngine), looked up by the driver after dlopen.
+extern "C" __attribute__((visibility("default"))) const headroom::probe::TorchEngine *headroom_probe_torch_engine()
+{
+    using namespace headroom::probe;
+    static const TorchEngine engine{HEADROOM_VERSION, sizeof(Outcome), sizeof(headroom::ProbeRequest), &runEngine, &cudaUsableHere,
+                                    &distributedHere};
+    return &engine;
+}

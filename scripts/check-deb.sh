@@ -10,7 +10,8 @@ cpack -G DEB >/dev/null
 deb="$(ls headroom_*.deb)"
 echo "check-deb: built $deb ($(du -h "$deb" | cut -f1))"
 contents="$(dpkg-deb -c "$deb")"
-for f in usr/bin/headroom usr/bin/headroom-cli usr/bin/headroom-probe usr/share/headroom/headroom_engine.py \
+for f in usr/bin/headroom usr/bin/headroom-cli usr/bin/headroom-probe usr/lib/headroom/headroom-probe-torch.so \
+         usr/share/headroom/headroom_engine.py \
          usr/share/applications/headroom.desktop usr/share/icons/hicolor/scalable/apps/headroom.svg; do
     grep -q " \./$f\$" <<<"$contents" || { echo "check-deb: $deb lacks /$f" >&2; exit 1; }
 done
@@ -37,6 +38,9 @@ cat > "$out/request.json" <<'JSON'
    "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256}},
  "config": {"precision": "fp32", "optimizer": "adamw", "finetune": "full", "micro_batch": 1, "seq_len": 16}}
 JSON
+# The installed probe loads its LibTorch engine (lib/headroom) and runs a real step on the CPU.
+/usr/bin/headroom-probe --request "$out/request.json" --out "$out/result.json" >/dev/null
+grep -q '"peak_allocated_bytes"' "$out/result.json"
 # Past the engine-script search, it stops at the interpreter we name: proof that it found the script.
 said="$(/usr/bin/headroom-probe --engine transformers --python /nonexistent/python3 --request "$out/request.json" 2>&1 || true)"
 grep -q "no Python interpreter" <<<"$said" \

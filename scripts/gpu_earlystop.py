@@ -28,10 +28,10 @@ def log(out, msg):
         f.write(msg + "\n")
 
 
-def timed_probe(cmd, timeout):
+def timed_probe(cmd, timeout, env=None):
     """Runs the probe; returns (rc, seconds to the result line, seconds to exit)."""
     t0 = time.time()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     first = None
     try:
         for line in p.stdout:
@@ -63,6 +63,9 @@ def main():
     ap.add_argument("--build-pid", type=int, default=0)
     ap.add_argument("--no-moe", action="store_true", help="skip part 1")
     ap.add_argument("--names", default="", help="part 3 on these configurations only (comma-separated)")
+    ap.add_argument("--context-ab", action="store_true",
+                    help="part 2 alternates the probe as shipped with HEADROOM_PROBE_EARLY_CONTEXT=0 (the CUDA "
+                         "context made after LibTorch loads), four runs each after one discarded run")
     a = ap.parse_args()
     t0 = time.time()
     left = lambda: a.deadline_s - (time.time() - t0)
@@ -121,19 +124,24 @@ def main():
     os.makedirs(os.path.join(a.out, "res"), exist_ok=True)
     # 2. The headline's time, both ways, alternating.
     timing = []
-    for i in range(3):
-        for flag in [None, 2]:
-            if left() < 60:
-                break
-            cmd, op = request_for(HEADLINE, flag)
-            rc, first, total, err = timed_probe(cmd, 60)
-            res = json.load(open(op)) if rc == 0 and os.path.exists(op) else {}
-            timing.append({"mode": "as shipped" if flag is None else "--steps 2", "rc": rc, "result_s": first,
-                           "exit_s": round(total, 3), "skipped_steps": res.get("skipped_steps"),
-                           "timing": res.get("timing"), "peak": res.get("peak")})
-            json.dump(timing, open(os.path.join(a.out, "headline-timing.json"), "w"), indent=1)
-            log(a.out, f"[{time.time() - t0:6.1f}s] headline {timing[-1]['mode']:10s} rc={rc} result {first} s "
-                       f"exit {total:.2f} s skipped {res.get('skipped_steps')}")
+    modes = [("as shipped", None, {}), ("--steps 2", 2, {})] * 3
+    if a.context_ab:
+        modes = [("discarded (GPU idle before)", None, {})]
+        modes += [("as shipped", None, {}), ("early context off", None, {"HEADROOM_PROBE_EARLY_CONTEXT": "0"})] * 4
+    for mode, flag, extra in modes:
+        if left() < 60:
+            break
+        cmd, op = request_for(HEADLINE, flag)
+        rc, first, total, err = timed_probe(cmd, 60, dict(os.environ, **extra))
+        res = json.load(open(op)) if rc == 0 and os.path.exists(op) else {}
+        timing.append({"mode": mode, "rc": rc, "result_s": first,
+                       "exit_s": round(total, 3), "skipped_steps": res.get("skipped_steps"),
+                       "timing": res.get("timing"), "peak": res.get("peak"),
+                       "phase_s": [[ph["step"], ph["phase"], ph.get("seconds")] for ph in res.get("phases", [])],
+                       "stderr": err[-300:] if rc else ""})
+        json.dump(timing, open(os.path.join(a.out, "headline-timing.json"), "w"), indent=1)
+        log(a.out, f"[{time.time() - t0:6.1f}s] headline {timing[-1]['mode']:10s} rc={rc} result {first} s "
+                   f"exit {total:.2f} s skipped {res.get('skipped_steps')}")
 
     # 3. Every supported configuration: as shipped, then three measured steps all run.
     names = [n for n in plan if re.match(r"^(l1b|l3b|l8b|q05b|q3-06b|m7b|q3b|q7b|nemo|q3-8b)-", n)

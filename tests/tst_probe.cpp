@@ -524,6 +524,36 @@ private Q_SLOTS:
         QCOMPARE(p.exitCode(), 4);
 #endif
     }
+
+    // The LibTorch engine is a module loaded next to the executable (torch_module.cpp): a probe
+    // without it still answers --help and refuses a LibTorch request with exit 4, naming where it
+    // looked; a module that is not a library is named with the loader's reason.
+    void missingEngineModuleIsNamed()
+    {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QString exe = dir.filePath(QStringLiteral("headroom-probe"));
+        QVERIFY(QFile::copy(QStringLiteral(HEADROOM_PROBE), exe));
+        QFile(exe).setPermissions(QFile(QStringLiteral(HEADROOM_PROBE)).permissions());
+        const auto f = requestFile(toJson(request()));
+        auto run = [&](const QStringList &args) {
+            QProcess p;
+            p.start(exe, args);
+            p.waitForFinished(60000);
+            return std::pair{p.exitCode(), QString::fromUtf8(p.readAllStandardOutput())};
+        };
+        QCOMPARE(run({QStringLiteral("--help")}).first, 0);
+        auto [code, out] = run({QStringLiteral("--request"), f->fileName()});
+        QCOMPARE(code, 4);
+        QVERIFY2(out.contains(dir.filePath(QStringLiteral("headroom-probe-torch.so"))) && out.contains(QStringLiteral("--engine transformers")),
+                 qPrintable(out));
+        QFile bad(dir.filePath(QStringLiteral("headroom-probe-torch.so")));
+        QVERIFY(bad.open(QIODevice::WriteOnly) && bad.write("not a library") > 0);
+        bad.close();
+        std::tie(code, out) = run({QStringLiteral("--request"), f->fileName()});
+        QCOMPARE(code, 4);
+        QVERIFY2(out.contains(QStringLiteral("cannot be loaded")), qPrintable(out));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestProbe)

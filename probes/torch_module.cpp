@@ -1,0 +1,179 @@
+// Loads the LibTorch engine (headroom-probe-torch.so, probe_torch.cpp) when a request needs it, and
+// creates the CUDA context while it loads. Torch-free: this file builds without LibTorch.
+//
+// Why a module: Torch's and CUDA's libraries take about a third of a second to load and the CUDA
+// context about a quarter (H200, docs/performance.md). Linked into the executable, they load before
+// main and the context follows them; loaded here, the context is made by the driver API on another
+// thread at the same time (the CUDA runtime adopts the device's primary context it finds), and
+// `--help`, refused requests and the transformers engine never load Torch at all.
+
+#include "probe.h"
+
+#include "headroom/config.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace headroom::probe {
+
+namespace {
+
+struct Loaded
+{
+    const TorchEngine *engine = nullptr;
+    std::string why; // when engine is null
+};
+
+// Joined before the module's code runs, or at exit (a request refused while the context was being
+// made): never left running into the driver's own teardown.
+struct CudaThread
+{
+    std::thread t;
+    ~CudaThread()
+    {
+        if (t.joinable())
+            t.join();
+    }
+};
+std::thread &cudaThread()
+{
+    static CudaThread t;
+    return t.t;
+}
+
+std::string executableDir()
+{
+    std::vector<char> buf(4096);
+    const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+    if (n <= 0)
+        return ".";
+    std::string path(buf.data(), static_cast<size_t>(n));
+    const auto slash = path.rfind('/');
+    return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+Loaded load()
+{
+    Loaded r;
+    const std::string dir = executableDir();
+    // Next to the executable (the build tree), then where the package installs it.
+    const std::vector<std::string> candidates = {dir + "/headroom-probe-torch.so",
+                                                 dir + "/../" HEADROOM_PROBE_MODULE_DIR "/headroom-probe-torch.so"};
+    std::string tried;
+    for (const std::string &path : candidates) {
+        tried += (tried.empty() ? "" : " or ") + path;
+        if (::access(path.c_str(), F_OK) != 0)
+            continue;
+        void *h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            const char *e = ::dlerror();
+            r.why = "the LibTorch engine (" + path + ") cannot be loaded: " + (e ? e : "dlopen failed");
+            return r;
+        }
+        using Entry = const TorchEngine *(*)();
+        auto entry = reinterpret_cast<Entry>(::dlsym(h, "headroom_probe_torch_engine"));
+        const TorchEngine *e = entry ? entry() : nullptr;
+        if (!e || std::strcmp(e->version, HEADROOM_VERSION) != 0 || e->outcomeBytes != sizeof(Outcome) ||
+            e->requestBytes != sizeof(ProbeRequest)) {
+            r.why = "the LibTorch engine (" + path + ") is not from this build of headroom-probe " HEADROOM_VERSION;
+            return r;
+        }
+        r.engine = e;
+        return r;
+    }
+    r.why = "this headroom-probe has no LibTorch engine (no " + tried + "; a build without LibTorch has none)";
+    return r;
+}
+
+const Loaded &loaded()
+{
+    static const Loaded l = [] {
+        Loaded r = load();
+        if (cudaThread().joinable())
+            cudaThread().join(); // the context is made (or failed) before any Torch code runs
+        return r;
+    }();
+    return l;
+}
+
+// The driver API's entry points, by name (libcuda.so.1 comes with the NVIDIA driver, not the
+// toolkit: no link-time dependency, and nothing happens on a machine without it).
+void createPrimaryContext()
+{
+    void *cuda = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cuda)
+        return;
+    using Init = int (*)(unsigned);
+    using DeviceGet = int (*)(int *, int);
+    using Retain = int (*)(void **, int);
+    auto init = reinterpret_cast<Init>(::dlsym(cuda, "cuInit"));
+    auto deviceGet = reinterpret_cast<DeviceGet>(::dlsym(cuda, "cuDeviceGet"));
+    auto retain = reinterpret_cast<Retain>(::dlsym(cuda, "cuDevicePrimaryCtxRetain"));
+    int device = 0;
+    void *context = nullptr;
+    // Retained for the process's life: the runtime retains the same context when Torch first
+    // touches device 0, so its creation is what this thread takes off the critical path.
+    if (init && deviceGet && retain && init(0) == 0 && deviceGet(&device, 0) == 0)
+        (void)retain(&context, device);
+}
+
+} // namespace
+
+void prepareCuda()
+{
+    if (const char *v = std::getenv("HEADROOM_PROBE_EARLY_CONTEXT"); v && std::strcmp(v, "0") == 0)
+        return;
+    if (cudaThread().joinable())
+        return;
+    try {
+        cudaThread() = std::thread(createPrimaryContext);
+    } catch (const std::system_error &) {
+        // no thread: the runtime creates the context itself, later
+    }
+}
+
+bool libtorchAvailable(std::string *why)
+{
+    const Loaded &l = loaded();
+    if (!l.engine && why)
+        *why = l.why;
+    return l.engine != nullptr;
+}
+
+bool cudaUsable()
+{
+    const Loaded &l = loaded();
+    return l.engine && l.engine->cudaUsable();
+}
+
+bool distributedAvailable(std::string *why)
+{
+    const Loaded &l = loaded();
+    if (!l.engine) {
+        if (why)
+            *why = l.why;
+        return false;
+    }
+    return l.engine->distributedAvailable(why);
+}
+
+Outcome run(const ProbeRequest &request, const Callbacks &callbacks, const Dist &dist)
+{
+    const Loaded &l = loaded();
+    if (!l.engine) {
+        Outcome out;
+        out.code = NoDevice;
+        out.message = l.why + ": use --engine transformers";
+        return out;
+    }
+    return l.engine->run(request, callbacks, dist);
+}
+
+} // namespace headroom::probe
