@@ -339,23 +339,28 @@ struct CachingAllocatorModel::Impl
     {
         small.small = true;
     }
-    std::deque<Block> all; // owner of every Block (a deque keeps their addresses)
+    std::deque<Block> all;        // owner of every Block (a deque keeps their addresses)
+    std::vector<Block *> dropped; // merged or released, for make() to reuse: the replay's
+                                  // blocks stay in a few hot cache lines instead of new ones
 
     Block *make(int64_t size, int64_t addr, Pool *pool, int stream)
     {
-        all.emplace_back();
-        Block *b = &all.back();
+        Block *b = nullptr;
+        if (!dropped.empty()) {
+            b = dropped.back();
+            dropped.pop_back();
+            *b = Block{};
+        } else {
+            b = &all.emplace_back();
+        }
         b->size = size;
         b->addr = addr;
         b->pool = pool;
         b->stream = stream;
         return b;
     }
-    void destroy(Block *b)
-    {
-        // Blocks are few thousand at most; unlink lazily by marking size 0 and keep memory until the model dies.
-        b->size = -1;
-    }
+    // Its callers have unlinked it from its segment, the free-block buckets and the unmapped set.
+    void destroy(Block *b) { dropped.push_back(b); }
 
     void addReserved(int64_t bytes)
     {
