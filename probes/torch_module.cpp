@@ -14,7 +14,10 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <cstring>
 #include <string>
 #include <system_error>
@@ -48,6 +51,19 @@ std::thread &cudaThread()
     return t.t;
 }
 
+using Clock = std::chrono::steady_clock;
+struct Startup
+{
+    std::promise<void> driverReady; // cuInit has returned (or there is no driver)
+    std::future<void> ready = driverReady.get_future();
+    Clock::time_point t0 = Clock::now(), init, context, loadStart, loadEnd;
+};
+Startup &startup()
+{
+    static Startup s;
+    return s;
+}
+
 std::string executableDir()
 {
     std::vector<char> buf(4096);
@@ -71,7 +87,7 @@ Loaded load()
         tried += (tried.empty() ? "" : " or ") + path;
         if (::access(path.c_str(), F_OK) != 0)
             continue;
-        void *h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        void *h = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
         if (!h) {
             const char *e = ::dlerror();
             r.why = "the LibTorch engine (" + path + ") cannot be loaded: " + (e ? e : "dlopen failed");
@@ -95,9 +111,19 @@ Loaded load()
 const Loaded &loaded()
 {
     static const Loaded l = [] {
+        Startup &st = startup();
+        if (cudaThread().joinable())
+            st.ready.wait_for(std::chrono::seconds(5));
+        st.loadStart = Clock::now();
         Loaded r = load();
+        st.loadEnd = Clock::now();
         if (cudaThread().joinable())
             cudaThread().join(); // the context is made (or failed) before any Torch code runs
+        if (std::getenv("HEADROOM_PROBE_STARTUP_TIMES")) { // for docs/performance.md
+            auto ms = [&](Clock::time_point t) { return t == Clock::time_point{} ? -1.0 : std::chrono::duration<double, std::milli>(t - st.t0).count(); };
+            std::fprintf(stderr, "headroom-probe: startup ms: driver %.1f, context %.1f, load %.1f-%.1f, joined %.1f\n",
+                         ms(st.init), ms(st.context), ms(st.loadStart), ms(st.loadEnd), ms(Clock::now()));
+        }
         return r;
     }();
     return l;
@@ -105,23 +131,29 @@ const Loaded &loaded()
 
 // The driver API's entry points, by name (libcuda.so.1 comes with the NVIDIA driver, not the
 // toolkit: no link-time dependency, and nothing happens on a machine without it).
+// cuInit loads the driver's own libraries with dlopen, which waits while another thread's dlopen
+// runs Torch's static initialisers (the loader's lock): the driver is initialised first, then the
+// context (no loading) is made while Torch loads.
 void createPrimaryContext()
 {
+    Startup &st = startup();
     void *cuda = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!cuda)
-        return;
     using Init = int (*)(unsigned);
     using DeviceGet = int (*)(int *, int);
     using Retain = int (*)(void **, int);
-    auto init = reinterpret_cast<Init>(::dlsym(cuda, "cuInit"));
-    auto deviceGet = reinterpret_cast<DeviceGet>(::dlsym(cuda, "cuDeviceGet"));
-    auto retain = reinterpret_cast<Retain>(::dlsym(cuda, "cuDevicePrimaryCtxRetain"));
+    auto init = cuda ? reinterpret_cast<Init>(::dlsym(cuda, "cuInit")) : nullptr;
+    auto deviceGet = cuda ? reinterpret_cast<DeviceGet>(::dlsym(cuda, "cuDeviceGet")) : nullptr;
+    auto retain = cuda ? reinterpret_cast<Retain>(::dlsym(cuda, "cuDevicePrimaryCtxRetain")) : nullptr;
     int device = 0;
+    const bool driver = init && deviceGet && retain && init(0) == 0 && deviceGet(&device, 0) == 0;
+    st.init = Clock::now();
+    st.driverReady.set_value();
     void *context = nullptr;
     // Retained for the process's life: the runtime retains the same context when Torch first
     // touches device 0, so its creation is what this thread takes off the critical path.
-    if (init && deviceGet && retain && init(0) == 0 && deviceGet(&device, 0) == 0)
+    if (driver)
         (void)retain(&context, device);
+    st.context = Clock::now();
 }
 
 } // namespace
@@ -130,6 +162,7 @@ void prepareCuda()
 {
     if (const char *v = std::getenv("HEADROOM_PROBE_EARLY_CONTEXT"); v && std::strcmp(v, "0") == 0)
         return;
+    startup(); // its clock starts here; made before the thread's holder, so destroyed after its join
     if (cudaThread().joinable())
         return;
     try {

@@ -138,6 +138,7 @@ def main():
                        "exit_s": round(total, 3), "skipped_steps": res.get("skipped_steps"),
                        "timing": res.get("timing"), "peak": res.get("peak"),
                        "phase_s": [[ph["step"], ph["phase"], ph.get("seconds")] for ph in res.get("phases", [])],
+                       "startup": [l for l in err.splitlines() if "startup ms" in l],
                        "stderr": err[-300:] if rc else ""})
         json.dump(timing, open(os.path.join(a.out, "headline-timing.json"), "w"), indent=1)
         log(a.out, f"[{time.time() - t0:6.1f}s] headline {timing[-1]['mode']:10s} rc={rc} result {first} s "
