@@ -122,8 +122,10 @@ class FreeBlocks
                 if (!grown)
                     throw std::bad_alloc();
                 const uint32_t nlo = static_cast<uint32_t>((grownCap - (n + 1)) / 2);
-                std::memcpy(grown + nlo, buf + lo, i * sizeof(Entry));
-                std::memcpy(grown + nlo + i + 1, buf + lo + i, (n - i) * sizeof(Entry));
+                if (n > 0) { // a new bucket has no buffer yet
+                    std::memcpy(grown + nlo, buf + lo, i * sizeof(Entry));
+                    std::memcpy(grown + nlo + i + 1, buf + lo + i, (n - i) * sizeof(Entry));
+                }
                 std::free(buf);
                 buf = grown;
                 cap = grownCap;
