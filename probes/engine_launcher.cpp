@@ -157,9 +157,10 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
     struct Cleanup
     {
         std::string dir;
-        // libc's nftw, not std::filesystem::remove_all: in a headroom-probe linked against
-        // PyTorch's LibTorch (2.11 wheel) remove_all called address 0 from inside libtorch.so
-        // (SIGSEGV after every transformers-engine run on the H200, result already written).
+        // libc's nftw, not std::filesystem::remove_all: when headroom-probe was linked against
+        // PyTorch's LibTorch (2.11 wheel), remove_all called address 0 from inside libtorch.so
+        // (SIGSEGV after every transformers-engine run on the H200, result already written). The
+        // engine is a module now, never loaded on this path; nftw stays, as cheap as ever.
         ~Cleanup()
         {
             nftw(

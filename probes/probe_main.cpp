@@ -549,8 +549,8 @@ int probeMain(int argc, char **argv)
         o.memoryCapBytes = memoryCap;
         o.shareGpu = shareGpu;
         const int code = runTransformersEngine(request, o);
-        // Leave without static destructors: LibTorch's CUDA libraries are loaded but never
-        // initialised on this path (engine_launcher.cpp: why it cleans up with nftw).
+        // Leave without static destructors (this path never loads the LibTorch engine's module;
+        // engine_launcher.cpp says what a linked LibTorch once did to remove_all at exit).
         const bool written = std::fflush(stdout) == 0 && !std::ferror(stdout);
         if (!written)
             std::fprintf(stderr, "headroom-probe: stdout: the events could not be written (%s)\n", std::strerror(errno));
