@@ -31,8 +31,6 @@ namespace headroom::probe {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-namespace {
-
 std::string selfDir()
 {
     char buf[PATH_MAX];
@@ -42,6 +40,8 @@ std::string selfDir()
     buf[n] = '\0';
     return fs::path(buf).parent_path().string();
 }
+
+namespace {
 
 // $HEADROOM_ENGINE_SCRIPT, then next to this executable (build tree), then ../share/headroom.
 std::string locateScript(std::vector<std::string> &searched)

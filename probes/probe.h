@@ -86,6 +86,8 @@ int fail(int code, const std::string &message, const std::string &field = {});
 bool publish(const nlohmann::json &result, const std::string &outPath);
 // The stopped event; returns 128 + signal.
 int stopped();
+// The folder this executable is in (where the build tree keeps its engine script and module).
+std::string selfDir();
 // Writes `j` to `path` through a temporary file in the same folder, checking every write.
 bool writeAtomically(const std::string &path, const nlohmann::json &j);
 

@@ -64,21 +64,10 @@ Startup &startup()
     return s;
 }
 
-std::string executableDir()
-{
-    std::vector<char> buf(4096);
-    const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-    if (n <= 0)
-        return ".";
-    std::string path(buf.data(), static_cast<size_t>(n));
-    const auto slash = path.rfind('/');
-    return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 Loaded load()
 {
     Loaded r;
-    const std::string dir = executableDir();
+    const std::string dir = selfDir();
     // Next to the executable (the build tree), then where the package installs it.
     const std::vector<std::string> candidates = {dir + "/headroom-probe-torch.so",
                                                  dir + "/../" HEADROOM_PROBE_MODULE_DIR "/headroom-probe-torch.so"};
