@@ -4,7 +4,7 @@
 
 #include <QAbstractTableModel>
 
-// Categories x bars: the one table the breakdown chart reads (STYLE.md point 5). Rows are the
+// Categories x bars: the one table the breakdown chart reads (docs/style.md point 5). Rows are the
 // nine categories plus "measured, not attributed" (a measured phase peak has no category split).
 // Columns are bars: estimated and measured for the whole step, or for each phase.
 class BreakdownModel : public QAbstractTableModel

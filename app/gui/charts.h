@@ -1,7 +1,7 @@
 #pragma once
 
 // All Qt Charts code lives here (Qt Charts is deprecated from Qt 6.10 in favour of Qt Graphs;
-// STYLE.md point 5). Panels see two widgets and never a chart type.
+// docs/style.md point 5). Panels see two widgets and never a chart type.
 
 #include "breakdownmodel.h"
 #include "session.h"

@@ -4,7 +4,7 @@
 
 #include <QAbstractTableModel>
 
-// The recommendations of the latest report, in SEEDS.md order: dynamic, static, sharding.
+// The recommendations of the latest report, in docs/seeds.md order: dynamic, static, sharding.
 class RecommendationModel : public QAbstractTableModel
 {
     Q_OBJECT

@@ -4,7 +4,7 @@
 
 #include <QAbstractTableModel>
 
-// The scaling table of SEEDS.md: config | what grows | peak allocated | peak reserved | passed?,
+// The scaling table of docs/seeds.md: config | what grows | peak allocated | peak reserved | passed?,
 // plus what each step costs against the previous row of its group.
 class ScalingModel : public QAbstractTableModel
 {

@@ -7,7 +7,7 @@
 
 class ScalingChart;
 
-// Peak against sequence length and batch, with and without checkpointing, and the SEEDS.md
+// Peak against sequence length and batch, with and without checkpointing, and the docs/seeds.md
 // scaling table, copyable as Markdown.
 class ScalingPanel : public QWidget
 {

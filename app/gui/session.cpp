@@ -57,7 +57,7 @@ std::vector<int64_t> powersOfTwo(int64_t lo, int64_t hi)
     return v;
 }
 
-// The SEEDS.md scaling groups around the current configuration: seq x1/2 .. x2, batch x1/2 .. x2,
+// The docs/seeds.md scaling groups around the current configuration: seq x1/2 .. x2, batch x1/2 .. x2,
 // and checkpointing off/on, each row with what it costs against the previous one.
 void scalingTable(const Scenario &s, ScalingData &out)
 {

@@ -9,7 +9,7 @@
 #include <optional>
 
 // What the Scaling tab shows: peak against sequence length and batch, with and without
-// checkpointing, and the scaling table of ../shared/SEEDS.md.
+// checkpointing, and the scaling table of docs/seeds.md.
 struct ScalingCurve
 {
     QString name;
@@ -32,7 +32,7 @@ struct ScalingData
 
 // The shared state of the explorer: the scenario, its latest report, measurements and undo.
 // Recomputation runs off the GUI thread; every request is stamped and only the latest lands
-// (STYLE.md point 4).
+// (docs/style.md point 4).
 class Session : public QObject
 {
     Q_OBJECT

@@ -7,7 +7,7 @@
 
 #include <optional>
 
-// Every persisted setting, with its key in one place (STYLE.md point 14).
+// Every persisted setting, with its key in one place (docs/style.md point 14).
 class Settings
 {
 public:

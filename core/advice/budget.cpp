@@ -1,0 +1,689 @@
+#include "headroom/budget.h"
+
+#include "headroom/error.h"
+
+#include "headroom/simulation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace headroom {
+
+std::string_view toString(Fit f)
+{
+    switch (f) {
+    case Fit::Fits: return "fits";
+    case Fit::Tight: return "tight";
+    case Fit::OOM: return "oom";
+    }
+    return "?";
+}
+
+std::string_view toString(RecommendationGroup g)
+{
+    switch (g) {
+    case RecommendationGroup::Dynamic: return "dynamic";
+    case RecommendationGroup::Static: return "static";
+    case RecommendationGroup::Sharding: return "sharding";
+    case RecommendationGroup::Increase: return "increase";
+    }
+    return "?";
+}
+
+// "1234567.5" -> "1,234,567.5"
+static std::string groupThousands(std::string n)
+{
+    const size_t digits0 = !n.empty() && n[0] == '-' ? 1 : 0;
+    size_t end = n.find('.');
+    if (end == std::string::npos)
+        end = n.size();
+    for (size_t i = end; i > digits0 + 3; i -= 3)
+        n.insert(i - 3, ",");
+    return n;
+}
+
+std::string formatScaled(int64_t bytes, int decimals, double base, double step, const char *unit, const char *bigUnit)
+{
+    // From `step` units on (1,024 GiB, 1,000 GB), the next unit up; thousands grouped either way.
+    const double big = base * step;
+    const bool up = std::abs(static_cast<double>(bytes)) >= big;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", std::clamp(decimals, 0, 6),
+                  static_cast<double>(bytes) / (up ? big : base));
+    return groupThousands(buf) + " " + (up ? bigUnit : unit);
+}
+
+std::string formatParameterCount(int64_t n)
+{
+    char buf[64];
+    const double v = static_cast<double>(n);
+    if (std::abs(v) >= 1e9)
+        std::snprintf(buf, sizeof buf, "%.2f B", v / 1e9);
+    else if (std::abs(v) >= 1e6)
+        std::snprintf(buf, sizeof buf, "%.1f M", v / 1e6);
+    else
+        return groupThousands(std::to_string(n));
+    return groupThousands(buf) + " (" + groupThousands(std::to_string(n)) + ")";
+}
+
+std::string headroomPhrase(const Verdict &v)
+{
+    char buf[96];
+    if (v.capacityBytes > 0 && v.neededBytes > 2 * v.capacityBytes) {
+        // Far past the card a percentage says nothing: how many cards' worth it needs.
+        const double times = static_cast<double>(v.neededBytes) / static_cast<double>(v.capacityBytes);
+        std::snprintf(buf, sizeof buf, times < 100 ? "%.1f" : "%.0f", times);
+        return groupThousands(buf) + "× the card";
+    }
+    const double pct = std::abs(v.headroomFraction()) * 100.0;
+    std::snprintf(buf, sizeof buf, "%.1f%% %s", pct, v.headroomBytes() >= 0 ? "headroom" : "over the card");
+    return buf;
+}
+
+std::string formatGiB(int64_t bytes, int decimals)
+{
+    return formatScaled(bytes, decimals, 1073741824.0, 1024.0, "GiB", "TiB");
+}
+
+int64_t processCapacityBytes(const GpuSpec &gpu, int64_t driverReservedBytes)
+{
+    return std::max<int64_t>(0, gpu.memoryBytes - std::max<int64_t>(0, driverReservedBytes));
+}
+
+Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve)
+{
+    if (!(reserve >= 0.0 && reserve < 1.0))
+        throw InputError("reserve", std::to_string(reserve), "must be in [0, 1)");
+    Verdict v;
+    v.reserve = reserve;
+    v.capacityBytes = processCapacityBytes(gpu, e.driverReservedBytes);
+    v.usableBytes = static_cast<int64_t>(std::floor(static_cast<double>(v.capacityBytes) * (1.0 - reserve)));
+    v.neededBytes = e.deviceTotalBytes;
+    v.fit = v.neededBytes <= v.usableBytes ? Fit::Fits : v.neededBytes <= v.capacityBytes ? Fit::Tight : Fit::OOM;
+    return v;
+}
+
+Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
+              const EstimatorOptions &opt)
+{
+    Verdict v = judge(e, gpu, reserve);
+    if (v.fit == Fit::Fits || !isSimulated(c) || opt.ledgerOnly)
+        return v; // the ledger has no allocation stream to replay
+    // What the device gives the allocator: the budget less what lives outside it (the CUDA
+    // context, NCCL's communicator). At a failed cudaMalloc, CUDACachingAllocator's malloc()
+    // frees the cached blocks that could serve the request (release_available_cached_blocks),
+    // then every cached segment (release_cached_blocks), and retries before it raises.
+    const int64_t outside = e.deviceTotalBytes - e.peakReservedBytes;
+    // What is allocated at the peak cannot be freed by any flush: past the card with it alone,
+    // the run cannot fit, and the replay (a second simulation) is not needed.
+    if (checkedAdd(e.peakAllocatedBytes, outside) > v.capacityBytes)
+        return v;
+    // The run as the estimate replays it (its second steady step too), at the card's limit.
+    m.validate();
+    c.validate();
+    const Timeline t = simulateMeasuredRun(m, c, opt);
+    auto runsWithin = [&](int64_t budget) {
+        AllocatorConfig ac = opt.allocator;
+        ac.capacityBytes = budget - outside;
+        if (ac.capacityBytes <= 0)
+            return false;
+        const Replay r = replay(t, ac);
+        if (r.outOfMemory)
+            return false;
+        v.cacheFlushes = r.retries;
+        v.unboundedBytes = v.neededBytes;
+        v.neededBytes = r.peakReservedBytes + outside; // what nvidia-smi shows at its highest
+        return true;
+    };
+    if (runsWithin(v.usableBytes))
+        v.fit = Fit::Fits;
+    else if (v.fit == Fit::OOM && runsWithin(v.capacityBytes))
+        v.fit = Fit::Tight;
+    return v;
+}
+
+std::string cacheFlushNote(const Verdict &v)
+{
+    if (v.cacheFlushes <= 0)
+        return {};
+    return "the allocator's cache would grow to " + formatGiB(v.unboundedBytes, 1) + " with the context; at the " +
+           "budget it frees its cached blocks and retries (" + std::to_string(v.cacheFlushes) +
+           (v.cacheFlushes == 1 ? " time" : " times") +
+           " in the warm-up and two steps), so the step runs, each retry costing a device synchronize";
+}
+
+namespace {
+
+// The largest v in [lo, hi] with fitsAt(v), for a fitsAt that holds up to some value and not
+// past it; 0 when not even lo fits. Galloping from `from` (the configuration's own value, where
+// the answer usually is near): doubling steps until one does not fit, then bisecting that last
+// step, so an answer A costs about 2 log2(A / from) estimates instead of log2(hi).
+template<typename Set>
+int64_t largestFitting(int64_t lo, int64_t hi, int64_t from, const Set &fitsAt)
+{
+    from = std::clamp(from, lo, hi);
+    if (fitsAt(from)) {
+        lo = from;
+    } else { // below the configuration's value: gallop up from lo
+        if (from == lo || !fitsAt(lo))
+            return 0;
+        hi = from - 1;
+    }
+    for (int64_t step = 1; lo < hi; step *= 2) { // invariant: fitsAt(lo)
+        const int64_t probe = hi - lo > step ? lo + step : hi;
+        if (!fitsAt(probe)) {
+            hi = probe - 1;
+            break;
+        }
+        lo = probe;
+    }
+    while (lo < hi) { // invariant: fitsAt(lo), !fitsAt(hi + 1)
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (fitsAt(mid))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+// The largest value of one field (set through `apply` to value x unit) in [unit, hi x unit] that
+// fits, or 0; the search starts from the configuration's own value, `current`.
+template<typename Apply>
+int64_t solve(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+              const EstimatorOptions &opt, int64_t hi, int64_t unit, int64_t current, Apply apply)
+{
+    return unit * largestFitting(1, hi, current / unit, [&](int64_t v) {
+        TrainingConfig t = c;
+        apply(t, v * unit);
+        try {
+            return judge(m, t, estimate(m, t, opt), gpu, reserve, opt).fit == Fit::Fits;
+        } catch (const InputError &) {
+            return false; // beyond 64-bit bytes: certainly does not fit
+        }
+    });
+}
+} // namespace
+
+int64_t maxMicroBatch(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+                      const EstimatorOptions &opt)
+{
+    return solve(m, c, gpu, reserve, opt, 1 << 20, 1, c.microBatch,
+                 [](TrainingConfig &t, int64_t v) { t.microBatch = v; });
+}
+
+int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+                  const EstimatorOptions &opt, int64_t multiple)
+{
+    if (multiple < 1 || multiple > (1 << 20))
+        throw InputError("multiple", std::to_string(multiple), "must be in [1, 1048576]");
+    return solve(m, c, gpu, reserve, opt, (int64_t(1) << 24) / multiple, multiple, c.seqLen,
+                 [](TrainingConfig &t, int64_t v) { t.seqLen = v; });
+}
+
+std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
+                                   double reserve, const EstimatorOptions &opt)
+{
+    std::vector<std::string> out;
+    const bool bf16 = c.precision == Precision::BF16 || c.precision == Precision::AmpBF16;
+    if (bf16 && !gpu.bf16)
+        out.push_back(gpu.name + " has no bf16: use fp16 mixed precision (amp-fp16, with a GradScaler)");
+    if (judge(m, c, e, gpu, reserve, opt).fit != Fit::Fits) {
+        // The smallest card of the catalog this configuration fits as it is, if any.
+        const GpuSpec *best = nullptr;
+        for (const GpuSpec &g : gpuCatalog())
+            if (g.memoryBytes > gpu.memoryBytes && (!best || g.memoryBytes < best->memoryBytes) &&
+                judge(m, c, e, g, reserve, opt).fit == Fit::Fits)
+                best = &g;
+        out.push_back(best ? "as it is, it fits " + best->name + " (the smallest card in the catalog that holds it)"
+                           : "as it is, it fits no single card in the catalog: change it, or shard it across GPUs");
+        return out;
+    }
+    const int64_t b = maxMicroBatch(m, c, gpu, reserve, opt);
+    const int64_t s = maxSeqLen(m, c, gpu, reserve, opt, 128);
+    std::string room = "room to grow on " + gpu.name + ":";
+    if (b > c.microBatch)
+        room += " micro-batch up to " + std::to_string(b) + " (at sequence " + std::to_string(c.seqLen) + ")";
+    if (s > c.seqLen)
+        room += std::string(b > c.microBatch ? ", or" : "") + " sequence up to " + std::to_string(s) +
+                " (multiples of 128, at micro-batch " + std::to_string(c.microBatch) + ")";
+    if (b > c.microBatch || s > c.seqLen)
+        out.push_back(room + ", keeping the " + std::to_string(std::lround(reserve * 100)) + "% reserve");
+    return out;
+}
+
+std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
+                                      const EstimatorOptions &opt)
+{
+    std::vector<Recommendation> out;
+    const Estimate base = estimate(m, c, opt);
+    auto consider = [&](RecommendationGroup g, std::string id, std::string title, std::string cost, TrainingConfig t) {
+        Estimate e;
+        int64_t from = base.deviceTotalBytes;
+        try {
+            e = estimate(m, t, opt);
+            if (isSimulated(c) && !isSimulated(t)) {
+                // The alternative only has the ledger's estimate: the saving is measured ledger
+                // against ledger, so it is the change's, not the two mechanisms' difference.
+                EstimatorOptions ledger = opt;
+                ledger.ledgerOnly = true;
+                from = estimate(m, c, ledger).deviceTotalBytes;
+            }
+        } catch (const InputError &) {
+            return; // an alternative Headroom cannot estimate is not advice
+        }
+        const int64_t saving = from - e.deviceTotalBytes;
+        if (saving <= 0 || saving < from / 200)
+            return; // a change that saves less than 0.5% of the total is not advice
+
+        Recommendation r{g, std::move(id), std::move(title), std::move(cost), saving,
+                         judge(m, t, e, gpu, reserve, opt).fit == Fit::Fits, t};
+        out.push_back(std::move(r));
+    };
+    using G = RecommendationGroup;
+    // 1. Dynamic peak. The logits first: with 128k-256k vocabularies they are often the largest
+    // single term, and a fused loss removes them without changing the math.
+    if (c.loss == Loss::Standard) {
+        TrainingConfig t = c;
+        t.loss = Loss::Fused;
+        consider(G::Dynamic, "fused-loss", "Fused linear cross-entropy (Liger Kernel, Cut Cross-Entropy)",
+                 "none measurable: the logits are made chunk by chunk and never whole; needs liger-kernel "
+                 "(Trainer: use_liger_kernel=True; Axolotl: liger_fused_linear_cross_entropy)",
+                 t);
+    }
+    if (c.attention == Attention::Eager) {
+        TrainingConfig t = c;
+        t.attention = Attention::SDPA;
+        consider(G::Dynamic, "sdpa", "Use SDPA (flash) attention instead of eager",
+                 "none: same math, no s x s matrices kept", t);
+    }
+    if (c.microBatch > 1) {
+        // A smaller micro-batch that divides the effective batch, so that accumulation keeps it
+        // exactly: the largest such that fits, else the largest below the current one.
+        TrainingConfig t = c;
+        const int64_t effective = c.microBatch * c.gradAccum;
+        const int64_t fits = maxMicroBatch(m, c, gpu, reserve, opt);
+        int64_t b = 0;
+        for (int64_t d = c.microBatch - 1; d >= 1 && b == 0; --d)
+            if (effective % d == 0 && (fits <= 0 || d <= fits))
+                b = d;
+        if (b == 0)
+            b = 1;
+        t.microBatch = b;
+        t.gradAccum = effective / b;
+        consider(G::Dynamic, "micro-batch",
+                 "Micro-batch " + std::to_string(b) + " x gradient accumulation " + std::to_string(t.gradAccum),
+                 "same effective batch (" + std::to_string(effective) + "); more, smaller steps: lower GPU utilisation",
+                 t);
+    }
+    if (!c.gradCheckpointing) {
+        TrainingConfig t = c;
+        t.gradCheckpointing = true;
+        consider(G::Dynamic, "checkpointing", "Turn on gradient checkpointing",
+                 "+20-40% step time: each layer's forward runs again in backward", t);
+        // Selective checkpointing: the fewest layers that make it fit, when that is fewer than
+        // all of them (the recomputation, and so the time, in proportion).
+        const int64_t L = m.numLayers;
+        auto fitsWith = [&](int64_t n) {
+            TrainingConfig k = c;
+            k.gradCheckpointing = true;
+            k.checkpointLayers = n;
+            try {
+                return judge(m, k, estimate(m, k, opt), gpu, reserve, opt).fit == Fit::Fits;
+            } catch (const InputError &) {
+                return false;
+            }
+        };
+        if (isSimulated(c) && L > 2 && judge(m, c, base, gpu, reserve, opt).fit != Fit::Fits && fitsWith(L - 1)) {
+            int64_t lo = 1, hi = L - 1; // the smallest n in [lo, hi] that fits; hi does
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                if (fitsWith(mid))
+                    hi = mid;
+                else
+                    lo = mid + 1;
+            }
+            TrainingConfig k = c;
+            k.gradCheckpointing = true;
+            k.checkpointLayers = lo;
+            const int pctLo = static_cast<int>(std::lround(20.0 * double(lo) / double(L)));
+            const int pctHi = static_cast<int>(std::lround(40.0 * double(lo) / double(L)));
+            consider(G::Dynamic, "checkpoint-some",
+                     "Checkpoint the first " + std::to_string(lo) + " of " + std::to_string(L) + " layers",
+                     "+" + std::to_string(std::max(1, pctLo)) + "-" + std::to_string(std::max(1, pctHi)) +
+                         "% step time: only those layers' forwards run again in backward",
+                     k);
+        }
+    }
+    if (!c.activationOffload) {
+        // torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward (estimated op by
+        // op; measured on the H200 within 0.02%).
+        TrainingConfig t = c;
+        t.activationOffload = true;
+        consider(G::Dynamic, "activation-offload", "Offload saved activations to the CPU (save_on_cpu)",
+                 "every saved tensor crosses PCIe twice: a slower step, and pinned host RAM for the activations", t);
+    }
+    if (c.seqLen > 256) {
+        TrainingConfig t = c;
+        t.seqLen = c.seqLen / 2;
+        consider(G::Dynamic, "shorter-seq", "Shorter sequences: " + std::to_string(t.seqLen) + " tokens",
+                 "longer samples get truncated or split; check your length distribution", t);
+    }
+    // 2. Static base.
+    if (c.precision == Precision::FP32) {
+        TrainingConfig t = c;
+        t.precision = Precision::AmpBF16;
+        consider(G::Static, "amp-bf16", "bf16 mixed precision (autocast) instead of fp32",
+                 "needs bf16 (Ampere or newer); fp32 master weights keep the optimizer exact", t);
+    }
+    // An adapter alternative keeps the user's targets where they name this model's Linears, and
+    // takes all-linear where they do not (GPT-2's are c_attn / c_proj / c_fc, not q_proj...).
+    const auto adaptable = [&](TrainingConfig t) {
+        t.lora.targets = loraTargetsFor(m, t.lora.targets);
+        return t;
+    };
+    if (c.finetune == FineTune::Full) {
+        TrainingConfig t = adaptable(c);
+        t.finetune = FineTune::LoRA;
+        consider(G::Static, "lora", "LoRA (rank " + std::to_string(c.lora.rank) + ") instead of full fine-tuning",
+                 "trains adapters only; quality can trail full fine-tuning on hard tasks", t);
+    }
+    if (c.finetune != FineTune::QLoRA && c.precision != Precision::FP32) {
+        TrainingConfig t = adaptable(c);
+        t.finetune = FineTune::QLoRA;
+        consider(G::Static, "qlora", "QLoRA: 4-bit NF4 base with LoRA adapters",
+                 "about +30% step time for dequantization; small quality cost", t);
+    }
+    if (c.optimizer == Optimizer::AdamW) {
+        TrainingConfig t = c;
+        t.optimizer = Optimizer::AdamW8bit;
+        consider(G::Static, "adamw-8bit", "8-bit AdamW (bitsandbytes)",
+                 "blockwise-quantized state; needs bitsandbytes; usually matches AdamW", t);
+    }
+    if (c.optimizer == Optimizer::AdamW || c.optimizer == Optimizer::AdamW8bit) {
+        // The moments of large tensors move to CUDA managed memory: out of the allocator's
+        // totals, and paged to host RAM by the driver when the card runs short.
+        TrainingConfig t = c;
+        t.optimizer = Optimizer::PagedAdamW8bit;
+        consider(G::Static, "paged-adamw-8bit", "Paged 8-bit AdamW (bitsandbytes)",
+                 "moments in managed memory: nvidia-smi still counts them while they fit, and steps slow down when "
+                 "the driver pages them to host RAM; needs bitsandbytes", t);
+    }
+    if (c.optimizer != Optimizer::SGD && !c.offloadOptimizer) {
+        TrainingConfig t = c;
+        t.offloadOptimizer = true;
+        consider(G::Static, "offload-optimizer", "Offload the optimizer state to the CPU (ZeRO-Offload)",
+                 "the optimizer step runs on the CPU: slower steps, PCIe traffic, and host RAM for the state", t);
+    }
+    // 3. Sharding.
+    // 3. Sharding: the fewest GPUs (up to 64) on which a full shard fits; none if even 64 do not.
+    if (c.zeroStage < 3 || c.worldSize < 64) {
+        TrainingConfig t = c;
+        t.zeroStage = 3;
+        int found = 0;
+        for (int n : {2, 4, 8, 16, 32, 64}) {
+            if (n <= c.worldSize)
+                continue;
+            t.worldSize = n;
+            try {
+                if (judge(m, t, estimate(m, t, opt), gpu, reserve, opt).fit == Fit::Fits) {
+                    found = n;
+                    break;
+                }
+            } catch (const InputError &) {
+                break;
+            }
+        }
+        if (found > 0) {
+            t.worldSize = found;
+            consider(G::Sharding, "zero",
+                     "ZeRO-3 / FSDP full shard: needs " + std::to_string(found) + " GPUs",
+                     "all-gathers every layer each step: needs fast interconnect between the " +
+                         std::to_string(found) + " GPUs",
+                     t);
+        }
+    }
+    // 4. When no single change fits on this card and GPU count: the shortest cumulative plan, in
+    // the same order (dynamic first), that does.
+    const bool baseFits = judge(m, c, base, gpu, reserve, opt).fit == Fit::Fits;
+    bool anyFits = false;
+    for (const auto &r : out)
+        anyFits = anyFits || (r.fitsAfter && r.id != "zero");
+    if (!baseFits && !anyFits) {
+        TrainingConfig t = c;
+        std::vector<std::string> steps, costs;
+        auto tryStep = [&](bool applicable, const std::function<void(TrainingConfig &)> &apply, const std::string &what,
+                           const std::string &cost) {
+            if (!applicable)
+                return false;
+            TrainingConfig n = t;
+            apply(n);
+            try {
+                const Estimate e = estimate(m, n, opt);
+                t = n;
+                steps.push_back(what);
+                costs.push_back(cost);
+                return judge(m, n, e, gpu, reserve, opt).fit == Fit::Fits;
+            } catch (const InputError &) {
+                return false; // a step Headroom cannot estimate is skipped
+            }
+        };
+        const int64_t effective = c.microBatch * c.gradAccum;
+        bool fits = tryStep(c.attention == Attention::Eager, [](TrainingConfig &n) { n.attention = Attention::SDPA; },
+                            "SDPA attention", "none") ||
+                    tryStep(c.loss == Loss::Standard, [](TrainingConfig &n) { n.loss = Loss::Fused; },
+                            "fused cross-entropy", "needs liger-kernel") ||
+                    tryStep(!c.gradCheckpointing, [](TrainingConfig &n) { n.gradCheckpointing = true; }, "checkpointing",
+                            "+20-40% step time") ||
+                    tryStep(c.microBatch > 1, [&](TrainingConfig &n) { n.microBatch = 1; n.gradAccum = effective; },
+                            "micro-batch 1 x accumulation " + std::to_string(effective), "lower GPU utilisation") ||
+                    tryStep(c.precision == Precision::FP32, [](TrainingConfig &n) { n.precision = Precision::AmpBF16; },
+                            "bf16 autocast", "needs bf16") ||
+                    tryStep(c.optimizer == Optimizer::AdamW, [](TrainingConfig &n) { n.optimizer = Optimizer::AdamW8bit; },
+                            "8-bit AdamW", "needs bitsandbytes") ||
+                    tryStep(c.finetune == FineTune::Full, [&](TrainingConfig &n) { n = adaptable(n); n.finetune = FineTune::LoRA; },
+                            "LoRA r" + std::to_string(c.lora.rank), "adapters only") ||
+                    tryStep(c.finetune != FineTune::QLoRA, [&](TrainingConfig &n) {
+                        n = adaptable(n);
+                        n.finetune = FineTune::QLoRA;
+                        if (n.precision == Precision::FP32)
+                            n.precision = Precision::AmpBF16;
+                    }, "QLoRA (4-bit base)", "+30% step time") ||
+                    tryStep(c.optimizer != Optimizer::SGD && !c.offloadOptimizer,
+                            [](TrainingConfig &n) { n.offloadOptimizer = true; }, "optimizer state on the CPU",
+                            "slower steps");
+        if (fits && steps.size() > 1) {
+            std::string title = "Plan: ", cost;
+            for (size_t i = 0; i < steps.size(); ++i) {
+                title += (i ? " + " : "") + steps[i];
+                cost += (i ? "; " : "") + steps[i] + ": " + costs[i];
+            }
+            const Estimate e = estimate(m, t, opt);
+            out.insert(out.begin(), Recommendation{G::Dynamic, "plan", title, cost, base.deviceTotalBytes - e.deviceTotalBytes,
+                                                   true, t});
+        }
+    }
+    // 5. It fits: how much more it can take on this card, each a configuration to apply.
+    if (baseFits) {
+        auto grow = [&](std::string id, std::string title, std::string cost, TrainingConfig t) {
+            try {
+                const Estimate e = estimate(m, t, opt);
+                if (judge(m, t, e, gpu, reserve, opt).fit != Fit::Fits)
+                    return;
+                out.push_back(Recommendation{G::Increase, std::move(id), std::move(title), std::move(cost),
+                                             base.deviceTotalBytes - e.deviceTotalBytes, true, t});
+            } catch (const InputError &) {
+            }
+        };
+        const int64_t most = maxMicroBatch(m, c, gpu, reserve, opt);
+        if (most > c.microBatch) {
+            TrainingConfig t = c;
+            const int64_t effective = c.microBatch * c.gradAccum;
+            // With accumulation, the largest micro-batch that divides the effective batch keeps
+            // it exactly (fewer steps, same batch), and only such a divisor is offered (issue 13);
+            // without, the largest that fits.
+            int64_t b = most;
+            bool keeps = false;
+            if (c.gradAccum > 1)
+                for (int64_t d = most; d > c.microBatch; --d)
+                    if (effective % d == 0) {
+                        b = d;
+                        keeps = true;
+                        break;
+                    }
+            if (c.gradAccum <= 1 || keeps) {
+                t.microBatch = b;
+                if (keeps)
+                    t.gradAccum = effective / b;
+                grow("more-batch",
+                     keeps ? "Micro-batch " + std::to_string(b) + " x accumulation " + std::to_string(t.gradAccum)
+                           : "Micro-batch up to " + std::to_string(b),
+                     keeps ? "accumulation " + std::to_string(t.gradAccum) + " keeps the effective batch (" +
+                                 std::to_string(effective) + "); fewer, larger steps"
+                           : "a larger effective batch: retune the learning rate",
+                     t);
+            }
+        }
+        const int64_t seq = maxSeqLen(m, c, gpu, reserve, opt, 128);
+        if (seq > c.seqLen) {
+            TrainingConfig t = c;
+            t.seqLen = seq;
+            grow("longer-seq", "Sequences up to " + std::to_string(seq) + " tokens",
+                 "longer samples fit whole; more memory per token of attention and activations", t);
+        }
+    }
+    return out;
+}
+
+std::vector<SweepRow> sweep(const ModelArch &m, const TrainingConfig &base, const GpuSpec &gpu,
+                            const std::vector<int64_t> &seqs, const std::vector<int64_t> &batches,
+                            const std::vector<bool> &checkpointing, double reserve,
+                            const std::function<bool(size_t, size_t)> &progress, const EstimatorOptions &opt)
+{
+    const std::vector<int64_t> S = seqs.empty() ? std::vector<int64_t>{base.seqLen} : seqs;
+    const std::vector<int64_t> B = batches.empty() ? std::vector<int64_t>{base.microBatch} : batches;
+    const std::vector<bool> K = checkpointing.empty() ? std::vector<bool>{base.gradCheckpointing} : checkpointing;
+    // A grid is a table someone reads: 100,000 cells is far past that, and a bound keeps a typo
+    // (a list pasted twice, a range written out) from becoming std::bad_alloc.
+    constexpr size_t kMaxCells = 100000;
+    if (S.size() > kMaxCells || B.size() > kMaxCells || S.size() * B.size() * K.size() > kMaxCells)
+        throw InputError("sweep", std::to_string(S.size()) + " x " + std::to_string(B.size()) + " x " +
+                                      std::to_string(K.size()) + " cells",
+                         "at most 100000 configurations per sweep: fewer sequence lengths or batches");
+    const size_t total = S.size() * B.size() * K.size();
+    std::vector<SweepRow> rows;
+    rows.reserve(total);
+    auto ratio = [](int64_t a, int64_t b) {
+        std::ostringstream o;
+        const double r = static_cast<double>(a) / static_cast<double>(b);
+        if (r == std::floor(r))
+            o << "x" << static_cast<int64_t>(r);
+        else
+            o << "x" << std::round(r * 100) / 100;
+        return o.str();
+    };
+    for (bool k : K)
+        for (int64_t b : B)
+            for (int64_t s : S) {
+                TrainingConfig t = base;
+                t.seqLen = s;
+                t.microBatch = b;
+                t.gradCheckpointing = k;
+                SweepRow row;
+                row.config = t;
+                row.estimate = estimate(m, t, opt);
+                row.verdict = judge(m, t, row.estimate, gpu, reserve, opt);
+                if (rows.empty()) {
+                    row.grows = "baseline";
+                } else {
+                    const auto &f = rows.front().config;
+                    std::string g;
+                    auto add = [&](const std::string &p) { g += (g.empty() ? "" : ", ") + p; };
+                    if (s != f.seqLen)
+                        add("seq " + ratio(s, f.seqLen));
+                    if (b != f.microBatch)
+                        add("batch " + ratio(b, f.microBatch));
+                    if (k != f.gradCheckpointing)
+                        add(k ? "checkpointing on" : "checkpointing off");
+                    row.grows = g.empty() ? "same" : g;
+                }
+                rows.push_back(std::move(row));
+                if (progress && !progress(rows.size(), total))
+                    return rows;
+            }
+    return rows;
+}
+
+namespace {
+std::string label(const TrainingConfig &c)
+{
+    return "b" + std::to_string(c.microBatch) + " x s" + std::to_string(c.seqLen) + (c.gradCheckpointing ? " +ckpt" : "");
+}
+} // namespace
+
+std::string sweepMarkdown(const std::vector<SweepRow> &rows)
+{
+    std::ostringstream o;
+    o << "| config | what grows | peak allocated | peak reserved | fits? |\n|---|---|---:|---:|---|\n";
+    for (const auto &r : rows)
+        o << "| " << label(r.config) << " | " << r.grows << " | " << formatGiB(r.estimate.peakAllocatedBytes) << " | "
+          << formatGiB(r.estimate.peakReservedBytes) << " | " << toString(r.verdict.fit) << " |\n";
+    return o.str();
+}
+
+std::string sweepCsv(const std::vector<SweepRow> &rows)
+{
+    std::ostringstream o;
+    o << "config,batch,seq,grad_checkpointing,what_grows,peak_allocated_bytes,peak_reserved_bytes,device_total_bytes,fits\n";
+    for (const auto &r : rows)
+        o << '"' << label(r.config) << "\"," << r.config.microBatch << ',' << r.config.seqLen << ','
+          << (r.config.gradCheckpointing ? "true" : "false") << ",\"" << r.grows << "\","
+          << r.estimate.peakAllocatedBytes << ',' << r.estimate.peakReservedBytes << ','
+          << r.estimate.deviceTotalBytes << ',' << toString(r.verdict.fit) << '\n';
+    return o.str();
+}
+
+std::optional<QuickFix> quickFix(const ModelArch &m, const TrainingConfig &c, const std::string &field,
+                                 const EstimatorOptions &opt)
+{
+    QuickFix f;
+    f.config = c;
+    if (field == "lora.targets" && c.finetune != FineTune::Full) {
+        // The attention's Linears the model has (q/k/v/o, or its fused qkv).
+        std::vector<std::string> targets;
+        const auto names = linearModuleNames(m);
+        for (LinearModule mod : {LinearModule::Q, LinearModule::K, LinearModule::V, LinearModule::O}) {
+            const std::string &n = names[static_cast<size_t>(mod)];
+            if (!n.empty() && std::find(targets.begin(), targets.end(), n) == targets.end())
+                targets.push_back(n);
+        }
+        if (targets.empty() || targets == c.lora.targets)
+            return std::nullopt;
+        std::string list;
+        for (const auto &t : targets)
+            list += (list.empty() ? "" : ", ") + t;
+        f.title = "LoRA on the attention only (" + list + ")";
+        f.config.lora.targets = targets;
+    } else if (field == "precision" && c.finetune == FineTune::QLoRA && c.precision == Precision::FP32) {
+        f.title = "Compute in bf16 (QLoRA computes in 16 bits)";
+        f.config.precision = Precision::BF16;
+    } else if (field == "seq" && m.learnedPositions && m.maxPositions > 0 && c.seqLen > m.maxPositions) {
+        f.title = "Sequence " + std::to_string(m.maxPositions) + " (the model's learned positions end there)";
+        f.config.seqLen = m.maxPositions;
+    } else if (field == "model.model_type" && m.isMla() && c.finetune == FineTune::QLoRA) {
+        f.title = "LoRA instead of QLoRA (multi-head latent attention with QLoRA is not estimated yet)";
+        f.config.finetune = FineTune::LoRA;
+    } else {
+        return std::nullopt;
+    }
+    try {
+        (void)estimate(m, f.config, opt);
+    } catch (const InputError &) {
+        return std::nullopt; // the fix alone is not enough: say nothing rather than offer a dead end
+    }
+    return f;
+}
+
+} // namespace headroom

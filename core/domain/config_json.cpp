@@ -1,0 +1,122 @@
+#include "headroom/config_json.h"
+
+#include "headroom/error.h"
+#include "headroom/json_input.h"
+
+namespace headroom {
+
+using nlohmann::json;
+
+namespace {
+std::string show(const json &v) { return showJson(v); }
+} // namespace
+
+json toJson(const TrainingConfig &c)
+{
+    json j = {{"precision", toString(c.precision)},
+            {"optimizer", toString(c.optimizer)},
+            {"optimizer_impl", toString(c.optimizerImpl)},
+            {"finetune", toString(c.finetune)},
+            {"lora", {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout},
+                      {"targets", c.lora.targets}, {"double_quant", c.lora.doubleQuant}}},
+            {"micro_batch", c.microBatch},
+            {"seq_len", c.seqLen},
+            {"grad_accum", c.gradAccum},
+            {"grad_checkpointing", c.gradCheckpointing},
+            {"attention", toString(c.attention)},
+            {"world_size", c.worldSize},
+            {"zero_stage", c.zeroStage},
+            {"offload_optimizer", c.offloadOptimizer}};
+    if (c.loss != Loss::Standard) // written only when set: documents from before stay byte-identical
+        j["loss"] = toString(c.loss);
+    if (c.checkpointLayers > 0)
+        j["checkpoint_layers"] = c.checkpointLayers;
+    if (c.checkpointEvery > 1)
+        j["checkpoint_every"] = c.checkpointEvery;
+    if (c.activationOffload)
+        j["activation_offload"] = true;
+    return j;
+}
+
+TrainingConfig trainingConfigFromJson(const json &j)
+{
+    const std::string ctx = "config";
+    TrainingConfig c;
+    auto str = [&](const char *key) -> std::string {
+        const json &v = requireField(j, key, ctx);
+        if (!v.is_string())
+            throw InputError(ctx + "." + key, show(v), "must be a string");
+        return v.get<std::string>();
+    };
+    c.precision = parsePrecision(str("precision"), ctx + ".precision");
+    c.optimizer = parseOptimizer(str("optimizer"), ctx + ".optimizer");
+    if (j.contains("optimizer_impl"))
+        c.optimizerImpl = parseOptimizerImpl(str("optimizer_impl"), ctx + ".optimizer_impl");
+    c.finetune = parseFineTune(str("finetune"), ctx + ".finetune");
+    c.microBatch = requireInt64(j, "micro_batch", ctx, 1, 1 << 20);
+    c.seqLen = requireInt64(j, "seq_len", ctx, 1, 1 << 24);
+    if (j.contains("grad_accum"))
+        c.gradAccum = requireInt64(j, "grad_accum", ctx, 1, 1 << 20);
+    if (j.contains("grad_checkpointing")) {
+        if (!j.at("grad_checkpointing").is_boolean())
+            throw InputError(ctx + ".grad_checkpointing", show(j.at("grad_checkpointing")), "must be true or false");
+        c.gradCheckpointing = j.at("grad_checkpointing").get<bool>();
+    }
+    if (j.contains("checkpoint_layers"))
+        c.checkpointLayers = requireInt64(j, "checkpoint_layers", ctx, 0, 1 << 20);
+    if (j.contains("checkpoint_every"))
+        c.checkpointEvery = requireInt64(j, "checkpoint_every", ctx, 0, 1 << 20);
+    if (j.contains("attention"))
+        c.attention = parseAttention(str("attention"), ctx + ".attention");
+    if (j.contains("loss"))
+        c.loss = parseLoss(str("loss"), ctx + ".loss");
+    if (j.contains("world_size"))
+        c.worldSize = static_cast<int>(requireInt64(j, "world_size", ctx, 1, 1 << 16));
+    if (j.contains("zero_stage"))
+        c.zeroStage = static_cast<int>(requireInt64(j, "zero_stage", ctx, 0, 3));
+    if (j.contains("offload_optimizer")) {
+        if (!j.at("offload_optimizer").is_boolean())
+            throw InputError(ctx + ".offload_optimizer", show(j.at("offload_optimizer")), "must be true or false");
+        c.offloadOptimizer = j.at("offload_optimizer").get<bool>();
+    }
+    if (j.contains("activation_offload")) {
+        if (!j.at("activation_offload").is_boolean())
+            throw InputError(ctx + ".activation_offload", show(j.at("activation_offload")), "must be true or false");
+        c.activationOffload = j.at("activation_offload").get<bool>();
+    }
+    if (j.contains("lora")) {
+        const json &l = j.at("lora");
+        const std::string lc = ctx + ".lora";
+        if (!l.is_object())
+            throw InputError(lc, show(l).substr(0, 40), "must be a JSON object");
+        if (l.contains("rank"))
+            c.lora.rank = static_cast<int>(requireInt64(l, "rank", lc, 1, 1 << 16));
+        if (l.contains("alpha")) {
+            if (!l.at("alpha").is_number())
+                throw InputError(lc + ".alpha", show(l.at("alpha")), "must be a number");
+            c.lora.alpha = l.at("alpha").get<double>();
+        }
+        if (l.contains("dropout")) {
+            if (!l.at("dropout").is_number())
+                throw InputError(lc + ".dropout", show(l.at("dropout")), "must be a number");
+            c.lora.dropout = l.at("dropout").get<double>();
+        }
+        if (l.contains("targets")) {
+            const json &t = l.at("targets");
+            if (!t.is_array())
+                throw InputError(lc + ".targets", show(t).substr(0, 40), "must be an array of module names");
+            c.lora.targets.clear();
+            for (const auto &e : t) {
+                if (!e.is_string())
+                    throw InputError(lc + ".targets", show(e), "module names must be strings");
+                c.lora.targets.push_back(e.get<std::string>());
+            }
+        }
+        if (l.contains("double_quant") && l.at("double_quant").is_boolean())
+            c.lora.doubleQuant = l.at("double_quant").get<bool>();
+    }
+    c.validate();
+    return c;
+}
+
+} // namespace headroom

@@ -1,0 +1,171 @@
+#pragma once
+
+#include "headroom/schema.h"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace headroom {
+
+enum class Precision { FP32, BF16, FP16, AmpBF16, AmpFP16 };
+enum class Optimizer { AdamW, AdamW8bit, PagedAdamW8bit, SGD, SGDMomentum, Adafactor, Lion };
+enum class OptimizerImpl { Foreach, Fused, ForLoop };
+enum class FineTune { Full, LoRA, QLoRA };
+enum class Attention { SDPA, Eager };
+// The causal-LM loss: HF's (lm_head, then cross_entropy over fp32 logits), or a fused linear
+// cross-entropy that never materializes the logits (Liger's LigerFusedLinearCrossEntropy).
+enum class Loss { Standard, Fused };
+
+// One word per concept across core, probe, GUI and JSON (docs/style.md point 15).
+enum class Category {
+    Weights,
+    Gradients,
+    OptimizerState,
+    Activations,
+    Logits,
+    Temporaries,
+    Communication,
+    AllocatorSlack,
+    CudaContext,
+};
+constexpr int kCategoryCount = 9;
+constexpr std::array<Category, kCategoryCount> kAllCategories = {
+    Category::Weights,     Category::Gradients,     Category::OptimizerState,
+    Category::Activations, Category::Logits,        Category::Temporaries,
+    Category::Communication, Category::AllocatorSlack, Category::CudaContext};
+
+enum class Phase { AfterLoad, Forward, Backward, Optimizer };
+constexpr std::array<Phase, 4> kAllPhases = {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer};
+
+std::string_view toString(Precision);
+std::string_view toString(Optimizer);
+std::string_view toString(OptimizerImpl);
+std::string_view toString(FineTune);
+std::string_view toString(Attention);
+std::string_view toString(Loss);
+std::string_view toString(Category);
+std::string_view toString(Phase);
+std::string_view describe(Category); // one sentence for tooltips and docs
+std::string_view label(Category);    // "Optimizer state": for tables and legends
+std::string_view label(Phase);       // "Backward peak"
+
+// Parsers throw InputError naming `field` and the value, and listing what is accepted.
+Precision parsePrecision(std::string_view s, const std::string &field = "precision");
+Optimizer parseOptimizer(std::string_view s, const std::string &field = "optimizer");
+OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &field = "optimizer_impl");
+FineTune parseFineTune(std::string_view s, const std::string &field = "finetune");
+Attention parseAttention(std::string_view s, const std::string &field = "attention");
+Loss parseLoss(std::string_view s, const std::string &field = "loss");
+Category parseCategory(std::string_view s, const std::string &field = "category");
+Phase parsePhase(std::string_view s, const std::string &field = "phase");
+
+// One row per enumerator: the name the CLI, JSON and sheets use, and the explorer's label. The
+// combo boxes and the CLI's help are made from these tables (types.cpp), in their order.
+template<typename E>
+struct EnumRow
+{
+    E id;
+    std::string_view name;
+    std::string_view label;
+};
+const std::vector<EnumRow<Precision>> &precisionTable();
+const std::vector<EnumRow<OptimizerImpl>> &optimizerImplTable();
+const std::vector<EnumRow<FineTune>> &fineTuneTable();
+const std::vector<EnumRow<Attention>> &attentionTable();
+// "a | b | c": a table's names, for help text.
+template<typename Row>
+std::string joinNames(const std::vector<Row> &table)
+{
+    std::string out;
+    for (const auto &r : table)
+        out += (out.empty() ? "" : " | ") + std::string(r.name);
+    return out;
+}
+
+// Everything about an optimizer that is a fact rather than a mechanism, one row per optimizer
+// (types.cpp, kOptimizerTable): the CLI's and JSON's name, the explorer's label and tooltip,
+// the Hugging Face `optim` names it is read from and written as, and how many parameter-shaped
+// state tensors it keeps. Its step's temporaries are the simulator's (program.cpp,
+// optimizerStep); the LibTorch probe and the transformers engine run it to measure.
+struct OptimizerTraits
+{
+    Optimizer id;
+    std::string_view name;      // "adamw-8bit"
+    std::string_view label;     // "AdamW 8-bit"
+    std::string_view help;      // one sentence: what it keeps
+    std::string_view hfOptim;   // TrainingArguments.optim written on export
+    std::string_view hfAliases; // space-separated `optim` / Axolotl `optimizer` values read as this one
+    int stateTensors;           // parameter-shaped state tensors in the parameter's dtype; -1: its own layout
+};
+const std::vector<OptimizerTraits> &optimizerTable();
+const OptimizerTraits &traits(Optimizer o);
+
+int parameterBytes(Precision p); // storage of weights, gradients and optimizer state
+int computeBytes(Precision p);   // activations
+bool isAmp(Precision p);
+
+// The Linear layers of a decoder layer, in this order wherever a mask of them is used.
+enum class LinearModule { Q, K, V, O, Gate, Up, Down };
+constexpr int kLinearModuleCount = 7;
+// LoRA targets as users write them (q_proj, qkv_proj, c_attn, w1, all-linear, ...) mapped to the
+// modules they adapt. Throws InputError("lora_targets", name) for an unknown name.
+std::array<bool, kLinearModuleCount> loraTargetMask(const std::vector<std::string> &targets);
+
+struct LoraConfig
+{
+    int rank = 16;
+    double alpha = 32;
+    double dropout = 0.0;
+    std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    bool doubleQuant = true; // QLoRA only: bitsandbytes bnb_4bit_use_double_quant
+};
+
+struct TrainingConfig
+{
+    Precision precision = Precision::BF16;
+    Optimizer optimizer = Optimizer::AdamW;
+    OptimizerImpl optimizerImpl = OptimizerImpl::Foreach;
+    FineTune finetune = FineTune::Full;
+    LoraConfig lora;
+    int64_t microBatch = 1;
+    int64_t seqLen = 2048;
+    int64_t gradAccum = 1;
+    bool gradCheckpointing = false;
+    // Selective checkpointing: with gradCheckpointing, only the first N decoder layers (0: all).
+    int64_t checkpointLayers = 0;
+    // ... or only every k-th decoder layer (layers 0, k, 2k, ...; 0 or 1: all).
+    int64_t checkpointEvery = 0;
+    Attention attention = Attention::SDPA;
+    Loss loss = Loss::Standard;
+    int worldSize = 1;
+    int zeroStage = 0;
+    // DeepSpeed offload_optimizer: cpu (ZeRO-Offload): the optimizer state and its step live on
+    // the host; the GPU keeps weights and gradients.
+    bool offloadOptimizer = false;
+    // Activation offload (torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward):
+    // every tensor autograd saves goes to pinned host memory, and comes back when backward
+    // unpacks it.
+    bool activationOffload = false;
+    // Whether decoder layer `layer` of `numLayers` recomputes its forward in backward.
+    bool checkpointed(int64_t layer) const
+    {
+        return gradCheckpointing && (checkpointLayers <= 0 || layer < checkpointLayers) &&
+               (checkpointEvery <= 1 || layer % checkpointEvery == 0);
+    }
+    // Every layer checkpointed, or none: the per-op ledger knows only these.
+    bool checkpointingUniform(int64_t numLayers) const
+    {
+        return !gradCheckpointing ||
+               ((checkpointLayers <= 0 || checkpointLayers >= numLayers) && (checkpointEvery <= 1 || numLayers <= 1));
+    }
+
+    int64_t tokens() const { return microBatch * seqLen; }
+    // Throws InputError on the first out-of-range field.
+    void validate() const;
+};
+
+} // namespace headroom

@@ -1,0 +1,80 @@
+#pragma once
+
+#include "headroom/allocator.h"
+#include "headroom/model.h"
+#include "headroom/simulation.h"
+#include "headroom/timeline.h"
+#include "headroom/types.h"
+
+namespace headroom {
+
+struct Breakdown
+{
+    std::array<int64_t, kCategoryCount> bytes{};
+
+    int64_t &operator[](Category c) { return bytes[static_cast<size_t>(c)]; }
+    int64_t operator[](Category c) const { return bytes[static_cast<size_t>(c)]; }
+    int64_t total() const;
+    // What PyTorch's caching allocator hands out: all but slack and the CUDA context.
+    int64_t allocated() const;
+};
+
+struct PhaseEstimate
+{
+    Phase phase = Phase::AfterLoad;
+    int64_t peakAllocatedBytes = 0;
+    // What the caching allocator holds at most during the phase (its peak since the phase began,
+    // as torch.cuda.max_memory_reserved after reset_peak_memory_stats); 0 from the ledger path.
+    int64_t peakReservedBytes = 0;
+    Breakdown atPeak; // allocated categories at this phase's peak
+};
+
+struct ParamSummary
+{
+    int64_t total = 0;
+    int64_t trainable = 0;
+    int64_t weightBytes = 0;
+    int64_t gradientBytes = 0;
+    int64_t optimizerStateBytes = 0;
+    int64_t largestTrainableBytes = 0;
+    int64_t hostOptimizerStateBytes = 0; // offloaded to the CPU (per rank), not on the GPU
+    // bitsandbytes paged optimizers: state in CUDA managed memory (cudaMallocManaged), outside
+    // PyTorch's allocator; resident on the GPU while there is room, paged to host RAM under
+    // pressure. Not in optimizerStateBytes, allocated or reserved.
+    int64_t pagedOptimizerStateBytes = 0;
+};
+
+// Whether estimate() simulates this configuration op by op (one GPU, DDP, ZeRO-1, FSDP2), or
+// uses the per-op ledger (optimizer offload, QLoRA under FSDP).
+bool isSimulated(const TrainingConfig &config);
+
+struct Estimate
+{
+    ParamSummary params;
+    std::array<PhaseEstimate, 4> phases;
+    Phase peakPhase = Phase::Forward;
+    Breakdown peak;                 // at the overall peak, slack and context included
+    int64_t peakAllocatedBytes = 0; // torch.cuda.max_memory_allocated
+    int64_t peakReservedBytes = 0;  // torch.cuda.max_memory_reserved
+    // What nvidia-smi shows as Used: peak reserved + the CUDA context (+ NCCL's communicator).
+    int64_t deviceTotalBytes = 0;
+    // What the driver keeps of the card (nvidia-smi's Reserved): the verdict's capacity is the
+    // card's total less this, PyTorch's "total capacity" in its OOM message.
+    int64_t driverReservedBytes = 0;
+    int64_t tokens = 0;
+    std::vector<std::string> notes; // mechanisms in play worth telling the user
+
+    const PhaseEstimate &phase(Phase p) const { return phases[static_cast<size_t>(p)]; }
+};
+
+// Per-GPU estimate of one steady-state training step (after the first optimizer step).
+// Throws InputError for an invalid model or configuration.
+Estimate estimate(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {});
+
+// The run the estimate is made from: every allocation and free of loading the model, the warm-up
+// step and `steadySteps` steady steps (1..8), in order (for the Timeline view and the allocator
+// replay; the estimate replays a second steady step as repeatLastStep copies it).
+Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {},
+                          int steadySteps = 1);
+
+} // namespace headroom

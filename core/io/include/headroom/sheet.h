@@ -1,0 +1,97 @@
+#pragma once
+
+#include "headroom/budget.h"
+#include "headroom/measurement.h"
+
+#include <nlohmann/json.hpp>
+
+namespace headroom {
+
+enum class Unit { GiB, GB };
+std::string_view toString(Unit u);
+Unit parseUnit(std::string_view s, const std::string &field = "units");
+double toUnit(int64_t bytes, Unit u);
+std::string formatBytes(int64_t bytes, Unit u, int decimals = 1);
+
+// Everything a user set up: the budget sheet is this state as one JSON document, and opening the
+// sheet restores it (docs/style.md point 14). Derived numbers are recomputed, never trusted from a file.
+struct Scenario
+{
+    ModelArch model;
+    TrainingConfig config;
+    GpuSpec gpu;
+    double reserve = 0.10;
+    std::string allocConf; // PYTORCH_CUDA_ALLOC_CONF the run will use ("" for the defaults)
+
+    bool operator==(const Scenario &o) const;
+    bool operator!=(const Scenario &o) const { return !(*this == o); }
+};
+
+// What the estimator needs beyond the model and configuration: the allocator settings.
+// Throws InputError (field "alloc_conf") for settings it cannot parse.
+EstimatorOptions estimatorOptions(const Scenario &s);
+
+// The default the app and scripts/run open on: Llama-3.1-8B, LoRA r16, batch 4 x 2048, bf16, H100 80 GB.
+Scenario defaultScenario();
+
+// Everything derived from a Scenario: what the GUI shows and what a sheet prints.
+struct Report
+{
+    Scenario scenario;
+    Estimate estimate;
+    Verdict verdict;
+    std::vector<Recommendation> recommendations;
+    std::vector<std::pair<GpuSpec, Verdict>> otherCards; // common cards, same configuration
+    std::vector<std::string> notes; // the estimator's, then the card's (bf16, room to grow, a card that fits)
+    std::string error; // non-empty when the scenario cannot be estimated (the InputError text)
+    std::optional<QuickFix> fix; // with an error: the nearest configuration that can be estimated
+};
+// `withAdvice` false: the estimate and the verdicts only, without the recommendations (which
+// estimate a dozen alternatives and run the solvers), for a first answer while they compute.
+Report buildReport(const Scenario &s, bool withAdvice = true);
+
+struct Sheet
+{
+    Scenario scenario;
+    Unit units = Unit::GiB;
+    std::vector<Measurement> measurements;
+    int selectedMeasurement = -1; // index into measurements, -1 for none
+    std::string createdAt;        // ISO 8601 UTC; filled when written
+};
+
+nlohmann::json toJson(const GpuSpec &g);
+GpuSpec gpuFromJson(const nlohmann::json &j, const std::string &ctx = "gpu");
+
+// The JSON sheet: the state plus the derived report and provenance, for people and tools.
+nlohmann::json toJson(const Sheet &s);
+// Strict: every problem throws InputError naming the field ("sheet.config.micro_batch").
+Sheet sheetFromJson(const nlohmann::json &j);
+Sheet sheetFromText(const std::string &text);
+
+// Human forms of the same sheet. `chartImageSrc` (optional): an img src for the chart, e.g. a data: URL.
+std::string sheetMarkdown(const Sheet &s);
+// The verdict in the banner's words ("Fits: peak 107.3 GiB of 139.8 GiB, 23.3% headroom on ..."),
+// and the fit it is drawn for.
+struct Headline
+{
+    std::string text;
+    Fit fit = Fit::Fits;
+};
+Headline sheetHeadline(const Sheet &s);
+// The colour a verdict is written in: green fits, amber tight, red out of memory.
+const char *fitColor(Fit f);
+std::string sheetCsv(const Sheet &s);
+std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {}, const std::string &timelineImageSrc = {});
+
+// The estimate's error on peak allocated against a measurement, by relativeError's convention.
+double estimateError(const Measurement &m, const Estimate &e);
+
+} // namespace headroom
+
+namespace headroom {
+// "LoRA r16, bf16, adamw (foreach), batch 4 x 2048, sdpa": one line for tables and titles.
+std::string summarize(const TrainingConfig &c);
+// A measurement's device picture: its attribution plus the allocator's slack (reserved -
+// allocated) and the CUDA context, so it stacks like an estimate.
+Breakdown measuredBreakdown(const Measurement &m);
+} // namespace headroom

@@ -1,0 +1,200 @@
+#pragma once
+
+#include "headroom/types.h"
+
+#include <nlohmann/json.hpp>
+
+namespace headroom {
+
+enum class MlpKind { Gated, Plain };
+enum class NormKind { RMSNorm, LayerNorm };
+
+// Where a decoder layer normalises: before attention and MLP (Llama), before and after both
+// (Gemma 2/3's sandwich), or only after them, on the branch outputs (OLMo 2/3).
+enum class NormPlacement { Pre, Sandwich, Post };
+// RMSNorm on q and k: none, per head over head_dim (Qwen3, Gemma 3), or over the whole
+// projection before it is split into heads (OLMo 2/3).
+enum class QkNorm { None, PerHead, Projection };
+// RMSNorm's last step: weight * x.to(input dtype) (Llama), x * (1 + weight) in fp32 then cast
+// (Gemma), weight * x in fp32 then cast (OLMo 2/3).
+enum class RmsNormStyle { Llama, Gemma, Olmo };
+
+// How a fused q/k/v projection is split into heads: slices of the last dimension, each viewed per
+// head (Phi-3's qkv_proj); split(hidden, dim=2), each .view().transpose(1, 2) (GPT-2's c_attn,
+// whose parts stay strided views); .view(b, s, heads, 3 d).transpose(1, 2).chunk(3) (GPT-NeoX).
+enum class FusedQkvLayout { Sliced, SplitColumns, PerHeadChunks };
+
+// What a model_type's Hugging Face modeling code does differently, as its family states it
+// (core/model/families/<model_type>.cpp: a parent and the differences). The fields a config.json
+// states (sizes, biases, experts) are read by the family too; these are what only the modeling
+// code knows. Code outside the families asks these, never the model_type.
+struct FamilyTraits
+{
+    std::string_view modelType;
+    NormPlacement norms = NormPlacement::Pre;
+    QkNorm qkNorm = QkNorm::None;
+    RmsNormStyle rms = RmsNormStyle::Llama;
+    FusedQkvLayout qkvLayout = FusedQkvLayout::Sliced;
+    bool rotaryFp32 = false;          // cos/sin stay fp32; apply_rotary_pos_emb casts back (OLMo 2)
+    bool rotaryConcat = false;        // rotary on the first rotary_dim features, then torch.cat with the rest, even when nothing passes through (Phi-3, GPT-NeoX)
+    bool scaledEmbedding = false;     // embedding * sqrt(hidden) (Gemma)
+    bool embedScaleBuffer = false;    // ... by a registered buffer, not a tensor made each forward (Gemma 3)
+    bool slidingLayerTypes = false;   // sliding window on the layers config.layer_types names
+    bool slidingWindowOptIn = false;  // config.sliding_window applies only with use_sliding_window (Qwen2/3)
+    bool slidingEveryOtherLayer = false; // the even layers slide, the odd ones attend globally (Gemma 2)
+    int slidingPatternDefault = 0;    // without layer_types or sliding_window_pattern: every n-th layer global (Gemma 3: 6)
+    bool normRegisteredFirst = false; // input_layernorm built before self_attn (GPT-2, GPT-NeoX)
+    bool normOutputKept = false;      // the first norm's output lives to the residual add (GPT2Block binds attn's result to a new name)
+    bool conv1dLinears = false;       // transformers' Conv1D, not nn.Linear: bitsandbytes leaves them (GPT-2)
+    bool eagerSoftmaxInDtype = false; // eager attention's softmax in the scores' dtype, over strided q/k/v (modeling_gpt2.eager_attention_forward)
+    bool qkNormAfterProjections = false; // q/k norms after all of q, k and v are projected (Gemma 3)
+    bool localRotary = false;         // a second rotary table for the sliding layers (Gemma 3)
+    bool expertsBeforeRouter = false; // the MoE block registers its experts before the router
+    bool expertsWrappedByPeft = false; // LoRA on gate/up/down_proj wraps the stacked experts (ParamWrapper)
+    bool topkAlwaysNormalized = false; // the router renormalises its top-k weights whatever norm_topk_prob says, and leaves them in fp32 (Mixtral)
+    bool fp32Router = false;          // router logits from fp32 copies of x and the gate weight (DeepSeek)
+    bool sharedExpertsAfter = false;  // shared experts run after the routed ones, ungated (DeepSeek)
+    bool sigmoidRouter = false;       // sigmoid scores with a correction bias (DeepSeek-V3's noaux_tc)
+    bool complexRotary = false;       // rotary through view_as_complex on fp32 copies (DeepSeek-V2)
+    // Headroom's LibTorch engine reproduces this family's step (measured against the transformers
+    // engine on the H200; not inherited by a derived family).
+    bool libtorchEngine = false;
+    // The decoder layer's Linear modules as the modeling code names them (a fused q/k/v and the
+    // plain MLP's two; the rest are q_proj, k_proj, v_proj, gate_proj, gate_up_proj).
+    std::string_view qkvName = "qkv_proj";
+    std::string_view oName = "o_proj";
+    std::string_view upName = "up_proj";
+    std::string_view downName = "down_proj";
+};
+// The traits of a supported model_type (throws InputError naming config.model_type otherwise).
+const FamilyTraits &familyTraits(std::string_view modelType);
+// The same, Llama's for a type without a row (Headroom's flat model form names any type).
+const FamilyTraits &familyTraitsOrLlama(std::string_view modelType);
+
+// A decoder-only transformer, described by the fields that decide its memory.
+struct ModelArch
+{
+    std::string id;         // preset id, or the file it came from
+    std::string name;       // human name
+    std::string source;     // the Hugging Face id it was made from ("Qwen/Qwen2.5-0.5B"), when known
+    std::string modelType;  // HF model_type
+    int64_t hiddenSize = 0;
+    int64_t numLayers = 0;
+    int64_t numHeads = 0;
+    int64_t numKvHeads = 0;
+    int64_t headDim = 0;
+    int64_t intermediateSize = 0;
+    int64_t vocabSize = 0;
+    int64_t maxPositions = 0;
+    bool tiedEmbeddings = false;
+    bool learnedPositions = false;    // GPT-2's wpe
+    MlpKind mlp = MlpKind::Gated;
+    NormKind norm = NormKind::RMSNorm;
+    bool qkvBias = false;
+    bool oBias = false;
+    bool mlpBias = false;
+    bool qkNorm = false;              // RMSNorm on q and k (familyTraits: per head or per projection)
+    int normsPerLayer = 2;            // Gemma 2 has four
+    std::string activation = "silu";
+    int activationSavedTensors = 1;   // tensors the activation saves for backward (gelu_new: 4)
+    double finalLogitSoftcap = 0.0;   // Gemma 2
+    // Fused projections: one Linear for q, k and v (Phi-3 qkv_proj, GPT-NeoX query_key_value,
+    // GPT-2 c_attn), one for gate and up (Phi-3 gate_up_proj).
+    bool fusedQkv = false;
+    bool fusedGateUp = false;
+    bool parallelResidual = false;    // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+    double rotaryFraction = 1.0;      // share of head_dim that rotary embedding turns
+    // Dropout probabilities in training (GPT-2's embd/attn/resid_pdrop, Phi-3's, NeoX's).
+    double embdDropout = 0.0;
+    double attnDropout = 0.0;
+    double residDropout = 0.0;
+    // Mixture of experts
+    int64_t numExperts = 0;
+    int64_t expertsPerToken = 0;
+    int64_t expertIntermediateSize = 0;
+    int64_t sharedExpertIntermediateSize = 0;
+    bool sharedExpertGate = false;
+    int64_t firstDenseLayers = 0;     // MoE models: the first layers keep a dense MLP (DeepSeek's first_k_dense_replace)
+    // Multi-head latent attention (DeepSeek-V2/V3): q through q_proj (or q_a/q_b with q_lora_rank),
+    // k and v from a compressed kv_a projection of kv_lora_rank plus a shared rotary key part.
+    int64_t qLoraRank = 0;
+    int64_t kvLoraRank = 0;           // > 0: MLA
+    int64_t qkNopeDim = 0;
+    int64_t qkRopeDim = 0;
+    int64_t vHeadDim = 0;
+    int64_t publishedParams = 0;      // from the model card, for tests; 0 when unknown
+    // The config.json it came from, kept whole so that the transformers engine builds exactly
+    // this model (null for Headroom's flat form without one).
+    nlohmann::json hfConfig;
+    // False for a model_type Headroom cannot estimate yet: a measurement of it still loads and
+    // shows, with "estimate unavailable" (the transformers engine builds any type).
+    bool estimable = true;
+
+    bool isMoe() const { return numExperts > 0; }
+    bool isMla() const { return kvLoraRank > 0; }
+    bool isMoeLayer(int64_t layer) const { return isMoe() && layer >= firstDenseLayers; }
+    void validate() const;
+};
+
+// One parameter tensor class of the model; `count` identical tensors of shape rows x cols.
+struct ParamTensor
+{
+    std::string module;      // q_proj, embed_tokens, lm_head, input_layernorm, ...
+    int64_t rows = 0;
+    int64_t cols = 1;        // 1 for vectors
+    int64_t count = 1;       // how many such tensors in the model
+    bool decoderLinear = false; // a Linear inside a decoder layer (LoRA/QLoRA target candidates)
+    int64_t numel() const { return rows * cols; }
+};
+
+std::vector<ParamTensor> parameterInventory(const ModelArch &m);
+
+// The decoder layer's Linear modules as Hugging Face names them, indexed by LinearModule. A
+// fused q/k/v projection sits at Q (K and V empty), a fused gate/up at Gate (Up empty); an
+// empty name: no such Linear (Mixtral's experts are stacked Parameters, not Linears).
+std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m);
+// The Linears PEFT's LoRA wraps: those whose name is a target (PEFT matches the module name's
+// last component), every one for "all-linear". Names are checked with loraTargetMask first.
+std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, const std::vector<std::string> &targets);
+// PEFT 0.21 on a family whose MoE experts are stacked Parameters it wraps (FamilyTraits::
+// expertsWrappedByPeft: Qwen3-MoE, DeepSeek-V2/V3): naming gate_proj/up_proj/down_proj puts a
+// ParamWrapper on every MoE layer's experts.gate_up_proj (rank 2r: gate and up side by side) and
+// experts.down_proj (rank r) and leaves the dense MLPs and shared experts alone; loraAdaptedModules
+// then has no MLP Linear for such a family (measured: the parameter layouts of the H200 runs
+// q3moe-bf16-lora16-b2s1024-l8, moon-bf16-lora16-b1s2048, dsv2l-bf16-lora16-b1s2048).
+struct ExpertsLora
+{
+    bool gateUp = false; // gate_proj and up_proj named
+    bool down = false;   // down_proj named
+    bool partial = false; // one of gate_proj/up_proj without the other (not measured)
+    bool any() const { return gateUp || down || partial; }
+};
+ExpertsLora expertsLora(const ModelArch &m, const std::vector<std::string> &targets);
+// The adapters of one MoE layer's wrapped experts as [rows, cols] in creation order: gate_up's
+// lora_A [2r x E, hidden] and lora_B [2 x expert intermediate, 2r x E], then down's lora_A
+// [r x E, expert intermediate] and lora_B [hidden, r x E] (PEFT's ParamWrapper: one nn.Linear
+// pair over all experts; the down wrapper is the outer one, so its factors come first in forward).
+std::vector<std::pair<int64_t, int64_t>> expertsLoraShapes(const ModelArch &m, const ExpertsLora &e, int64_t rank);
+// The targets, or {"all-linear"} where they name no Linear of `m` (a model switched from Llama to
+// GPT-2 keeps adapters instead of an error).
+std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets);
+// The sequence length kept on a switch to `m`: as it is, except for learned absolute positions
+// (GPT-2's wpe), which cannot go past max_position_embeddings.
+int64_t seqLenFor(const ModelArch &m, int64_t seqLen);
+// In and out features of each Linear above (0 where there is none).
+int64_t linearInFeatures(const ModelArch &m, LinearModule mod);
+int64_t linearOutFeatures(const ModelArch &m, LinearModule mod);
+int64_t parameterCount(const ModelArch &m);
+
+// Import a Hugging Face config.json. Throws InputError naming the missing field or unknown model_type.
+ModelArch modelFromHfConfig(const nlohmann::json &config, const std::string &id = {});
+ModelArch modelFromHfConfigFile(const std::string &path);
+std::vector<std::string> supportedModelTypes();
+
+nlohmann::json toJson(const ModelArch &m);
+ModelArch modelArchFromJson(const nlohmann::json &j);
+// As modelArchFromJson, but a config.json of a model_type Headroom does not know gives a
+// ModelArch with estimable = false (id, name, type and config kept) instead of an error.
+ModelArch modelArchFromJsonLenient(const nlohmann::json &j);
+
+} // namespace headroom

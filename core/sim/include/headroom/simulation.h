@@ -1,0 +1,64 @@
+#pragma once
+// A training run as Hugging Face Trainer runs it, written against the autograd simulator: the
+// model built on the GPU, then for each step every micro-batch's forward and backward, the
+// optimizer step and zero_grad. The result is the run's allocation timeline.
+
+#include "headroom/allocator.h"
+#include "headroom/model.h"
+#include "headroom/timeline.h"
+#include "headroom/types.h"
+
+namespace headroom {
+
+// Constants that come from measurement rather than from an op. Defaults: H200, CUDA 13.0,
+// driver 580, PyTorch 2.11 (tests/data/hf_reference_h200.json).
+struct EstimatorOptions
+{
+    // What the device holds outside PyTorch's allocator, in two measured terms:
+    // - the CUDA context and what the process loads lazily (kernel modules, cuBLAS/cuBLASLt
+    //   handles), device-wide: device used (cudaMemGetInfo) - reserved. On the corpus runs
+    //   (tests/data/corpus, NVML's process table): 742 MiB with eager attention or fp32, 758 MiB
+    //   once bf16 SDPA's fused kernels load, 760 MiB with MoE's grouped GEMM too; the driver
+    //   keeps 8.8 MiB more device-wide (the one corpus run alone on the GPU; the LibTorch
+    //   probe's 767 MiB in tests/data/h200/nccl-ws1/*plain* is 758 + 8.8). The largest: 760 + 8.8.
+    int64_t cudaContextBytes = 806158336;
+    // - what the driver keeps of the card for itself: the catalog's memory is the card's total
+    //   (cudaDeviceProp::totalGlobalMem, nvidia-smi's Total), cudaMemGetInfo's total is 615 MiB
+    //   less on the H200 with driver 580 (every phase of every corpus run; nvidia-smi's Reserved,
+    //   616 MiB, tests/data/h200/smi-2026-12-02). No process gets it.
+    int64_t driverReservedBytes = 644939776;
+    // cuBLAS's workspace on Hopper (CUBLAS_WORKSPACE_CONFIG :4096:8), per handle: one for the
+    // forward thread, one for autograd's backward thread; allocated at each's first matmul, kept.
+    int64_t cublasWorkspaceBytes = 33554432;
+    // NCCL's communicator outside PyTorch's allocator: device used - reserved, probe with c10d's
+    // NCCL at world size 1 minus the same run in one plain process, H200, NCCL 2.28.9
+    // (tests/data/h200/nccl-ws1/). Its per-peer buffers at N > 1 are not measured yet.
+    int64_t ncclCommunicatorBytes = 585105408; // 558 MiB
+    double allocatorSlackFraction = 0.0;     // <= 0: use the measured default (see estimator.cpp)
+    int64_t ddpBucketBytes = 25 * 1048576;   // DDP bucket_cap_mb default
+    AllocatorConfig allocator;               // PYTORCH_CUDA_ALLOC_CONF the run will use
+    // Collectives over Gloo (ranks sharing one GPU, as the corpus measures several ranks on one
+    // H200): Gloo's all_gather_into_tensor and reduce_scatter_tensor make a full-size temporary
+    // per call on a stream of their own, which NCCL's in-place collectives do not.
+    bool glooCollectives = false;
+    // Use the per-op ledger even where the step is simulated: to compare a configuration that
+    // only the ledger covers (FSDP, offload, QLoRA) with the same mechanism on both sides.
+    bool ledgerOnly = false;
+};
+
+// Rows per chunk of a fused linear cross-entropy, as Liger sizes them
+// (liger_kernel/ops/fused_linear_cross_entropy.py): next_pow2(ceil(tokens / ceil(vocab / hidden))),
+// at most tokens; about tokens x hidden logits at a time.
+int64_t fusedLossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab);
+
+
+// Simulates warm-up step 0 and `measuredSteps` steps after it (the probe's default is 2).
+Timeline simulateRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options,
+                     int measuredSteps = 2);
+
+// The run as the engine measures it (a warm-up and two steady steps) for the allocator replay:
+// one simulated steady step and a copy of it (repeatLastStep) when it is closed; otherwise both
+// steps simulated.
+Timeline simulateMeasuredRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options);
+
+} // namespace headroom

@@ -1,0 +1,2253 @@
+// A Hugging Face training run, op by op, on the autograd simulator (autograd.h, ops.h): what
+// AutoModelForCausalLM.from_config allocates, then HF Trainer's loop. The forward follows the
+// modeling code of Transformers 5.17 (modeling_llama.py and the families that share its layout,
+// keyed on config fields, not family names); backward follows from the graph.
+
+#include "headroom/simulation.h"
+
+#include "autograd.h"
+#include "ops.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+namespace headroom {
+
+namespace {
+
+using sim::Ops;
+using sim::Sim;
+using sim::T;
+
+constexpr int kLoraElem = 4; // PEFT keeps adapters in fp32 (autocast_adapter_dtype=True)
+
+struct LoraPair
+{
+    T a, b; // lora_A [r, in], lora_B [out, r]
+    bool on = false;
+};
+
+struct LayerParams
+{
+    T q, k, v, o, qb, kb, vb, ob;
+    T qn, kn;                   // Qwen3 q/k RMSNorm over head_dim
+    T gate, up, down, upB, downB;
+    T n1, n1b, n2, n2b, n3, n4; // norms (weight, bias); Gemma 2 has four
+    // Mixture of experts: the router, the experts' stacked weights (transformers 5: one
+    // [experts, 2 x intermediate, hidden] gate_up_proj and one [experts, hidden, intermediate]
+    // down_proj Parameter, not Linear modules, so PEFT's LoRA leaves them alone), and Qwen2-MoE's
+    // shared expert (gate/up/down above) with its sigmoid gate.
+    T router, gateUp, expDown, sharedGate, routerBias;
+    // Multi-head latent attention (DeepSeek): q_a_proj / q_a_layernorm / q_b_proj (with
+    // q_lora_rank; otherwise `q` is q_proj), kv_a_proj_with_mqa (+ bias), kv_a_layernorm, kv_b_proj.
+    T qa, qaN, qb2, kva, kvaB, kvaN, kvb;
+    std::array<LoraPair, kLinearModuleCount> lora;
+    LoraPair gateUpLora, downLora; // PEFT ParamWrappers on the stacked experts (model.h expertsLora)
+};
+
+class Run
+{
+public:
+    Run(const ModelArch &m, const TrainingConfig &c, const EstimatorOptions &o, Timeline &tl)
+        : m(m)
+        , c(c)
+        , opt(o)
+        , S(tl)
+        , O(S)
+        , ft(familyTraitsOrLlama(m.modelType))
+    {
+        // Room up front (a Llama layer makes about 450 events a micro-batch with its backward;
+        // three steps, the repeated one copied in): growing the vectors took half the
+        // simulation's time (Llama-3.1-8B LoRA: 2.76 -> 1.42 ms). Only what is written is touched.
+        S.reserve(static_cast<size_t>(std::min<int64_t>(
+            int64_t(1) << 22, (m.numLayers + 4) * 640 * std::clamp<int64_t>(c.gradAccum, 1, kSimulatedMiddleMicroBatches + 2) * 4 + 4096)));
+        S.setBlasWorkspaceBytes(o.cublasWorkspaceBytes);
+        b = c.microBatch;
+        s = c.seqLen;
+        tok = checkedMul(b, s);
+        h = m.hiddenSize;
+        heads = m.numHeads;
+        kvHeads = m.numKvHeads;
+        hd = m.headDim;
+        qOut = heads * hd;
+        kvOut = kvHeads * hd;
+        V = m.vocabSize;
+        amp = isAmp(c.precision);
+        pe = parameterBytes(c.precision);
+        ce = computeBytes(c.precision);
+        re = amp ? 4 : ce;
+        full = c.finetune == FineTune::Full;
+        if (!full) {
+            loraMask = loraAdaptedModules(m, c.lora.targets);
+            expertsWrapped = expertsLora(m, c.lora.targets);
+        }
+        qlora = c.finetune == FineTune::QLoRA;
+        fsdp = c.zeroStage >= 2;
+        if (fsdp && amp) {
+            // FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the fp32
+            // model is sharded in fp32, each unit gathered in bf16 and its inputs cast to bf16
+            // (cast_forward_inputs): the step runs as pure bf16, autocast finds nothing to cast.
+            // The gradients are reduce-scattered in fp32; the sharded state stays fp32.
+            amp = false;
+            mixedPolicy = true;
+            ce = re = 2;
+        }
+        if (qlora) {
+            // The decoder's nn.Linear layers become bitsandbytes Linear4bit with the model's dtype
+            // as compute_dtype; peft.prepare_model_for_kbit_training then casts every parameter
+            // that is not a Params4bit to fp32 (utils/other.py: embeddings, norms, lm_head). With
+            // an fp32 embedding and fp32 norm weights the residual stream and every activation are
+            // fp32; Linear4bit casts its input to compute_dtype and its output back
+            // (bitsandbytes/nn/modules.py Linear4bit.forward). Measured on the H200 with
+            // bitsandbytes 0.50 (quantizeForQlora has the load; the corpus's *-qlora16-* runs).
+            qe = amp ? 4 : ce;
+            if (!amp)
+                ce = re = 4;
+        }
+    }
+
+    void run(int measuredSteps)
+    {
+        load();
+        for (int step = 0; step <= measuredSteps; ++step) {
+            for (int64_t micro = 0; micro < c.gradAccum; micro = nextSimulatedMicroBatch(micro)) {
+                S.setPhase(step, Phase::Forward, static_cast<int>(micro));
+                S.setSavedToHost(c.activationOffload); // save_on_cpu wraps model(...) only
+                T loss = forward(batches[static_cast<size_t>(micro)]);
+                S.setSavedToHost(false);
+                if (c.gradAccum > 1) {
+                    T scaled = O.scale(loss); // loss / gradient_accumulation_steps
+                    S.drop(loss);
+                    loss = scaled;
+                }
+                S.setPhase(step, Phase::Backward, static_cast<int>(micro));
+                S.setOp("backward");
+                S.setLayer(-1);
+                if (step == 0 && micro == c.gradAccum - 1)
+                    S.clearGradReadyOrder(); // the synchronized backward (no_sync before it)
+                if (fsdp)
+                    fsdpRootPreBackward(micro == c.gradAccum - 1);
+                S.backward(loss);
+                if (fsdp)
+                    fsdpFinalCallback();
+                S.drop(loss);
+            }
+            S.setPhase(step, Phase::Optimizer, 0);
+            optimizerStep(step);
+            S.setOp("zero_grad");
+            S.zeroGrad();
+            for (int g : shardedGrads) // FSDP2: the reduce-scatter outputs are the sharded .grad
+                S.unref(g);
+            shardedGrads.clear();
+            if (step == 0 && !ddpBuckets.empty())
+                rebuildDdpBuckets();
+        }
+    }
+
+private:
+    // The micro-batches of a step that are simulated: the first (it creates the gradients), the
+    // next two and the last (the one that synchronizes: DDP's all-reduce, FSDP2's reduce-scatter).
+    // Every micro-batch between the first and the last runs the same program on the same live
+    // tensors (the gradients exist, no_sync holds, its own input was made at load), so its events
+    // repeat the one before: the second is the first repeat and the third shows the allocator's
+    // cache has settled; the rest add nothing to a peak and would make the estimate's time and
+    // memory grow with the accumulation (advice's "micro-batch 1 x accumulation 1024").
+    static constexpr int64_t kSimulatedMiddleMicroBatches = 2;
+    int64_t nextSimulatedMicroBatch(int64_t micro)
+    {
+        const int64_t last = c.gradAccum - 1;
+        if (micro < kSimulatedMiddleMicroBatches || micro >= last)
+            return micro + 1;
+        // Each skipped input becomes what the simulated ones became (saved by the embedding for
+        // its backward under full fine-tuning, a plain input under LoRA).
+        const Category used = S.categoryOf(batches[static_cast<size_t>(micro)].sto);
+        for (int64_t skipped = micro + 1; skipped < last; ++skipped)
+            S.recategorize(batches[static_cast<size_t>(skipped)].sto, used);
+        return last;
+    }
+
+    const ModelArch &m;
+    const TrainingConfig &c;
+    const EstimatorOptions &opt;
+    Sim S;
+    Ops O;
+    const FamilyTraits &ft;
+    int64_t b = 1, s = 1, tok = 1, h = 1, heads = 1, kvHeads = 1, hd = 1, qOut = 1, kvOut = 1, V = 1;
+    bool amp = false, full = true, qlora = false;
+    int pe = 2, ce = 2, re = 2;
+    int qe = 2; // QLoRA: Linear4bit's compute dtype
+    std::array<bool, kLinearModuleCount> loraMask{};
+    ExpertsLora expertsWrapped;
+    T embed, positions, finalNorm, finalNormB, lmHead;
+    std::vector<LayerParams> layers;
+    std::vector<T> batches;
+    std::vector<T *> trainable; // in model.parameters() order
+    std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
+    std::vector<int> ddpBuckets; // DDP's bucket storages
+    std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
+    // FSDP2 (fully_shard on each decoder layer, then on the model: torch/distributed/fsdp/
+    // _fully_shard, PyTorch 2.11), as the transformers engine wraps a run for ZeRO-2/3. Measured
+    // per CUDA stream with two ranks sharing the H200 (tests/data/h200/streams-2026-12-02).
+    struct FsdpUnit
+    {
+        std::vector<T *> params;  // model.parameters() order within the unit
+        std::vector<T> shards;    // this rank's padded Shard(0) of each (what its optimizer steps)
+        int64_t gatherBytes = 0;  // the all-gather output: world size x the padded shards
+        int64_t reduceBytes = 0;  // the reduce-scatter input: the same over parameters with grads
+        int agOut = -1;           // an all-gather output not copied out yet (a prefetch)
+        bool unsharded = false;
+        bool postBackwardDone = false;
+    };
+    bool fsdp = false, mixedPolicy = false;
+    std::vector<FsdpUnit> units; // [0] the root (embeddings, final norm, lm_head), then the layers
+    int agState = -1;            // comm_ctx.all_gather_state: the forward's last all-gather output
+    int rsState = -1;            // comm_ctx.reduce_scatter_state: the last reduce-scatter input
+    std::vector<int> glooTemps;  // Gloo's reduce-scatter temporaries not yet released
+    std::vector<int> shardedGrads;
+    bool syncGrads = true;       // the micro-batch that reduce-scatters (no_sync before it)
+    std::vector<T> embedLocals; // tensors a model's forward keeps in locals until it returns
+    std::vector<T> buffers;     // the model's buffers (rotary inv_freq, router biases)
+
+    // ------------------------------------------------------------------ building the model
+    T param(int64_t rows, int64_t cols, bool trainableHere, const char *name, int elem = 0)
+    {
+        S.setOp(name);
+        T t = S.parameter(checkedMul(checkedMul(rows, cols), elem ? elem : pe), elem ? elem : pe, trainableHere);
+        t.rows = rows;
+        t.cols = cols;
+        return t;
+    }
+
+    // A decoder nn.Linear's weight. Under QLoRA it is made in the model's dtype like every
+    // parameter (from_config) and marked: quantizeForQlora() turns it into a Params4bit.
+    T linearWeight(int64_t rows, int64_t cols, bool trainableHere, const char *name)
+    {
+        T w = param(rows, cols, trainableHere, name);
+        w.nf4 = qlora && !ft.conv1dLinears; // GPT-2's Conv1D is not an nn.Linear: it stays
+        return w;
+    }
+
+    // A Linear4bit's bias: prepare_model_for_kbit_training makes it fp32, and the first forward
+    // casts it back to compute_dtype in place (bias.data = bias.data.to(x.dtype)).
+    T linearBias(int64_t rows, bool trainableHere, const char *name)
+    {
+        T b = param(rows, 1, trainableHere, name);
+        b.nf4 = qlora && !ft.conv1dLinears; // marks "ends in compute_dtype" (quantizeForQlora)
+        return b;
+    }
+
+    // A decoder layer's parameter slots (unset ones included), in the order model.parameters()
+    // lists them for the families simulated.
+    static std::array<T *, 32> layerParameters(LayerParams &L)
+    {
+        return {&L.n1, &L.n1b, &L.qa, &L.qaN, &L.qb2, &L.q, &L.qb, &L.kva, &L.kvaB, &L.kvaN, &L.kvb,
+                &L.k, &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router, &L.gateUp, &L.expDown,
+                &L.gate, &L.up, &L.upB, &L.down, &L.downB, &L.sharedGate, &L.n2, &L.n2b, &L.n3, &L.n4};
+    }
+
+    // Every parameter of the base model, in (about) registration order.
+    std::vector<T *> baseParameters()
+    {
+        std::vector<T *> out = {&embed, &positions};
+        for (auto &L : layers)
+            for (T *t : layerParameters(L))
+                out.push_back(t);
+        out.push_back(&finalNorm);
+        out.push_back(&finalNormB);
+        if (!m.tiedEmbeddings)
+            out.push_back(&lmHead);
+        std::vector<T *> valid;
+        for (T *t : out)
+            if (t->valid())
+                valid.push_back(t);
+        return valid;
+    }
+
+    // QLoRA as the transformers engine loads it (headroom_engine.quantize_4bit, then
+    // peft.prepare_model_for_kbit_training): each decoder Linear becomes a Linear4bit, whose
+    // Params4bit._quantize copies the weight to the device and runs functional.quantize_4bit: an
+    // fp32 absmax per 64 values and the packed weight (two values per byte), then, double
+    // quantized, the offset, the 256-entry fp32 code, the absmax's own fp32 absmax per 256 blocks
+    // and the uint8 absmax, the fp32 absmax freed; the old weight goes with its module. Then gc
+    // and torch.cuda.empty_cache(); then every parameter that is not 4-bit is cast to fp32 (the
+    // old one freed), and empty_cache() again.
+    void quantizeForQlora()
+    {
+        // Each Linear's weight becomes a Params4bit (bitsandbytes 0.50, nn/modules.py _quantize ->
+        // functional.quantize_4bit, backends/cuda/ops.py), allocation for allocation as the
+        // engine recorded it (q7b-bf16-qlora16-b1s2048-ckpt's stream): a contiguous copy of the
+        // weight, the fp32 absmax per 64-block and the packed 4-bit output; get_4bit_type's code
+        // (64 B, kept in the QuantState) and its temporaries; with double quantization the offset
+        // (absmax.mean(), kept) and its reduction's temporaries, absmax - offset (fp32, freed),
+        // state2's absmax, the uint8 absmax and the dynamic map (kept). The bf16 originals stay
+        // allocated until every Linear is done, then go in reverse order of creation (the old
+        // modules' parameters released together), before the load's empty_cache().
+        const std::vector<T *> params = baseParameters();
+        std::vector<T> originals;
+        for (T *t : params) {
+            if (!t->nf4 || t->cols <= 1)
+                continue;
+            S.setOp("quantize_4bit");
+            const int64_t n = checkedMul(t->rows, t->cols), blocks = (n + 63) / 64;
+            T copy = S.make(t->bytes, t->elem, Category::Temporaries);
+            const int absmax = S.allocate(blocks * 4, Category::Temporaries);
+            T w = S.parameter((n + 1) / 2, 1, false);
+            w.rows = t->rows;
+            w.cols = t->cols;
+            w.nf4 = true;
+            {
+                const int a = S.allocate(64, Category::Temporaries);
+                S.make(64, 4, Category::Weights); // get_4bit_type's code, kept
+                const int b = S.allocate(4, Category::Temporaries);
+                S.unref(a);
+                S.unref(b);
+            }
+            if (c.lora.doubleQuant) {
+                S.make(4, 4, Category::Weights); // offset = absmax.mean()
+                const int a = S.allocate(520, Category::Temporaries), b = S.allocate(4, Category::Temporaries);
+                S.unref(b);
+                S.unref(a);
+                const int centred = S.allocate(blocks * 4, Category::Temporaries); // absmax - offset
+                S.make((blocks + 255) / 256 * 4, 4, Category::Weights); // state2.absmax
+                S.make(blocks, 1, Category::Weights);                   // the uint8 absmax
+                S.make(256 * 4, 4, Category::Weights);                  // the dynamic map (code)
+                S.unref(centred);
+                S.unref(absmax);
+            } else {
+                S.recategorize(absmax, Category::Weights); // kept as the quant state
+            }
+            S.drop(copy);
+            originals.push_back(*t);
+            *t = w;
+        }
+        for (auto it = originals.rbegin(); it != originals.rend(); ++it)
+            S.drop(*it);
+        S.emptyCache();
+        S.setOp("prepare_model_for_kbit_training");
+        for (T *t : params) {
+            if (t->nf4 && t->cols > 1)
+                continue;
+            // Linear4bit biases end in compute_dtype (cast back in place at the first forward).
+            const int elem = t->nf4 ? qe : 4;
+            if (t->elem == elem)
+                continue;
+            T f = S.parameter(checkedMul(t->numel(), elem), elem, false);
+            f.rows = t->rows;
+            f.cols = t->cols;
+            T old = *t;
+            *t = f;
+            S.drop(old);
+        }
+        if (m.tiedEmbeddings)
+            lmHead = embed;
+        S.emptyCache();
+    }
+
+    void load()
+    {
+        S.setPhase(0, Phase::AfterLoad, 0);
+        S.setLayer(-1);
+        // FSDP2: the model is built on the CPU (Trainer leaves an FSDP model where it is) and
+        // each fully_shard moves its unit to the GPU (fullyShard).
+        S.setOnHost(fsdp);
+        const bool t = full;
+        embed = param(V, h, t, "embed_tokens");
+        if (m.learnedPositions)
+            positions = param(m.maxPositions, h, t, "embed_positions");
+        const int64_t I = m.intermediateSize;
+        layers.resize(static_cast<size_t>(m.numLayers));
+        const bool layerNorm = m.norm == NormKind::LayerNorm;
+        for (int64_t l = 0; l < m.numLayers; ++l) {
+            S.setLayer(static_cast<int>(l));
+            LayerParams &L = layers[static_cast<size_t>(l)];
+            if (ft.normRegisteredFirst) { // GPT-2 / NeoX build the first norm before attention
+                L.n1 = param(h, 1, t, "input_layernorm");
+                L.n1b = param(h, 1, t, "input_layernorm");
+            }
+            const int64_t H = heads, qk = m.qkNopeDim + m.qkRopeDim;
+            if (m.isMla()) {
+                if (m.qLoraRank > 0) {
+                    L.qa = linearWeight(m.qLoraRank, h, t, "q_a_proj");
+                    L.qaN = param(m.qLoraRank, 1, t, "q_a_layernorm");
+                    L.qb2 = linearWeight(checkedMul(H, qk), m.qLoraRank, t, "q_b_proj");
+                } else {
+                    L.q = linearWeight(checkedMul(H, qk), h, t, "q_proj");
+                }
+                L.kva = linearWeight(m.kvLoraRank + m.qkRopeDim, h, t, "kv_a_proj_with_mqa");
+                if (m.qkvBias)
+                    L.kvaB = linearBias(m.kvLoraRank + m.qkRopeDim, t, "kv_a_proj_with_mqa");
+                L.kvaN = param(m.kvLoraRank, 1, t, "kv_a_layernorm");
+                L.kvb = linearWeight(checkedMul(H, m.qkNopeDim + m.vHeadDim), m.kvLoraRank, t, "kv_b_proj");
+            } else if (m.fusedQkv) { // one Linear: q, k and v side by side in its output
+                L.q = linearWeight(qOut + 2 * kvOut, h, t, "qkv_proj");
+                if (m.qkvBias)
+                    L.qb = linearBias(qOut + 2 * kvOut, t, "qkv_proj");
+            } else {
+                L.q = linearWeight(qOut, h, t, "q_proj");
+                if (m.qkvBias)
+                    L.qb = linearBias(qOut, t, "q_proj");
+                L.k = linearWeight(kvOut, h, t, "k_proj");
+                if (m.qkvBias)
+                    L.kb = linearBias(kvOut, t, "k_proj");
+                L.v = linearWeight(kvOut, h, t, "v_proj");
+                if (m.qkvBias)
+                    L.vb = linearBias(kvOut, t, "v_proj");
+            }
+            L.o = linearWeight(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
+            if (m.oBias)
+                L.ob = linearBias(h, t, "o_proj");
+            if (m.qkNorm) {
+                const bool projection = ft.qkNorm == QkNorm::Projection; // OLMo 2/3: over all heads
+                L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
+                L.kn = param(projection ? kvOut : hd, 1, t, "k_norm");
+            }
+            if (m.isMoeLayer(l)) {
+                const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Is = m.sharedExpertIntermediateSize;
+                // Module registration order: Qwen3MoeSparseMoeBlock and DeepSeek's MoE make their
+                // experts before the router, the others the router first.
+                const bool expertsFirst = ft.expertsBeforeRouter;
+                if (!expertsFirst)
+                    L.router = param(E, h, t, "router");
+                L.gateUp = param(checkedMul(E, 2 * Ie), h, t, "experts.gate_up_proj");
+                L.expDown = param(checkedMul(E, h), Ie, t, "experts.down_proj");
+                if (expertsFirst)
+                    L.router = param(E, h, t, "router");
+                if (ft.sigmoidRouter) { // DeepseekV3TopkRouter's e_score_correction_bias buffer (fp32)
+                    S.setOp("e_score_correction_bias");
+                    L.routerBias = S.make(E * 4, 4, Category::Weights);
+                    buffers.push_back(L.routerBias);
+                }
+                if (Is > 0) {
+                    L.gate = linearWeight(Is, h, t, "shared_expert.gate_proj");
+                    L.up = linearWeight(Is, h, t, "shared_expert.up_proj");
+                    L.down = linearWeight(h, Is, t, "shared_expert.down_proj");
+                }
+                if (m.sharedExpertGate)
+                    L.sharedGate = linearWeight(1, h, t, "shared_expert_gate");
+            } else {
+                if (m.fusedGateUp) {
+                    L.gate = linearWeight(2 * I, h, t, "gate_up_proj");
+                } else {
+                    if (m.mlp == MlpKind::Gated)
+                        L.gate = linearWeight(I, h, t, "gate_proj");
+                    L.up = linearWeight(I, h, t, "up_proj");
+                    if (m.mlpBias)
+                        L.upB = linearBias(I, t, "up_proj");
+                }
+                L.down = linearWeight(h, I, t, "down_proj");
+                if (m.mlpBias)
+                    L.downB = linearBias(h, t, "down_proj");
+            }
+            if (!ft.normRegisteredFirst && ft.norms != NormPlacement::Post) {
+                L.n1 = param(h, 1, t, "input_layernorm");
+                if (layerNorm)
+                    L.n1b = param(h, 1, t, "input_layernorm");
+            }
+            L.n2 = param(h, 1, t, "post_attention_layernorm");
+            if (layerNorm)
+                L.n2b = param(h, 1, t, "post_attention_layernorm");
+            if (ft.norms == NormPlacement::Sandwich)
+                L.n3 = param(h, 1, t, "pre_feedforward_layernorm");
+            if (ft.norms != NormPlacement::Pre)
+                L.n4 = param(h, 1, t, "post_feedforward_layernorm");
+        }
+        S.setLayer(-1);
+        finalNorm = param(h, 1, t, "norm");
+        if (layerNorm)
+            finalNormB = param(h, 1, t, "norm");
+        // Rotary inv_freq and its original copy (fp32 buffers).
+        if (!m.learnedPositions) {
+            S.setOp("rotary_emb");
+            buffers.push_back(S.make(hd / 2 * 4, 4, Category::Weights));
+            buffers.push_back(S.make(hd / 2 * 4, 4, Category::Weights));
+        }
+        if (m.tiedEmbeddings) {
+            // HF builds the lm_head's own nn.Linear weight in __init__ and post_init's
+            // tie_weights() then points it at the embedding, freeing the first one (measured:
+            // modules/linear.py __init__, V x h, freed at once, on every tied model). The hole it
+            // leaves is where the first small blocks of the run go.
+            S.setOp("lm_head");
+            T untied = S.make(checkedMul(checkedMul(V, h), pe), static_cast<int>(pe), Category::Weights);
+            S.drop(untied);
+            lmHead = embed;
+        } else {
+            lmHead = param(V, h, t, "lm_head");
+        }
+        if (qlora)
+            quantizeForQlora();
+        if (!full) {
+            // get_peft_model (PEFT 0.21): an A and a B per targeted Linear of every layer, then per
+            // targeted experts Parameter (target_parameters are injected after the modules), each
+            // made on the base weight's device in its dtype (_move_adapter_to_device_of_base_layer);
+            // then cast_adapter_dtype (autocast_adapter_dtype=True) makes each fp32, layer by
+            // layer in module order, and the first copy goes (the H200 streams' load: "convert",
+            // then cast_adapter_dtype). Already fp32 (fp32 and autocast runs), nothing is cast.
+            // QLoRA's adapters come as fp32 directly (its load is simulated in quantizeForQlora).
+            struct Adapter
+            {
+                int64_t layer;
+                LoraPair *pair;
+                std::array<std::pair<int64_t, int64_t>, 2> shape; // A, then B: [rows, cols]
+                bool experts;                                      // a ParamWrapper's (target_parameters)
+                T a16, b16;                                        // the first copies, in the base dtype
+            };
+            std::vector<Adapter> order; // the fp32 cast's order: per layer, modules then experts
+            for (int64_t l = 0; l < m.numLayers; ++l) {
+                LayerParams &L = layers[static_cast<size_t>(l)];
+                for (int mod = 0; mod < kLinearModuleCount; ++mod)
+                    if (loraMask[static_cast<size_t>(mod)] && present(mod))
+                        order.push_back({l, &L.lora[static_cast<size_t>(mod)],
+                                         {{{c.lora.rank, inFeatures(mod)}, {outFeatures(mod), c.lora.rank}}}, false, {}, {}});
+                if (m.isMoeLayer(l)) { // the experts' ParamWrappers: gate_up's pair, then down's
+                    const auto shapes = expertsLoraShapes(m, expertsWrapped, c.lora.rank);
+                    size_t k = 0;
+                    for (LoraPair *p : {&L.gateUpLora, &L.downLora}) {
+                        if (p == &L.gateUpLora ? !expertsWrapped.gateUp : !expertsWrapped.down)
+                            continue;
+                        order.push_back({l, p, {{shapes[k], shapes[k + 1]}}, true, {}, {}});
+                        k += 2;
+                    }
+                }
+            }
+            auto fp32 = [&](Adapter &ad) {
+                S.setLayer(static_cast<int>(ad.layer));
+                ad.pair->a = param(ad.shape[0].first, ad.shape[0].second, true, "lora_A", kLoraElem);
+                if (ad.a16.valid())
+                    S.drop(ad.a16);
+                ad.pair->b = param(ad.shape[1].first, ad.shape[1].second, true, "lora_B", kLoraElem);
+                if (ad.b16.valid())
+                    S.drop(ad.b16);
+                ad.pair->on = true;
+            };
+            const bool cast = !qlora && pe != kLoraElem;
+            auto firstCopy = [&](Adapter &ad) {
+                if (!cast)
+                    return fp32(ad);
+                S.setLayer(static_cast<int>(ad.layer));
+                S.setOp("lora (base dtype)");
+                ad.a16 = S.make(checkedMul(checkedMul(ad.shape[0].first, ad.shape[0].second), pe), pe);
+                ad.b16 = S.make(checkedMul(checkedMul(ad.shape[1].first, ad.shape[1].second), pe), pe);
+            };
+            for (bool experts : {false, true}) // target_modules, then target_parameters
+                for (Adapter &ad : order)
+                    if (ad.experts == experts)
+                        firstCopy(ad);
+            if (cast)
+                for (Adapter &ad : order)
+                    fp32(ad);
+            S.setLayer(-1);
+        }
+        collectTrainable();
+        stepped = trainable;
+        // DDP wraps every run with several ranks, and ZeRO-1 at any world size: PyTorch's ZeRO-1 is
+        // DDP with ZeroRedundancyOptimizer (measured at one NCCL rank: DDP's buckets and all the
+        // state, tests/data/h200/fsdp-ws1-2026-12-02).
+        S.setOnHost(false);
+        if (fsdp)
+            fullyShard();
+        else if (c.worldSize > 1 || c.zeroStage == 1)
+            dataParallel();
+        S.setOp("input_ids");
+        for (int64_t i = 0; i < c.gradAccum; ++i)
+            batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
+    }
+
+    // compute_bucket_assignment_by_size (reducer.cpp) over `order`: per dtype, tensors join the
+    // open bucket until it reaches the current limit (the first limit for a dtype's first bucket,
+    // the last one after); buckets sorted by their first tensor; one allocation each, in order.
+    std::vector<int> allocateBuckets(const std::vector<T *> &order, const std::vector<int64_t> &limits)
+    {
+        struct Open
+        {
+            int64_t bytes = 0;
+            size_t limit = 0;
+            size_t first = 0;
+        };
+        std::map<int, Open> open;
+        std::vector<std::pair<size_t, int64_t>> done; // (first tensor, bytes)
+        for (size_t i = 0; i < order.size(); ++i) {
+            Open &b = open[order[i]->elem];
+            if (b.bytes == 0)
+                b.first = i;
+            b.bytes = checkedAdd(b.bytes, order[i]->bytes);
+            if (b.bytes >= limits[std::min(b.limit, limits.size() - 1)]) {
+                done.emplace_back(b.first, b.bytes);
+                b.bytes = 0;
+                ++b.limit;
+            }
+        }
+        for (const auto &kv : open)
+            if (kv.second.bytes > 0)
+                done.emplace_back(kv.second.first, kv.second.bytes);
+        std::sort(done.begin(), done.end());
+        std::vector<int> out;
+        for (const auto &d : done)
+            out.push_back(S.allocate(d.second, Category::Communication));
+        return out;
+    }
+
+    // Reducer::rebuild_buckets, at the first forward after the first synchronized backward: the
+    // buckets again, with the 1 MiB first cap and bucket_cap_mb, over the parameters in the order
+    // their gradients became ready (the autograd engine's AccumulateGrad order); the old ones are
+    // freed first (initialize_buckets). Emitted at the end of step 0, just before step 1's
+    // forward mark, so that every steady step is the same program.
+    void rebuildDdpBuckets()
+    {
+        // Each trainable parameter once, where its gradient first became ready; then the ones
+        // that never did (unused), last first.
+        std::vector<T *> pending(static_cast<size_t>(S.paramCount()), nullptr);
+        for (T *p : trainable)
+            pending[static_cast<size_t>(p->param)] = p;
+        std::vector<T *> order;
+        for (int pi : S.gradReadyOrder())
+            if (T *&p = pending[static_cast<size_t>(pi)]) {
+                order.push_back(p);
+                p = nullptr;
+            }
+        for (auto it = trainable.rbegin(); it != trainable.rend(); ++it)
+            if (pending[static_cast<size_t>((*it)->param)])
+                order.push_back(*it);
+        S.setOp("ddp_rebuild_buckets");
+        S.setLayer(-1);
+        for (int b : ddpBuckets)
+            S.unref(b);
+        ddpBuckets = allocateBuckets(order, {int64_t(1) << 20, opt.ddpBucketBytes});
+    }
+
+    // DistributedDataParallel (torch/nn/parallel/distributed.py, reducer.cpp), one flat bucket
+    // tensor per bucket in the gradients' dtype, kept for the run; the gradients are copied in,
+    // all-reduced and copied back in place (gradient_as_bucket_view False). Without
+    // find_unused_parameters the first iteration runs with one bucket per dtype
+    // (bucket_size_limits = [sys.maxsize] in _ddp_init_helper); at the next forward the Reducer
+    // rebuilds them in the order the gradients became ready (rebuildDdpBuckets). Measured: two
+    // ranks sharing the H200, a 4.6 GiB bucket for Llama-3.2-1B amp freed at step 1's forward.
+    // ZeroRedundancyOptimizer (ZeRO-1) over it: the optimizer steps this rank's share only,
+    // parameters assigned largest first to the least-loaded rank (_partition_parameters); the
+    // estimate takes the rank with the most, and the updated parameters are broadcast in place.
+    void dataParallel()
+    {
+        S.setOp("ddp_buckets");
+        ddpBuckets = allocateBuckets(trainable, {INT64_MAX});
+        if (c.zeroStage != 1)
+            return;
+        std::vector<T *> bySize = trainable;
+        std::stable_sort(bySize.begin(), bySize.end(), [](const T *a, const T *b) { return a->numel() > b->numel(); });
+        std::vector<int64_t> load(static_cast<size_t>(c.worldSize), 0);
+        std::vector<std::vector<T *>> share(static_cast<size_t>(c.worldSize));
+        for (T *p : bySize) {
+            const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+            load[r] += p->numel();
+            share[r].push_back(p);
+        }
+        const size_t most = static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
+        // The local optimizer is built over the rank's partition as it was filled: largest first
+        // (measured: its AdamW state is allocated in that order, the MLP weights before the rest).
+        stepped = share[most];
+    }
+
+    // ------------------------------------------------------------------ FSDP2
+    // CUDA streams as the allocator keys its blocks: the all-gathers run on one side stream, the
+    // reduce-scatters on another, and Gloo makes its own temporaries on a third.
+    static constexpr int kAllGatherStream = 1, kGlooStream = 2, kReduceScatterStream = 3;
+    int64_t ranks() const { return std::max<int64_t>(1, c.worldSize); } // N, the shards per parameter
+
+    // A decoder layer's parameters in model.parameters() order: each adapted Linear's base
+    // weight (and bias), then its lora_A and lora_B (PEFT's lora.Linear registers base_layer first).
+    std::vector<T *> layerUnitParameters(LayerParams &L)
+    {
+        const std::array<std::pair<T *, T *>, kLinearModuleCount> mods = {
+            std::pair{&L.q, &L.qb}, {&L.k, &L.kb}, {&L.v, &L.vb}, {&L.o, &L.ob}, {&L.gate, nullptr}, {&L.up, &L.upB},
+            {&L.down, &L.downB}};
+        std::array<bool, kLinearModuleCount> placed{};
+        std::vector<T *> out;
+        for (T *t : layerParameters(L)) {
+            if (!t->valid())
+                continue;
+            out.push_back(t);
+            for (size_t m = 0; m < mods.size(); ++m) {
+                LoraPair &pair = L.lora[m];
+                const bool last = mods[m].second && mods[m].second->valid() ? t == mods[m].second : t == mods[m].first;
+                if (last && pair.on && !placed[m]) {
+                    out.push_back(&pair.a);
+                    out.push_back(&pair.b);
+                    placed[m] = true;
+                }
+            }
+        }
+        for (size_t m = 0; m < L.lora.size(); ++m)
+            if (L.lora[m].on && !placed[m]) {
+                out.push_back(&L.lora[m].a);
+                out.push_back(&L.lora[m].b);
+            }
+        for (LoraPair *p : {&L.gateUpLora, &L.downLora}) // (estimate() refuses FSDP with these)
+            if (p->on) {
+                out.push_back(&p->a);
+                out.push_back(&p->b);
+            }
+        return out;
+    }
+
+    // fully_shard(layer) for every decoder layer, then fully_shard(model) (accelerate's and the
+    // engine's order) on a model built on the CPU: each call moves its unit's parameters to the
+    // GPU, then each becomes a Shard(0) DTensor whose local tensor is padded to ceil(rows / N) rows
+    // (_fsdp_param.py _init_sharded_param), then the whole ones are freed (measured, unit by unit,
+    // tests/data/h200/fsdp-2026-12-02). Under the mixed-precision policy the shards stay fp32 and
+    // the parameters are gathered in bf16.
+    void fullyShard()
+    {
+        const int64_t N = ranks();
+        units.resize(layers.size() + 1);
+        for (size_t l = 0; l < layers.size(); ++l)
+            units[l + 1].params = layerUnitParameters(layers[l]);
+        for (T *t : {&embed, &positions, &finalNorm, &finalNormB, m.tiedEmbeddings ? nullptr : &lmHead})
+            if (t && t->valid())
+                units[0].params.push_back(t);
+        std::map<const T *, T *> shardOf;
+        auto shardUnit = [&](FsdpUnit &u, int layer) {
+            S.setLayer(layer);
+            S.setOp("fully_shard");
+            // _move_states_to_device: the unit's parameters (and, for the root, the model's
+            // buffers) to the GPU whole; then a shard of each; then the whole ones go.
+            for (T *p : u.params)
+                S.restore(p->sto);
+            if (layer < 0)
+                for (T &b : buffers)
+                    S.restore(b.sto);
+            u.shards.reserve(u.params.size());
+            for (T *p : u.params) {
+                const int64_t rows = p->rows > 0 ? p->rows : p->numel(), cols = p->cols > 0 ? p->cols : 1;
+                const int64_t chunk = (rows + N - 1) / N, numel = checkedMul(chunk, cols);
+                T sh = S.make(checkedMul(numel, p->elem), p->elem, Category::Weights);
+                sh.rows = chunk;
+                sh.cols = cols;
+                sh.requiresGrad = p->requiresGrad;
+                u.shards.push_back(sh);
+                const int gatherElem = mixedPolicy ? 2 : p->elem;
+                u.gatherBytes = checkedAdd(u.gatherBytes, checkedMul(checkedMul(numel, gatherElem), N));
+                if (p->requiresGrad)
+                    u.reduceBytes = checkedAdd(u.reduceBytes, checkedMul(checkedMul(numel, mixedPolicy ? 4 : p->elem), N));
+            }
+            for (T *p : u.params)
+                S.release(p->sto);
+            if (mixedPolicy)
+                for (T *p : u.params) { // the unsharded parameter is param_dtype (bf16)
+                    p->bytes = checkedMul(p->numel(), 2);
+                    p->elem = 2;
+                    S.resize(p->sto, p->bytes);
+                }
+            for (size_t i = 0; i < u.params.size(); ++i)
+                shardOf[u.params[i]] = &u.shards[i];
+        };
+        for (size_t l = 0; l < layers.size(); ++l)
+            shardUnit(units[l + 1], static_cast<int>(l));
+        shardUnit(units[0], -1);
+        S.setLayer(-1);
+        if (m.tiedEmbeddings)
+            lmHead = embed;
+        stepped.clear();
+        for (T *t : trainable)
+            stepped.push_back(shardOf.at(t));
+    }
+
+    // FSDPParamGroup.unshard: the all-gather into one flat output on the all-gather stream
+    // (_fsdp_collectives.py foreach_all_gather; Gloo adds a temporary of its size on its own).
+    void fsdpUnshard(FsdpUnit &u)
+    {
+        if (u.unsharded || u.agOut >= 0)
+            return;
+        // At one rank there is nothing to gather: the copy-out reads the shard (measured over
+        // NCCL at world size 1, tests/data/h200/fsdp-ws1-2026-12-02: no all-gather buffer).
+        if (c.worldSize <= 1)
+            return;
+        S.setOp("fsdp_all_gather");
+        S.setStream(kAllGatherStream);
+        // Under the mixed-precision policy each shard is first cast to bf16 into one flat input
+        // (_fsdp_collectives.py _get_param_all_gather_inputs), freed once the all-gather is out.
+        const int64_t N = ranks();
+        const int cast = mixedPolicy ? S.allocate(u.gatherBytes / N, Category::Communication) : -1;
+        u.agOut = S.allocate(u.gatherBytes, Category::Communication);
+        if (opt.glooCollectives) {
+            S.setStream(kGlooStream);
+            S.unref(S.allocate(u.gatherBytes, Category::Communication));
+        }
+        S.unref(cast);
+        S.setStream(0);
+        releaseGlooTemps(); // Gloo lets its last reduce-scatter temporary go at the next collective
+    }
+
+    // wait_for_unshard's copy-out: each parameter's unsharded storage, in order (alloc_storage).
+    void fsdpCopyOut(FsdpUnit &u)
+    {
+        if (u.unsharded)
+            return;
+        S.setOp("fsdp_copy_out");
+        for (T *p : u.params)
+            S.restore(p->sto);
+        u.unsharded = true;
+    }
+
+    // FSDPParamGroup.reshard: storage().resize_(0) of every unsharded parameter.
+    void fsdpReshard(FsdpUnit &u)
+    {
+        if (!u.unsharded)
+            return;
+        S.setOp("fsdp_reshard");
+        for (T *p : u.params)
+            S.release(p->sto);
+        u.unsharded = false;
+    }
+
+    void releaseGlooTemps()
+    {
+        for (auto it = glooTemps.rbegin(); it != glooTemps.rend(); ++it)
+            S.unref(*it);
+        glooTemps.clear();
+    }
+
+    // pre_forward: unshard and copy out; the previous unit's all-gather output goes once this
+    // unit's copy-out is done (the forward keeps one in comm_ctx.all_gather_state).
+    void fsdpPreForward(size_t k)
+    {
+        FsdpUnit &u = units[k];
+        fsdpUnshard(u);
+        fsdpCopyOut(u);
+        if (agState >= 0)
+            S.unref(agState);
+        agState = u.agOut;
+        u.agOut = -1;
+    }
+
+    // The root's pre-backward (a hook on the loss): the forward's last all-gather output goes, the
+    // root is gathered again (ZeRO-3), the last layer prefetched, then the root's output freed.
+    void fsdpRootPreBackward(bool sync)
+    {
+        syncGrads = sync;
+        for (FsdpUnit &u : units)
+            u.postBackwardDone = false;
+        S.setLayer(-1);
+        if (agState >= 0)
+            S.unref(agState);
+        agState = -1;
+        FsdpUnit &root = units[0];
+        fsdpUnshard(root);
+        fsdpCopyOut(root);
+        if (units.size() > 1)
+            fsdpUnshard(units.back());
+        if (root.agOut >= 0)
+            S.unref(root.agOut);
+        root.agOut = -1;
+    }
+
+    // A layer's pre-backward (a hook on its output): copy out the prefetched all-gather, free it,
+    // prefetch the next layer in backward order.
+    void fsdpPreBackward(size_t k)
+    {
+        FsdpUnit &u = units[k];
+        fsdpUnshard(u);
+        fsdpCopyOut(u);
+        if (u.agOut >= 0)
+            S.unref(u.agOut);
+        u.agOut = -1;
+        if (k > 1)
+            fsdpUnshard(units[k - 1]);
+        S.setOp("backward");
+    }
+
+    // post_backward (RegisterPostBackwardFunction on the unit's inputs, or the final callback):
+    // reshard; then, where gradients sync, the previous reduce-scatter input goes, the new one
+    // (N x the shards, in reduce_dtype) is made on the default stream from the unsharded
+    // gradients, which are freed, and the reduce-scatter output, the sharded .grad, is made on the
+    // reduce-scatter stream and kept until zero_grad (_fsdp_collectives.py foreach_reduce).
+    void fsdpPostBackward(size_t k, bool finalCallback)
+    {
+        FsdpUnit &u = units[k];
+        if (u.postBackwardDone)
+            return;
+        u.postBackwardDone = true;
+        fsdpReshard(u);
+        bool any = false;
+        for (T *p : u.params)
+            any = any || (p->param >= 0 && S.gradOf(p->param) >= 0);
+        if (!syncGrads || !any) {
+            S.setOp("backward");
+            return;
+        }
+        const int64_t N = ranks();
+        S.setOp("fsdp_reduce_scatter");
+        if (rsState >= 0)
+            S.unref(rsState);
+        rsState = S.allocate(u.reduceBytes, Category::Communication);
+        for (T *p : u.params)
+            if (p->param >= 0)
+                S.unref(S.takeGrad(p->param));
+        S.setStream(kReduceScatterStream);
+        shardedGrads.push_back(S.allocate(u.reduceBytes / N, Category::Gradients));
+        if (opt.glooCollectives) {
+            if (!finalCallback)
+                releaseGlooTemps();
+            glooTemps.push_back(S.allocate(u.reduceBytes, Category::Communication));
+        }
+        S.setStream(0);
+        S.setOp("backward");
+    }
+
+    // _root_post_backward_final_callback: every unit whose post-backward did not run (the root;
+    // a layer whose input needs no gradient, as the first under LoRA), root first; then it waits
+    // for the last reduce-scatter, whose input goes.
+    void fsdpFinalCallback()
+    {
+        S.setLayer(-1);
+        for (size_t k = 0; k < units.size(); ++k)
+            fsdpPostBackward(k, true);
+        if (rsState >= 0)
+            S.unref(rsState);
+        rsState = -1;
+        releaseGlooTemps();
+    }
+
+    // An identity autograd node whose backward runs `hook` first (FSDP2's pre-backward hook on a
+    // unit's output, and RegisterPostBackwardFunction on its input); no-op where no grad flows.
+    T backwardHook(T &x, std::function<void()> hook)
+    {
+        T y = S.view(x);
+        S.record({&y}, {&x}, {}, [hook](Sim &sim, const std::vector<int> &g, const std::vector<bool> &) {
+            hook();
+            sim.ref(g.empty() ? -1 : g[0]);
+            return std::vector<int>{g.empty() ? -1 : g[0]};
+        });
+        S.drop(x);
+        return y;
+    }
+
+    bool present(int mod) const { return !linearModuleNames(m)[static_cast<size_t>(mod)].empty(); }
+    int64_t inFeatures(int mod) const { return linearInFeatures(m, LinearModule(mod)); }
+    int64_t outFeatures(int mod) const { return linearOutFeatures(m, LinearModule(mod)); }
+
+    void collectTrainable()
+    {
+        auto add = [this](T &t) {
+            if (t.valid() && t.requiresGrad)
+                trainable.push_back(&t);
+        };
+        add(embed);
+        add(positions);
+        for (auto &L : layers) {
+            for (T *t : layerParameters(L))
+                add(*t);
+            for (auto &p : L.lora)
+                if (p.on) {
+                    add(p.a);
+                    add(p.b);
+                }
+            for (LoraPair *p : {&L.gateUpLora, &L.downLora})
+                if (p->on) {
+                    add(p->a);
+                    add(p->b);
+                }
+        }
+        add(finalNorm);
+        add(finalNormB);
+        if (!m.tiedEmbeddings)
+            add(lmHead);
+    }
+
+    // ------------------------------------------------------------------ forward
+    // A weight as the matmul sees it: under autocast a bf16 copy, cached for the whole forward
+    // when the weight is a trainable leaf, made anew at every use otherwise.
+    T weightFor(const T &w)
+    {
+        if (!amp)
+            return S.view(w);
+        if (w.requiresGrad) {
+            auto it = ampCache.find(w.sto);
+            if (it != ampCache.end())
+                return S.view(it->second);
+            T cast = O.to(w, 2);
+            ampCache[w.sto] = cast;
+            return S.view(cast);
+        }
+        return O.to(w, 2);
+    }
+
+    void clearAmpCache()
+    {
+        for (auto &[k, t] : ampCache)
+            S.drop(t);
+        ampCache.clear();
+    }
+
+    // nn.Linear (or PEFT's lora.Linear around it) over `tok` rows of x.
+    T linear(const T &x, int mod, const T &w, const T *bias, LoraPair *lora)
+    {
+        // The weight's own shape (a parameter knows it); a layer's dense MLP in an MoE model
+        // is wider than the shared experts' that inFeatures names.
+        const int64_t in = w.cols > 0 ? w.cols : inFeatures(mod), out = w.rows > 0 ? w.rows : outFeatures(mod);
+        // Autocast's cached_cast runs over F.linear's arguments in the order GCC evaluates
+        // function arguments, last first: bias, weight, then input (H200 streams: the weight's
+        // bf16 copy is allocated before the input's).
+        T y;
+        if (w.nf4) {
+            // Linear4bit.forward: x.to(compute_dtype), matmul_4bit (the bias rides in F.linear),
+            // .to(the input's dtype).
+            T xc = O.to(x, qe);
+            T yq = O.linear4bit(xc, tok, in, out, qe, c.lora.doubleQuant);
+            y = O.to(yq, x.elem);
+            S.drop(yq);
+            S.drop(xc);
+            if (lora && lora->on) { // PEFT's lora/bnb.py Linear4bit: result = result.clone()
+                T yc = O.copy(y);
+                S.drop(y);
+                y = yc;
+            }
+        } else {
+            T bc;
+            if (bias && bias->valid())
+                bc = amp ? weightFor(*bias) : S.view(*bias);
+            T wc = weightFor(w);
+            T xin = amp ? O.to(x, 2) : S.view(x);
+            y = O.linear(xin, wc, bc.valid() ? &bc : nullptr, tok, in, out, amp ? 2 : ce);
+            S.drop(xin);
+            S.drop(wc);
+            if (bc.valid())
+                S.drop(bc);
+        }
+        if (!lora || !lora->on)
+            return y;
+        // PEFT lora.Linear.forward: x cast to the adapters' dtype, dropout, lora_B(lora_A(x)) *
+        // scaling, added to the base result, cast back to the base result's dtype.
+        // PEFT's _cast_input_dtype: x.to(lora_A.weight.dtype) whenever the dtypes differ (also
+        // under autocast, where o_proj's and down_proj's inputs are bf16).
+        T xa = O.to(x, lora->a.elem); // rebinds forward()'s `x`: it lives until forward returns
+        T xd = O.dropout(xa, c.lora.dropout);
+        T wa = weightFor(lora->a);
+        T ain = amp ? O.to(xd, 2) : S.view(xd);
+        const int le = amp ? 2 : lora->a.elem;
+        T a = O.linear(ain, wa, nullptr, tok, in, c.lora.rank, le);
+        S.drop(ain);
+        S.drop(wa);
+        S.drop(xd);
+        T wb = weightFor(lora->b);
+        // lora_B's input is lora_A's output: the rank is its in-features.
+        T bo = loraB(a, wb, out, le);
+        S.drop(a);
+        S.drop(wb);
+        T sc = O.scale(bo);
+        S.drop(bo);
+        T sum = O.add(y, sc, std::max(y.elem, sc.elem));
+        S.drop(sc);
+        S.drop(y);
+        // PEFT's bnb Linear4bit adds the adapters' output without casting the sum back.
+        T res = w.nf4 ? S.view(sum) : O.to(sum, amp ? 2 : ce);
+        S.drop(sum);
+        S.drop(xa);
+        return res;
+    }
+
+    T loraB(const T &a, const T &wb, int64_t out, int elem)
+    {
+        return O.linear(a, wb, nullptr, tok, c.lora.rank, out, elem);
+    }
+
+    // LlamaRMSNorm: x.to(fp32); x * rsqrt(mean(x^2) + eps); weight * x.to(input dtype).
+    // `rows` rows of `width` values; `weight` broadcast over the rows.
+    T rmsnorm(const T &x, const T &weight, int64_t rows, int64_t width)
+    {
+        S.setOp("rmsnorm");
+        const int64_t n = checkedMul(rows, width);
+        T x32 = O.to(x, 4);
+        T p = O.pow2(x32);
+        T var = O.mean(p, rows);
+        S.drop(p);
+        T ve = O.addScalar(var);
+        T r = O.rsqrt(ve);
+        S.drop(ve);
+        T xn = O.mul(x32, r, n, 4, true, false, 0);
+        S.drop(r);
+        S.drop(x32);
+        T out;
+        if (ft.rms == RmsNormStyle::Olmo) {
+            // Olmo2RMSNorm: (self.weight * hidden_states).to(input_dtype): the product in fp32
+            // (MulBackward0 saves the weight and the fp32 normalised x), then the cast.
+            T y = O.mul(weight, xn, n, 4, false, true, rows);
+            out = O.to(y, x.elem);
+            S.drop(y);
+            S.drop(xn); // `hidden_states` goes when forward returns
+        } else if (ft.rms == RmsNormStyle::Gemma) {
+            // Gemma: output * (1.0 + self.weight.float()), in fp32, then cast back.
+            T wf = O.to(weight, 4);
+            T w1 = O.addScalar(wf);
+            S.drop(wf);
+            T y = O.mul(xn, w1, n, 4, true, false, rows);
+            S.drop(w1);
+            S.drop(xn);
+            out = O.to(y, x.elem);
+            S.drop(y);
+        } else {
+            T xb = O.to(xn, x.elem);
+            out = O.mul(weight, xb, n, std::max(weight.elem, x.elem), false, true, rows);
+            S.drop(xb);
+            S.drop(xn); // `hidden_states` goes when the function returns
+        }
+        S.drop(var);
+        return out;
+    }
+
+    // nn.LayerNorm: native_layer_norm saves its input, per-row mean and rstd (fp32).
+    T layernorm(const T &x, const T &weight, const T &bias)
+    {
+        S.setOp("layernorm");
+        T xin = amp ? S.view(x) : S.view(x);
+        T out = S.make(checkedMul(tok, h) * (amp ? 4 : x.elem), amp ? 4 : x.elem);
+        const int mean = S.allocate(tok * 4, Category::Activations);
+        const int rstd = S.allocate(tok * 4, Category::Activations);
+        const int64_t xb = x.bytes, wb = weight.bytes, rows = tok, cols = h;
+        const int welem = weight.elem;
+        S.record({&out}, {&xin, &weight, &bias}, {xin.sto, mean, rstd},
+                 [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
+                     // native_layer_norm_backward: grad_input, then grad_weight and grad_bias
+                     // through per-block partial sums.
+                     std::vector<int> r(3, -1);
+                     if (g[0] < 0)
+                         return r;
+                     if (nd[0])
+                         r[0] = s.allocate(xb, Category::Temporaries);
+                     if (nd[1] || nd[2]) {
+                         const int part = s.allocate(((rows + 31) / 32) * cols * 4 * 2, Category::Temporaries);
+                         if (nd[1])
+                             r[1] = s.allocate(wb, Category::Temporaries);
+                         if (nd[2])
+                             r[2] = s.allocate(wb, Category::Temporaries);
+                         s.unref(part);
+                     }
+                     (void)welem;
+                     return r;
+                 });
+        S.unref(mean);
+        S.unref(rstd);
+        S.drop(xin);
+        return out;
+    }
+
+    T norm(const T &x, const T &w, const T &bias)
+    {
+        if (m.norm == NormKind::LayerNorm)
+            return layernorm(x, w, bias);
+        return rmsnorm(x, w, tok, h);
+    }
+
+    // apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin); cos and sin broadcast over
+    // batch and heads.
+    T rope(const T &x, const T &cos, const T &sin, int64_t features)
+    {
+        S.setOp("apply_rotary_pos_emb");
+        const int e = std::max(x.elem, cos.elem);
+        const int64_t n = checkedMul(tok, features);
+        T a = O.mul(x, cos, n, e, true, false, 0);
+        T x1 = O.slice(x, n / 2);
+        T x2 = O.slice(x, n / 2);
+        T nx2 = O.neg(x2);
+        T rot = O.cat({&nx2, &x1}, n, x.elem);
+        S.drop(nx2);
+        S.drop(x1);
+        S.drop(x2);
+        T bsin = O.mul(rot, sin, n, e, true, false, 0);
+        S.drop(rot);
+        T out = O.add(a, bsin, e);
+        S.drop(bsin);
+        S.drop(a);
+        return out;
+    }
+
+    // `headsMajor`: q is laid out (b, heads, s, d) in memory (torch.cat made it), so SDPA's
+    // output, which takes q's layout, needs a copy in transpose(1, 2).contiguous()
+    // (sdpa_attention.py); after Llama's element-wise rotary q keeps the projection's
+    // (b, s, heads, d) layout and the transpose is free.
+    // Whether HF hands SDPA an explicit mask: a sliding window no longer than the sequence
+    // (masking_utils' _ignore_causal_mask_sdpa keeps is_causal only when kv_length < window).
+    // Gemma 2 slides on every other layer (layer_types), Qwen2 only with use_sliding_window.
+    bool slidingMask(int64_t layer) const
+    {
+        const nlohmann::json &hc = m.hfConfig;
+        if (!hc.is_object() || !hc.contains("sliding_window") || !hc.at("sliding_window").is_number_integer())
+            return false;
+        if (ft.slidingWindowOptIn &&
+            !(hc.contains("use_sliding_window") && hc.at("use_sliding_window").is_boolean() &&
+              hc.at("use_sliding_window").get<bool>()))
+            return false;
+        if (ft.slidingEveryOtherLayer && layer % 2 != 0)
+            return false;
+        if (ft.slidingLayerTypes && !slidingLayer(layer))
+            return false;
+        const int64_t window = hc.at("sliding_window").get<int64_t>();
+        return window > 0 && s >= window;
+    }
+
+    // config.layer_types ("sliding_attention" / "full_attention" per layer); without it Gemma 3's
+    // configuration class derives it from sliding_window_pattern (every 6th layer global).
+    bool slidingLayer(int64_t layer) const
+    {
+        const nlohmann::json &hc = m.hfConfig;
+        if (hc.contains("layer_types") && hc.at("layer_types").is_array()) {
+            const nlohmann::json &lt = hc.at("layer_types");
+            if (layer >= static_cast<int64_t>(lt.size()) || !lt.at(static_cast<size_t>(layer)).is_string())
+                return false;
+            return lt.at(static_cast<size_t>(layer)).get<std::string>() == "sliding_attention";
+        }
+        int64_t pattern = ft.slidingPatternDefault;
+        if (hc.contains("sliding_window_pattern") && hc.at("sliding_window_pattern").is_number_integer())
+            pattern = hc.at("sliding_window_pattern").get<int64_t>();
+        return pattern > 0 && (layer + 1) % pattern != 0;
+    }
+
+    T attention(const T &q, const T &k, const T &v, bool headsMajor = false, bool masked = false, int64_t dq = 0,
+                int64_t dv = 0)
+    {
+        S.setOp("attention");
+        Ops::AttnShape a;
+        a.b = b;
+        a.s = s;
+        a.heads = heads;
+        a.kvHeads = m.isMla() ? heads : kvHeads; // MLA: k and v have every head
+        a.dq = dq > 0 ? dq : hd;
+        a.dv = dv > 0 ? dv : hd;
+        const int e = amp ? 2 : ce;
+        // With a mask, repeat_kv runs before SDPA, and autocast casts what it made.
+        const bool maskedSdpa = masked && c.attention != Attention::Eager && !(e == 4 && kvHeads < heads);
+        T qc = amp ? O.to(q, 2) : S.view(q);
+        T kc = amp && !maskedSdpa ? O.to(k, 2) : S.view(k);
+        T vc = amp && !maskedSdpa ? O.to(v, 2) : S.view(v);
+        T out;
+        if (c.attention == Attention::Eager) {
+            // Gemma 2's attn_logit_softcapping: scores / cap, tanh, * cap (eager_attention_forward).
+            Ops::EagerStyle style;
+            if (m.hfConfig.is_object() && m.hfConfig.contains("attn_logit_softcapping") &&
+                m.hfConfig.at("attn_logit_softcapping").is_number())
+                style.softcap = m.hfConfig.at("attn_logit_softcapping").get<double>();
+            if (ft.eagerSoftmaxInDtype) { // modeling_gpt2.eager_attention_forward
+                style.softmaxFp32 = false;
+                style.stridedQkv = true;
+            }
+            style.dropout = m.attnDropout;
+            out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, style);
+            // attn_output.transpose(1, 2).contiguous(): a copy
+            T cont = O.copy(out);
+            S.drop(out);
+            out = cont;
+        } else if (e == 4 && kvHeads < heads) {
+            out = O.sdpaMath(qc, kc, vc, a, e);
+            T cont = O.copy(out);
+            S.drop(out);
+            out = cont;
+        } else if (masked) {
+            // sdpa_attention_forward with a mask: repeat_kv copies k and v to every head
+            // (use_gqa_in_sdpa needs mask None), SDPA turns the boolean mask into an additive one
+            // of (b, 1, s, s), and runs the memory-efficient kernel.
+            T kr = S.view(kc), vr = S.view(vc);
+            auto repeat = [&](const T &x) {
+                if (kvHeads == 1 && heads > 1) {
+                    // One kv head: repeat_kv's reshape of the expanded tensor is a view, no copy
+                    // (of every head's size); ExpandBackward sums the heads' gradients back.
+                    T ex = O.headsView(x, true);
+                    T full = S.view(ex, x.bytes * heads);
+                    S.drop(ex);
+                    return full;
+                }
+                return kvHeads < heads ? O.repeatKv(x, x.bytes / kvHeads * heads) : S.view(x);
+            };
+            S.drop(kr);
+            S.drop(vr);
+            kr = repeat(kc);
+            vr = repeat(vc);
+            if (amp) { // autocast's casts of what repeat_kv made (a no-op for what is bf16 already)
+                T kb = O.to(kr, 2), vb = O.to(vr, 2);
+                S.drop(kr);
+                S.drop(vr);
+                kr = kb;
+                vr = vb;
+            }
+            T t1 = S.make(2, 2), t2 = S.make(2, 2);
+            T bias = S.make(checkedMul(checkedMul(b, s), s) * e, e);
+            S.drop(t2);
+            S.drop(t1);
+            a.kvHeads = heads;
+            out = O.sdpaEfficient(qc, kr, vr, a, e, &bias);
+            S.drop(bias);
+            S.drop(kr);
+            S.drop(vr);
+        } else {
+            // Flash needs one head size for q, k and v; MLA's v is narrower: memory-efficient.
+            const bool efficient = e == 4 || a.dq != a.dv;
+            out = efficient ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
+            // Heads-major q (Phi-3 and NeoX concatenate their rotary halves): flash's output then
+            // needs the transpose(1, 2).contiguous() copy; the memory-efficient kernel writes
+            // (b, s, heads, d) whatever q's layout (measured, Phi-3 QLoRA's fp32 attention).
+            if (headsMajor && !efficient) {
+                T cont = O.copy(out);
+                S.drop(out);
+                out = cont;
+            }
+        }
+        S.drop(qc);
+        S.drop(kc);
+        S.drop(vc);
+        return out;
+    }
+
+    // The attention block's q, k and v as (b, heads, s, d) views, by how the family projects.
+    struct Qkv
+    {
+        T q, k, v;
+    };
+    Qkv project(LayerParams &L, const T &hnorm)
+    {
+        using M = LinearModule;
+        const int64_t qn = checkedMul(tok, qOut), kvn = checkedMul(tok, kvOut);
+        Qkv r;
+        if (!m.fusedQkv) {
+            // q_proj(x).view(...).transpose(1, 2), k, then v (Qwen3: an RMSNorm over head_dim
+            // first; OLMo 2/3: over the whole projection).
+            auto one = [&](int mod, const T &w, const T *bias, LoraPair *lora, const T *qkn, int64_t nHeads,
+                           bool copyBack) {
+                T y = linear(hnorm, mod, w, bias, lora);
+                if (qkn) {
+                    const bool projection = ft.qkNorm == QkNorm::Projection;
+                    T n = projection ? rmsnorm(y, *qkn, tok, nHeads * hd) : rmsnorm(y, *qkn, tok * nHeads, hd);
+                    S.drop(y);
+                    y = n;
+                }
+                T v = O.headsView(y, copyBack);
+                S.drop(y);
+                return v;
+            };
+            const bool late = ft.qkNormAfterProjections; // Gemma 3: q_norm(q), k_norm(k) after v_proj
+            r.q = one(int(M::Q), L.q, &L.qb, &L.lora[0], m.qkNorm && !late ? &L.qn : nullptr, heads, true);
+            r.k = one(int(M::K), L.k, &L.kb, &L.lora[1], m.qkNorm && !late ? &L.kn : nullptr, kvHeads, true);
+            r.v = one(int(M::V), L.v, &L.vb, &L.lora[2], nullptr, kvHeads, false);
+            if (m.qkNorm && late) {
+                T qn = rmsnorm(r.q, L.qn, tok * heads, hd);
+                S.drop(r.q);
+                r.q = qn;
+                T kn = rmsnorm(r.k, L.kn, tok * kvHeads, hd);
+                S.drop(r.k);
+                r.k = kn;
+            }
+            return r;
+        }
+        T qkv = linear(hnorm, int(M::Q), L.q, &L.qb, &L.lora[0]);
+        if (ft.qkvLayout == FusedQkvLayout::SplitColumns) {
+            // c_attn(x).split(hidden, dim=2), each .view(...).transpose(1, 2); attention's
+            // gradients come back in the projection's layout, so no copies on the way back.
+            auto parts = O.split(qkv, {qn, kvn, kvn});
+            r.q = O.headsView(parts[0], false);
+            r.k = O.headsView(parts[1], false);
+            r.v = O.headsView(parts[2], false);
+            for (T &p : parts)
+                S.drop(p);
+        } else if (ft.qkvLayout == FusedQkvLayout::PerHeadChunks) {
+            // query_key_value(x).view(b, s, heads, 3 d).transpose(1, 2).chunk(3, dim=-1)
+            T hv = O.headsView(qkv, true);
+            auto parts = O.split(hv, {qn, kvn, kvn});
+            S.drop(hv);
+            r.q = parts[0];
+            r.k = parts[1];
+            r.v = parts[2];
+        } else {
+            // Phi-3: qkv[..., :q], qkv[..., q:q+kv], qkv[..., q+kv:], each viewed per head.
+            T q = O.slice(qkv, qn), k = O.slice(qkv, kvn), v = O.slice(qkv, kvn);
+            r.q = O.headsView(q, true);
+            r.k = O.headsView(k, true);
+            r.v = O.headsView(v, false);
+            S.drop(q);
+            S.drop(k);
+            S.drop(v);
+        }
+        S.drop(qkv);
+        return r;
+    }
+
+    // Rotary embedding as the family applies it: none (GPT-2's learned positions), on all of
+    // head_dim (Llama), or on its first rotary_dim features, then torch.cat with the rest (Phi-3
+    // and GPT-NeoX's apply_rotary_pos_emb, which concatenate even when nothing passes through).
+    T rotary(const T &x, const T &cos, const T &sin, int64_t features)
+    {
+        if (m.learnedPositions)
+            return S.view(x);
+        if (!ft.rotaryConcat)
+            return rope(x, cos, sin, features);
+        const int64_t rotF = features / hd * rotaryDim(), passF = features - rotF;
+        T rot = O.slice(x, checkedMul(tok, rotF));
+        T pass = O.slice(x, checkedMul(tok, passF));
+        T emb = rope(rot, cos, sin, rotF);
+        S.drop(rot);
+        T out = O.cat({&emb, &pass}, checkedMul(tok, features), emb.elem);
+        S.drop(emb);
+        S.drop(pass);
+        return out;
+    }
+    int64_t rotaryDim() const { return static_cast<int64_t>(static_cast<double>(hd) * m.rotaryFraction); }
+
+    T layerForward(LayerParams &L, const T &x, const T &cos, const T &sin)
+    {
+        // OLMo 2/3 normalise the branches' outputs only: attention reads the stream itself.
+        T hnorm = ft.norms == NormPlacement::Post ? S.view(x) : norm(x, L.n1, L.n1b);
+        S.setOp("self_attn");
+        T o = m.isMla() ? mlaAttention(L, hnorm, cos, sin) : attentionBlock(L, hnorm, cos, sin);
+        return afterAttention(L, x, hnorm, o);
+    }
+
+    // DeepseekV2Attention / DeepseekV3Attention (multi-head latent attention), as the H200 streams
+    // of deepseek-v2-lite and moonlight order it: q, the compressed kv and its norm, the rotary
+    // parts, query = cat(q_nope, q_pe), kv_b_proj, key = cat(k_nope, k_pe expanded to every head),
+    // SDPA's memory-efficient kernel (q/k and v head sizes differ), o_proj.
+    T mlaAttention(LayerParams &L, const T &x, const T &cos, const T &sin)
+    {
+        using M = LinearModule;
+        const int64_t H = heads, dn = m.qkNopeDim, dr = m.qkRopeDim, dv = m.vHeadDim, r = m.kvLoraRank;
+        T q;
+        if (m.qLoraRank > 0) {
+            T qa = linear(x, -1, L.qa, nullptr, nullptr);
+            T qn = rmsnorm(qa, L.qaN, tok, m.qLoraRank);
+            S.drop(qa);
+            q = linear(qn, -1, L.qb2, nullptr, nullptr);
+            S.drop(qn);
+        } else {
+            q = linear(x, int(M::Q), L.q, nullptr, &L.lora[0]);
+        }
+        T ckv = linear(x, -1, L.kva, &L.kvaB, nullptr); // kv_a_proj_with_mqa
+        T kvIn = O.slice(ckv, checkedMul(tok, r));
+        T kvn = rmsnorm(kvIn, L.kvaN, tok, r); // kv_a_layernorm on the split's view
+        S.drop(kvIn);
+        T qnope = O.slice(q, checkedMul(tok, H * dn));
+        T qpe = O.slice(q, checkedMul(tok, H * dr));
+        T kpe = O.slice(ckv, checkedMul(tok, dr));
+        S.setOp("apply_rotary_emb");
+        T qr, kr;
+        if (ft.complexRotary) {
+            // apply_rotary_emb: xq.float(), xk.float(), view_as_complex, * freqs_cis (saved; the
+            // product has the fp32 copy's bytes), view_as_real(...).type_as(x).
+            T xq = O.to(qpe, 4), xk = O.to(kpe, 4);
+            T pq = O.mul(xq, cos, xq.numel(), 4, true, false, 0);
+            qr = O.to(pq, qpe.elem);
+            S.drop(pq);
+            T pk = O.mul(xk, cos, xk.numel(), 4, true, false, 0);
+            kr = O.to(pk, kpe.elem);
+            S.drop(pk);
+            S.drop(xq);
+            S.drop(xk);
+        } else {
+            // apply_rotary_pos_emb_interleave: x * cos + rotate_half(x) * sin on the rotary part.
+            qr = rope(qpe, cos, sin, H * dr);
+            kr = rope(kpe, cos, sin, dr);
+        }
+        S.setOp("self_attn");
+        T query = O.cat({&qnope, &qr}, checkedMul(tok, H * (dn + dr)), q.elem);
+        T kvbOut = linear(kvn, -1, L.kvb, nullptr, nullptr); // kv_b_proj
+        T knope = O.slice(kvbOut, checkedMul(tok, H * dn));
+        T value = O.slice(kvbOut, checkedMul(tok, H * dv));
+        T kexp = O.headsView(kr, true); // k_pe.expand(...): a view; its gradient is summed back
+        T key = O.cat({&knope, &kexp}, checkedMul(tok, H * (dn + dr)), q.elem);
+        S.drop(kexp);
+        T attn = attention(query, key, value, true, false, dn + dr, dv);
+        T o = linear(attn, int(M::O), L.o, &L.ob, &L.lora[3]);
+        S.drop(attn);
+        for (T *t : {&query, &key, &knope, &value, &kvbOut, &qnope, &qpe, &kpe, &kvn, &q, &qr, &ckv, &kr})
+            S.drop(*t);
+        return o;
+    }
+
+    // The attention block of the Llama-style families: q, k, v projections, rotary, attention,
+    // o_proj.
+    T attentionBlock(LayerParams &L, const T &hnorm, const T &cos, const T &sin)
+    {
+        Qkv p = project(L, hnorm);
+        T qe = rotary(p.q, cos, sin, qOut);
+        T ke = rotary(p.k, cos, sin, kvOut);
+        if (ft.rotaryFp32 && qe.elem != p.q.elem) {
+            // OLMo 2: `return q_embed.to(q_type), k_embed.to(k_type)` once both are computed.
+            T q2 = O.to(qe, p.q.elem), k2 = O.to(ke, p.k.elem);
+            S.drop(qe);
+            S.drop(ke);
+            qe = q2;
+            ke = k2;
+        }
+        S.drop(p.q);
+        S.drop(p.k);
+        const bool catRotary = !m.learnedPositions && ft.rotaryConcat;
+        const int64_t li = &L - layers.data();
+        T attn = attention(qe, ke, p.v, catRotary, slidingMask(li));
+        T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
+        S.drop(attn);
+        // The attention's locals (query_states, key_states, value_states) go when its forward
+        // returns, after o_proj: it matters where nothing saves them (a checkpointed forward).
+        S.drop(qe);
+        S.drop(ke);
+        S.drop(p.v);
+        return o;
+    }
+
+    T afterAttention(LayerParams &L, const T &x, T &hnorm, T o)
+    {
+        // GPT2Block binds the attention's result to a new name, so `hidden_states` (ln_1's
+        // output) lives until the residual add; elsewhere the attention's result rebinds it.
+        const bool keepNorms = ft.normOutputKept;
+        if (!keepNorms)
+            S.drop(hnorm);
+        {
+            T od = O.dropout(o, m.residDropout); // GPT-2 resid_dropout, Phi-3 resid_attn_dropout
+            S.drop(o);
+            o = od;
+        }
+        if (m.parallelResidual) {
+            // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)), as mlp_output + attn_output + hidden_states.
+            T h2 = norm(x, L.n2, L.n2b);
+            T mo = mlp(L, h2);
+            S.drop(h2);
+            T md = O.dropout(mo, m.residDropout);
+            S.drop(mo);
+            S.setOp("residual");
+            T s1 = O.add(md, o, re);
+            S.drop(md);
+            S.drop(o);
+            T x2 = O.add(s1, x, re);
+            S.drop(s1);
+            return x2;
+        }
+        const bool sandwich = ft.norms != NormPlacement::Pre; // Gemma 2/3, OLMo 2/3: norms after attention and MLP
+        if (sandwich) {
+            T on = norm(o, L.n2, L.n2b); // post_attention_layernorm
+            S.drop(o);
+            o = on;
+        }
+        S.setOp("residual");
+        T x1 = O.add(x, o, re);
+        // GPT2Block names the attention's output attn_output: it lives until the block returns.
+        if (!keepNorms)
+            S.drop(o);
+        if (keepNorms)
+            S.drop(hnorm);
+        T h2 = ft.norms == NormPlacement::Post       ? S.view(x1)
+               : ft.norms == NormPlacement::Sandwich ? norm(x1, L.n3, T{})
+                                                     : norm(x1, L.n2, L.n2b);
+        T mlpOut = mlp(L, h2);
+        if (!keepNorms)
+            S.drop(h2);
+        if (sandwich) {
+            T mn = norm(mlpOut, L.n4, T{}); // post_feedforward_layernorm
+            S.drop(mlpOut);
+            mlpOut = mn;
+        }
+        {
+            T md = O.dropout(mlpOut, m.residDropout);
+            S.drop(mlpOut);
+            mlpOut = md;
+        }
+        S.setOp("residual");
+        T x2 = O.add(x1, mlpOut, re);
+        if (keepNorms) { // GPT2Block's locals, in the order they go
+            S.drop(h2);
+            S.drop(o);
+        }
+        S.drop(mlpOut);
+        S.drop(x1);
+        return x2;
+    }
+
+    T mlp(LayerParams &L, const T &x)
+    {
+        S.setOp("mlp");
+        if (m.isMoeLayer(&L - layers.data()))
+            return moe(L, x);
+        return denseMlp(L, x);
+    }
+
+    T denseMlp(LayerParams &L, const T &x)
+    {
+        const int e = amp ? 2 : ce;
+        const int64_t n = checkedMul(tok, L.down.cols); // down_proj's in-features: this MLP's width
+        if (m.fusedGateUp) {
+            // Phi-3: gate_up_proj(x).chunk(2, dim=-1); up * act(gate); down_proj
+            T gu = linear(x, int(LinearModule::Gate), L.gate, nullptr, &L.lora[4]);
+            auto parts = O.split(gu, {n, n});
+            S.drop(gu);
+            T a = O.activation(parts[0], m.activation);
+            T p = O.mul(parts[1], a, n, e);
+            S.drop(a);
+            S.drop(parts[0]);
+            S.drop(parts[1]);
+            T d = linear(p, int(LinearModule::Down), L.down, &L.downB, &L.lora[6]);
+            S.drop(p);
+            return d;
+        }
+        if (m.mlp == MlpKind::Gated) {
+            T g = linear(x, int(LinearModule::Gate), L.gate, nullptr, &L.lora[4]);
+            T a = O.activation(g, m.activation);
+            S.drop(g);
+            T u = linear(x, int(LinearModule::Up), L.up, nullptr, &L.lora[5]);
+            T p = O.mul(a, u, n, e);
+            S.drop(a);
+            S.drop(u);
+            T d = linear(p, int(LinearModule::Down), L.down, &L.downB, &L.lora[6]);
+            S.drop(p);
+            return d;
+        }
+        T u = linear(x, int(LinearModule::Up), L.up, &L.upB, &L.lora[5]);
+        T a = activationOf(u);
+        S.drop(u);
+        T d = linear(a, int(LinearModule::Down), L.down, &L.downB, &L.lora[6]);
+        S.drop(a);
+        return d;
+    }
+
+    // The sparse MoE block of transformers 5 (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock):
+    // the shared expert first (Qwen2-MoE), the top-k router, then grouped_mm_experts_forward
+    // (integrations/moe.py), the default experts implementation on CUDA. Allocation sizes and
+    // order follow the H200 streams of mixtral-8x7b-l2/-l4 and qwen1.5-moe-a2.7b.
+    T moe(LayerParams &L, const T &x)
+    {
+        S.setOp("moe");
+        T shared;
+        if (m.sharedExpertIntermediateSize > 0 && !ft.sharedExpertsAfter)
+            shared = denseMlp(L, x);
+        T logits, top, idx, weights;
+        if (ft.fp32Router)
+            deepseekRouter(L, x, logits, idx, weights);
+        else
+            defaultRouter(L, x, logits, top, idx, weights);
+        return experts(L, x, logits, top, idx, weights, shared);
+    }
+
+    // DeepseekV2Moe / DeepseekV3MoE's router: F.linear(x.float(), gate.weight.float()), then
+    // softmax top-k (V2) or sigmoid scores with e_score_correction_bias, group-limited top-k,
+    // gathered, renormalised (V3); either way * routed_scaling_factor, left in fp32.
+    void deepseekRouter(LayerParams &L, const T &x, T &logits, T &idx, T &weights)
+    {
+        S.setOp("router");
+        const int64_t E = m.numExperts, K = m.expertsPerToken;
+        T xf = O.to(x, 4);
+        T wf = O.to(L.router, 4);
+        logits = O.linear(xf, wf, nullptr, tok, h, E, 4);
+        S.drop(xf);
+        S.drop(wf);
+        if (!ft.sigmoidRouter) {
+            T probs = O.softmax(logits);
+            auto [top, i] = O.topk(probs, tok, static_cast<int>(K));
+            S.drop(probs);
+            idx = i;
+            weights = O.scale(top, 4);
+            S.drop(top);
+            return;
+        }
+        T scores = O.sigmoid(logits);
+        T choice = S.make(scores.bytes, 4); // scores + e_score_correction_bias (no grad)
+        T masked = S.make(scores.bytes, 4); // masked_fill of the groups not chosen
+        auto [tv, ti] = O.topk(masked, tok, static_cast<int>(K));
+        S.drop(tv);
+        S.drop(masked);
+        S.drop(choice);
+        idx = ti;
+        T picked = O.gather(scores, idx, tok, K); // scores.gather(1, topk_indices)
+        T denom = S.make(tok * 4, 4);
+        T norm = O.scale(picked, 4); // / (sum + 1e-20): the sum is a constant here
+        S.drop(denom);
+        S.drop(picked);
+        weights = O.scale(norm, 4); // * routed_scaling_factor
+        S.drop(norm);
+        S.drop(scores);
+    }
+
+    // Mixtral / Qwen-MoE: F.linear -> (float) softmax -> topk -> (renormalise) -> (cast back).
+    void defaultRouter(LayerParams &L, const T &x, T &logits, T &top, T &idx, T &weights)
+    {
+        const int e = amp ? 2 : ce;
+        const int64_t E = m.numExperts, K = m.expertsPerToken;
+        const bool mixtral = ft.topkAlwaysNormalized; // renormalised, and left in fp32
+        S.setOp("router");
+        T wr = weightFor(L.router);
+        T xin = amp ? O.to(x, 2) : S.view(x);
+        logits = O.linear(xin, wr, nullptr, tok, h, E, e);
+        S.drop(xin);
+        S.drop(wr);
+        T lf = O.to(logits, 4);
+        T probs = O.softmax(lf);
+        S.drop(lf);
+        std::tie(top, idx) = O.topk(probs, tok, static_cast<int>(K));
+        S.drop(probs);
+        bool norm = mixtral;
+        if (!mixtral && m.hfConfig.is_object() && m.hfConfig.contains("norm_topk_prob") &&
+            m.hfConfig.at("norm_topk_prob").is_boolean())
+            norm = m.hfConfig.at("norm_topk_prob").get<bool>();
+        weights = S.view(top);
+        if (norm) {
+            // router_top_value /= router_top_value.sum(-1, keepdim=True): the in-place division
+            // saves a clone of the values it overwrites, and the sum.
+            T sum = S.make(tok * 4, 4);
+            T clone = S.make(top.bytes, 4);
+            T div = O.inPlace(top, {clone.sto, sum.sto});
+            S.drop(clone);
+            S.drop(sum);
+            S.drop(weights);
+            weights = div;
+        }
+        if (!mixtral) {
+            T cast = O.to(weights, e); // router_top_value.to(router_logits.dtype)
+            S.drop(weights);
+            weights = cast;
+        }
+    }
+
+    // PEFT 0.21's ParamWrapper over a stacked experts Parameter (lora/layer.py, get_delta_factors
+    // and the LoRA parametrization), as the H200 streams of Qwen3-30B-A3B, Moonlight and
+    // DeepSeek-V2-Lite show it op by op: the factors are lora_B.reshape(out, r, E).permute(2, 0, 1)
+    // and lora_A.reshape(E, r, in), each cast to the experts' dtype (lhs, then rhs; autograd keeps
+    // both), and register_parametrization evaluates the parametrized weight once and drops it.
+    struct Wrapped
+    {
+        T lhs, rhs;
+        T weight; // W + delta, cached by parametrize.cached() until the wrappers exit
+    };
+    Wrapped activateWrapper(const T &w, LoraPair &p)
+    {
+        S.setOp("lora.get_delta_factors");
+        Wrapped r;
+        T bv = O.headsView(p.b, true); // the permuted view: its gradient is copied back on reshape
+        r.lhs = O.to(bv, w.elem);
+        S.drop(bv);
+        T av = O.viewOf(p.a);
+        r.rhs = O.to(av, w.elem);
+        S.drop(av);
+        S.setOp("lora.register_parametrization");
+        T check = O.loraExpertWeight(w, r.lhs, r.rhs, false);
+        S.drop(check);
+        return r;
+    }
+    // The experts' weight as grouped_mm reads it through the parametrization: W + delta, made at
+    // each access (the forward's), saved by grouped_mm for the backward.
+    T wrappedWeight(const T &w, const Wrapped &f)
+    {
+        S.setOp("lora.parametrization");
+        T out = O.loraExpertWeight(w, f.lhs, f.rhs, true);
+        S.setOp("experts");
+        return out;
+    }
+
+    T experts(LayerParams &L, const T &x, T &logits, T &top, T &idx, T &weights, T &shared)
+    {
+        const int e = amp ? 2 : ce;
+        const int64_t E = m.numExperts, K = m.expertsPerToken, Ie = m.expertIntermediateSize;
+        const int64_t pairs = checkedMul(tok, K);
+        // PEFT's ParamWrappers around the experts module: the outer (down_proj) activates first,
+        // then the inner (gate_up_proj); each holds its factors until the experts return.
+        Wrapped wDown, wGateUp;
+        if (L.downLora.on)
+            wDown = activateWrapper(L.expDown, L.downLora);
+        if (L.gateUpLora.on)
+            wGateUp = activateWrapper(L.gateUp, L.gateUpLora);
+        // grouped_mm_experts_forward
+        S.setOp("experts");
+        T sortedIds = S.make(pairs * 8, 8); // torch.sort: values, permutation, scratch
+        T perm = S.make(pairs * 8, 8);
+        T scratch = S.make(pairs * 8, 8);
+        S.drop(scratch);
+        T rowIdx = S.make(pairs * 8, 8); // perm // num_top_k
+        T sel = O.gather(x, rowIdx, pairs, h);
+        T sw = O.gather(weights, perm, pairs, 1);
+        T idsInt = S.make(pairs * 4, 4);       // expert_ids_g.int()
+        T hist = S.make(E * 4, 4);             // histc
+        T offsets = S.make(E * 4, 4);          // cumsum
+        T cumScratch = S.make(1023, 1);
+        S.drop(cumScratch);
+        T mask = S.make(pairs, 1);              // sentinel mask
+        T selm = O.inPlace(sel, {mask.sto});
+        S.drop(sel);
+        T selIn = amp ? O.to(selm, pe) : S.view(selm);
+        if (L.gateUpLora.on)
+            wGateUp.weight = wrappedWeight(L.gateUp, wGateUp);
+        T up = O.groupedMm(selIn, L.gateUpLora.on ? wGateUp.weight : L.gateUp, offsets, pairs, h, 2 * Ie);
+        S.drop(selIn);
+        T upm = O.maskedFill(up, mask);
+        S.drop(up);
+        auto gu = O.split(upm, {checkedMul(pairs, Ie), checkedMul(pairs, Ie)});
+        T &g = gu[0], &u = gu[1];
+        T a = O.activation(g, m.activation);
+        T p = O.mul(a, u, checkedMul(pairs, Ie), upm.elem);
+        S.drop(a);
+        S.drop(g);
+        S.drop(u);
+        S.drop(upm);
+        if (L.downLora.on)
+            wDown.weight = wrappedWeight(L.expDown, wDown);
+        T down = O.groupedMm(p, L.downLora.on ? wDown.weight : L.expDown, offsets, pairs, Ie, h);
+        S.drop(p);
+        T dm = O.maskedFill(down, mask);
+        S.drop(down);
+        const int we = std::max(dm.elem, sw.elem);
+        T wo = O.mul(dm, sw, checkedMul(pairs, h), we, true, false, pairs);
+        S.drop(dm);
+        T inv = S.make(pairs * 8, 8); // inv_perm = empty_like(perm); inv_perm[perm] = arange
+        T ar = S.make(pairs * 8, 8);
+        S.drop(ar);
+        T wg = O.gather(wo, inv, pairs, h);
+        S.drop(wo);
+        T sum = O.sumGroups(wg, checkedMul(tok, h));
+        S.drop(wg);
+        T out = O.to(sum, x.elem);
+        for (T *t : {&sortedIds, &idsInt, &hist, &sum, &logits, &top, &weights, &perm, &rowIdx, &offsets, &mask,
+                     &inv, &sw, &selm, &idx})
+            if (!ft.sharedExpertsAfter || (t != &logits && t != &weights))
+                S.drop(*t);
+        // The wrappers' contexts exit, the inner first: its factors go, then parametrize's cache
+        // (both W + delta: in a checkpointed forward nothing saved them), then the outer's factors
+        // (H200 stream, q3moe with checkpointing). Autograd keeps what it saved.
+        for (T *f : {&wGateUp.lhs, &wGateUp.rhs, &wGateUp.weight, &wDown.weight, &wDown.lhs, &wDown.rhs})
+            if (f->valid())
+                S.drop(*f);
+        if (ft.sharedExpertsAfter) {
+            // DeepSeek: hidden_states + self.shared_experts(residuals); the router's logits and
+            // weights go when the MoE block returns.
+            if (m.sharedExpertIntermediateSize > 0) {
+                T sh = denseMlp(L, x);
+                S.setOp("moe");
+                T sumOut = O.add(out, sh, x.elem);
+                S.drop(sh);
+                S.drop(out);
+                out = sumOut;
+            }
+            S.drop(logits);
+            S.drop(weights);
+        } else if (m.sharedExpertIntermediateSize > 0) {
+            S.setOp("shared_expert_gate");
+            T sg = linear(x, 0, L.sharedGate, nullptr, nullptr); // nn.Linear(hidden, 1): Linear4bit under QLoRA
+            T sig = O.sigmoid(sg);
+            S.drop(sg);
+            T gated = O.mul(sig, shared, checkedMul(tok, h), e, false, true, tok);
+            S.drop(sig);
+            S.drop(shared);
+            T sumOut = O.add(out, gated, e);
+            S.drop(gated);
+            S.drop(out);
+            out = sumOut;
+        }
+        return out;
+    }
+
+    T activationOf(const T &x)
+    {
+        if (m.activationSavedTensors <= 1)
+            return O.activation(x, m.activation);
+        // gelu_new (NewGELUActivation): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3)))),
+        // left to right: 0.5 * x first. Autocast runs pow in fp32 (its fp32 op list), and the
+        // rest of the bracket follows by type promotion.
+        const int64_t n = x.numel();
+        const int fe = amp ? 4 : x.elem;
+        T half = O.scale(x);
+        // Autocast casts pow's input to fp32 first; pow saves that copy, not x.
+        T xp = O.to(x, fe);
+        T x3 = O.pow2(xp, fe);
+        S.drop(xp);
+        T k = O.scale(x3);
+        S.drop(x3);
+        T inner = O.add(x, k, fe);
+        S.drop(k);
+        T sc = O.scale(inner);
+        S.drop(inner);
+        T th = O.tanh(sc);
+        S.drop(sc);
+        T one = O.addScalar(th);
+        S.drop(th);
+        T out = O.mul(half, one, n, std::max(x.elem, fe));
+        S.drop(half);
+        S.drop(one);
+        return out;
+    }
+
+    T eagerMask;
+    T cosLocal, sinLocal;
+
+    // The rotary embedding's forward: position_ids.float(), inv_freq @ positions (fp32, the
+    // forward's first matmul), cat, cos and sin (each * attention_scaling), cast to x's dtype.
+    void rotaryTables(const T &x, T &cos, T &sin)
+    {
+        S.setOp("rotary_emb");
+        T inv = S.make(s * 4, 4); // position_ids[:, None, :].float()
+        S.blasWorkspace(0);
+        const int64_t rd = rotaryDim(); // the tables cover the rotated features only
+        T freqs = S.make(s * rd / 2 * 4, 4);
+        T emb = S.make(s * rd * 4, 4);
+        T c32 = S.make(s * rd * 4, 4);
+        T c2 = S.make(s * rd * 4, 4);
+        S.drop(c32);
+        T s32 = S.make(s * rd * 4, 4);
+        T s2 = S.make(s * rd * 4, 4);
+        S.drop(s32);
+        // OLMo 2's rotary returns cos and sin without the cast to x's dtype.
+        const bool fp32 = x.elem == 4 || ft.rotaryFp32;
+        cos = fp32 ? S.view(c2) : S.make(s * rd * x.elem, x.elem);
+        sin = fp32 ? S.view(s2) : S.make(s * rd * x.elem, x.elem);
+        S.drop(inv);
+        S.drop(freqs);
+        S.drop(emb);
+        S.drop(c2);
+        S.drop(s2);
+    }
+
+    T forward(const T &ids)
+    {
+        S.setLayer(-1);
+        if (fsdp)
+            fsdpPreForward(0);
+        S.setOp("embedding");
+        T x = O.embedding(embed, ids, tok, V, h);
+        if (ft.scaledEmbedding) {
+            // GemmaTextScaledWordEmbedding: embedding * embed_scale (a 0-dim buffer cast to the
+            // weight's dtype): MulBackward0 keeps only the scalar.
+            // Gemma 3 keeps the scale in a buffer already in the weight's dtype (no allocation).
+            T scale = ft.embedScaleBuffer ? T{} : S.make(x.elem, x.elem);
+            T xs = O.mul(x, scale, x.numel(), x.elem, true, false, 0);
+            if (scale.valid())
+                S.drop(scale);
+            S.drop(x);
+            x = xs;
+        }
+        T pos;
+        if (m.learnedPositions) {
+            // GPT-2: wpe(position_ids) has one row per position (position_ids is (1, s)),
+            // broadcast over the batch by the add; then the embedding dropout.
+            T pid = S.make(s * 8, 8);
+            T pe2 = O.embedding(positions, pid, s, m.maxPositions, h);
+            S.drop(pid);
+            T x2 = O.add(x, pe2, x.elem);
+            // GPT2Model.forward's locals inputs_embeds and position_embeds hold both until it
+            // returns, after the final norm (measured: freed just before the lm_head).
+            embedLocals = {x, pe2};
+            x = x2;
+            T xd = O.dropout(x, m.embdDropout);
+            S.drop(x);
+            x = xd;
+        }
+        // cache_position / position_ids (int64, one row) and the causal-mask helpers.
+        S.setOp("positions");
+        T cachePos = S.make(s * 8, 8);
+        T posIds = S.make(s * 8, 8);
+        S.drop(cachePos);
+        T sdpaMask;
+        if (c.attention != Attention::Eager && slidingMask(0)) {
+            // masking_utils.sdpa_mask: a boolean (1, 1, s, s) sliding-window causal mask, made
+            // through two temporaries of its size.
+            S.setOp("sliding_window_mask");
+            T t1 = S.make(checkedMul(s, s), 1);
+            T t2 = S.make(checkedMul(s, s), 1);
+            S.drop(t1);
+            T t3 = S.make(checkedMul(s, s), 1);
+            sdpaMask = S.make(checkedMul(s, s), 1);
+            S.drop(t3);
+            S.drop(t2);
+        }
+        if (c.attention == Attention::Eager) {
+            S.setOp("causal_mask");
+            eagerMask = S.make(checkedMul(checkedMul(b, s), s) * (amp ? 4 : ce), amp ? 4 : ce);
+        }
+        // Rotary cos and sin (fp32 math, cast to the hidden dtype), shared by every layer.
+        T cosGlobal, sinGlobal;
+        if (!m.learnedPositions) {
+            rotaryTables(x, cosGlobal, sinGlobal);
+            if (ft.localRotary) // Gemma 3: rotary_emb_local for the sliding layers, made second
+                rotaryTables(x, cosLocal, sinLocal);
+        }
+        // LlamaModel.forward: `hidden_states = inputs_embeds`, a second name for the embedding
+        // that lives until forward returns. GPT2Model's hidden_states is the dropout's output,
+        // bound to nothing else: the first block's result frees it.
+        T hcur = S.view(x);
+        if (m.learnedPositions)
+            S.drop(x);
+        else if (m.embdDropout > 0.0) {
+            // StarCoder2: nn.functional.dropout(inputs_embeds, p=embedding_dropout); the
+            // embedding itself stays bound to inputs_embeds until forward returns.
+            T xd = O.dropout(hcur, m.embdDropout);
+            S.drop(hcur);
+            hcur = xd;
+        }
+        for (int64_t l = 0; l < m.numLayers; ++l) {
+            S.setLayer(static_cast<int>(l));
+            LayerParams &L = layers[static_cast<size_t>(l)];
+            // Gemma 3's sliding layers turn q and k by the local table.
+            const bool local = cosLocal.valid() && slidingLayer(l);
+            const T &cos = local ? cosLocal : cosGlobal, &sin = local ? sinLocal : sinGlobal;
+            const size_t unit = static_cast<size_t>(l) + 1;
+            if (fsdp) {
+                fsdpPreForward(unit);
+                hcur = backwardHook(hcur, [this, unit] { fsdpPostBackward(unit, false); });
+            }
+            T next;
+            if (c.checkpointed(l)) {
+                const T in = hcur;
+                // checkpoint() keeps the layer's tensor arguments for the recomputation: the
+                // hidden states, the rotary cos/sin and the attention mask it was given.
+                std::vector<const T *> regionInputs = {&hcur, &cos, &sin};
+                if (eagerMask.valid())
+                    regionInputs.push_back(&eagerMask);
+                else if (sdpaMask.valid() && slidingMask(l))
+                    regionInputs.push_back(&sdpaMask);
+                S.beginRegion([this, &L, in, cos, sin]() mutable {
+                    // The recomputation runs in its own torch.autocast context (checkpoint.py's
+                    // device_autocast_ctx); leaving it clears autocast's cast cache, also when
+                    // the early stop unwinds it.
+                    struct CacheScope
+                    {
+                        Run *run;
+                        ~CacheScope() { run->clearAmpCache(); }
+                    } scope{this};
+                    T o = layerForward(L, in, cos, sin);
+                    S.drop(o);
+                }, regionInputs);
+                next = layerForward(L, hcur, cos, sin);
+                S.endRegion();
+            } else {
+                next = layerForward(L, hcur, cos, sin);
+            }
+            if (fsdp) {
+                if (c.zeroStage >= 3) // post_forward: reshard_after_forward
+                    fsdpReshard(units[unit]);
+                next = backwardHook(next, [this, unit] { fsdpPreBackward(unit); });
+            }
+            S.drop(hcur);
+            hcur = next;
+        }
+        S.setLayer(-1);
+        T fn = norm(hcur, finalNorm, finalNormB);
+        S.drop(hcur);
+        S.drop(posIds);
+        for (T *t : {&cosGlobal, &sinGlobal, &cosLocal, &sinLocal})
+            if (t->valid()) {
+                S.drop(*t);
+                *t = T{};
+            }
+        if (eagerMask.valid())
+            S.drop(eagerMask);
+        if (sdpaMask.valid())
+            S.drop(sdpaMask);
+        if (!m.learnedPositions)
+            S.drop(x);
+        for (T &t : embedLocals)
+            S.drop(t);
+        embedLocals.clear();
+        if (c.loss == Loss::Fused) {
+            // Liger: no lm_head module call, no logits; under autocast the chunks' matmuls use
+            // the cached bf16 copy of the weight (autocast's cache, a trainable leaf).
+            S.setOp("loss");
+            T cast;
+            if (amp)
+                cast = weightFor(lmHead);
+            T loss = O.fusedLinearCrossEntropy(fn, lmHead, b, s, h, V, amp ? 2 : ce);
+            S.drop(fn);
+            if (cast.valid())
+                S.drop(cast);
+            clearAmpCache();
+            if (fsdp && c.zeroStage >= 3)
+                fsdpReshard(units[0]);
+            return loss;
+        }
+        S.setOp("lm_head");
+        T xin = amp ? O.to(fn, 2) : S.view(fn);
+        T w = weightFor(lmHead);
+        T logits = O.linear(xin, w, nullptr, tok, h, V, amp ? 2 : ce);
+        S.drop(xin);
+        S.drop(w);
+        if (m.finalLogitSoftcap > 0) {
+            // Gemma 2: logits / cap, tanh, * cap
+            T d = O.scale(logits);
+            S.drop(logits);
+            T th = O.tanh(d);
+            S.drop(d);
+            logits = O.scale(th);
+            S.drop(th);
+        }
+        S.setOp("loss");
+        T loss = O.causalLmLoss(logits, b, s, V);
+        // The final norm's output lives on in the model output (last_hidden_state) until the
+        // CausalLM forward returns, after the loss: it matters where the lm_head does not save it
+        // (LoRA; measured, every LoRA stream: freed just before the logits).
+        S.drop(fn);
+        S.drop(logits); // the output object goes before backward
+        // The engine's `with autocast: loss = model(...).loss`: the output object goes at the end
+        // of the statement, then autocast's exit clears its cache of weight casts (only visible
+        // where no node keeps them: under activation offload, measured on the H200).
+        clearAmpCache();
+        if (fsdp && c.zeroStage >= 3) // the root's post_forward reshards it too
+            fsdpReshard(units[0]);
+        return loss;
+    }
+
+    // ------------------------------------------------------------------ optimizers
+    void optimizerStep(int step)
+    {
+        S.setLayer(-1);
+        S.setOp("optimizer.step");
+        const bool first = step == 0;
+        const bool forLoop = c.optimizerImpl == OptimizerImpl::ForLoop;
+        const bool fused = c.optimizerImpl == OptimizerImpl::Fused;
+        switch (c.optimizer) {
+        case Optimizer::AdamW:
+            if (first) // _init_group: exp_avg and exp_avg_sq per parameter, in its dtype
+                for (T *p : stepped) {
+                    if (fused)
+                        state.push_back(S.allocate(4, Category::OptimizerState)); // device step
+                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+                }
+            if (fused)
+                return; // _fused_adamw_: in place
+            if (forLoop) {
+                for (T *p : stepped) { // denom = (exp_avg_sq.sqrt() / bc2).add_(eps)
+                    const int a = S.allocate(p->bytes, Category::Temporaries);
+                    const int d = S.allocate(p->bytes, Category::Temporaries);
+                    S.unref(a);
+                    S.unref(d);
+                }
+                return;
+            }
+            {
+                // _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)
+                std::vector<int> tmp;
+                for (T *p : stepped)
+                    tmp.push_back(S.allocate(p->bytes, Category::Temporaries));
+                // A Python list lets its items go from the last to the first.
+                for (auto it = tmp.rbegin(); it != tmp.rend(); ++it)
+                    S.unref(*it);
+            }
+            return;
+        case Optimizer::SGD:
+            return; // _foreach_add_(params, grads, alpha=-lr)
+        case Optimizer::SGDMomentum:
+            if (first) // momentum_buffer = torch.clone(grad).detach()
+                for (T *p : stepped)
+                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+            return;
+        case Optimizer::Adafactor:
+            adafactorStep(first);
+            return;
+        case Optimizer::AdamW8bit:
+        case Optimizer::PagedAdamW8bit:
+            // bitsandbytes Optimizer2State.init_state at the parameter's first step: uint8 moments
+            // and fp32 absmax per 256 values (fp32 moments under min_8bit_size = 4096). Paged, the
+            // moments of tensors of 1e5 values or more are CUDA managed memory (F.get_paged), not
+            // the allocator's: only their absmax are allocated here.
+            // Each is its own tensor: state1, state2, then absmax1, absmax2. The first 8-bit
+            // parameter moves the two 256-entry fp32 quantization maps to the device (name2qmap).
+            if (first) {
+                bool maps = false;
+                for (T *p : stepped) {
+                    const int64_t n = p->numel(), absmax = ((n + 255) / 256) * 4;
+                    if (n >= 4096 && !maps) {
+                        state.push_back(S.allocate(256 * 4, Category::OptimizerState));
+                        state.push_back(S.allocate(256 * 4, Category::OptimizerState));
+                        maps = true;
+                    }
+                    const bool paged = c.optimizer == Optimizer::PagedAdamW8bit && n >= 100000;
+                    if (n < 4096) {
+                        state.push_back(S.allocate(n * 4, Category::OptimizerState));
+                        state.push_back(S.allocate(n * 4, Category::OptimizerState));
+                        continue;
+                    }
+                    if (!paged) {
+                        state.push_back(S.allocate(n, Category::OptimizerState));
+                        state.push_back(S.allocate(n, Category::OptimizerState));
+                    }
+                    state.push_back(S.allocate(absmax, Category::OptimizerState));
+                    state.push_back(S.allocate(absmax, Category::OptimizerState));
+                }
+            }
+            return;
+        case Optimizer::Lion:
+            // bitsandbytes Lion (Optimizer1State, 32-bit): state1 in fp32 for every parameter
+            // (get_state_buffer(p, dtype=torch.float32)), made at its first step; the update
+            // kernel runs in place.
+            if (first)
+                for (T *p : stepped)
+                    state.push_back(S.allocate(checkedMul(p->numel(), 4), Category::OptimizerState));
+            return;
+        }
+    }
+
+    // transformers.optimization.Adafactor (Trainer's kwargs: no first moment), one parameter at a
+    // time: grad.float(), p.float(), (grad**2)+eps, factored row/column means, the update from
+    // them, and p_data_fp32.add_(-update).
+    void adafactorStep(bool first)
+    {
+        int prevUpdate = -1;
+        for (T *p : stepped) {
+            const int64_t n = p->numel();
+            const bool low = p->elem != 4;
+            const int gf = low ? S.allocate(n * 4, Category::Temporaries) : -1;
+            S.unref(prevUpdate); // the last parameter's `update` goes when the name is rebound
+            prevUpdate = -1;
+            // factored for matrices: rows and columns of the gradient's last two dimensions
+            const bool factored = p->cols > 1;
+            const int64_t cols = p->cols;
+            const int64_t rows = p->rows;
+            if (first) {
+                if (factored) {
+                    state.push_back(S.allocate(rows * 4, Category::OptimizerState));
+                    state.push_back(S.allocate(cols * 4, Category::OptimizerState));
+                } else {
+                    state.push_back(S.allocate(n * 4, Category::OptimizerState));
+                }
+            }
+            const int pf = low ? S.allocate(n * 4, Category::Temporaries) : -1;
+            const int sq = S.allocate(n * 4, Category::Temporaries);   // grad ** 2
+            const int upd = S.allocate(n * 4, Category::Temporaries);  // + eps
+            S.unref(sq);
+            int update = upd;
+            if (factored) {
+                const int rm = S.allocate(rows * 4, Category::Temporaries); // update.mean(-1)
+                S.unref(rm);
+                const int cm = S.allocate(cols * 4, Category::Temporaries); // update.mean(-2)
+                S.unref(cm);
+                const int rf = S.allocate(rows * 4, Category::Temporaries); // r_factor
+                const int cf = S.allocate(cols * 4, Category::Temporaries); // c_factor
+                const int approx = S.allocate(n * 4, Category::Temporaries);
+                S.unref(rf);
+                S.unref(cf);
+                S.unref(upd);
+                update = approx;
+            } else {
+                const int rs = S.allocate(n * 4, Category::Temporaries); // exp_avg_sq.rsqrt()
+                S.unref(upd);
+                update = rs;
+            }
+            const int neg = S.allocate(n * 4, Category::Temporaries); // -update
+            S.unref(neg);
+            S.unref(pf);
+            S.unref(gf);
+            prevUpdate = update;
+        }
+        S.unref(prevUpdate);
+    }
+
+    std::vector<int> state;
+};
+
+} // namespace
+
+Timeline simulateRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options,
+                     int measuredSteps)
+{
+    Timeline t;
+    t.source = "estimate";
+    t.steadyStep = 1;
+    Run r(model, config, options, t);
+    r.run(measuredSteps);
+    return t;
+}
+
+Timeline simulateMeasuredRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options)
+{
+    Timeline t = simulateRun(model, config, options, 1);
+    if (!repeatLastStep(t))
+        t = simulateRun(model, config, options, 2);
+    return t;
+}
+
+} // namespace headroom
