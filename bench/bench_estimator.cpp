@@ -2,10 +2,13 @@
 // warm-up and one steady step) and replays its allocations through the caching-allocator model.
 //   - one estimate: what the explorer's quick pass costs (its whole pass must stay <= 16 ms);
 //   - the allocator replay alone for Llama-3.1-70B (80 layers), issue 12's <= 2 ms target;
-//   - a 1,000-configuration sweep, what a scripted study costs.
+//   - a 1,000-configuration sweep, what a scripted study costs;
+//   - the explorer's whole report for the default budget (estimate, verdict, the recommendations
+//     with their candidates' verdicts, every catalog card's verdict).
 #include "headroom/budget.h"
 #include "headroom/catalog.h"
 #include "headroom/error.h"
+#include "headroom/sheet.h"
 #include "headroom/timeline.h"
 
 #include <benchmark/benchmark.h>
@@ -90,5 +93,15 @@ static void BM_Sweep1k(benchmark::State &state)
     }
 }
 BENCHMARK(BM_Sweep1k)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The default budget (Llama-3.1-8B LoRA b4x2048 on an 80 GB card: out of memory, so every verdict
+// replays the run at the card's limit) as the explorer and the sheets build it.
+static void BM_ReportWithAdvice(benchmark::State &state)
+{
+    const Scenario s = defaultScenario();
+    for (auto _ : state)
+        benchmark::DoNotOptimize(buildReport(s, true).recommendations.size());
+}
+BENCHMARK(BM_ReportWithAdvice)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

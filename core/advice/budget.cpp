@@ -120,10 +120,13 @@ Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, co
     // the run cannot fit, and the replay (a second simulation) is not needed.
     if (checkedAdd(e.peakAllocatedBytes, outside) > v.capacityBytes)
         return v;
-    // The run as the estimate replays it (its second steady step too), at the card's limit.
+    // The run as the estimate replayed it (its second steady step too), at the card's limit; an
+    // estimate without it (made elsewhere, or read back) is simulated again.
     m.validate();
     c.validate();
-    const Timeline t = simulateMeasuredRun(m, c, opt);
+    const std::shared_ptr<const Timeline> run =
+        e.run ? e.run : std::make_shared<const Timeline>(simulateMeasuredRun(m, c, opt));
+    const Timeline &t = *run;
     auto runsWithin = [&](int64_t budget) {
         AllocatorConfig ac = opt.allocator;
         ac.capacityBytes = budget - outside;

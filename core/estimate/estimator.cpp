@@ -1390,7 +1390,9 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     // peak reserved with one). The second step is the first's events again (repeatLastStep: the
     // program is the same and the step frees all it allocates), so only the replay pays for it;
     // simulating it too made every estimate 1.5x slower.
-    const Timeline t = simulateMeasuredRun(model, cfg, opt);
+    auto run = std::make_shared<const Timeline>(simulateMeasuredRun(model, cfg, opt));
+    const Timeline &t = *run;
+    est.run = run;
     AllocatorConfig ac = opt.allocator;
     ac.capacityBytes = INT64_MAX; // the estimate asks what the step needs, not whether it fits
     const Replay r = replay(t, ac);

@@ -6,6 +6,8 @@
 #include "headroom/timeline.h"
 #include "headroom/types.h"
 
+#include <memory>
+
 namespace headroom {
 
 struct Breakdown
@@ -63,6 +65,9 @@ struct Estimate
     int64_t driverReservedBytes = 0;
     int64_t tokens = 0;
     std::vector<std::string> notes; // mechanisms in play worth telling the user
+    // The simulated run this estimate replayed (null from the per-op ledger): the verdict replays
+    // it again at the card's limit instead of simulating the step a second time.
+    std::shared_ptr<const Timeline> run;
 
     const PhaseEstimate &phase(Phase p) const { return phases[static_cast<size_t>(p)]; }
 };
