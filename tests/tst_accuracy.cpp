@@ -19,6 +19,8 @@
 #include "headroom/protocol.h"
 #include "headroom/timeline.h"
 
+#include "corpusplan.h"
+
 #include <QtTest>
 
 #include <algorithm>
@@ -52,14 +54,7 @@ struct Run
 // The corpus's measured runs, with the allocator settings the plan ran them with.
 std::vector<Run> loadCorpus()
 {
-    std::map<std::string, std::string> conf;
-    {
-        std::ifstream in(HEADROOM_SOURCE_DIR "/scripts/corpus-plan.json");
-        const json plan = json::parse(in);
-        for (const auto &j : plan.at("jobs"))
-            if (j.contains("alloc_conf") && j.at("alloc_conf").is_string())
-                conf[j.at("name").get<std::string>()] = j.at("alloc_conf").get<std::string>();
-    }
+    std::map<std::string, std::string> conf = corpusAllocConfs();
     std::vector<Run> out;
     std::ifstream in(QFINDTESTDATA("data/corpus/h200.jsonl").toStdString());
     std::string line;

@@ -15,6 +15,8 @@
 #include "headroom/serialize.h"
 #include "headroom/sheet.h"
 
+#include "corpusplan.h"
+
 #include <QtTest>
 
 #include <atomic>
@@ -49,8 +51,7 @@ struct Lcg
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         return s >> 33;
     }
-    template<typename T>
-    const T &pick(const std::vector<T> &v) { return v[next() % v.size()]; }
+    template<typename T> const T &pick(const std::vector<T> &v) { return v[next() % v.size()]; }
 };
 
 struct Output
@@ -59,7 +60,10 @@ struct Output
     std::string text;
 };
 
-std::string errorText(const std::exception &e) { return std::string("error: ") + e.what(); }
+std::string errorText(const std::exception &e)
+{
+    return std::string("error: ") + e.what();
+}
 
 // One configuration: the CLI's estimate document, and for some the solvers, timeline and sheets.
 void emitConfiguration(const std::string &key, const Scenario &s, size_t index, std::vector<Output> &out)
@@ -104,23 +108,23 @@ using Job = std::function<std::vector<Output>()>;
 
 std::vector<Job> gridJobs(size_t stride)
 {
-    const std::vector<std::string> models = {
-        "llama-3.2-1b",  "llama-3.1-8b",      "llama-3.1-70b",  "llama-2-7b",     "mistral-7b",
-        "mixtral-8x7b",  "qwen2.5-0.5b",      "qwen2.5-7b",     "qwen3-0.6b",     "qwen3-8b",
-        "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "gemma-2b",       "gemma-2-2b",     "gemma-3-1b",
-        "gemma-3-4b",    "phi-3-mini",        "phi-4-mini",     "gpt2",           "pythia-410m",
-        "olmo-2-1b",     "olmo-3-7b",         "starcoder2-3b",  "deepseek-v2-lite", "moonlight-16b-a3b"};
+    const std::vector<std::string> models = {"llama-3.2-1b",     "llama-3.1-8b", "llama-3.1-70b", "llama-2-7b",
+                                             "mistral-7b",       "mixtral-8x7b", "qwen2.5-0.5b",  "qwen2.5-7b",
+                                             "qwen3-0.6b",       "qwen3-8b",     "qwen3-30b-a3b", "qwen1.5-moe-a2.7b",
+                                             "gemma-2b",         "gemma-2-2b",   "gemma-3-1b",    "gemma-3-4b",
+                                             "phi-3-mini",       "phi-4-mini",   "gpt2",          "pythia-410m",
+                                             "olmo-2-1b",        "olmo-3-7b",    "starcoder2-3b", "deepseek-v2-lite",
+                                             "moonlight-16b-a3b"};
     const std::vector<std::string> gpus = {"h100-80", "a100-40", "rtx-4090", "h200", "l40s"};
-    const std::vector<std::string> allocConfs = {"", "", "", "expandable_segments:True",
-                                                 "max_split_size_mb:128", "garbage_collection_threshold:0.6"};
+    const std::vector<std::string> allocConfs = {
+        "", "", "", "expandable_segments:True", "max_split_size_mb:128", "garbage_collection_threshold:0.6"};
     std::vector<Job> jobs;
     size_t index = 0;
     for (const auto &id : models) {
         const ModelArch m = findModelPreset(id);
         Lcg g{fnv1a(id)};
         for (int k = 0; k < 21; ++k, ++index) {
-            if (index % stride)
-                continue;
+            // Every configuration is drawn, run or not, so that a stride runs the same ones.
             Scenario s;
             s.model = m;
             TrainingConfig &c = s.config;
@@ -154,6 +158,8 @@ std::vector<Job> gridJobs(size_t stride)
             s.gpu = findGpu(g.pick(gpus));
             s.reserve = g.pick(std::vector<double>{0.10, 0.15, 0.05});
             s.allocConf = g.pick(allocConfs);
+            if (index % stride)
+                continue;
             jobs.push_back([key = "grid/" + id + "/" + std::to_string(k), s, index] {
                 std::vector<Output> out;
                 emitConfiguration(key, s, index, out);
@@ -181,14 +187,7 @@ std::vector<Job> gridJobs(size_t stride)
 // The estimate of each corpus run's configuration, as tst_accuracy compares it.
 std::vector<Job> corpusJobs(size_t stride)
 {
-    std::map<std::string, std::string> conf;
-    {
-        std::ifstream in(HEADROOM_SOURCE_DIR "/scripts/corpus-plan.json");
-        const json plan = json::parse(in);
-        for (const auto &j : plan.at("jobs"))
-            if (j.contains("alloc_conf") && j.at("alloc_conf").is_string())
-                conf[j.at("name").get<std::string>()] = j.at("alloc_conf").get<std::string>();
-    }
+    std::map<std::string, std::string> conf = corpusAllocConfs();
     std::vector<Job> jobs;
     std::ifstream in(HEADROOM_SOURCE_DIR "/tests/data/corpus/h200.jsonl");
     std::string line;
@@ -306,7 +305,8 @@ private Q_SLOTS:
             }
         }
         if (stride == 1 && golden.size() != outputs.size())
-            changed += "\n  " + std::to_string(golden.size()) + " golden outputs, " + std::to_string(outputs.size()) + " now";
+            changed +=
+                "\n  " + std::to_string(golden.size()) + " golden outputs, " + std::to_string(outputs.size()) + " now";
         if (!changed.empty()) {
             std::ofstream(path + ".actual", std::ios::binary) << actual;
             QFAIL(qPrintable(QStringLiteral("%1 outputs differ from tests/data/golden/outputs.tsv (new digests in "

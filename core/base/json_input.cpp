@@ -13,7 +13,10 @@ namespace headroom {
 using nlohmann::json;
 
 namespace {
-std::string show(const json &v) { return showJson(v); }
+std::string show(const json &v)
+{
+    return showJson(v);
+}
 } // namespace
 
 const json &requireField(const json &obj, const std::string &key, const std::string &ctx)
@@ -72,9 +75,11 @@ json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxB
     try {
         return json::parse(text, limitDepth);
     } catch (const json::parse_error &e) {
-        throw InputError(ctx, "(" + std::to_string(text.size()) + " bytes)", std::string("not valid JSON: ") + e.what());
+        throw InputError(ctx, "(" + std::to_string(text.size()) + " bytes)",
+                         std::string("not valid JSON: ") + e.what());
     } catch (const json::out_of_range &e) { // a number too large for a double (1e400)
-        throw InputError(ctx, "(" + std::to_string(text.size()) + " bytes)", std::string("not valid JSON: ") + e.what());
+        throw InputError(ctx, "(" + std::to_string(text.size()) + " bytes)",
+                         std::string("not valid JSON: ") + e.what());
     }
 }
 

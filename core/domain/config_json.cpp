@@ -7,26 +7,26 @@ namespace headroom {
 
 using nlohmann::json;
 
-namespace {
-std::string show(const json &v) { return showJson(v); }
-} // namespace
-
 json toJson(const TrainingConfig &c)
 {
     json j = {{"precision", toString(c.precision)},
-            {"optimizer", toString(c.optimizer)},
-            {"optimizer_impl", toString(c.optimizerImpl)},
-            {"finetune", toString(c.finetune)},
-            {"lora", {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout},
-                      {"targets", c.lora.targets}, {"double_quant", c.lora.doubleQuant}}},
-            {"micro_batch", c.microBatch},
-            {"seq_len", c.seqLen},
-            {"grad_accum", c.gradAccum},
-            {"grad_checkpointing", c.gradCheckpointing},
-            {"attention", toString(c.attention)},
-            {"world_size", c.worldSize},
-            {"zero_stage", c.zeroStage},
-            {"offload_optimizer", c.offloadOptimizer}};
+              {"optimizer", toString(c.optimizer)},
+              {"optimizer_impl", toString(c.optimizerImpl)},
+              {"finetune", toString(c.finetune)},
+              {"lora",
+               {{"rank", c.lora.rank},
+                {"alpha", c.lora.alpha},
+                {"dropout", c.lora.dropout},
+                {"targets", c.lora.targets},
+                {"double_quant", c.lora.doubleQuant}}},
+              {"micro_batch", c.microBatch},
+              {"seq_len", c.seqLen},
+              {"grad_accum", c.gradAccum},
+              {"grad_checkpointing", c.gradCheckpointing},
+              {"attention", toString(c.attention)},
+              {"world_size", c.worldSize},
+              {"zero_stage", c.zeroStage},
+              {"offload_optimizer", c.offloadOptimizer}};
     if (c.loss != Loss::Standard) // written only when set: documents from before stay byte-identical
         j["loss"] = toString(c.loss);
     if (c.checkpointLayers > 0)
@@ -45,7 +45,7 @@ TrainingConfig trainingConfigFromJson(const json &j)
     auto str = [&](const char *key) -> std::string {
         const json &v = requireField(j, key, ctx);
         if (!v.is_string())
-            throw InputError(ctx + "." + key, show(v), "must be a string");
+            throw InputError(ctx + "." + key, showJson(v), "must be a string");
         return v.get<std::string>();
     };
     c.precision = parsePrecision(str("precision"), ctx + ".precision");
@@ -59,7 +59,8 @@ TrainingConfig trainingConfigFromJson(const json &j)
         c.gradAccum = requireInt64(j, "grad_accum", ctx, 1, 1 << 20);
     if (j.contains("grad_checkpointing")) {
         if (!j.at("grad_checkpointing").is_boolean())
-            throw InputError(ctx + ".grad_checkpointing", show(j.at("grad_checkpointing")), "must be true or false");
+            throw InputError(ctx + ".grad_checkpointing", showJson(j.at("grad_checkpointing")),
+                             "must be true or false");
         c.gradCheckpointing = j.at("grad_checkpointing").get<bool>();
     }
     if (j.contains("checkpoint_layers"))
@@ -76,39 +77,40 @@ TrainingConfig trainingConfigFromJson(const json &j)
         c.zeroStage = static_cast<int>(requireInt64(j, "zero_stage", ctx, 0, 3));
     if (j.contains("offload_optimizer")) {
         if (!j.at("offload_optimizer").is_boolean())
-            throw InputError(ctx + ".offload_optimizer", show(j.at("offload_optimizer")), "must be true or false");
+            throw InputError(ctx + ".offload_optimizer", showJson(j.at("offload_optimizer")), "must be true or false");
         c.offloadOptimizer = j.at("offload_optimizer").get<bool>();
     }
     if (j.contains("activation_offload")) {
         if (!j.at("activation_offload").is_boolean())
-            throw InputError(ctx + ".activation_offload", show(j.at("activation_offload")), "must be true or false");
+            throw InputError(ctx + ".activation_offload", showJson(j.at("activation_offload")),
+                             "must be true or false");
         c.activationOffload = j.at("activation_offload").get<bool>();
     }
     if (j.contains("lora")) {
         const json &l = j.at("lora");
         const std::string lc = ctx + ".lora";
         if (!l.is_object())
-            throw InputError(lc, show(l).substr(0, 40), "must be a JSON object");
+            throw InputError(lc, showJson(l).substr(0, 40), "must be a JSON object");
         if (l.contains("rank"))
             c.lora.rank = static_cast<int>(requireInt64(l, "rank", lc, 1, 1 << 16));
         if (l.contains("alpha")) {
             if (!l.at("alpha").is_number())
-                throw InputError(lc + ".alpha", show(l.at("alpha")), "must be a number");
+                throw InputError(lc + ".alpha", showJson(l.at("alpha")), "must be a number");
             c.lora.alpha = l.at("alpha").get<double>();
         }
         if (l.contains("dropout")) {
             if (!l.at("dropout").is_number())
-                throw InputError(lc + ".dropout", show(l.at("dropout")), "must be a number");
+                throw InputError(lc + ".dropout", showJson(l.at("dropout")), "must be a number");
             c.lora.dropout = l.at("dropout").get<double>();
         }
         if (l.contains("targets")) {
             const json &t = l.at("targets");
             if (!t.is_array())
-                throw InputError(lc + ".targets", show(t).substr(0, 40), "must be an array of module names");
+                throw InputError(lc + ".targets", showJson(t).substr(0, 40), "must be an array of module names");
             c.lora.targets.clear();
             for (const auto &e : t) {
                 if (!e.is_string())
-                    throw InputError(lc + ".targets", show(e), "module names must be strings");
+                    throw InputError(lc + ".targets", showJson(e), "module names must be strings");
                 c.lora.targets.push_back(e.get<std::string>());
             }
         }

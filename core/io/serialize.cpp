@@ -11,10 +11,6 @@ namespace headroom {
 
 using nlohmann::json;
 
-namespace {
-std::string show(const json &v) { return showJson(v); }
-} // namespace
-
 json toJson(const Breakdown &b)
 {
     json j = json::object();
@@ -26,12 +22,12 @@ json toJson(const Breakdown &b)
 Breakdown breakdownFromJson(const json &j, const std::string &field)
 {
     if (!j.is_object())
-        throw InputError(field, show(j).substr(0, 40), "must be a JSON object of category: bytes");
+        throw InputError(field, showJson(j).substr(0, 40), "must be a JSON object of category: bytes");
     Breakdown b;
     for (const auto &[k, v] : j.items()) {
         const Category c = parseCategory(k, field);
         if (!v.is_number_integer() || v.get<int64_t>() < 0)
-            throw InputError(field + "." + k, show(v), "must be a non-negative whole number of bytes");
+            throw InputError(field + "." + k, showJson(v), "must be a non-negative whole number of bytes");
         b[c] = v.get<int64_t>();
     }
     return b;

@@ -24,7 +24,10 @@ namespace headroom {
 class ConfigFields
 {
 public:
-    explicit ConfigFields(const nlohmann::json &c, std::string ctx = "config") : m_c(c), m_ctx(std::move(ctx)) {}
+    explicit ConfigFields(const nlohmann::json &c, std::string ctx = "config")
+        : m_c(c)
+        , m_ctx(std::move(ctx))
+    {}
     const nlohmann::json &json() const { return m_c; }
     bool has(const std::string &key) const { return m_c.contains(key) && !m_c.at(key).is_null(); }
     int64_t integer(const std::string &key) const; // required, positive
@@ -75,15 +78,49 @@ struct Family
         return f;
     }
     // The differences, written fluently.
-    Family with(NormPlacement v) const { Family f = *this; f.traits.norms = v; return f; }
-    Family with(QkNorm v) const { Family f = *this; f.traits.qkNorm = v; return f; }
-    Family with(RmsNormStyle v) const { Family f = *this; f.traits.rms = v; return f; }
-    Family with(FusedQkvLayout v) const { Family f = *this; f.traits.qkvLayout = v; return f; }
-    Family set(bool F::*field, bool v = true) const { Family f = *this; f.traits.*field = v; return f; }
+    Family with(NormPlacement v) const
+    {
+        Family f = *this;
+        f.traits.norms = v;
+        return f;
+    }
+    Family with(QkNorm v) const
+    {
+        Family f = *this;
+        f.traits.qkNorm = v;
+        return f;
+    }
+    Family with(RmsNormStyle v) const
+    {
+        Family f = *this;
+        f.traits.rms = v;
+        return f;
+    }
+    Family with(FusedQkvLayout v) const
+    {
+        Family f = *this;
+        f.traits.qkvLayout = v;
+        return f;
+    }
+    Family set(bool F::*field, bool v = true) const
+    {
+        Family f = *this;
+        f.traits.*field = v;
+        return f;
+    }
     Family unset(bool F::*field) const { return set(field, false); }
-    template<typename V>
-    Family assign(V F::*field, V v) const { Family f = *this; f.traits.*field = v; return f; }
-    Family reads(Reader r) const { Family f = *this; f.read = r; return f; }
+    template<typename V> Family assign(V F::*field, V v) const
+    {
+        Family f = *this;
+        f.traits.*field = v;
+        return f;
+    }
+    Family reads(Reader r) const
+    {
+        Family f = *this;
+        f.read = r;
+        return f;
+    }
 };
 
 // One function per file in model/families/, named family_<model_type> (the list is generated).

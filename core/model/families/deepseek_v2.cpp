@@ -17,15 +17,16 @@ void read(const ConfigFields &c, ModelArch &m)
     m.numExperts = c.integer("n_routed_experts");
     m.expertsPerToken = c.integer("num_experts_per_tok");
     m.expertIntermediateSize = c.integer("moe_intermediate_size");
-    const int64_t shared = j.contains("n_shared_experts") && j.at("n_shared_experts").is_null()
-                               ? 0
-                               : c.integer("n_shared_experts", 0);
+    const int64_t shared =
+        j.contains("n_shared_experts") && j.at("n_shared_experts").is_null() ? 0 : c.integer("n_shared_experts", 0);
     m.sharedExpertIntermediateSize = checkedMul(m.expertIntermediateSize, shared);
     m.firstDenseLayers = c.integer("first_k_dense_replace", 0);
     if (c.integer("moe_layer_freq", 1) != 1)
-        c.refuse("moe_layer_freq", std::to_string(j.value("moe_layer_freq", 1)), "dense layers between sparse ones are not supported yet");
+        c.refuse("moe_layer_freq", std::to_string(j.value("moe_layer_freq", 1)),
+                 "dense layers between sparse ones are not supported yet");
     if (m.firstDenseLayers < 0 || m.firstDenseLayers > m.numLayers)
-        c.refuse("first_k_dense_replace", std::to_string(m.firstDenseLayers), "must be between 0 and num_hidden_layers");
+        c.refuse("first_k_dense_replace", std::to_string(m.firstDenseLayers),
+                 "must be between 0 and num_hidden_layers");
 }
 } // namespace
 

@@ -5,7 +5,10 @@
 namespace headroom {
 
 namespace {
-void read(const ConfigFields &, ModelArch &m) { m.qkvBias = m.oBias = m.mlpBias = false; }
+void read(const ConfigFields &, ModelArch &m)
+{
+    m.qkvBias = m.oBias = m.mlpBias = false;
+}
 } // namespace
 
 const Family &family_mistral()

@@ -5,7 +5,10 @@
 namespace headroom {
 
 namespace {
-void read(const ConfigFields &c, ModelArch &m) { m.qkvBias = m.oBias = c.boolean("attention_bias", false); }
+void read(const ConfigFields &c, ModelArch &m)
+{
+    m.qkvBias = m.oBias = c.boolean("attention_bias", false);
+}
 } // namespace
 
 const Family &family_qwen3()

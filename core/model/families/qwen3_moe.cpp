@@ -13,8 +13,8 @@ void read(const ConfigFields &c, ModelArch &m)
     m.expertsPerToken = c.integer("num_experts_per_tok");
     m.expertIntermediateSize = c.integer("moe_intermediate_size");
     const nlohmann::json &j = c.json();
-    const bool everyLayer = c.integer("decoder_sparse_step", 1) == 1 &&
-                            (!j.contains("mlp_only_layers") || j.at("mlp_only_layers").empty());
+    const bool everyLayer =
+        c.integer("decoder_sparse_step", 1) == 1 && (!j.contains("mlp_only_layers") || j.at("mlp_only_layers").empty());
     if (!everyLayer)
         c.refuse("mlp_only_layers", showJson(j.value("mlp_only_layers", nlohmann::json::array())).substr(0, 40),
                  "dense layers between sparse ones are not supported yet");

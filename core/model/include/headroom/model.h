@@ -36,22 +36,31 @@ struct FamilyTraits
     RmsNormStyle rms = RmsNormStyle::Llama;
     FusedQkvLayout qkvLayout = FusedQkvLayout::Sliced;
     bool rotaryFp32 = false;          // cos/sin stay fp32; apply_rotary_pos_emb casts back (OLMo 2)
-    bool rotaryConcat = false;        // rotary on the first rotary_dim features, then torch.cat with the rest, even when nothing passes through (Phi-3, GPT-NeoX)
+    // Rotary on the first rotary_dim features, then torch.cat with the rest, even when nothing
+    // passes through (Phi-3, GPT-NeoX).
+    bool rotaryConcat = false;
     bool scaledEmbedding = false;     // embedding * sqrt(hidden) (Gemma)
     bool embedScaleBuffer = false;    // ... by a registered buffer, not a tensor made each forward (Gemma 3)
     bool slidingLayerTypes = false;   // sliding window on the layers config.layer_types names
     bool slidingWindowOptIn = false;  // config.sliding_window applies only with use_sliding_window (Qwen2/3)
     bool slidingEveryOtherLayer = false; // the even layers slide, the odd ones attend globally (Gemma 2)
-    int slidingPatternDefault = 0;    // without layer_types or sliding_window_pattern: every n-th layer global (Gemma 3: 6)
+    // Without layer_types or sliding_window_pattern: every n-th layer attends globally (Gemma 3: 6).
+    int slidingPatternDefault = 0;
     bool normRegisteredFirst = false; // input_layernorm built before self_attn (GPT-2, GPT-NeoX)
-    bool normOutputKept = false;      // the first norm's output lives to the residual add (GPT2Block binds attn's result to a new name)
+    // The first norm's output lives to the residual add (GPT2Block binds the attention's result to
+    // a new name).
+    bool normOutputKept = false;
     bool conv1dLinears = false;       // transformers' Conv1D, not nn.Linear: bitsandbytes leaves them (GPT-2)
-    bool eagerSoftmaxInDtype = false; // eager attention's softmax in the scores' dtype, over strided q/k/v (modeling_gpt2.eager_attention_forward)
+    // Eager attention's softmax in the scores' dtype, over strided q/k/v
+    // (modeling_gpt2.eager_attention_forward).
+    bool eagerSoftmaxInDtype = false;
     bool qkNormAfterProjections = false; // q/k norms after all of q, k and v are projected (Gemma 3)
     bool localRotary = false;         // a second rotary table for the sliding layers (Gemma 3)
     bool expertsBeforeRouter = false; // the MoE block registers its experts before the router
     bool expertsWrappedByPeft = false; // LoRA on gate/up/down_proj wraps the stacked experts (ParamWrapper)
-    bool topkAlwaysNormalized = false; // the router renormalises its top-k weights whatever norm_topk_prob says, and leaves them in fp32 (Mixtral)
+    // The router renormalises its top-k weights whatever norm_topk_prob says, and leaves them in
+    // fp32 (Mixtral).
+    bool topkAlwaysNormalized = false;
     bool fp32Router = false;          // router logits from fp32 copies of x and the gate weight (DeepSeek)
     bool sharedExpertsAfter = false;  // shared experts run after the routed ones, ungated (DeepSeek)
     bool sigmoidRouter = false;       // sigmoid scores with a correction bias (DeepSeek-V3's noaux_tc)
