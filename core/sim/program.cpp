@@ -7,6 +7,7 @@
 
 #include "autograd.h"
 #include "ops.h"
+#include "optimizer.h"
 
 #include "headroom/error.h"
 
@@ -2081,149 +2082,14 @@ private:
     }
 
     // ------------------------------------------------------------------ optimizers
+    // One optimizer.step(): the optimizer's own file in sim/optim/ allocates its state and
+    // temporaries.
     void optimizerStep(int step)
     {
         S.setLayer(-1);
         S.setOp("optimizer.step");
-        const bool first = step == 0;
-        const bool forLoop = c.optimizerImpl == OptimizerImpl::ForLoop;
-        const bool fused = c.optimizerImpl == OptimizerImpl::Fused;
-        switch (c.optimizer) {
-        case Optimizer::AdamW:
-            if (first) // _init_group: exp_avg and exp_avg_sq per parameter, in its dtype
-                for (T *p : stepped) {
-                    if (fused)
-                        state.push_back(S.allocate(4, Category::OptimizerState)); // device step
-                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
-                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
-                }
-            if (fused)
-                return; // _fused_adamw_: in place
-            if (forLoop) {
-                for (T *p : stepped) { // denom = (exp_avg_sq.sqrt() / bc2).add_(eps)
-                    const int a = S.allocate(p->bytes, Category::Temporaries);
-                    const int d = S.allocate(p->bytes, Category::Temporaries);
-                    S.unref(a);
-                    S.unref(d);
-                }
-                return;
-            }
-            {
-                // _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)
-                std::vector<int> tmp;
-                for (T *p : stepped)
-                    tmp.push_back(S.allocate(p->bytes, Category::Temporaries));
-                // A Python list lets its items go from the last to the first.
-                for (auto it = tmp.rbegin(); it != tmp.rend(); ++it)
-                    S.unref(*it);
-            }
-            return;
-        case Optimizer::SGD:
-            return; // _foreach_add_(params, grads, alpha=-lr)
-        case Optimizer::SGDMomentum:
-            if (first) // momentum_buffer = torch.clone(grad).detach()
-                for (T *p : stepped)
-                    state.push_back(S.allocate(p->bytes, Category::OptimizerState));
-            return;
-        case Optimizer::Adafactor:
-            adafactorStep(first);
-            return;
-        case Optimizer::AdamW8bit:
-        case Optimizer::PagedAdamW8bit:
-            // bitsandbytes Optimizer2State.init_state at the parameter's first step: uint8 moments
-            // and fp32 absmax per 256 values (fp32 moments under min_8bit_size = 4096). Paged, the
-            // moments of tensors of 1e5 values or more are CUDA managed memory (F.get_paged), not
-            // the allocator's: only their absmax are allocated here.
-            // Each is its own tensor: state1, state2, then absmax1, absmax2. The first 8-bit
-            // parameter moves the two 256-entry fp32 quantization maps to the device (name2qmap).
-            if (first) {
-                bool maps = false;
-                for (T *p : stepped) {
-                    const int64_t n = p->numel(), absmax = ((n + 255) / 256) * 4;
-                    if (n >= 4096 && !maps) {
-                        state.push_back(S.allocate(256 * 4, Category::OptimizerState));
-                        state.push_back(S.allocate(256 * 4, Category::OptimizerState));
-                        maps = true;
-                    }
-                    const bool paged = c.optimizer == Optimizer::PagedAdamW8bit && n >= 100000;
-                    if (n < 4096) {
-                        state.push_back(S.allocate(n * 4, Category::OptimizerState));
-                        state.push_back(S.allocate(n * 4, Category::OptimizerState));
-                        continue;
-                    }
-                    if (!paged) {
-                        state.push_back(S.allocate(n, Category::OptimizerState));
-                        state.push_back(S.allocate(n, Category::OptimizerState));
-                    }
-                    state.push_back(S.allocate(absmax, Category::OptimizerState));
-                    state.push_back(S.allocate(absmax, Category::OptimizerState));
-                }
-            }
-            return;
-        case Optimizer::Lion:
-            // bitsandbytes Lion (Optimizer1State, 32-bit): state1 in fp32 for every parameter
-            // (get_state_buffer(p, dtype=torch.float32)), made at its first step; the update
-            // kernel runs in place.
-            if (first)
-                for (T *p : stepped)
-                    state.push_back(S.allocate(checkedMul(p->numel(), 4), Category::OptimizerState));
-            return;
-        }
-    }
-
-    // transformers.optimization.Adafactor (Trainer's kwargs: no first moment), one parameter at a
-    // time: grad.float(), p.float(), (grad**2)+eps, factored row/column means, the update from
-    // them, and p_data_fp32.add_(-update).
-    void adafactorStep(bool first)
-    {
-        int prevUpdate = -1;
-        for (T *p : stepped) {
-            const int64_t n = p->numel();
-            const bool low = p->elem != 4;
-            const int gf = low ? S.allocate(n * 4, Category::Temporaries) : -1;
-            S.unref(prevUpdate); // the last parameter's `update` goes when the name is rebound
-            prevUpdate = -1;
-            // factored for matrices: rows and columns of the gradient's last two dimensions
-            const bool factored = p->cols > 1;
-            const int64_t cols = p->cols;
-            const int64_t rows = p->rows;
-            if (first) {
-                if (factored) {
-                    state.push_back(S.allocate(rows * 4, Category::OptimizerState));
-                    state.push_back(S.allocate(cols * 4, Category::OptimizerState));
-                } else {
-                    state.push_back(S.allocate(n * 4, Category::OptimizerState));
-                }
-            }
-            const int pf = low ? S.allocate(n * 4, Category::Temporaries) : -1;
-            const int sq = S.allocate(n * 4, Category::Temporaries);   // grad ** 2
-            const int upd = S.allocate(n * 4, Category::Temporaries);  // + eps
-            S.unref(sq);
-            int update = upd;
-            if (factored) {
-                const int rm = S.allocate(rows * 4, Category::Temporaries); // update.mean(-1)
-                S.unref(rm);
-                const int cm = S.allocate(cols * 4, Category::Temporaries); // update.mean(-2)
-                S.unref(cm);
-                const int rf = S.allocate(rows * 4, Category::Temporaries); // r_factor
-                const int cf = S.allocate(cols * 4, Category::Temporaries); // c_factor
-                const int approx = S.allocate(n * 4, Category::Temporaries);
-                S.unref(rf);
-                S.unref(cf);
-                S.unref(upd);
-                update = approx;
-            } else {
-                const int rs = S.allocate(n * 4, Category::Temporaries); // exp_avg_sq.rsqrt()
-                S.unref(upd);
-                update = rs;
-            }
-            const int neg = S.allocate(n * 4, Category::Temporaries); // -update
-            S.unref(neg);
-            S.unref(pf);
-            S.unref(gf);
-            prevUpdate = update;
-        }
-        S.unref(prevUpdate);
+        sim::OptimizerStep o{S, stepped, c, step == 0, state};
+        sim::simOptimizer(c.optimizer).step(o);
     }
 
     std::vector<int> state;
@@ -2249,5 +2115,23 @@ Timeline simulateMeasuredRun(const ModelArch &model, const TrainingConfig &confi
         t = simulateRun(model, config, options, 2);
     return t;
 }
+
+namespace sim {
+
+const SimOptimizer &simOptimizer(Optimizer o)
+{
+    static const std::vector<const SimOptimizer *> all = {
+#define HEADROOM_OPTIMIZER(name) &optimizer_##name(),
+#include "optimizers.inc"
+#undef HEADROOM_OPTIMIZER
+    };
+    for (const SimOptimizer *s : all)
+        for (Optimizer id : s->ids)
+            if (id == o)
+                return *s;
+    throw InputError("optimizer", std::string(toString(o)), "no simulated step (core/sim/optim/) serves it");
+}
+
+} // namespace sim
 
 } // namespace headroom

@@ -1,0 +1,25 @@
+// bitsandbytes Lion (Optimizer1State, 32-bit): state1 in fp32 for every parameter
+// (get_state_buffer(p, dtype=torch.float32)), made at its first step; the update kernel runs in
+// place.
+#include "../optimizer.h"
+
+#include "headroom/error.h"
+
+namespace headroom::sim {
+
+namespace {
+void step(OptimizerStep &o)
+{
+    if (o.first)
+        for (T *p : o.params)
+            o.state.push_back(o.S.allocate(checkedMul(p->numel(), 4), Category::OptimizerState));
+}
+} // namespace
+
+const SimOptimizer &optimizer_lion()
+{
+    static const SimOptimizer o{{Optimizer::Lion}, &step};
+    return o;
+}
+
+} // namespace headroom::sim
