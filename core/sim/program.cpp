@@ -8,12 +8,15 @@
 #include "autograd.h"
 #include "ops.h"
 #include "optimizer.h"
+#include "parallel.h"
 
 #include "headroom/error.h"
 
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
+#include <stdexcept>
 
 namespace headroom {
 
@@ -59,6 +62,7 @@ public:
         , S(tl)
         , O(S)
         , ft(familyTraitsOrLlama(m.modelType))
+        , par(sim::makeParallelStrategy({S, c, o}))
     {
         // Room up front (a Llama layer makes about 450 events a micro-batch with its backward;
         // three steps, the repeated one copied in): growing the vectors took half the
@@ -86,14 +90,8 @@ public:
             expertsWrapped = expertsLora(m, c.lora.targets);
         }
         qlora = c.finetune == FineTune::QLoRA;
-        fsdp = c.zeroStage >= 2;
-        if (fsdp && amp) {
-            // FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the fp32
-            // model is sharded in fp32, each unit gathered in bf16 and its inputs cast to bf16
-            // (cast_forward_inputs): the step runs as pure bf16, autocast finds nothing to cast.
-            // The gradients are reduce-scattered in fp32; the sharded state stays fp32.
+        if (par->replacesAutocast(amp)) { // FSDP2's mixed-precision policy: a pure bf16 step
             amp = false;
-            mixedPolicy = true;
             ce = re = 2;
         }
         if (qlora) {
@@ -129,22 +127,16 @@ public:
                 S.setLayer(-1);
                 if (step == 0 && micro == c.gradAccum - 1)
                     S.clearGradReadyOrder(); // the synchronized backward (no_sync before it)
-                if (fsdp)
-                    fsdpRootPreBackward(micro == c.gradAccum - 1);
+                par->beforeBackward(micro == c.gradAccum - 1);
                 S.backward(loss);
-                if (fsdp)
-                    fsdpFinalCallback();
+                par->afterBackward();
                 S.drop(loss);
             }
             S.setPhase(step, Phase::Optimizer, 0);
             optimizerStep(step);
             S.setOp("zero_grad");
             S.zeroGrad();
-            for (int g : shardedGrads) // FSDP2: the reduce-scatter outputs are the sharded .grad
-                S.unref(g);
-            shardedGrads.clear();
-            if (step == 0 && !ddpBuckets.empty())
-                rebuildDdpBuckets();
+            par->afterZeroGrad(step);
         }
     }
 
@@ -176,6 +168,7 @@ private:
     Sim S;
     Ops O;
     const FamilyTraits &ft;
+    std::unique_ptr<sim::ParallelStrategy> par; // single GPU, DDP, ZeRO-1 or FSDP2 (sim/parallel/)
     int64_t b = 1, s = 1, tok = 1, h = 1, heads = 1, kvHeads = 1, hd = 1, qOut = 1, kvOut = 1, V = 1;
     bool amp = false, full = true, qlora = false;
     int pe = 2, ce = 2, re = 2;
@@ -187,28 +180,7 @@ private:
     std::vector<T> batches;
     std::vector<T *> trainable; // in model.parameters() order
     std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
-    std::vector<int> ddpBuckets; // DDP's bucket storages
     std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
-    // FSDP2 (fully_shard on each decoder layer, then on the model: torch/distributed/fsdp/
-    // _fully_shard, PyTorch 2.11), as the transformers engine wraps a run for ZeRO-2/3. Measured
-    // per CUDA stream with two ranks sharing the H200 (tests/data/h200/streams-2026-12-02).
-    struct FsdpUnit
-    {
-        std::vector<T *> params;  // model.parameters() order within the unit
-        std::vector<T> shards;    // this rank's padded Shard(0) of each (what its optimizer steps)
-        int64_t gatherBytes = 0;  // the all-gather output: world size x the padded shards
-        int64_t reduceBytes = 0;  // the reduce-scatter input: the same over parameters with grads
-        int agOut = -1;           // an all-gather output not copied out yet (a prefetch)
-        bool unsharded = false;
-        bool postBackwardDone = false;
-    };
-    bool fsdp = false, mixedPolicy = false;
-    std::vector<FsdpUnit> units; // [0] the root (embeddings, final norm, lm_head), then the layers
-    int agState = -1;            // comm_ctx.all_gather_state: the forward's last all-gather output
-    int rsState = -1;            // comm_ctx.reduce_scatter_state: the last reduce-scatter input
-    std::vector<int> glooTemps;  // Gloo's reduce-scatter temporaries not yet released
-    std::vector<int> shardedGrads;
-    bool syncGrads = true;       // the micro-batch that reduce-scatters (no_sync before it)
     std::vector<T> embedLocals; // tensors a model's forward keeps in locals until it returns
     std::vector<T> buffers;     // the model's buffers (rotary inv_freq, router biases)
 
@@ -347,117 +319,185 @@ private:
         S.emptyCache();
     }
 
+    // A decoder layer's modules, in registration order (model.parameters() follows it).
+    void buildLayer(int64_t l)
+    {
+        S.setLayer(static_cast<int>(l));
+        LayerParams &L = layers[static_cast<size_t>(l)];
+        const bool t = full;
+        const int64_t I = m.intermediateSize;
+        const bool layerNorm = m.norm == NormKind::LayerNorm;
+        if (ft.normRegisteredFirst) { // GPT-2 / NeoX build the first norm before attention
+            L.n1 = param(h, 1, t, "input_layernorm");
+            L.n1b = param(h, 1, t, "input_layernorm");
+        }
+        const int64_t H = heads, qk = m.qkNopeDim + m.qkRopeDim;
+        if (m.isMla()) {
+            if (m.qLoraRank > 0) {
+                L.qa = linearWeight(m.qLoraRank, h, t, "q_a_proj");
+                L.qaN = param(m.qLoraRank, 1, t, "q_a_layernorm");
+                L.qb2 = linearWeight(checkedMul(H, qk), m.qLoraRank, t, "q_b_proj");
+            } else {
+                L.q = linearWeight(checkedMul(H, qk), h, t, "q_proj");
+            }
+            L.kva = linearWeight(m.kvLoraRank + m.qkRopeDim, h, t, "kv_a_proj_with_mqa");
+            if (m.qkvBias)
+                L.kvaB = linearBias(m.kvLoraRank + m.qkRopeDim, t, "kv_a_proj_with_mqa");
+            L.kvaN = param(m.kvLoraRank, 1, t, "kv_a_layernorm");
+            L.kvb = linearWeight(checkedMul(H, m.qkNopeDim + m.vHeadDim), m.kvLoraRank, t, "kv_b_proj");
+        } else if (m.fusedQkv) { // one Linear: q, k and v side by side in its output
+            L.q = linearWeight(qOut + 2 * kvOut, h, t, "qkv_proj");
+            if (m.qkvBias)
+                L.qb = linearBias(qOut + 2 * kvOut, t, "qkv_proj");
+        } else {
+            L.q = linearWeight(qOut, h, t, "q_proj");
+            if (m.qkvBias)
+                L.qb = linearBias(qOut, t, "q_proj");
+            L.k = linearWeight(kvOut, h, t, "k_proj");
+            if (m.qkvBias)
+                L.kb = linearBias(kvOut, t, "k_proj");
+            L.v = linearWeight(kvOut, h, t, "v_proj");
+            if (m.qkvBias)
+                L.vb = linearBias(kvOut, t, "v_proj");
+        }
+        L.o = linearWeight(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
+        if (m.oBias)
+            L.ob = linearBias(h, t, "o_proj");
+        if (m.qkNorm) {
+            const bool projection = ft.qkNorm == QkNorm::Projection; // OLMo 2/3: over all heads
+            L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
+            L.kn = param(projection ? kvOut : hd, 1, t, "k_norm");
+        }
+        if (m.isMoeLayer(l)) {
+            const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Is = m.sharedExpertIntermediateSize;
+            // Module registration order: Qwen3MoeSparseMoeBlock and DeepSeek's MoE make their
+            // experts before the router, the others the router first.
+            const bool expertsFirst = ft.expertsBeforeRouter;
+            if (!expertsFirst)
+                L.router = param(E, h, t, "router");
+            L.gateUp = param(checkedMul(E, 2 * Ie), h, t, "experts.gate_up_proj");
+            L.expDown = param(checkedMul(E, h), Ie, t, "experts.down_proj");
+            if (expertsFirst)
+                L.router = param(E, h, t, "router");
+            if (ft.sigmoidRouter) { // DeepseekV3TopkRouter's e_score_correction_bias buffer (fp32)
+                S.setOp("e_score_correction_bias");
+                L.routerBias = S.make(E * 4, 4, Category::Weights);
+                buffers.push_back(L.routerBias);
+            }
+            if (Is > 0) {
+                L.gate = linearWeight(Is, h, t, "shared_expert.gate_proj");
+                L.up = linearWeight(Is, h, t, "shared_expert.up_proj");
+                L.down = linearWeight(h, Is, t, "shared_expert.down_proj");
+            }
+            if (m.sharedExpertGate)
+                L.sharedGate = linearWeight(1, h, t, "shared_expert_gate");
+        } else {
+            if (m.fusedGateUp) {
+                L.gate = linearWeight(2 * I, h, t, "gate_up_proj");
+            } else {
+                if (m.mlp == MlpKind::Gated)
+                    L.gate = linearWeight(I, h, t, "gate_proj");
+                L.up = linearWeight(I, h, t, "up_proj");
+                if (m.mlpBias)
+                    L.upB = linearBias(I, t, "up_proj");
+            }
+            L.down = linearWeight(h, I, t, "down_proj");
+            if (m.mlpBias)
+                L.downB = linearBias(h, t, "down_proj");
+        }
+        if (!ft.normRegisteredFirst && ft.norms != NormPlacement::Post) {
+            L.n1 = param(h, 1, t, "input_layernorm");
+            if (layerNorm)
+                L.n1b = param(h, 1, t, "input_layernorm");
+        }
+        L.n2 = param(h, 1, t, "post_attention_layernorm");
+        if (layerNorm)
+            L.n2b = param(h, 1, t, "post_attention_layernorm");
+        if (ft.norms == NormPlacement::Sandwich)
+            L.n3 = param(h, 1, t, "pre_feedforward_layernorm");
+        if (ft.norms != NormPlacement::Pre)
+            L.n4 = param(h, 1, t, "post_feedforward_layernorm");
+    }
+
+    void injectAdapters()
+    {
+        // get_peft_model (PEFT 0.21): an A and a B per targeted Linear of every layer, then per
+        // targeted experts Parameter (target_parameters are injected after the modules), each
+        // made on the base weight's device in its dtype (_move_adapter_to_device_of_base_layer);
+        // then cast_adapter_dtype (autocast_adapter_dtype=True) makes each fp32, layer by
+        // layer in module order, and the first copy goes (the H200 streams' load: "convert",
+        // then cast_adapter_dtype). Already fp32 (fp32 and autocast runs), nothing is cast.
+        // QLoRA's adapters come as fp32 directly (its load is simulated in quantizeForQlora).
+        struct Adapter
+        {
+            int64_t layer;
+            LoraPair *pair;
+            std::array<std::pair<int64_t, int64_t>, 2> shape; // A, then B: [rows, cols]
+            bool experts;                                      // a ParamWrapper's (target_parameters)
+            T a16, b16;                                        // the first copies, in the base dtype
+        };
+        std::vector<Adapter> order; // the fp32 cast's order: per layer, modules then experts
+        for (int64_t l = 0; l < m.numLayers; ++l) {
+            LayerParams &L = layers[static_cast<size_t>(l)];
+            for (int mod = 0; mod < kLinearModuleCount; ++mod)
+                if (loraMask[static_cast<size_t>(mod)] && present(mod))
+                    order.push_back({l, &L.lora[static_cast<size_t>(mod)],
+                                     {{{c.lora.rank, inFeatures(mod)}, {outFeatures(mod), c.lora.rank}}}, false, {}, {}});
+            if (m.isMoeLayer(l)) { // the experts' ParamWrappers: gate_up's pair, then down's
+                const auto shapes = expertsLoraShapes(m, expertsWrapped, c.lora.rank);
+                size_t k = 0;
+                for (LoraPair *p : {&L.gateUpLora, &L.downLora}) {
+                    if (p == &L.gateUpLora ? !expertsWrapped.gateUp : !expertsWrapped.down)
+                        continue;
+                    order.push_back({l, p, {{shapes[k], shapes[k + 1]}}, true, {}, {}});
+                    k += 2;
+                }
+            }
+        }
+        auto fp32 = [&](Adapter &ad) {
+            S.setLayer(static_cast<int>(ad.layer));
+            ad.pair->a = param(ad.shape[0].first, ad.shape[0].second, true, "lora_A", kLoraElem);
+            if (ad.a16.valid())
+                S.drop(ad.a16);
+            ad.pair->b = param(ad.shape[1].first, ad.shape[1].second, true, "lora_B", kLoraElem);
+            if (ad.b16.valid())
+                S.drop(ad.b16);
+            ad.pair->on = true;
+        };
+        const bool cast = !qlora && pe != kLoraElem;
+        auto firstCopy = [&](Adapter &ad) {
+            if (!cast)
+                return fp32(ad);
+            S.setLayer(static_cast<int>(ad.layer));
+            S.setOp("lora (base dtype)");
+            ad.a16 = S.make(checkedMul(checkedMul(ad.shape[0].first, ad.shape[0].second), pe), pe);
+            ad.b16 = S.make(checkedMul(checkedMul(ad.shape[1].first, ad.shape[1].second), pe), pe);
+        };
+        for (bool experts : {false, true}) // target_modules, then target_parameters
+            for (Adapter &ad : order)
+                if (ad.experts == experts)
+                    firstCopy(ad);
+        if (cast)
+            for (Adapter &ad : order)
+                fp32(ad);
+        S.setLayer(-1);
+    }
+
     void load()
     {
         S.setPhase(0, Phase::AfterLoad, 0);
         S.setLayer(-1);
-        // FSDP2: the model is built on the CPU (Trainer leaves an FSDP model where it is) and
-        // each fully_shard moves its unit to the GPU (fullyShard).
-        S.setOnHost(fsdp);
+        S.setOnHost(par->buildsOnHost()); // FSDP2: on the CPU until fully_shard moves each unit
         const bool t = full;
         embed = param(V, h, t, "embed_tokens");
         if (m.learnedPositions)
             positions = param(m.maxPositions, h, t, "embed_positions");
-        const int64_t I = m.intermediateSize;
         layers.resize(static_cast<size_t>(m.numLayers));
-        const bool layerNorm = m.norm == NormKind::LayerNorm;
-        for (int64_t l = 0; l < m.numLayers; ++l) {
-            S.setLayer(static_cast<int>(l));
-            LayerParams &L = layers[static_cast<size_t>(l)];
-            if (ft.normRegisteredFirst) { // GPT-2 / NeoX build the first norm before attention
-                L.n1 = param(h, 1, t, "input_layernorm");
-                L.n1b = param(h, 1, t, "input_layernorm");
-            }
-            const int64_t H = heads, qk = m.qkNopeDim + m.qkRopeDim;
-            if (m.isMla()) {
-                if (m.qLoraRank > 0) {
-                    L.qa = linearWeight(m.qLoraRank, h, t, "q_a_proj");
-                    L.qaN = param(m.qLoraRank, 1, t, "q_a_layernorm");
-                    L.qb2 = linearWeight(checkedMul(H, qk), m.qLoraRank, t, "q_b_proj");
-                } else {
-                    L.q = linearWeight(checkedMul(H, qk), h, t, "q_proj");
-                }
-                L.kva = linearWeight(m.kvLoraRank + m.qkRopeDim, h, t, "kv_a_proj_with_mqa");
-                if (m.qkvBias)
-                    L.kvaB = linearBias(m.kvLoraRank + m.qkRopeDim, t, "kv_a_proj_with_mqa");
-                L.kvaN = param(m.kvLoraRank, 1, t, "kv_a_layernorm");
-                L.kvb = linearWeight(checkedMul(H, m.qkNopeDim + m.vHeadDim), m.kvLoraRank, t, "kv_b_proj");
-            } else if (m.fusedQkv) { // one Linear: q, k and v side by side in its output
-                L.q = linearWeight(qOut + 2 * kvOut, h, t, "qkv_proj");
-                if (m.qkvBias)
-                    L.qb = linearBias(qOut + 2 * kvOut, t, "qkv_proj");
-            } else {
-                L.q = linearWeight(qOut, h, t, "q_proj");
-                if (m.qkvBias)
-                    L.qb = linearBias(qOut, t, "q_proj");
-                L.k = linearWeight(kvOut, h, t, "k_proj");
-                if (m.qkvBias)
-                    L.kb = linearBias(kvOut, t, "k_proj");
-                L.v = linearWeight(kvOut, h, t, "v_proj");
-                if (m.qkvBias)
-                    L.vb = linearBias(kvOut, t, "v_proj");
-            }
-            L.o = linearWeight(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
-            if (m.oBias)
-                L.ob = linearBias(h, t, "o_proj");
-            if (m.qkNorm) {
-                const bool projection = ft.qkNorm == QkNorm::Projection; // OLMo 2/3: over all heads
-                L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
-                L.kn = param(projection ? kvOut : hd, 1, t, "k_norm");
-            }
-            if (m.isMoeLayer(l)) {
-                const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Is = m.sharedExpertIntermediateSize;
-                // Module registration order: Qwen3MoeSparseMoeBlock and DeepSeek's MoE make their
-                // experts before the router, the others the router first.
-                const bool expertsFirst = ft.expertsBeforeRouter;
-                if (!expertsFirst)
-                    L.router = param(E, h, t, "router");
-                L.gateUp = param(checkedMul(E, 2 * Ie), h, t, "experts.gate_up_proj");
-                L.expDown = param(checkedMul(E, h), Ie, t, "experts.down_proj");
-                if (expertsFirst)
-                    L.router = param(E, h, t, "router");
-                if (ft.sigmoidRouter) { // DeepseekV3TopkRouter's e_score_correction_bias buffer (fp32)
-                    S.setOp("e_score_correction_bias");
-                    L.routerBias = S.make(E * 4, 4, Category::Weights);
-                    buffers.push_back(L.routerBias);
-                }
-                if (Is > 0) {
-                    L.gate = linearWeight(Is, h, t, "shared_expert.gate_proj");
-                    L.up = linearWeight(Is, h, t, "shared_expert.up_proj");
-                    L.down = linearWeight(h, Is, t, "shared_expert.down_proj");
-                }
-                if (m.sharedExpertGate)
-                    L.sharedGate = linearWeight(1, h, t, "shared_expert_gate");
-            } else {
-                if (m.fusedGateUp) {
-                    L.gate = linearWeight(2 * I, h, t, "gate_up_proj");
-                } else {
-                    if (m.mlp == MlpKind::Gated)
-                        L.gate = linearWeight(I, h, t, "gate_proj");
-                    L.up = linearWeight(I, h, t, "up_proj");
-                    if (m.mlpBias)
-                        L.upB = linearBias(I, t, "up_proj");
-                }
-                L.down = linearWeight(h, I, t, "down_proj");
-                if (m.mlpBias)
-                    L.downB = linearBias(h, t, "down_proj");
-            }
-            if (!ft.normRegisteredFirst && ft.norms != NormPlacement::Post) {
-                L.n1 = param(h, 1, t, "input_layernorm");
-                if (layerNorm)
-                    L.n1b = param(h, 1, t, "input_layernorm");
-            }
-            L.n2 = param(h, 1, t, "post_attention_layernorm");
-            if (layerNorm)
-                L.n2b = param(h, 1, t, "post_attention_layernorm");
-            if (ft.norms == NormPlacement::Sandwich)
-                L.n3 = param(h, 1, t, "pre_feedforward_layernorm");
-            if (ft.norms != NormPlacement::Pre)
-                L.n4 = param(h, 1, t, "post_feedforward_layernorm");
-        }
+        for (int64_t l = 0; l < m.numLayers; ++l)
+            buildLayer(l);
         S.setLayer(-1);
         finalNorm = param(h, 1, t, "norm");
-        if (layerNorm)
+        if (m.norm == NormKind::LayerNorm)
             finalNormB = param(h, 1, t, "norm");
         // Rotary inv_freq and its original copy (fp32 buffers).
         if (!m.learnedPositions) {
@@ -479,181 +519,18 @@ private:
         }
         if (qlora)
             quantizeForQlora();
-        if (!full) {
-            // get_peft_model (PEFT 0.21): an A and a B per targeted Linear of every layer, then per
-            // targeted experts Parameter (target_parameters are injected after the modules), each
-            // made on the base weight's device in its dtype (_move_adapter_to_device_of_base_layer);
-            // then cast_adapter_dtype (autocast_adapter_dtype=True) makes each fp32, layer by
-            // layer in module order, and the first copy goes (the H200 streams' load: "convert",
-            // then cast_adapter_dtype). Already fp32 (fp32 and autocast runs), nothing is cast.
-            // QLoRA's adapters come as fp32 directly (its load is simulated in quantizeForQlora).
-            struct Adapter
-            {
-                int64_t layer;
-                LoraPair *pair;
-                std::array<std::pair<int64_t, int64_t>, 2> shape; // A, then B: [rows, cols]
-                bool experts;                                      // a ParamWrapper's (target_parameters)
-                T a16, b16;                                        // the first copies, in the base dtype
-            };
-            std::vector<Adapter> order; // the fp32 cast's order: per layer, modules then experts
-            for (int64_t l = 0; l < m.numLayers; ++l) {
-                LayerParams &L = layers[static_cast<size_t>(l)];
-                for (int mod = 0; mod < kLinearModuleCount; ++mod)
-                    if (loraMask[static_cast<size_t>(mod)] && present(mod))
-                        order.push_back({l, &L.lora[static_cast<size_t>(mod)],
-                                         {{{c.lora.rank, inFeatures(mod)}, {outFeatures(mod), c.lora.rank}}}, false, {}, {}});
-                if (m.isMoeLayer(l)) { // the experts' ParamWrappers: gate_up's pair, then down's
-                    const auto shapes = expertsLoraShapes(m, expertsWrapped, c.lora.rank);
-                    size_t k = 0;
-                    for (LoraPair *p : {&L.gateUpLora, &L.downLora}) {
-                        if (p == &L.gateUpLora ? !expertsWrapped.gateUp : !expertsWrapped.down)
-                            continue;
-                        order.push_back({l, p, {{shapes[k], shapes[k + 1]}}, true, {}, {}});
-                        k += 2;
-                    }
-                }
-            }
-            auto fp32 = [&](Adapter &ad) {
-                S.setLayer(static_cast<int>(ad.layer));
-                ad.pair->a = param(ad.shape[0].first, ad.shape[0].second, true, "lora_A", kLoraElem);
-                if (ad.a16.valid())
-                    S.drop(ad.a16);
-                ad.pair->b = param(ad.shape[1].first, ad.shape[1].second, true, "lora_B", kLoraElem);
-                if (ad.b16.valid())
-                    S.drop(ad.b16);
-                ad.pair->on = true;
-            };
-            const bool cast = !qlora && pe != kLoraElem;
-            auto firstCopy = [&](Adapter &ad) {
-                if (!cast)
-                    return fp32(ad);
-                S.setLayer(static_cast<int>(ad.layer));
-                S.setOp("lora (base dtype)");
-                ad.a16 = S.make(checkedMul(checkedMul(ad.shape[0].first, ad.shape[0].second), pe), pe);
-                ad.b16 = S.make(checkedMul(checkedMul(ad.shape[1].first, ad.shape[1].second), pe), pe);
-            };
-            for (bool experts : {false, true}) // target_modules, then target_parameters
-                for (Adapter &ad : order)
-                    if (ad.experts == experts)
-                        firstCopy(ad);
-            if (cast)
-                for (Adapter &ad : order)
-                    fp32(ad);
-            S.setLayer(-1);
-        }
+        if (!full)
+            injectAdapters();
         collectTrainable();
-        stepped = trainable;
-        // DDP wraps every run with several ranks, and ZeRO-1 at any world size: PyTorch's ZeRO-1 is
-        // DDP with ZeroRedundancyOptimizer (measured at one NCCL rank: DDP's buckets and all the
-        // state, tests/data/h200/fsdp-ws1-2026-12-02).
         S.setOnHost(false);
-        if (fsdp)
-            fullyShard();
-        else if (c.worldSize > 1 || c.zeroStage == 1)
-            dataParallel();
+        sim::ParallelModel pm{units(), &buffers, trainable};
+        stepped = par->wrap(pm);
+        if (m.tiedEmbeddings)
+            lmHead = embed;
         S.setOp("input_ids");
         for (int64_t i = 0; i < c.gradAccum; ++i)
             batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
     }
-
-    // compute_bucket_assignment_by_size (reducer.cpp) over `order`: per dtype, tensors join the
-    // open bucket until it reaches the current limit (the first limit for a dtype's first bucket,
-    // the last one after); buckets sorted by their first tensor; one allocation each, in order.
-    std::vector<int> allocateBuckets(const std::vector<T *> &order, const std::vector<int64_t> &limits)
-    {
-        struct Open
-        {
-            int64_t bytes = 0;
-            size_t limit = 0;
-            size_t first = 0;
-        };
-        std::map<int, Open> open;
-        std::vector<std::pair<size_t, int64_t>> done; // (first tensor, bytes)
-        for (size_t i = 0; i < order.size(); ++i) {
-            Open &b = open[order[i]->elem];
-            if (b.bytes == 0)
-                b.first = i;
-            b.bytes = checkedAdd(b.bytes, order[i]->bytes);
-            if (b.bytes >= limits[std::min(b.limit, limits.size() - 1)]) {
-                done.emplace_back(b.first, b.bytes);
-                b.bytes = 0;
-                ++b.limit;
-            }
-        }
-        for (const auto &kv : open)
-            if (kv.second.bytes > 0)
-                done.emplace_back(kv.second.first, kv.second.bytes);
-        std::sort(done.begin(), done.end());
-        std::vector<int> out;
-        for (const auto &d : done)
-            out.push_back(S.allocate(d.second, Category::Communication));
-        return out;
-    }
-
-    // Reducer::rebuild_buckets, at the first forward after the first synchronized backward: the
-    // buckets again, with the 1 MiB first cap and bucket_cap_mb, over the parameters in the order
-    // their gradients became ready (the autograd engine's AccumulateGrad order); the old ones are
-    // freed first (initialize_buckets). Emitted at the end of step 0, just before step 1's
-    // forward mark, so that every steady step is the same program.
-    void rebuildDdpBuckets()
-    {
-        // Each trainable parameter once, where its gradient first became ready; then the ones
-        // that never did (unused), last first.
-        std::vector<T *> pending(static_cast<size_t>(S.paramCount()), nullptr);
-        for (T *p : trainable)
-            pending[static_cast<size_t>(p->param)] = p;
-        std::vector<T *> order;
-        for (int pi : S.gradReadyOrder())
-            if (T *&p = pending[static_cast<size_t>(pi)]) {
-                order.push_back(p);
-                p = nullptr;
-            }
-        for (auto it = trainable.rbegin(); it != trainable.rend(); ++it)
-            if (pending[static_cast<size_t>((*it)->param)])
-                order.push_back(*it);
-        S.setOp("ddp_rebuild_buckets");
-        S.setLayer(-1);
-        for (int b : ddpBuckets)
-            S.unref(b);
-        ddpBuckets = allocateBuckets(order, {int64_t(1) << 20, opt.ddpBucketBytes});
-    }
-
-    // DistributedDataParallel (torch/nn/parallel/distributed.py, reducer.cpp), one flat bucket
-    // tensor per bucket in the gradients' dtype, kept for the run; the gradients are copied in,
-    // all-reduced and copied back in place (gradient_as_bucket_view False). Without
-    // find_unused_parameters the first iteration runs with one bucket per dtype
-    // (bucket_size_limits = [sys.maxsize] in _ddp_init_helper); at the next forward the Reducer
-    // rebuilds them in the order the gradients became ready (rebuildDdpBuckets). Measured: two
-    // ranks sharing the H200, a 4.6 GiB bucket for Llama-3.2-1B amp freed at step 1's forward.
-    // ZeroRedundancyOptimizer (ZeRO-1) over it: the optimizer steps this rank's share only,
-    // parameters assigned largest first to the least-loaded rank (_partition_parameters); the
-    // estimate takes the rank with the most, and the updated parameters are broadcast in place.
-    void dataParallel()
-    {
-        S.setOp("ddp_buckets");
-        ddpBuckets = allocateBuckets(trainable, {INT64_MAX});
-        if (c.zeroStage != 1)
-            return;
-        std::vector<T *> bySize = trainable;
-        std::stable_sort(bySize.begin(), bySize.end(), [](const T *a, const T *b) { return a->numel() > b->numel(); });
-        std::vector<int64_t> load(static_cast<size_t>(c.worldSize), 0);
-        std::vector<std::vector<T *>> share(static_cast<size_t>(c.worldSize));
-        for (T *p : bySize) {
-            const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-            load[r] += p->numel();
-            share[r].push_back(p);
-        }
-        const size_t most = static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
-        // The local optimizer is built over the rank's partition as it was filled: largest first
-        // (measured: its AdamW state is allocated in that order, the MLP weights before the rest).
-        stepped = share[most];
-    }
-
-    // ------------------------------------------------------------------ FSDP2
-    // CUDA streams as the allocator keys its blocks: the all-gathers run on one side stream, the
-    // reduce-scatters on another, and Gloo makes its own temporaries on a third.
-    static constexpr int kAllGatherStream = 1, kGlooStream = 2, kReduceScatterStream = 3;
-    int64_t ranks() const { return std::max<int64_t>(1, c.worldSize); } // N, the shards per parameter
 
     // A decoder layer's parameters in model.parameters() order: each adapted Linear's base
     // weight (and bias), then its lora_A and lora_B (PEFT's lora.Linear registers base_layer first).
@@ -691,236 +568,17 @@ private:
         return out;
     }
 
-    // fully_shard(layer) for every decoder layer, then fully_shard(model) (accelerate's and the
-    // engine's order) on a model built on the CPU: each call moves its unit's parameters to the
-    // GPU, then each becomes a Shard(0) DTensor whose local tensor is padded to ceil(rows / N) rows
-    // (_fsdp_param.py _init_sharded_param), then the whole ones are freed (measured, unit by unit,
-    // tests/data/h200/fsdp-2026-12-02). Under the mixed-precision policy the shards stay fp32 and
-    // the parameters are gathered in bf16.
-    void fullyShard()
+    // The model as a parallel strategy wraps it: the root's parameters (embeddings, final norm,
+    // an untied lm_head), then each decoder layer's.
+    std::vector<std::vector<T *>> units()
     {
-        const int64_t N = ranks();
-        units.resize(layers.size() + 1);
+        std::vector<std::vector<T *>> out(layers.size() + 1);
         for (size_t l = 0; l < layers.size(); ++l)
-            units[l + 1].params = layerUnitParameters(layers[l]);
+            out[l + 1] = layerUnitParameters(layers[l]);
         for (T *t : {&embed, &positions, &finalNorm, &finalNormB, m.tiedEmbeddings ? nullptr : &lmHead})
             if (t && t->valid())
-                units[0].params.push_back(t);
-        std::map<const T *, T *> shardOf;
-        auto shardUnit = [&](FsdpUnit &u, int layer) {
-            S.setLayer(layer);
-            S.setOp("fully_shard");
-            // _move_states_to_device: the unit's parameters (and, for the root, the model's
-            // buffers) to the GPU whole; then a shard of each; then the whole ones go.
-            for (T *p : u.params)
-                S.restore(p->sto);
-            if (layer < 0)
-                for (T &b : buffers)
-                    S.restore(b.sto);
-            u.shards.reserve(u.params.size());
-            for (T *p : u.params) {
-                const int64_t rows = p->rows > 0 ? p->rows : p->numel(), cols = p->cols > 0 ? p->cols : 1;
-                const int64_t chunk = (rows + N - 1) / N, numel = checkedMul(chunk, cols);
-                T sh = S.make(checkedMul(numel, p->elem), p->elem, Category::Weights);
-                sh.rows = chunk;
-                sh.cols = cols;
-                sh.requiresGrad = p->requiresGrad;
-                u.shards.push_back(sh);
-                const int gatherElem = mixedPolicy ? 2 : p->elem;
-                u.gatherBytes = checkedAdd(u.gatherBytes, checkedMul(checkedMul(numel, gatherElem), N));
-                if (p->requiresGrad)
-                    u.reduceBytes = checkedAdd(u.reduceBytes, checkedMul(checkedMul(numel, mixedPolicy ? 4 : p->elem), N));
-            }
-            for (T *p : u.params)
-                S.release(p->sto);
-            if (mixedPolicy)
-                for (T *p : u.params) { // the unsharded parameter is param_dtype (bf16)
-                    p->bytes = checkedMul(p->numel(), 2);
-                    p->elem = 2;
-                    S.resize(p->sto, p->bytes);
-                }
-            for (size_t i = 0; i < u.params.size(); ++i)
-                shardOf[u.params[i]] = &u.shards[i];
-        };
-        for (size_t l = 0; l < layers.size(); ++l)
-            shardUnit(units[l + 1], static_cast<int>(l));
-        shardUnit(units[0], -1);
-        S.setLayer(-1);
-        if (m.tiedEmbeddings)
-            lmHead = embed;
-        stepped.clear();
-        for (T *t : trainable)
-            stepped.push_back(shardOf.at(t));
-    }
-
-    // FSDPParamGroup.unshard: the all-gather into one flat output on the all-gather stream
-    // (_fsdp_collectives.py foreach_all_gather; Gloo adds a temporary of its size on its own).
-    void fsdpUnshard(FsdpUnit &u)
-    {
-        if (u.unsharded || u.agOut >= 0)
-            return;
-        // At one rank there is nothing to gather: the copy-out reads the shard (measured over
-        // NCCL at world size 1, tests/data/h200/fsdp-ws1-2026-12-02: no all-gather buffer).
-        if (c.worldSize <= 1)
-            return;
-        S.setOp("fsdp_all_gather");
-        S.setStream(kAllGatherStream);
-        // Under the mixed-precision policy each shard is first cast to bf16 into one flat input
-        // (_fsdp_collectives.py _get_param_all_gather_inputs), freed once the all-gather is out.
-        const int64_t N = ranks();
-        const int cast = mixedPolicy ? S.allocate(u.gatherBytes / N, Category::Communication) : -1;
-        u.agOut = S.allocate(u.gatherBytes, Category::Communication);
-        if (opt.glooCollectives) {
-            S.setStream(kGlooStream);
-            S.unref(S.allocate(u.gatherBytes, Category::Communication));
-        }
-        S.unref(cast);
-        S.setStream(0);
-        releaseGlooTemps(); // Gloo lets its last reduce-scatter temporary go at the next collective
-    }
-
-    // wait_for_unshard's copy-out: each parameter's unsharded storage, in order (alloc_storage).
-    void fsdpCopyOut(FsdpUnit &u)
-    {
-        if (u.unsharded)
-            return;
-        S.setOp("fsdp_copy_out");
-        for (T *p : u.params)
-            S.restore(p->sto);
-        u.unsharded = true;
-    }
-
-    // FSDPParamGroup.reshard: storage().resize_(0) of every unsharded parameter.
-    void fsdpReshard(FsdpUnit &u)
-    {
-        if (!u.unsharded)
-            return;
-        S.setOp("fsdp_reshard");
-        for (T *p : u.params)
-            S.release(p->sto);
-        u.unsharded = false;
-    }
-
-    void releaseGlooTemps()
-    {
-        for (auto it = glooTemps.rbegin(); it != glooTemps.rend(); ++it)
-            S.unref(*it);
-        glooTemps.clear();
-    }
-
-    // pre_forward: unshard and copy out; the previous unit's all-gather output goes once this
-    // unit's copy-out is done (the forward keeps one in comm_ctx.all_gather_state).
-    void fsdpPreForward(size_t k)
-    {
-        FsdpUnit &u = units[k];
-        fsdpUnshard(u);
-        fsdpCopyOut(u);
-        if (agState >= 0)
-            S.unref(agState);
-        agState = u.agOut;
-        u.agOut = -1;
-    }
-
-    // The root's pre-backward (a hook on the loss): the forward's last all-gather output goes, the
-    // root is gathered again (ZeRO-3), the last layer prefetched, then the root's output freed.
-    void fsdpRootPreBackward(bool sync)
-    {
-        syncGrads = sync;
-        for (FsdpUnit &u : units)
-            u.postBackwardDone = false;
-        S.setLayer(-1);
-        if (agState >= 0)
-            S.unref(agState);
-        agState = -1;
-        FsdpUnit &root = units[0];
-        fsdpUnshard(root);
-        fsdpCopyOut(root);
-        if (units.size() > 1)
-            fsdpUnshard(units.back());
-        if (root.agOut >= 0)
-            S.unref(root.agOut);
-        root.agOut = -1;
-    }
-
-    // A layer's pre-backward (a hook on its output): copy out the prefetched all-gather, free it,
-    // prefetch the next layer in backward order.
-    void fsdpPreBackward(size_t k)
-    {
-        FsdpUnit &u = units[k];
-        fsdpUnshard(u);
-        fsdpCopyOut(u);
-        if (u.agOut >= 0)
-            S.unref(u.agOut);
-        u.agOut = -1;
-        if (k > 1)
-            fsdpUnshard(units[k - 1]);
-        S.setOp("backward");
-    }
-
-    // post_backward (RegisterPostBackwardFunction on the unit's inputs, or the final callback):
-    // reshard; then, where gradients sync, the previous reduce-scatter input goes, the new one
-    // (N x the shards, in reduce_dtype) is made on the default stream from the unsharded
-    // gradients, which are freed, and the reduce-scatter output, the sharded .grad, is made on the
-    // reduce-scatter stream and kept until zero_grad (_fsdp_collectives.py foreach_reduce).
-    void fsdpPostBackward(size_t k, bool finalCallback)
-    {
-        FsdpUnit &u = units[k];
-        if (u.postBackwardDone)
-            return;
-        u.postBackwardDone = true;
-        fsdpReshard(u);
-        bool any = false;
-        for (T *p : u.params)
-            any = any || (p->param >= 0 && S.gradOf(p->param) >= 0);
-        if (!syncGrads || !any) {
-            S.setOp("backward");
-            return;
-        }
-        const int64_t N = ranks();
-        S.setOp("fsdp_reduce_scatter");
-        if (rsState >= 0)
-            S.unref(rsState);
-        rsState = S.allocate(u.reduceBytes, Category::Communication);
-        for (T *p : u.params)
-            if (p->param >= 0)
-                S.unref(S.takeGrad(p->param));
-        S.setStream(kReduceScatterStream);
-        shardedGrads.push_back(S.allocate(u.reduceBytes / N, Category::Gradients));
-        if (opt.glooCollectives) {
-            if (!finalCallback)
-                releaseGlooTemps();
-            glooTemps.push_back(S.allocate(u.reduceBytes, Category::Communication));
-        }
-        S.setStream(0);
-        S.setOp("backward");
-    }
-
-    // _root_post_backward_final_callback: every unit whose post-backward did not run (the root;
-    // a layer whose input needs no gradient, as the first under LoRA), root first; then it waits
-    // for the last reduce-scatter, whose input goes.
-    void fsdpFinalCallback()
-    {
-        S.setLayer(-1);
-        for (size_t k = 0; k < units.size(); ++k)
-            fsdpPostBackward(k, true);
-        if (rsState >= 0)
-            S.unref(rsState);
-        rsState = -1;
-        releaseGlooTemps();
-    }
-
-    // An identity autograd node whose backward runs `hook` first (FSDP2's pre-backward hook on a
-    // unit's output, and RegisterPostBackwardFunction on its input); no-op where no grad flows.
-    T backwardHook(T &x, std::function<void()> hook)
-    {
-        T y = S.view(x);
-        S.record({&y}, {&x}, {}, [hook](Sim &sim, const std::vector<int> &g, const std::vector<bool> &) {
-            hook();
-            sim.ref(g.empty() ? -1 : g[0]);
-            return std::vector<int>{g.empty() ? -1 : g[0]};
-        });
-        S.drop(x);
-        return y;
+                out[0].push_back(t);
+        return out;
     }
 
     bool present(int mod) const { return !linearModuleNames(m)[static_cast<size_t>(mod)].empty(); }
@@ -1894,11 +1552,44 @@ private:
         S.drop(s2);
     }
 
+    // One decoder layer's forward, inside checkpoint() where the layer is checkpointed.
+    T decoderLayer(int64_t l, const T &hcur, const T &cos, const T &sin, const T &sdpaMask)
+    {
+        LayerParams &L = layers[static_cast<size_t>(l)];
+        T next;
+        if (c.checkpointed(l)) {
+            const T in = hcur;
+            // checkpoint() keeps the layer's tensor arguments for the recomputation: the
+            // hidden states, the rotary cos/sin and the attention mask it was given.
+            std::vector<const T *> regionInputs = {&hcur, &cos, &sin};
+            if (eagerMask.valid())
+                regionInputs.push_back(&eagerMask);
+            else if (sdpaMask.valid() && slidingMask(l))
+                regionInputs.push_back(&sdpaMask);
+            S.beginRegion([this, &L, in, cos, sin]() mutable {
+                // The recomputation runs in its own torch.autocast context (checkpoint.py's
+                // device_autocast_ctx); leaving it clears autocast's cast cache, also when
+                // the early stop unwinds it.
+                struct CacheScope
+                {
+                    Run *run;
+                    ~CacheScope() { run->clearAmpCache(); }
+                } scope{this};
+                T o = layerForward(L, in, cos, sin);
+                S.drop(o);
+            }, regionInputs);
+            next = layerForward(L, hcur, cos, sin);
+            S.endRegion();
+        } else {
+            next = layerForward(L, hcur, cos, sin);
+        }
+        return next;
+    }
+
     T forward(const T &ids)
     {
         S.setLayer(-1);
-        if (fsdp)
-            fsdpPreForward(0);
+        par->rootForward();
         S.setOp("embedding");
         T x = O.embedding(embed, ids, tok, V, h);
         if (ft.scaledEmbedding) {
@@ -1972,47 +1663,13 @@ private:
         }
         for (int64_t l = 0; l < m.numLayers; ++l) {
             S.setLayer(static_cast<int>(l));
-            LayerParams &L = layers[static_cast<size_t>(l)];
             // Gemma 3's sliding layers turn q and k by the local table.
             const bool local = cosLocal.valid() && slidingLayer(l);
             const T &cos = local ? cosLocal : cosGlobal, &sin = local ? sinLocal : sinGlobal;
             const size_t unit = static_cast<size_t>(l) + 1;
-            if (fsdp) {
-                fsdpPreForward(unit);
-                hcur = backwardHook(hcur, [this, unit] { fsdpPostBackward(unit, false); });
-            }
-            T next;
-            if (c.checkpointed(l)) {
-                const T in = hcur;
-                // checkpoint() keeps the layer's tensor arguments for the recomputation: the
-                // hidden states, the rotary cos/sin and the attention mask it was given.
-                std::vector<const T *> regionInputs = {&hcur, &cos, &sin};
-                if (eagerMask.valid())
-                    regionInputs.push_back(&eagerMask);
-                else if (sdpaMask.valid() && slidingMask(l))
-                    regionInputs.push_back(&sdpaMask);
-                S.beginRegion([this, &L, in, cos, sin]() mutable {
-                    // The recomputation runs in its own torch.autocast context (checkpoint.py's
-                    // device_autocast_ctx); leaving it clears autocast's cast cache, also when
-                    // the early stop unwinds it.
-                    struct CacheScope
-                    {
-                        Run *run;
-                        ~CacheScope() { run->clearAmpCache(); }
-                    } scope{this};
-                    T o = layerForward(L, in, cos, sin);
-                    S.drop(o);
-                }, regionInputs);
-                next = layerForward(L, hcur, cos, sin);
-                S.endRegion();
-            } else {
-                next = layerForward(L, hcur, cos, sin);
-            }
-            if (fsdp) {
-                if (c.zeroStage >= 3) // post_forward: reshard_after_forward
-                    fsdpReshard(units[unit]);
-                next = backwardHook(next, [this, unit] { fsdpPreBackward(unit); });
-            }
+            par->layerInput(unit, hcur);
+            T next = decoderLayer(l, hcur, cos, sin, sdpaMask);
+            par->layerOutput(unit, next);
             S.drop(hcur);
             hcur = next;
         }
@@ -2034,6 +1691,12 @@ private:
         for (T &t : embedLocals)
             S.drop(t);
         embedLocals.clear();
+        return headAndLoss(fn);
+    }
+
+    // The lm_head and the loss over the final norm's output `fn` (consumed).
+    T headAndLoss(T fn)
+    {
         if (c.loss == Loss::Fused) {
             // Liger: no lm_head module call, no logits; under autocast the chunks' matmuls use
             // the cached bf16 copy of the weight (autocast's cache, a trainable leaf).
@@ -2046,8 +1709,7 @@ private:
             if (cast.valid())
                 S.drop(cast);
             clearAmpCache();
-            if (fsdp && c.zeroStage >= 3)
-                fsdpReshard(units[0]);
+            par->forwardDone();
             return loss;
         }
         S.setOp("lm_head");
@@ -2076,8 +1738,7 @@ private:
         // of the statement, then autocast's exit clears its cache of weight casts (only visible
         // where no node keeps them: under activation offload, measured on the H200).
         clearAmpCache();
-        if (fsdp && c.zeroStage >= 3) // the root's post_forward reshards it too
-            fsdpReshard(units[0]);
+        par->forwardDone();
         return loss;
     }
 
@@ -2130,6 +1791,26 @@ const SimOptimizer &simOptimizer(Optimizer o)
             if (id == o)
                 return *s;
     throw InputError("optimizer", std::string(toString(o)), "no simulated step (core/sim/optim/) serves it");
+}
+
+std::unique_ptr<ParallelStrategy> makeParallelStrategy(const ParallelContext &ctx)
+{
+    static const std::vector<const ParallelKind *> all = {
+#define HEADROOM_PARALLEL(name) &parallel_##name(),
+#include "parallels.inc"
+#undef HEADROOM_PARALLEL
+    };
+    const ParallelKind *chosen = nullptr;
+    for (const ParallelKind *k : all)
+        if (k->serves(ctx.config)) {
+            if (chosen)
+                throw std::logic_error(std::string("parallel strategies ") + chosen->name + " and " + k->name +
+                                       " both serve one configuration (core/sim/parallel/)");
+            chosen = k;
+        }
+    if (!chosen)
+        throw std::logic_error("no parallel strategy (core/sim/parallel/) serves the configuration");
+    return chosen->make(ctx);
 }
 
 } // namespace sim
