@@ -502,7 +502,7 @@ int probeMain(int argc, char **argv)
                 if (given)
                     throw InputError(flag, "given", "needs --engine transformers");
             request.model.validate(); // the LibTorch engine builds only what core can describe
-            if (const auto no = protocol::libtorchRefusal(request.model, request.config))
+            if (const auto no = libtorchRefusal(request.model, request.config))
                 throw InputError(no->field, no->value, no->reason);
             if (request.config.offloadOptimizer)
                 throw InputError("config.offload_optimizer", "true",

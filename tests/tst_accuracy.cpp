@@ -494,7 +494,7 @@ private Q_SLOTS:
             QCOMPARE(row.at("engine_peak_allocated").get<int64_t>(), m.peakAllocatedBytes);
             const double err = double(row.at("libtorch_peak_allocated").get<int64_t>() - m.peakAllocatedBytes) /
                                double(m.peakAllocatedBytes);
-            const auto no = protocol::libtorchRefusal(m.model, m.config);
+            const auto no = libtorchRefusal(m.model, m.config);
             if (no) {
                 ++refused;
                 QVERIFY2(std::abs(err) > 0.01, qPrintable(QString::fromStdString(name) + QStringLiteral(": refused but it matched")));

@@ -675,7 +675,7 @@ private Q_SLOTS:
             (void)estimate(ds, c);
             QFAIL("LoRA on stacked experts is refused");
         } catch (const InputError &e) {
-            const auto fix = quickFix(ds, c, e.field());
+            const auto fix = quickFix(ds, c, e);
             QVERIFY(fix.has_value());
             QCOMPARE(fix->config.lora.targets, (std::vector<std::string>{"q_proj", "o_proj"}));
             QVERIFY(estimate(ds, fix->config).peakAllocatedBytes > 0);
@@ -684,13 +684,35 @@ private Q_SLOTS:
         q.finetune = FineTune::QLoRA;
         q.precision = Precision::FP32;
         const ModelArch &l = findModelPreset("llama-3.2-1b");
-        const auto fq = quickFix(l, q, "precision");
+        // Each refusal carries the rule that made it, and the fix follows the rule.
+        auto refusalOf = [](const ModelArch &m, const TrainingConfig &cfg) -> Refusal {
+            try {
+                (void)estimate(m, cfg);
+            } catch (const Refused &e) {
+                return e.refusal();
+            }
+            return {Blocker::EngineModel, "", "", "not refused"};
+        };
+        const Refusal rq = refusalOf(l, q);
+        QCOMPARE(int(rq.blocker), int(Blocker::QloraInFp32));
+        const auto fq = quickFix(l, q, rq);
         QVERIFY(fq && fq->config.precision == Precision::BF16);
         TrainingConfig g = base();
         g.seqLen = 4096;
-        const auto fg = quickFix(findModelPreset("gpt2"), g, "seq");
+        const Refusal rg = refusalOf(findModelPreset("gpt2"), g);
+        QCOMPARE(int(rg.blocker), int(Blocker::PastLearnedPositions));
+        const auto fg = quickFix(findModelPreset("gpt2"), g, rg);
         QVERIFY(fg && fg->config.seqLen == 1024);
-        QVERIFY(!quickFix(l, base(), "batch").has_value());
+        // An error that is not a refusal (a bad value) has no fix.
+        TrainingConfig bad = base();
+        bad.microBatch = 0;
+        try {
+            (void)estimate(l, bad);
+            QFAIL("micro-batch 0 is refused");
+        } catch (const InputError &e) {
+            QVERIFY(dynamic_cast<const Refused *>(&e) == nullptr);
+            QVERIFY(!quickFix(l, bad, e).has_value());
+        }
     }
 
     // Issue 13's honesty grid: 240 configurations (six models from GPT-2 to Llama-3.1-8B; full,

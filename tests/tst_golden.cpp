@@ -84,7 +84,7 @@ void emitConfiguration(const std::string &key, const Scenario &s, size_t index, 
             out.push_back({key + "/timeline", toJson(estimateTimeline(s.model, s.config, opt)).dump()});
     } catch (const InputError &e) {
         doc = errorText(e);
-        if (auto fix = quickFix(s.model, s.config, e.field()))
+        if (auto fix = quickFix(s.model, s.config, e))
             doc += "\nfix: " + fix->title + "\n" + toJson(fix->config).dump();
     }
     out.push_back({key + "/estimate", doc});

@@ -182,7 +182,7 @@ void MeasureBar::measureOn(const QString &device)
     // measured by the transformers engine instead, and the status says why.
     QString why;
     if (o.engine != QLatin1String("transformers")) {
-        if (const auto no = protocol::libtorchRefusal(request.model, request.config)) {
+        if (const auto no = libtorchRefusal(request.model, request.config)) {
             o.engine = QStringLiteral("transformers");
             why = tr(" with the transformers engine (%1 = %2: the LibTorch engine does not reproduce it)")
                       .arg(qs(no->field), qs(no->value));

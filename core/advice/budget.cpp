@@ -648,45 +648,4 @@ std::string sweepCsv(const std::vector<SweepRow> &rows)
     return o.str();
 }
 
-std::optional<QuickFix> quickFix(const ModelArch &m, const TrainingConfig &c, const std::string &field,
-                                 const EstimatorOptions &opt)
-{
-    QuickFix f;
-    f.config = c;
-    if (field == "lora.targets" && c.finetune != FineTune::Full) {
-        // The attention's Linears the model has (q/k/v/o, or its fused qkv).
-        std::vector<std::string> targets;
-        const auto names = linearModuleNames(m);
-        for (LinearModule mod : {LinearModule::Q, LinearModule::K, LinearModule::V, LinearModule::O}) {
-            const std::string &n = names[static_cast<size_t>(mod)];
-            if (!n.empty() && std::find(targets.begin(), targets.end(), n) == targets.end())
-                targets.push_back(n);
-        }
-        if (targets.empty() || targets == c.lora.targets)
-            return std::nullopt;
-        std::string list;
-        for (const auto &t : targets)
-            list += (list.empty() ? "" : ", ") + t;
-        f.title = "LoRA on the attention only (" + list + ")";
-        f.config.lora.targets = targets;
-    } else if (field == "precision" && c.finetune == FineTune::QLoRA && c.precision == Precision::FP32) {
-        f.title = "Compute in bf16 (QLoRA computes in 16 bits)";
-        f.config.precision = Precision::BF16;
-    } else if (field == "seq" && m.learnedPositions && m.maxPositions > 0 && c.seqLen > m.maxPositions) {
-        f.title = "Sequence " + std::to_string(m.maxPositions) + " (the model's learned positions end there)";
-        f.config.seqLen = m.maxPositions;
-    } else if (field == "model.model_type" && m.isMla() && c.finetune == FineTune::QLoRA) {
-        f.title = "LoRA instead of QLoRA (multi-head latent attention with QLoRA is not estimated yet)";
-        f.config.finetune = FineTune::LoRA;
-    } else {
-        return std::nullopt;
-    }
-    try {
-        (void)estimate(m, f.config, opt);
-    } catch (const InputError &) {
-        return std::nullopt; // the fix alone is not enough: say nothing rather than offer a dead end
-    }
-    return f;
-}
-
 } // namespace headroom

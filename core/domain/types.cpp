@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "headroom/error.h"
+#include "headroom/refusal.h"
 
 #include <map>
 #include <utility>
@@ -70,22 +71,22 @@ const std::vector<EnumRow<Attention>> kAttentionTable = {{Attention::SDPA, "sdpa
 // (program.cpp optimizerStep), and its step in the LibTorch probe and the transformers engine.
 const std::vector<OptimizerTraits> kOptimizerTable = {
     {Optimizer::AdamW, "adamw", "AdamW", "torch.optim.AdamW: two moments per parameter (exp_avg, exp_avg_sq)",
-     "adamw_torch", "adamw_torch adamw_torch_fused adamw_hf adamw adam paged_adamw_32bit paged_adamw", 2},
+     "adamw_torch", "adamw_torch adamw_torch_fused adamw_hf adamw adam paged_adamw_32bit paged_adamw"},
     {Optimizer::AdamW8bit, "adamw-8bit", "AdamW 8-bit",
      "bitsandbytes AdamW8bit: two uint8 moments with an fp32 scale per 256 values (32-bit below 4,096 values)",
-     "adamw_bnb_8bit", "adamw_bnb_8bit adamw_8bit bnb_8bit adamw_torch_8bit", -1},
+     "adamw_bnb_8bit", "adamw_bnb_8bit adamw_8bit bnb_8bit adamw_torch_8bit"},
     {Optimizer::PagedAdamW8bit, "paged-adamw-8bit", "Paged AdamW 8-bit",
      "bitsandbytes PagedAdamW8bit: AdamW 8-bit whose moments of tensors of 100k values or more live in CUDA managed "
      "memory, which the driver pages out to host RAM under memory pressure instead of failing",
-     "paged_adamw_8bit", "paged_adamw_8bit", -1},
-    {Optimizer::SGD, "sgd", "SGD", "torch.optim.SGD without momentum: no state", "sgd", "sgd", 0},
+     "paged_adamw_8bit", "paged_adamw_8bit"},
+    {Optimizer::SGD, "sgd", "SGD", "torch.optim.SGD without momentum: no state", "sgd", "sgd"},
     {Optimizer::SGDMomentum, "sgd-momentum", "SGD + momentum", "torch.optim.SGD with momentum: one buffer per parameter",
-     "sgd", "", 1},
+     "sgd", ""},
     {Optimizer::Adafactor, "adafactor", "Adafactor",
      "transformers' Adafactor: factored second moments (a row and a column vector per matrix), no first moment",
-     "adafactor", "adafactor", -1},
+     "adafactor", "adafactor"},
     {Optimizer::Lion, "lion", "Lion", "bitsandbytes Lion (32-bit): one fp32 momentum per parameter", "lion_32bit",
-     "lion_32bit paged_lion_32bit lion lion_8bit paged_lion_8bit", -1},
+     "lion_32bit paged_lion_32bit lion lion_8bit paged_lion_8bit"},
 };
 const std::pair<Loss, std::string_view> kLosses[] = {{Loss::Standard, "standard"}, {Loss::Fused, "fused"}};
 const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights, "weights"},
@@ -259,7 +260,7 @@ void TrainingConfig::validate() const
             throw InputError("lora_dropout", std::to_string(lora.dropout), "must be in [0, 1)");
     }
     if (finetune == FineTune::QLoRA && (precision == Precision::FP32))
-        throw InputError("precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16");
+        throw Refused({Blocker::QloraInFp32, "precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16"});
 }
 
 } // namespace headroom

@@ -151,47 +151,4 @@ std::string describe(const Progress &p)
     return s;
 }
 
-std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig &c)
-{
-    const FamilyTraits &ft = familyTraitsOrLlama(m.modelType);
-    const bool known = ft.modelType == m.modelType && ft.libtorchEngine;
-    if (!known || m.isMoe() || m.fusedQkv || m.fusedGateUp || m.norm != NormKind::RMSNorm)
-        return Refusal{"model.model_type", m.modelType,
-                       "the LibTorch engine follows Llama-style modeling only (llama, mistral, qwen2, qwen3); "
-                       "use --engine transformers"};
-    const nlohmann::json &hc = m.hfConfig;
-    if (hc.is_object() && hc.contains("sliding_window") && hc.at("sliding_window").is_number_integer()) {
-        const int64_t window = hc.at("sliding_window").get<int64_t>();
-        const bool slides = !ft.slidingWindowOptIn ||
-                            (hc.contains("use_sliding_window") && hc.at("use_sliding_window").is_boolean() &&
-                             hc.at("use_sliding_window").get<bool>());
-        if (slides && window > 0 && c.seqLen >= window)
-            return Refusal{"config.seq_len", std::to_string(c.seqLen), "at or past the sliding window (" + std::to_string(window) +
-                                                 ") HF masks attention explicitly, which the LibTorch engine does not "
-                                                 "reproduce; use --engine transformers"};
-    }
-    if (c.gradAccum > 1)
-        return Refusal{"config.grad_accum", std::to_string(c.gradAccum), "the LibTorch engine measured 10.5% under the real stack with gradient "
-                                            "accumulation; use --engine transformers"};
-    if (c.loss == Loss::Fused && (c.precision == Precision::AmpBF16 || c.precision == Precision::AmpFP16))
-        return Refusal{"config.loss", "fused", "the LibTorch engine's fused loss runs without autocast (Liger's fp32 "
-                                               "accumulator path needs addmm's out_dtype); use bf16, fp16 or fp32, or "
-                                               "--engine transformers with liger-kernel installed"};
-    if (c.finetune == FineTune::QLoRA && isAmp(c.precision))
-        return Refusal{"config.precision", std::string(toString(c.precision)),
-                       "QLoRA under autocast runs Linear4bit in fp32 with autocast's casts inside bitsandbytes, "
-                       "which the LibTorch engine does not follow; use bf16 or fp16, or --engine transformers"};
-    if (c.optimizer == Optimizer::PagedAdamW8bit)
-        return Refusal{"config.optimizer", "paged-adamw-8bit", "paged optimizer state lives in CUDA managed memory, "
-                                                                "which the LibTorch engine does not make; use "
-                                                                "--engine transformers with bitsandbytes installed"};
-    if (c.activationOffload)
-        return Refusal{"config.activation_offload", "true", "the LibTorch engine has no saved-tensor hooks to move "
-                                                            "activations to the host; use --engine transformers"};
-    if (c.zeroStage > 0)
-        return Refusal{"config.zero_stage", std::to_string(c.zeroStage), "ZeRO/FSDP sharding is measured with the real FSDP2 and "
-                                            "ZeroRedundancyOptimizer: use --engine transformers"};
-    return std::nullopt;
-}
-
 } // namespace headroom::protocol

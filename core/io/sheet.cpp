@@ -91,7 +91,7 @@ Report buildReport(const Scenario &s, bool withAdvice)
     } catch (const InputError &e) {
         r.error = e.what();
         try {
-            r.fix = quickFix(s.model, s.config, e.field(), estimatorOptions(s));
+            r.fix = quickFix(s.model, s.config, e, estimatorOptions(s));
         } catch (const InputError &) {
             r.fix.reset(); // the allocator settings themselves are what is wrong
         }

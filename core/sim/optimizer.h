@@ -1,14 +1,16 @@
 #pragma once
 // An optimizer in the simulator: what one optimizer.step() allocates, its state at each
 // parameter's first step and its temporaries at every step, in the order the real step makes and
-// frees them. One file per optimizer in sim/optim/ (CMake lists the folder); its facts (name,
-// labels, Hugging Face names, parameter-shaped state tensors) are its row of the optimizer table
-// (domain/types.cpp), which the parameter counts and the formats read.
+// frees them, and the state layout that step makes, which the parameter counts read too
+// (optimizerStateBytes in headroom/simulation.h). One file per optimizer in sim/optim/ (CMake
+// lists the folder); its facts (name, labels, Hugging Face names) are its row of the optimizer
+// table (domain/types.cpp), which the explorer and the formats read.
 
 #include "autograd.h"
 
 #include "headroom/types.h"
 
+#include <array>
 #include <vector>
 
 namespace headroom::sim {
@@ -22,11 +24,47 @@ struct OptimizerStep
     std::vector<int> &state; // the state's storages, alive for the rest of the run
 };
 
+// A parameter tensor as an optimizer's state sees it: [rows, cols] (cols 1 for a vector), numel
+// values of elem bytes.
+struct ParamShape
+{
+    int64_t rows = 0, cols = 1, numel = 0;
+    int elem = 2;
+};
+
+// The state tensors the optimizer's init makes for one parameter, in the order it makes them, and
+// what it puts in CUDA managed memory instead (outside the allocator).
+struct StateLayout
+{
+    std::array<int64_t, 4> bytes{};
+    int count = 0;
+    int64_t pagedBytes = 0;
+    void add(int64_t b) { bytes[static_cast<size_t>(count++)] = b; }
+};
+
 struct SimOptimizer
 {
     std::vector<Optimizer> ids; // the table's optimizers this step serves
     void (*step)(OptimizerStep &);
+    StateLayout (*state)(const ParamShape &, const TrainingConfig &);
+    // The step's largest temporaries over the trainable tensors (the per-op ledger's term).
+    int64_t (*stepTemporaries)(const TrainingConfig &, int64_t largestTrainableBytes, int64_t trainableBytes);
 };
+
+// A parameter's shape as its simulated tensor knows it.
+inline ParamShape shapeOf(const T &p)
+{
+    return {p.rows > 0 ? p.rows : p.numel(), p.cols > 0 ? p.cols : 1, p.numel(), p.elem};
+}
+
+// Allocates `layout`'s tensors as optimizer state, kept for the run.
+inline void allocateState(OptimizerStep &o, const StateLayout &layout)
+{
+    for (int i = 0; i < layout.count; ++i)
+        o.state.push_back(o.S.allocate(layout.bytes[static_cast<size_t>(i)], Category::OptimizerState));
+}
+
+inline int64_t noStepTemporaries(const TrainingConfig &, int64_t, int64_t) { return 0; }
 
 // One function per file in sim/optim/, named optimizer_<file> (the list is generated).
 #define HEADROOM_OPTIMIZER(name) const SimOptimizer &optimizer_##name();

@@ -1793,6 +1793,26 @@ const SimOptimizer &simOptimizer(Optimizer o)
     throw InputError("optimizer", std::string(toString(o)), "no simulated step (core/sim/optim/) serves it");
 }
 
+} // namespace sim
+
+OptimizerStateBytes optimizerStateBytes(const TrainingConfig &config, int64_t rows, int64_t cols, int elem)
+{
+    const sim::StateLayout l =
+        sim::simOptimizer(config.optimizer).state({rows, cols, checkedMul(rows, cols), elem}, config);
+    OptimizerStateBytes out;
+    for (int i = 0; i < l.count; ++i)
+        out.device = checkedAdd(out.device, l.bytes[static_cast<size_t>(i)]);
+    out.paged = l.pagedBytes;
+    return out;
+}
+
+int64_t optimizerStepTemporaryBytes(const TrainingConfig &config, int64_t largestTrainableBytes, int64_t trainableBytes)
+{
+    return sim::simOptimizer(config.optimizer).stepTemporaries(config, largestTrainableBytes, trainableBytes);
+}
+
+namespace sim {
+
 std::unique_ptr<ParallelStrategy> makeParallelStrategy(const ParallelContext &ctx)
 {
     static const std::vector<const ParallelKind *> all = {

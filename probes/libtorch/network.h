@@ -10,7 +10,7 @@
 // [chunk, vocab] buffer holds the logits, then (in place, as Liger's Triton kernel writes it) the
 // softmax gradient; grad_input takes a [chunk, hidden] product; grad_weight gets each chunk's
 // [vocab, hidden] product through an fp32 copy. Without autocast (refused by
-// protocol::libtorchRefusal).
+// libtorchRefusal (headroom/support.h)).
 struct FusedLossFn : public torch::autograd::Function<FusedLossFn>
 {
     static Tensor forward(torch::autograd::AutogradContext *ctx, Tensor x, Tensor w, Tensor labels)
@@ -240,7 +240,7 @@ struct Net
         if (qlora) {
             // peft.prepare_model_for_kbit_training: every parameter that is not 4-bit is fp32, so
             // the residual stream and the activations are fp32; Linear4bit computes in the
-            // model's dtype (amp QLoRA is refused: protocol::libtorchRefusal).
+            // model's dtype (amp QLoRA is refused: libtorchRefusal (headroom/support.h)).
             quantComputeType = computeType;
             paramType = computeType = torch::kFloat;
         }

@@ -67,7 +67,7 @@ void createState(const TrainingConfig &c, const std::vector<Tensor> &params, Opt
         }
         break;
     case Optimizer::AdamW8bit:
-    case Optimizer::PagedAdamW8bit: // refused before (protocol::libtorchRefusal)
+    case Optimizer::PagedAdamW8bit: // refused before (libtorchRefusal (headroom/support.h))
         // bitsandbytes blockwise 8-bit state: uint8 moments with an fp32 absmax per 256 values;
         // tensors under 4096 values keep fp32 state.
         for (const auto &p : params) {

@@ -95,7 +95,7 @@ const int64_t kBucketBytes = EstimatorOptions{}.ddpBucketBytes;
 const int64_t kFirstBucketBytes = int64_t(1) << 20;
 
 // Data parallelism of one rank: DDP (ZeRO and FSDP are measured by the transformers engine,
-// which runs the real FSDP2 and ZeroRedundancyOptimizer; protocol::libtorchRefusal). Reducer
+// which runs the real FSDP2 and ZeroRedundancyOptimizer; libtorchRefusal (headroom/support.h)). Reducer
 // buckets (25 MiB, reverse parameter order) hold a copy of every gradient for the whole run
 // (gradient_as_bucket_view=False); after backward each bucket is all-reduced and copied back.
 class DataParallel final

@@ -4,9 +4,25 @@
 // matrix), or a whole one for a vector, in fp32.
 #include "../optimizer.h"
 
+#include "headroom/error.h"
+
 namespace headroom::sim {
 
 namespace {
+// exp_avg_sq_row and exp_avg_sq_col for a matrix, exp_avg_sq for a vector: made from the
+// gradient after grad.float(), so fp32 whatever the parameter's dtype.
+StateLayout state(const ParamShape &p, const TrainingConfig &)
+{
+    StateLayout l;
+    if (p.cols > 1) {
+        l.add(checkedMul(p.rows, 4));
+        l.add(checkedMul(p.cols, 4));
+    } else {
+        l.add(checkedMul(p.numel, 4));
+    }
+    return l;
+}
+
 void step(OptimizerStep &o)
 {
     Sim &S = o.S;
@@ -21,14 +37,8 @@ void step(OptimizerStep &o)
         const bool factored = p->cols > 1;
         const int64_t cols = p->cols;
         const int64_t rows = p->rows;
-        if (o.first) {
-            if (factored) {
-                o.state.push_back(S.allocate(rows * 4, Category::OptimizerState));
-                o.state.push_back(S.allocate(cols * 4, Category::OptimizerState));
-            } else {
-                o.state.push_back(S.allocate(n * 4, Category::OptimizerState));
-            }
-        }
+        if (o.first)
+            allocateState(o, state(shapeOf(*p), o.config));
         const int pf = low ? S.allocate(n * 4, Category::Temporaries) : -1;
         const int sq = S.allocate(n * 4, Category::Temporaries);  // grad ** 2
         const int upd = S.allocate(n * 4, Category::Temporaries); // + eps
@@ -59,11 +69,19 @@ void step(OptimizerStep &o)
     }
     S.unref(prevUpdate);
 }
+
+// The per-op ledger's term, measured as AdamW's: one parameter-sized buffer over the list.
+int64_t stepTemporaries(const TrainingConfig &c, int64_t largest, int64_t trainable)
+{
+    if (c.optimizerImpl == OptimizerImpl::Fused)
+        return 0;
+    return c.optimizerImpl == OptimizerImpl::ForLoop ? checkedMul(2, largest) : trainable;
+}
 } // namespace
 
 const SimOptimizer &optimizer_adafactor()
 {
-    static const SimOptimizer o{{Optimizer::Adafactor}, &step};
+    static const SimOptimizer o{{Optimizer::Adafactor}, &step, &state, &stepTemporaries};
     return o;
 }
 

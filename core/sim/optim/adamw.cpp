@@ -5,9 +5,20 @@
 // (denom = (exp_avg_sq.sqrt() / bc2).add_(eps)); the fused one works in place.
 #include "../optimizer.h"
 
+#include "headroom/error.h"
+
 namespace headroom::sim {
 
 namespace {
+// exp_avg and exp_avg_sq, in the parameter's dtype.
+StateLayout state(const ParamShape &p, const TrainingConfig &)
+{
+    StateLayout l;
+    l.add(checkedMul(p.numel, p.elem));
+    l.add(checkedMul(p.numel, p.elem));
+    return l;
+}
+
 void step(OptimizerStep &o)
 {
     Sim &S = o.S;
@@ -17,8 +28,7 @@ void step(OptimizerStep &o)
         for (T *p : o.params) {
             if (fused)
                 o.state.push_back(S.allocate(4, Category::OptimizerState)); // device step
-            o.state.push_back(S.allocate(p->bytes, Category::OptimizerState));
-            o.state.push_back(S.allocate(p->bytes, Category::OptimizerState));
+            allocateState(o, state(shapeOf(*p), o.config));
         }
     if (fused)
         return; // _fused_adamw_: in place
@@ -38,11 +48,20 @@ void step(OptimizerStep &o)
     for (auto it = tmp.rbegin(); it != tmp.rend(); ++it)
         S.unref(*it);
 }
+
+// The per-op ledger's term: foreach's one state-sized list, the for-loop's two copies of the
+// largest tensor, nothing fused.
+int64_t stepTemporaries(const TrainingConfig &c, int64_t largest, int64_t trainable)
+{
+    if (c.optimizerImpl == OptimizerImpl::Fused)
+        return 0;
+    return c.optimizerImpl == OptimizerImpl::ForLoop ? checkedMul(2, largest) : trainable;
+}
 } // namespace
 
 const SimOptimizer &optimizer_adamw()
 {
-    static const SimOptimizer o{{Optimizer::AdamW}, &step};
+    static const SimOptimizer o{{Optimizer::AdamW}, &step, &state, &stepTemporaries};
     return o;
 }
 

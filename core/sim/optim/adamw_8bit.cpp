@@ -6,41 +6,50 @@
 // to the device (name2qmap). The update kernel runs in place.
 #include "../optimizer.h"
 
+#include "headroom/error.h"
+
 namespace headroom::sim {
 
 namespace {
+StateLayout state(const ParamShape &p, const TrainingConfig &c)
+{
+    StateLayout l;
+    const int64_t n = p.numel, absmax = ((n + 255) / 256) * 4;
+    if (n < 4096) {
+        l.add(checkedMul(n, 4));
+        l.add(checkedMul(n, 4));
+        return l;
+    }
+    if (c.optimizer == Optimizer::PagedAdamW8bit && n >= 100000) {
+        l.pagedBytes = checkedMul(n, 2);
+    } else {
+        l.add(n);
+        l.add(n);
+    }
+    l.add(absmax);
+    l.add(absmax);
+    return l;
+}
+
 void step(OptimizerStep &o)
 {
     if (!o.first)
         return;
-    Sim &S = o.S;
     bool maps = false;
     for (T *p : o.params) {
-        const int64_t n = p->numel(), absmax = ((n + 255) / 256) * 4;
-        if (n >= 4096 && !maps) {
-            o.state.push_back(S.allocate(256 * 4, Category::OptimizerState));
-            o.state.push_back(S.allocate(256 * 4, Category::OptimizerState));
+        if (p->numel() >= 4096 && !maps) {
+            o.state.push_back(o.S.allocate(256 * 4, Category::OptimizerState));
+            o.state.push_back(o.S.allocate(256 * 4, Category::OptimizerState));
             maps = true;
         }
-        const bool paged = o.config.optimizer == Optimizer::PagedAdamW8bit && n >= 100000;
-        if (n < 4096) {
-            o.state.push_back(S.allocate(n * 4, Category::OptimizerState));
-            o.state.push_back(S.allocate(n * 4, Category::OptimizerState));
-            continue;
-        }
-        if (!paged) {
-            o.state.push_back(S.allocate(n, Category::OptimizerState));
-            o.state.push_back(S.allocate(n, Category::OptimizerState));
-        }
-        o.state.push_back(S.allocate(absmax, Category::OptimizerState));
-        o.state.push_back(S.allocate(absmax, Category::OptimizerState));
+        allocateState(o, state(shapeOf(*p), o.config));
     }
 }
 } // namespace
 
 const SimOptimizer &optimizer_adamw_8bit()
 {
-    static const SimOptimizer o{{Optimizer::AdamW8bit, Optimizer::PagedAdamW8bit}, &step};
+    static const SimOptimizer o{{Optimizer::AdamW8bit, Optimizer::PagedAdamW8bit}, &step, &state, &noStepTemporaries};
     return o;
 }
 

@@ -8,17 +8,24 @@
 namespace headroom::sim {
 
 namespace {
+StateLayout state(const ParamShape &p, const TrainingConfig &)
+{
+    StateLayout l;
+    l.add(checkedMul(p.numel, 4));
+    return l;
+}
+
 void step(OptimizerStep &o)
 {
     if (o.first)
         for (T *p : o.params)
-            o.state.push_back(o.S.allocate(checkedMul(p->numel(), 4), Category::OptimizerState));
+            allocateState(o, state(shapeOf(*p), o.config));
 }
 } // namespace
 
 const SimOptimizer &optimizer_lion()
 {
-    static const SimOptimizer o{{Optimizer::Lion}, &step};
+    static const SimOptimizer o{{Optimizer::Lion}, &step, &state, &noStepTemporaries};
     return o;
 }
 

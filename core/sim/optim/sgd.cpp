@@ -2,21 +2,30 @@
 // with momentum a momentum_buffer per parameter, torch.clone(grad).detach() at its first step.
 #include "../optimizer.h"
 
+#include "headroom/error.h"
+
 namespace headroom::sim {
 
 namespace {
+StateLayout state(const ParamShape &p, const TrainingConfig &c)
+{
+    StateLayout l;
+    if (c.optimizer == Optimizer::SGDMomentum)
+        l.add(checkedMul(p.numel, p.elem)); // momentum_buffer
+    return l;
+}
+
 void step(OptimizerStep &o)
 {
-    if (o.config.optimizer != Optimizer::SGDMomentum || !o.first)
-        return;
-    for (T *p : o.params)
-        o.state.push_back(o.S.allocate(p->bytes, Category::OptimizerState));
+    if (o.first)
+        for (T *p : o.params)
+            allocateState(o, state(shapeOf(*p), o.config));
 }
 } // namespace
 
 const SimOptimizer &optimizer_sgd()
 {
-    static const SimOptimizer o{{Optimizer::SGD, Optimizer::SGDMomentum}, &step};
+    static const SimOptimizer o{{Optimizer::SGD, Optimizer::SGDMomentum}, &step, &state, &noStepTemporaries};
     return o;
 }
 

@@ -2,6 +2,7 @@
 
 #include "headroom/catalog.h"
 #include "headroom/estimator.h"
+#include "headroom/support.h"
 
 #include <functional>
 
@@ -63,18 +64,6 @@ struct Recommendation
 // Ordered as docs/seeds.md says: cut the dynamic peak first, then the static base, then shard.
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu,
                                       double reserve = 0.10, const EstimatorOptions &opt = {});
-
-// When a configuration is refused (an InputError naming `field`), the nearest one that can be
-// estimated, with one line that says what changes: LoRA on the attention only where PEFT would
-// wrap stacked MoE experts, bf16 compute for QLoRA asked in fp32, the longest sequence learned
-// positions allow, LoRA instead of QLoRA with MLA. nullopt when there is no such fix.
-struct QuickFix
-{
-    std::string title;     // "LoRA on the attention only (q_proj, o_proj)"
-    TrainingConfig config; // the fixed configuration, checked to estimate
-};
-std::optional<QuickFix> quickFix(const ModelArch &m, const TrainingConfig &c, const std::string &field,
-                                 const EstimatorOptions &opt = {});
 
 // What to tell the user about this card and this run besides the verdict: bf16 on a card
 // without it; when it fits, how far the micro-batch and the sequence can grow.

@@ -88,9 +88,8 @@ std::string joinNames(const std::vector<Row> &table)
 
 // Everything about an optimizer that is a fact rather than a mechanism, one row per optimizer
 // (types.cpp, kOptimizerTable): the CLI's and JSON's name, the explorer's label and tooltip,
-// the Hugging Face `optim` names it is read from and written as, and how many parameter-shaped
-// state tensors it keeps. Its step's temporaries are the simulator's (program.cpp,
-// optimizerStep); the LibTorch probe and the transformers engine run it to measure.
+// the Hugging Face `optim` names it is read from and written as. Its state layout and its step are
+// its file in core/sim/optim/; the LibTorch probe and the transformers engine run it to measure.
 struct OptimizerTraits
 {
     Optimizer id;
@@ -99,7 +98,6 @@ struct OptimizerTraits
     std::string_view help;      // one sentence: what it keeps
     std::string_view hfOptim;   // TrainingArguments.optim written on export
     std::string_view hfAliases; // space-separated `optim` / Axolotl `optimizer` values read as this one
-    int stateTensors;           // parameter-shaped state tensors in the parameter's dtype; -1: its own layout
 };
 const std::vector<OptimizerTraits> &optimizerTable();
 const OptimizerTraits &traits(Optimizer o);

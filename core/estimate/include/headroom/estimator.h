@@ -3,6 +3,7 @@
 #include "headroom/allocator.h"
 #include "headroom/model.h"
 #include "headroom/simulation.h"
+#include "headroom/support.h"
 #include "headroom/timeline.h"
 #include "headroom/types.h"
 
@@ -45,10 +46,6 @@ struct ParamSummary
     // pressure. Not in optimizerStateBytes, allocated or reserved.
     int64_t pagedOptimizerStateBytes = 0;
 };
-
-// Whether estimate() simulates this configuration op by op (one GPU, DDP, ZeRO-1, FSDP2), or
-// uses the per-op ledger (optimizer offload, QLoRA under FSDP).
-bool isSimulated(const TrainingConfig &config);
 
 struct Estimate
 {

@@ -27,19 +27,6 @@ enum class Engine { LibTorch, Transformers };
 std::string_view toString(Engine e);
 Engine parseEngine(std::string_view s, const std::string &field = "--engine");
 
-// Why the LibTorch engine cannot measure this configuration the way the real stack runs it, as
-// {field, value, reason}; nullopt when it can. The LibTorch engine re-implements Llama-style modeling;
-// checked against the transformers engine on the H200 (tests/data/h200/final-2026-12-01): within
-// 0.012% on Llama, Mistral, Qwen2 and Qwen3 steps (full, LoRA, amp, checkpointing, AdamW, SGD,
-// Adafactor), 10.5% under with gradient accumulation, 1.1% under on Gemma. Everything it refuses
-// is measured with the transformers engine.
-struct Refusal
-{
-    std::string field;
-    std::string value;
-    std::string reason;
-};
-std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig &c);
 
 // Event kinds on stdout, one JSON object per line.
 namespace event {

@@ -34,7 +34,7 @@ struct EstimatorOptions
     // NCCL at world size 1 minus the same run in one plain process, H200, NCCL 2.28.9
     // (tests/data/h200/nccl-ws1/). Its per-peer buffers at N > 1 are not measured yet.
     int64_t ncclCommunicatorBytes = 585105408; // 558 MiB
-    double allocatorSlackFraction = 0.0;     // <= 0: use the measured default (see estimator.cpp)
+    double allocatorSlackFraction = 0.0;     // <= 0: use the measured default (see estimate/estimator.cpp)
     int64_t ddpBucketBytes = 25 * 1048576;   // DDP bucket_cap_mb default
     AllocatorConfig allocator;               // PYTORCH_CUDA_ALLOC_CONF the run will use
     // Collectives over Gloo (ranks sharing one GPU, as the corpus measures several ranks on one
@@ -51,6 +51,18 @@ struct EstimatorOptions
 // at most tokens; about tokens x hidden logits at a time.
 int64_t fusedLossChunkRows(int64_t tokens, int64_t hidden, int64_t vocab);
 
+// What an optimizer keeps for one parameter tensor of [rows, cols] (cols 1 for a vector) stored in
+// `elem` bytes per value, as its file in core/sim/optim/ lays the state out (the simulated step
+// allocates the same tensors): on the device through the allocator, and in CUDA managed memory
+// (bitsandbytes' paged optimizers).
+struct OptimizerStateBytes
+{
+    int64_t device = 0;
+    int64_t paged = 0;
+};
+OptimizerStateBytes optimizerStateBytes(const TrainingConfig &config, int64_t rows, int64_t cols, int elem);
+// The optimizer step's largest live temporaries over the trainable tensors (the per-op ledger).
+int64_t optimizerStepTemporaryBytes(const TrainingConfig &config, int64_t largestTrainableBytes, int64_t trainableBytes);
 
 // Simulates warm-up step 0 and `measuredSteps` steps after it (the probe's default is 2).
 Timeline simulateRun(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options,

@@ -1,0 +1,70 @@
+// Notes on the mechanisms in play that a user may not expect, for the estimate's report.
+
+#include "step.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace headroom::est {
+
+std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
+{
+    const TrainingConfig &cfg = x.cfg;
+    const ModelArch &model = x.m;
+    const int zero = cfg.zeroStage;
+    std::vector<std::string> notes;
+    // Notes on mechanisms the user may not expect.
+    if (!x.full)
+        notes.push_back("PEFT keeps LoRA adapters in fp32 and casts each adapter's input to fp32; those copies "
+                          "are saved for backward");
+    if (cfg.offloadOptimizer)
+    {
+        char gib[32];
+        std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(est.params.hostOptimizerStateBytes) / 1073741824.0);
+        notes.push_back(std::string("the optimizer state (") + gib +
+                          " per rank) and its step run on the CPU; the host needs that much pinned memory");
+    }
+    if (x.qlora && cfg.zeroStage < 2)
+        notes.push_back("QLoRA as PEFT prepares it (prepare_model_for_kbit_training) casts every parameter that is "
+                          "not 4-bit to fp32 (embeddings, norms, lm_head), so the activations and logits are fp32: "
+                          "twice bf16 LoRA's; the 4-bit base saves weight memory only");
+    if (est.params.pagedOptimizerStateBytes > 0) {
+        char gib[32];
+        std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(est.params.pagedOptimizerStateBytes) / 1073741824.0);
+        notes.push_back(std::string("the paged optimizer keeps ") + gib +
+                          " of moments in CUDA managed memory, outside PyTorch's allocator: nvidia-smi counts it "
+                          "while it is on the GPU, and under memory pressure the driver pages it to host RAM "
+                          "(a slower step, not an OOM); it is not in the totals here");
+    }
+    if (model.maxPositions > 0 && cfg.seqLen > model.maxPositions)
+        notes.push_back("sequence length " + std::to_string(cfg.seqLen) + " is above the model's "
+                          "max_position_embeddings (" + std::to_string(model.maxPositions) +
+                          "): it was not trained for it (rope_scaling, or a shorter sequence)");
+    if (x.amp)
+        notes.push_back("autocast keeps a bf16 copy of every Linear weight until backward, and the residual "
+                          "stream stays fp32");
+    if (x.mixedPrecisionPolicy)
+        notes.push_back("FSDP2's MixedPrecisionPolicy gathers the parameters in bf16 and casts each unit's inputs: "
+                          "the step runs in bf16 over fp32 shards, gradients and optimizer state");
+    if (zero >= 2 && isSimulated(cfg))
+        notes.push_back("FSDP2 as accelerate runs it: the model built on the CPU and moved to the GPU unit by unit; "
+                          "its all-gathers and reduce-scatters keep their own blocks on side streams, which the "
+                          "compute stream cannot reuse (reserved is counted per stream)");
+    else if (zero >= 2)
+        notes.push_back("ZeRO-2/3 with " + std::string(cfg.offloadOptimizer ? "optimizer offload" : "QLoRA") +
+                          " goes through the per-op ledger: peak allocated as the layers compose it, reserved as "
+                          "allocated plus the median slack (FSDP2's side streams are not replayed); keep headroom, "
+                          "or measure with --engine transformers");
+    // SDPA has no fp32 flash kernel, and memory-efficient attention no enable_gqa.
+    if (cfg.attention == Attention::SDPA && x.c == 4 && model.numKvHeads < model.numHeads)
+        notes.push_back("fp32 with grouped-query attention: SDPA falls back to the math kernel, which keeps "
+                        "the s x s probabilities");
+    if (usesCollectives(cfg))
+        notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "
+                        "(measured at one rank); its per-peer buffers on several GPUs come on top");
+    std::sort(notes.begin(), notes.end());
+    notes.erase(std::unique(notes.begin(), notes.end()), notes.end());
+    return notes;
+}
+
+} // namespace headroom::est

@@ -1,0 +1,121 @@
+// The parameter counts: every tensor of the model's inventory, as stored (NF4 under QLoRA), the
+// LoRA adapters, and what the optimizer keeps for the trainable ones, in its own layout.
+
+#include "step.h"
+
+#include "headroom/simulation.h"
+
+#include <algorithm>
+
+namespace headroom::est {
+
+namespace {
+// NF4 storage of one tensor as bitsandbytes quantize_4bit packs it: two values per byte, one
+// absmax per 64-value block (fp32, or 8-bit plus an fp32 absmax per 256 blocks when double-quantized).
+int64_t nf4Bytes(int64_t numel, bool doubleQuant)
+{
+    const int64_t packed = (numel + 1) / 2;
+    const int64_t blocks = (numel + 63) / 64;
+    const int64_t absmax = doubleQuant ? blocks + ((blocks + 255) / 256) * 4 : blocks * 4;
+    return packed + absmax;
+}
+} // namespace
+
+Params countParams(const Ctx &x)
+{
+    Params P;
+    auto &S = P.summary;
+    const auto &cfg = x.cfg;
+    const int p = x.p;
+    int64_t trainableBytesForState = 0;
+    int64_t layerParamBytes = 0;
+    // One trainable tensor class: `count` tensors of rows x cols, stored in `bytes` per value (the
+    // optimizer state follows the parameter's dtype in torch.optim).
+    auto addTrainable = [&](int64_t rows, int64_t cols, int bytes, int64_t count, bool inLayer) {
+        const int64_t numel = checkedMul(rows, cols);
+        const int64_t n = checkedMul(numel, count);
+        S.trainable = checkedAdd(S.trainable, n);
+        S.gradientBytes = checkedAdd(S.gradientBytes, checkedMul(n, bytes));
+        S.largestTrainableBytes = std::max(S.largestTrainableBytes, checkedMul(numel, bytes));
+        trainableBytesForState = checkedAdd(trainableBytesForState, checkedMul(n, bytes));
+        if (inLayer) {
+            P.layerGradBytes = checkedAdd(P.layerGradBytes, checkedMul(checkedMul(numel, bytes), count / x.m.numLayers));
+            P.largestLayerGradTensorBytes = std::max(P.largestLayerGradTensorBytes, checkedMul(numel, bytes));
+        }
+        // Optimizer state, as the optimizer's file lays it out for one such tensor.
+        const OptimizerStateBytes st = optimizerStateBytes(cfg, rows, cols, bytes);
+        const int64_t state = checkedMul(st.device, count);
+        S.pagedOptimizerStateBytes = checkedAdd(S.pagedOptimizerStateBytes, checkedMul(st.paged, count));
+        S.optimizerStateBytes = checkedAdd(S.optimizerStateBytes, state);
+    };
+    for (const auto &t : parameterInventory(x.m)) {
+        const int64_t n = checkedMul(t.numel(), t.count);
+        S.total = checkedAdd(S.total, n);
+        const bool inLayer = t.module != "embed_tokens" && t.module != "embed_positions" &&
+                             t.module != "final_norm" && t.module != "lm_head";
+        // Weights, as stored (what ZeRO-3 shards and gathers back per unit)
+        const bool quantized = x.qlora && t.decoderLinear && !familyTraitsOrLlama(x.m.modelType).conv1dLinears;
+        const int64_t stored = quantized ? checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count)
+                                                          : checkedMul(n, p);
+        S.weightBytes = checkedAdd(S.weightBytes, stored);
+        if (inLayer)
+            layerParamBytes = checkedAdd(layerParamBytes, stored / x.m.numLayers);
+        else
+            P.rootParamBytes = checkedAdd(P.rootParamBytes, stored);
+        if (x.full)
+            addTrainable(t.rows, t.cols, p, t.count, inLayer);
+    }
+    if (!x.full) {
+        // LoRA adapters on every targeted Linear: A (r x in) and B (out x r), fp32.
+        const int64_t r = cfg.lora.rank;
+        const int64_t L = x.m.numLayers;
+        for (int mod = 0; mod < ModuleCount; ++mod) {
+            if (!x.lora[mod])
+                continue;
+            const int64_t count = L;
+            const int64_t inF = x.inFeatures(Module(mod)), outF = x.outFeatures(Module(mod));
+            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}}) {
+                const int64_t numel = checkedMul(rows, cols);
+                S.total = checkedAdd(S.total, checkedMul(numel, count));
+                S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, count), x.loraBytes));
+                layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(numel, count / L), x.loraBytes));
+                addTrainable(rows, cols, x.loraBytes, count, true);
+            }
+        }
+        // The wrapped experts' adapters, on every MoE layer.
+        int64_t moeLayers = 0;
+        for (int64_t l = 0; l < L; ++l)
+            moeLayers += x.m.isMoeLayer(l) ? 1 : 0;
+        for (auto [rows, cols] : expertsLoraShapes(x.m, x.experts, r)) {
+            const int64_t numel = checkedMul(rows, cols);
+            S.total = checkedAdd(S.total, checkedMul(numel, moeLayers));
+            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, moeLayers), x.loraBytes));
+            layerParamBytes = checkedAdd(layerParamBytes, checkedMul(numel, x.loraBytes));
+            addTrainable(rows, cols, x.loraBytes, moeLayers, true);
+        }
+    }
+    if (x.full) {
+        P.embedGradBytes = checkedMul(checkedMul(x.V, x.h), p);
+        if (x.m.learnedPositions)
+            P.positionGradBytes = checkedMul(checkedMul(x.m.maxPositions, x.h), p);
+        P.lmHeadGradBytes = x.m.tiedEmbeddings ? 0 : checkedMul(checkedMul(x.V, x.h), p);
+        P.finalNormGradBytes = checkedMul(checkedMul(x.h, x.m.norm == NormKind::LayerNorm ? 2 : 1), p);
+    }
+    P.largestLayerParamBytes = layerParamBytes;
+    P.stepTemporaryBytes = optimizerStepTemporaryBytes(cfg, S.largestTrainableBytes, trainableBytesForState);
+    return P;
+}
+
+ParamSummary paramsPerRank(const Params &P, const TrainingConfig &cfg)
+{
+    ParamSummary s = P.summary;
+    const int64_t N = cfg.worldSize;
+    // ZeRO-1 and up shard the optimizer state (ZeRO-Offload keeps it, sharded, on the host).
+    auto perRank = [&](int64_t v) { return cfg.zeroStage >= 1 ? (v + N - 1) / N : v; };
+    if (cfg.offloadOptimizer)
+        s.hostOptimizerStateBytes = perRank(P.summary.optimizerStateBytes);
+    s.pagedOptimizerStateBytes = perRank(P.summary.pagedOptimizerStateBytes);
+    return s;
+}
+
+} // namespace headroom::est

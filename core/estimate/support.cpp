@@ -1,0 +1,194 @@
+// What can be estimated and measured, decided here and nowhere else (headroom/support.h).
+
+#include "headroom/support.h"
+
+#include "headroom/estimator.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace headroom {
+
+bool isSimulated(const TrainingConfig &cfg)
+{
+    // FSDP2 (ZeRO-2/3) is simulated unit by unit (sim/parallel/fsdp2.cpp); QLoRA's Params4bit
+    // under FSDP2 is not.
+    return !cfg.offloadOptimizer && (cfg.zeroStage <= 1 || cfg.finetune != FineTune::QLoRA);
+}
+
+std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
+{
+    // Learned absolute positions (GPT-2's wpe, an nn.Embedding of max_position_embeddings rows):
+    // Transformers fails with an index error past them, so there is no run to estimate.
+    if (model.learnedPositions && model.maxPositions > 0 && cfg.seqLen > model.maxPositions)
+        return Refusal{Blocker::PastLearnedPositions, "seq", std::to_string(cfg.seqLen),
+                         model.name + " learns one position embedding per position: at most max_position_embeddings = " +
+                             std::to_string(model.maxPositions) + " tokens (Transformers fails past it)"};
+    // PEFT wraps the stacked expert weights of Qwen3-MoE and DeepSeek-V2/V3 in ParamWrappers when
+    // LoRA names the MLP projections (model.h expertsLora; simulated in program.cpp, measured in
+    // bf16 on one GPU). What was not measured is refused rather than guessed.
+    if (cfg.finetune != FineTune::Full && familyTraitsOrLlama(model.modelType).expertsWrappedByPeft && model.isMoe()) {
+        const ExpertsLora el = expertsLora(model, cfg.lora.targets);
+        const bool allLinear =
+            std::find(cfg.lora.targets.begin(), cfg.lora.targets.end(), "all-linear") != cfg.lora.targets.end();
+        if (allLinear)
+            return Refusal{Blocker::ExpertsLoraAllLinear, "lora.targets", "all-linear",
+                           "all-linear on " + model.modelType + " (stacked experts) was not measured; name the "
+                           "modules (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)"};
+        if (el.partial)
+            return Refusal{Blocker::ExpertsLoraHalfGateUp, "lora.targets", "gate_proj/up_proj",
+                           model.modelType + " fuses gate and up in one experts.gate_up_proj: name both or neither"};
+        if (el.any()) {
+            auto refuse = [&](Blocker blocker, const char *field, const std::string &value, const std::string &why) {
+                return Refusal{blocker, field, value, "LoRA on " + model.modelType + "'s experts (PEFT ParamWrapper) " + why};
+            };
+            if (cfg.lora.dropout > 0)
+                return refuse(Blocker::ExpertsLoraDropout, "lora.dropout",
+                              [&] { std::ostringstream o; o << cfg.lora.dropout; return o.str(); }(),
+                              "needs lora_dropout 0: PEFT raises for any other value");
+            if (cfg.finetune == FineTune::QLoRA)
+                return refuse(Blocker::ExpertsLoraQlora, "finetune", "qlora",
+                              "under QLoRA was not measured; use LoRA, or target the attention only");
+            if (parameterBytes(cfg.precision) != 2 || isAmp(cfg.precision))
+                return refuse(Blocker::ExpertsLoraPrecision, "precision", std::string(toString(cfg.precision)),
+                              "was measured in bf16 only (the factors are cast to the experts' dtype); use bf16 or fp16");
+            if (cfg.zeroStage >= 2 || cfg.offloadOptimizer)
+                return refuse(Blocker::ExpertsLoraSharded, cfg.offloadOptimizer ? "offload_optimizer" : "zero",
+                              cfg.offloadOptimizer ? "true" : std::to_string(cfg.zeroStage),
+                              "was measured on one GPU; it is estimated there, with DDP and with ZeRO-1, not with FSDP "
+                              "(parametrized DTensors) or optimizer offload");
+        }
+    }
+    // Selective checkpointing is simulated layer by layer; the ledger composes identical layers.
+    if (!isSimulated(cfg) && !cfg.checkpointingUniform(model.numLayers))
+        return Refusal{Blocker::LedgerSelectiveCheckpointing, "checkpoint_layers", std::to_string(cfg.checkpointLayers),
+                       "checkpointing some layers is estimated on one GPU, DDP and ZeRO-1; with FSDP or "
+                       "optimizer offload only all layers or none"};
+    // Activation offload is simulated op by op (autograd.h setSavedToHost); the ledger has no
+    // saved-tensor hooks.
+    if (cfg.activationOffload && !isSimulated(cfg))
+        return Refusal{Blocker::LedgerActivationOffload, "activation_offload", "true",
+                       "activation offload is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP (ZeRO 2/3) "
+                       "or optimizer offload"};
+    // Multi-head latent attention is simulated op by op; the per-op ledger (FSDP, optimizer
+    // offload) has no MLA yet.
+    if (model.isMla() && !isSimulated(cfg))
+        return Refusal{Blocker::LedgerMla, "model.model_type", model.modelType,
+                       "multi-head latent attention is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP "
+                       "(ZeRO 2/3) or optimizer offload"};
+    // PEFT's get_peft_model raises when no target module is found in the model ("Target modules
+    // {...} not found in the base model"); an estimate of that run would have no adapters at all.
+    if (cfg.finetune != FineTune::Full) {
+        const auto on = loraAdaptedModules(model, cfg.lora.targets);
+        if (std::none_of(on.begin(), on.end(), [](bool b) { return b; }) && !expertsLora(model, cfg.lora.targets).any()) {
+            std::string targets, names;
+            for (const auto &t : cfg.lora.targets)
+                targets += (targets.empty() ? "" : ",") + t;
+            std::set<std::string> seen;
+            for (const auto &n : linearModuleNames(model))
+                if (!n.empty() && seen.insert(n).second)
+                    names += (names.empty() ? "" : ", ") + n;
+            return Refusal{Blocker::LoraTargetsNotFound, "lora.targets", targets,
+                           "none is a Linear module of " + model.modelType + ", so PEFT would refuse the run; its "
+                           "Linear modules are " + names + " (or all-linear)"};
+        }
+    }
+    return std::nullopt;
+}
+
+std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig &c)
+{
+    const FamilyTraits &ft = familyTraitsOrLlama(m.modelType);
+    const bool known = ft.modelType == m.modelType && ft.libtorchEngine;
+    if (!known || m.isMoe() || m.fusedQkv || m.fusedGateUp || m.norm != NormKind::RMSNorm)
+        return Refusal{Blocker::EngineModel, "model.model_type", m.modelType,
+                       "the LibTorch engine follows Llama-style modeling only (llama, mistral, qwen2, qwen3); "
+                       "use --engine transformers"};
+    const nlohmann::json &hc = m.hfConfig;
+    if (hc.is_object() && hc.contains("sliding_window") && hc.at("sliding_window").is_number_integer()) {
+        const int64_t window = hc.at("sliding_window").get<int64_t>();
+        const bool slides = !ft.slidingWindowOptIn ||
+                            (hc.contains("use_sliding_window") && hc.at("use_sliding_window").is_boolean() &&
+                             hc.at("use_sliding_window").get<bool>());
+        if (slides && window > 0 && c.seqLen >= window)
+            return Refusal{Blocker::EngineSlidingWindow, "config.seq_len", std::to_string(c.seqLen), "at or past the sliding window (" + std::to_string(window) +
+                                                 ") HF masks attention explicitly, which the LibTorch engine does not "
+                                                 "reproduce; use --engine transformers"};
+    }
+    if (c.gradAccum > 1)
+        return Refusal{Blocker::EngineGradAccum, "config.grad_accum", std::to_string(c.gradAccum), "the LibTorch engine measured 10.5% under the real stack with gradient "
+                                            "accumulation; use --engine transformers"};
+    if (c.loss == Loss::Fused && (c.precision == Precision::AmpBF16 || c.precision == Precision::AmpFP16))
+        return Refusal{Blocker::EngineFusedLossAmp, "config.loss", "fused", "the LibTorch engine's fused loss runs without autocast (Liger's fp32 "
+                                               "accumulator path needs addmm's out_dtype); use bf16, fp16 or fp32, or "
+                                               "--engine transformers with liger-kernel installed"};
+    if (c.finetune == FineTune::QLoRA && isAmp(c.precision))
+        return Refusal{Blocker::EngineQloraAmp, "config.precision", std::string(toString(c.precision)),
+                       "QLoRA under autocast runs Linear4bit in fp32 with autocast's casts inside bitsandbytes, "
+                       "which the LibTorch engine does not follow; use bf16 or fp16, or --engine transformers"};
+    if (c.optimizer == Optimizer::PagedAdamW8bit)
+        return Refusal{Blocker::EnginePagedOptimizer, "config.optimizer", "paged-adamw-8bit", "paged optimizer state lives in CUDA managed memory, "
+                                                                "which the LibTorch engine does not make; use "
+                                                                "--engine transformers with bitsandbytes installed"};
+    if (c.activationOffload)
+        return Refusal{Blocker::EngineActivationOffload, "config.activation_offload", "true", "the LibTorch engine has no saved-tensor hooks to move "
+                                                            "activations to the host; use --engine transformers"};
+    if (c.zeroStage > 0)
+        return Refusal{Blocker::EngineSharding, "config.zero_stage", std::to_string(c.zeroStage), "ZeRO/FSDP sharding is measured with the real FSDP2 and "
+                                            "ZeroRedundancyOptimizer: use --engine transformers"};
+    return std::nullopt;
+}
+
+std::optional<QuickFix> quickFix(const ModelArch &m, const TrainingConfig &c, const Refusal &why,
+                                 const EstimatorOptions &opt)
+{
+    const Blocker blocker = why.blocker;
+    QuickFix f;
+    f.config = c;
+    const bool targetsRefused = blocker == Blocker::ExpertsLoraAllLinear || blocker == Blocker::ExpertsLoraHalfGateUp ||
+                                blocker == Blocker::LoraTargetsNotFound;
+    if (targetsRefused && c.finetune != FineTune::Full) {
+        // The attention's Linears the model has (q/k/v/o, or its fused qkv).
+        std::vector<std::string> targets;
+        const auto names = linearModuleNames(m);
+        for (LinearModule mod : {LinearModule::Q, LinearModule::K, LinearModule::V, LinearModule::O}) {
+            const std::string &n = names[static_cast<size_t>(mod)];
+            if (!n.empty() && std::find(targets.begin(), targets.end(), n) == targets.end())
+                targets.push_back(n);
+        }
+        if (targets.empty() || targets == c.lora.targets)
+            return std::nullopt;
+        std::string list;
+        for (const auto &t : targets)
+            list += (list.empty() ? "" : ", ") + t;
+        f.title = "LoRA on the attention only (" + list + ")";
+        f.config.lora.targets = targets;
+    } else if (blocker == Blocker::QloraInFp32 && c.finetune == FineTune::QLoRA && c.precision == Precision::FP32) {
+        f.title = "Compute in bf16 (QLoRA computes in 16 bits)";
+        f.config.precision = Precision::BF16;
+    } else if (blocker == Blocker::PastLearnedPositions && m.learnedPositions && m.maxPositions > 0 && c.seqLen > m.maxPositions) {
+        f.title = "Sequence " + std::to_string(m.maxPositions) + " (the model's learned positions end there)";
+        f.config.seqLen = m.maxPositions;
+    } else if (blocker == Blocker::LedgerMla && m.isMla() && c.finetune == FineTune::QLoRA) {
+        f.title = "LoRA instead of QLoRA (multi-head latent attention with QLoRA is not estimated yet)";
+        f.config.finetune = FineTune::LoRA;
+    } else {
+        return std::nullopt;
+    }
+    try {
+        (void)estimate(m, f.config, opt);
+    } catch (const InputError &) {
+        return std::nullopt; // the fix alone is not enough: say nothing rather than offer a dead end
+    }
+    return f;
+}
+
+std::optional<QuickFix> quickFix(const ModelArch &m, const TrainingConfig &c, const InputError &error,
+                                 const EstimatorOptions &opt)
+{
+    const auto *refused = dynamic_cast<const Refused *>(&error);
+    return refused ? quickFix(m, c, refused->refusal(), opt) : std::nullopt;
+}
+
+} // namespace headroom
