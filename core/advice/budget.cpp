@@ -1,5 +1,7 @@
 #include "headroom/budget.h"
 
+#include "levers.h"
+
 #include "headroom/error.h"
 
 #include "headroom/simulation.h"
@@ -286,217 +288,45 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
         out.push_back(std::move(r));
     };
     using G = RecommendationGroup;
-    // 1. Dynamic peak. The logits first: with 128k-256k vocabularies they are often the largest
-    // single term, and a fused loss removes them without changing the math.
-    if (c.loss == Loss::Standard) {
-        TrainingConfig t = c;
-        t.loss = Loss::Fused;
-        consider(G::Dynamic, "fused-loss", "Fused linear cross-entropy (Liger Kernel, Cut Cross-Entropy)",
-                 "none measurable: the logits are made chunk by chunk and never whole; needs liger-kernel "
-                 "(Trainer: use_liger_kernel=True; Axolotl: liger_fused_linear_cross_entropy)",
-                 t);
-    }
-    if (c.attention == Attention::Eager) {
-        TrainingConfig t = c;
-        t.attention = Attention::SDPA;
-        consider(G::Dynamic, "sdpa", "Use SDPA (flash) attention instead of eager",
-                 "none: same math, no s x s matrices kept", t);
-    }
-    if (c.microBatch > 1) {
-        // A smaller micro-batch that divides the effective batch, so that accumulation keeps it
-        // exactly: the largest such that fits, else the largest below the current one.
-        TrainingConfig t = c;
-        const int64_t effective = c.microBatch * c.gradAccum;
-        const int64_t fits = maxMicroBatch(m, c, gpu, reserve, opt);
-        int64_t b = 0;
-        for (int64_t d = c.microBatch - 1; d >= 1 && b == 0; --d)
-            if (effective % d == 0 && (fits <= 0 || d <= fits))
-                b = d;
-        if (b == 0)
-            b = 1;
-        t.microBatch = b;
-        t.gradAccum = effective / b;
-        consider(G::Dynamic, "micro-batch",
-                 "Micro-batch " + std::to_string(b) + " x gradient accumulation " + std::to_string(t.gradAccum),
-                 "same effective batch (" + std::to_string(effective) + "); more, smaller steps: lower GPU utilisation",
-                 t);
-    }
-    if (!c.gradCheckpointing) {
-        TrainingConfig t = c;
-        t.gradCheckpointing = true;
-        consider(G::Dynamic, "checkpointing", "Turn on gradient checkpointing",
-                 "+20-40% step time: each layer's forward runs again in backward", t);
-        // Selective checkpointing: the fewest layers that make it fit, when that is fewer than
-        // all of them (the recomputation, and so the time, in proportion).
-        const int64_t L = m.numLayers;
-        auto fitsWith = [&](int64_t n) {
-            TrainingConfig k = c;
-            k.gradCheckpointing = true;
-            k.checkpointLayers = n;
-            try {
-                return judge(m, k, estimate(m, k, opt), gpu, reserve, opt).fit == Fit::Fits;
-            } catch (const InputError &) {
-                return false;
-            }
-        };
-        if (isSimulated(c) && L > 2 && judge(m, c, base, gpu, reserve, opt).fit != Fit::Fits && fitsWith(L - 1)) {
-            int64_t lo = 1, hi = L - 1; // the smallest n in [lo, hi] that fits; hi does
-            while (lo < hi) {
-                const int64_t mid = lo + (hi - lo) / 2;
-                if (fitsWith(mid))
-                    hi = mid;
-                else
-                    lo = mid + 1;
-            }
-            TrainingConfig k = c;
-            k.gradCheckpointing = true;
-            k.checkpointLayers = lo;
-            const int pctLo = static_cast<int>(std::lround(20.0 * double(lo) / double(L)));
-            const int pctHi = static_cast<int>(std::lround(40.0 * double(lo) / double(L)));
-            consider(G::Dynamic, "checkpoint-some",
-                     "Checkpoint the first " + std::to_string(lo) + " of " + std::to_string(L) + " layers",
-                     "+" + std::to_string(std::max(1, pctLo)) + "-" + std::to_string(std::max(1, pctHi)) +
-                         "% step time: only those layers' forwards run again in backward",
-                     k);
-        }
-    }
-    if (!c.activationOffload) {
-        // torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward (estimated op by
-        // op; measured on the H200 within 0.02%).
-        TrainingConfig t = c;
-        t.activationOffload = true;
-        consider(G::Dynamic, "activation-offload", "Offload saved activations to the CPU (save_on_cpu)",
-                 "every saved tensor crosses PCIe twice: a slower step, and pinned host RAM for the activations", t);
-    }
-    if (c.seqLen > 256) {
-        TrainingConfig t = c;
-        t.seqLen = c.seqLen / 2;
-        consider(G::Dynamic, "shorter-seq", "Shorter sequences: " + std::to_string(t.seqLen) + " tokens",
-                 "longer samples get truncated or split; check your length distribution", t);
-    }
-    // 2. Static base.
-    if (c.precision == Precision::FP32) {
-        TrainingConfig t = c;
-        t.precision = Precision::AmpBF16;
-        consider(G::Static, "amp-bf16", "bf16 mixed precision (autocast) instead of fp32",
-                 "needs bf16 (Ampere or newer); fp32 master weights keep the optimizer exact", t);
-    }
-    // An adapter alternative keeps the user's targets where they name this model's Linears, and
-    // takes all-linear where they do not (GPT-2's are c_attn / c_proj / c_fc, not q_proj...).
-    const auto adaptable = [&](TrainingConfig t) {
-        t.lora.targets = loraTargetsFor(m, t.lora.targets);
-        return t;
-    };
-    if (c.finetune == FineTune::Full) {
-        TrainingConfig t = adaptable(c);
-        t.finetune = FineTune::LoRA;
-        consider(G::Static, "lora", "LoRA (rank " + std::to_string(c.lora.rank) + ") instead of full fine-tuning",
-                 "trains adapters only; quality can trail full fine-tuning on hard tasks", t);
-    }
-    if (c.finetune != FineTune::QLoRA && c.precision != Precision::FP32) {
-        TrainingConfig t = adaptable(c);
-        t.finetune = FineTune::QLoRA;
-        consider(G::Static, "qlora", "QLoRA: 4-bit NF4 base with LoRA adapters",
-                 "about +30% step time for dequantization; small quality cost", t);
-    }
-    if (c.optimizer == Optimizer::AdamW) {
-        TrainingConfig t = c;
-        t.optimizer = Optimizer::AdamW8bit;
-        consider(G::Static, "adamw-8bit", "8-bit AdamW (bitsandbytes)",
-                 "blockwise-quantized state; needs bitsandbytes; usually matches AdamW", t);
-    }
-    if (c.optimizer == Optimizer::AdamW || c.optimizer == Optimizer::AdamW8bit) {
-        // The moments of large tensors move to CUDA managed memory: out of the allocator's
-        // totals, and paged to host RAM by the driver when the card runs short.
-        TrainingConfig t = c;
-        t.optimizer = Optimizer::PagedAdamW8bit;
-        consider(G::Static, "paged-adamw-8bit", "Paged 8-bit AdamW (bitsandbytes)",
-                 "moments in managed memory: nvidia-smi still counts them while they fit, and steps slow down when "
-                 "the driver pages them to host RAM; needs bitsandbytes", t);
-    }
-    if (c.optimizer != Optimizer::SGD && !c.offloadOptimizer) {
-        TrainingConfig t = c;
-        t.offloadOptimizer = true;
-        consider(G::Static, "offload-optimizer", "Offload the optimizer state to the CPU (ZeRO-Offload)",
-                 "the optimizer step runs on the CPU: slower steps, PCIe traffic, and host RAM for the state", t);
-    }
-    // 3. Sharding.
-    // 3. Sharding: the fewest GPUs (up to 64) on which a full shard fits; none if even 64 do not.
-    if (c.zeroStage < 3 || c.worldSize < 64) {
-        TrainingConfig t = c;
-        t.zeroStage = 3;
-        int found = 0;
-        for (int n : {2, 4, 8, 16, 32, 64}) {
-            if (n <= c.worldSize)
-                continue;
-            t.worldSize = n;
-            try {
-                if (judge(m, t, estimate(m, t, opt), gpu, reserve, opt).fit == Fit::Fits) {
-                    found = n;
-                    break;
-                }
-            } catch (const InputError &) {
-                break;
-            }
-        }
-        if (found > 0) {
-            t.worldSize = found;
-            consider(G::Sharding, "zero",
-                     "ZeRO-3 / FSDP full shard: needs " + std::to_string(found) + " GPUs",
-                     "all-gathers every layer each step: needs fast interconnect between the " +
-                         std::to_string(found) + " GPUs",
-                     t);
-        }
-    }
-    // 4. When no single change fits on this card and GPU count: the shortest cumulative plan, in
-    // the same order (dynamic first), that does.
+    // 1-3. Each lever on its own, in the order of advice: the dynamic peak, the static base,
+    // sharding (advice/levers.cpp).
+    const advice::LeverContext x{m, c, gpu, reserve, opt, base};
+    for (const advice::Lever &l : advice::levers())
+        for (advice::Change &k : l.alone(x))
+            consider(l.group, std::move(k.id), std::move(k.title), std::move(k.cost), std::move(k.config));
+    // 4. When no single change fits on this card and GPU count: the shortest cumulative plan, the
+    // levers' steps cheapest first, that does.
     const bool baseFits = judge(m, c, base, gpu, reserve, opt).fit == Fit::Fits;
     bool anyFits = false;
     for (const auto &r : out)
-        anyFits = anyFits || (r.fitsAfter && r.id != "zero");
+        anyFits = anyFits || (r.fitsAfter && r.group != G::Sharding);
     if (!baseFits && !anyFits) {
+        std::vector<const advice::Lever *> plan;
+        for (const advice::Lever &l : advice::levers())
+            if (l.planOrder > 0 && l.inPlan(c))
+                plan.push_back(&l);
+        std::stable_sort(plan.begin(), plan.end(), [](const advice::Lever *a, const advice::Lever *b) {
+            return a->planOrder < b->planOrder;
+        });
         TrainingConfig t = c;
         std::vector<std::string> steps, costs;
-        auto tryStep = [&](bool applicable, const std::function<void(TrainingConfig &)> &apply, const std::string &what,
-                           const std::string &cost) {
-            if (!applicable)
-                return false;
+        bool fits = false;
+        for (const advice::Lever *l : plan) {
             TrainingConfig n = t;
-            apply(n);
+            l->applyInPlan(x, n);
             try {
                 const Estimate e = estimate(m, n, opt);
                 t = n;
-                steps.push_back(what);
-                costs.push_back(cost);
-                return judge(m, n, e, gpu, reserve, opt).fit == Fit::Fits;
+                steps.push_back(l->planWhat(c));
+                costs.push_back(l->planCost);
+                if (judge(m, n, e, gpu, reserve, opt).fit == Fit::Fits) {
+                    fits = true;
+                    break;
+                }
             } catch (const InputError &) {
-                return false; // a step Headroom cannot estimate is skipped
+                // a step Headroom cannot estimate is skipped
             }
-        };
-        const int64_t effective = c.microBatch * c.gradAccum;
-        bool fits = tryStep(c.attention == Attention::Eager, [](TrainingConfig &n) { n.attention = Attention::SDPA; },
-                            "SDPA attention", "none") ||
-                    tryStep(c.loss == Loss::Standard, [](TrainingConfig &n) { n.loss = Loss::Fused; },
-                            "fused cross-entropy", "needs liger-kernel") ||
-                    tryStep(!c.gradCheckpointing, [](TrainingConfig &n) { n.gradCheckpointing = true; }, "checkpointing",
-                            "+20-40% step time") ||
-                    tryStep(c.microBatch > 1, [&](TrainingConfig &n) { n.microBatch = 1; n.gradAccum = effective; },
-                            "micro-batch 1 x accumulation " + std::to_string(effective), "lower GPU utilisation") ||
-                    tryStep(c.precision == Precision::FP32, [](TrainingConfig &n) { n.precision = Precision::AmpBF16; },
-                            "bf16 autocast", "needs bf16") ||
-                    tryStep(c.optimizer == Optimizer::AdamW, [](TrainingConfig &n) { n.optimizer = Optimizer::AdamW8bit; },
-                            "8-bit AdamW", "needs bitsandbytes") ||
-                    tryStep(c.finetune == FineTune::Full, [&](TrainingConfig &n) { n = adaptable(n); n.finetune = FineTune::LoRA; },
-                            "LoRA r" + std::to_string(c.lora.rank), "adapters only") ||
-                    tryStep(c.finetune != FineTune::QLoRA, [&](TrainingConfig &n) {
-                        n = adaptable(n);
-                        n.finetune = FineTune::QLoRA;
-                        if (n.precision == Precision::FP32)
-                            n.precision = Precision::AmpBF16;
-                    }, "QLoRA (4-bit base)", "+30% step time") ||
-                    tryStep(c.optimizer != Optimizer::SGD && !c.offloadOptimizer,
-                            [](TrainingConfig &n) { n.offloadOptimizer = true; }, "optimizer state on the CPU",
-                            "slower steps");
+        }
         if (fits && steps.size() > 1) {
             std::string title = "Plan: ", cost;
             for (size_t i = 0; i < steps.size(); ++i) {

@@ -1,0 +1,158 @@
+#pragma once
+// A training-config format is one file in io/formats/ (CMake lists the folder): how its keys are
+// detected, read and written. What the formats share (the bounded YAML reader, the value readers,
+// the optimizer's and the adapters' keys, the document writers) is format_common.cpp.
+
+#include "headroom/serialize.h"
+#include "headroom/training_formats.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace headroom::formats {
+
+using json = nlohmann::json;
+
+constexpr size_t kMaxText = 4u << 20;
+constexpr int kMaxDepth = 32;
+constexpr size_t kMaxNodes = 100000;
+constexpr size_t kMaxScalar = 65536;
+
+// The text as JSON (YAML read as JSON, bounded); throws InputError naming `name`.
+json parseText(const std::string &text, const std::string &name);
+
+struct Reader
+{
+    std::string name;
+    TrainingImport &out;
+
+    [[noreturn]] void bad(const std::string &key, const json &v, const std::string &why) const
+    {
+        throw InputError(name + ": " + key, showJson(v), why);
+    }
+    static bool isAuto(const json &v) { return v.is_string() && v.get<std::string>() == "auto"; }
+    int64_t integer(const std::string &key, const json &v, int64_t lo, int64_t hi) const
+    {
+        int64_t x = 0;
+        if (v.is_number_integer())
+            x = v.get<int64_t>();
+        else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::abs(v.get<double>()) < 1e15)
+            x = static_cast<int64_t>(v.get<double>());
+        else
+            bad(key, v, "must be a whole number");
+        if (x < lo || x > hi)
+            bad(key, v, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+        return x;
+    }
+    double number(const std::string &key, const json &v, double lo, double hi) const
+    {
+        if (!v.is_number())
+            bad(key, v, "must be a number");
+        const double x = v.get<double>();
+        if (!(x >= lo && x <= hi))
+            bad(key, v, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+        return x;
+    }
+    bool flag(const std::string &key, const json &v) const
+    {
+        if (v.is_boolean())
+            return v.get<bool>();
+        if (v.is_null())
+            return false;
+        if (v.is_string()) {
+            const std::string s = v.get<std::string>();
+            if (s == "true" || s == "True" || s == "yes")
+                return true;
+            if (s == "false" || s == "False" || s == "no")
+                return false;
+        }
+        bad(key, v, "must be true or false");
+    }
+    std::string text(const std::string &key, const json &v) const
+    {
+        if (!v.is_string())
+            bad(key, v, "must be a string");
+        return v.get<std::string>();
+    }
+    std::vector<std::string> list(const std::string &key, const json &v) const
+    {
+        std::vector<std::string> l;
+        if (v.is_string()) {
+            std::stringstream in(v.get<std::string>());
+            std::string item;
+            while (std::getline(in, item, ','))
+                if (item.find_first_not_of(' ') != std::string::npos)
+                    l.push_back(item.substr(item.find_first_not_of(' '), item.find_last_not_of(' ') - item.find_first_not_of(' ') + 1));
+        } else if (v.is_array()) {
+            for (const auto &e : v)
+                l.push_back(text(key, e));
+        } else {
+            bad(key, v, "must be a list of module names");
+        }
+        return l;
+    }
+    void note(const std::string &s) { out.notes.push_back(s); }
+    void conflict(const std::string &s) { out.conflicts.push_back(s); }
+};
+
+using Handler = std::function<void(Reader &, const std::string &, const json &)>;
+// Each key of `j` through its handler; keys with none are unknown, bookkeeping aside.
+void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers);
+Handler setInt(std::optional<int64_t> TrainingSettings::*field, int64_t lo, int64_t hi);
+bool isBookkeeping(const std::string &k);
+
+// Readers of the keys several formats share.
+void readOptim(Reader &r, const std::string &key, const json &v);
+void readActivationOffload(Reader &r, const std::string &key, const json &v);
+void readFsdpConfig(Reader &r, const std::string &prefix, const json &cfg);
+void readFsdpString(Reader &r, const std::string &key, const json &v);
+void ignoreKey(Reader &, const std::string &, const json &);
+void readLoraRank(Reader &r, const std::string &k, const json &v);
+void readLoraAlpha(Reader &r, const std::string &k, const json &v);
+void readLoraDropout(Reader &r, const std::string &k, const json &v);
+void readLoraTargets(Reader &r, const std::string &k, const json &v);
+void readFusedLoss(Reader &r, const std::string &key, const json &v);
+void readDeepSpeedPath(Reader &r, const std::string &key, const json &v);
+
+// Writing: the Hugging Face optim name (with a note where it is not exact), targets joined with
+// commas, whether they are all-linear, and the two kinds of documents.
+std::string hfOptim(const TrainingConfig &c, std::vector<std::string> &notes);
+std::string joinTargets(const std::vector<std::string> &t);
+inline bool allLinear(const std::vector<std::string> &t) { return t == std::vector<std::string>{"all-linear"}; }
+template<typename V>
+void kv(YAML::Emitter &y, const std::string &k, const V &v)
+{
+    y << YAML::Key << k << YAML::Value << v;
+}
+// A YAML mapping `y` (closed) under the notes as "# Headroom: ..." comments.
+std::string yamlDocument(const YAML::Emitter &y, const std::vector<std::string> &notes);
+// A JSON document, two-space indented.
+std::string jsonDocument(const json &j);
+
+struct Format
+{
+    TrainingFormat id;
+    std::string_view name;        // axolotl: the CLI's --format and --from-format
+    std::string_view description; // "Axolotl YAML"
+    int detectOrder;              // detection tries the formats in this order
+    bool (*detects)(const json &j);
+    void (*read)(Reader &r, const json &j);
+    std::string (*write)(const std::string &model, const TrainingConfig &c, std::vector<std::string> &notes);
+};
+
+// One function per file in io/formats/, named format_<file> (the list is generated).
+#define HEADROOM_FORMAT(name) const Format &format_##name();
+#include "formats.inc"
+#undef HEADROOM_FORMAT
+
+const Format &format(TrainingFormat id);
+// Every format, in TrainingFormat's order.
+const std::vector<const Format *> &allFormats();
+
+} // namespace headroom::formats

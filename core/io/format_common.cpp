@@ -1,0 +1,358 @@
+// What the training-config formats share (format.h): the bounded YAML reader, the readers of
+// keys several formats use, and the document writers.
+
+#include "format.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+namespace headroom::formats {
+
+// ---------------------------------------------------------------- YAML, bounded, as JSON
+namespace {
+json scalarValue(const YAML::Node &n)
+{
+    const std::string &s = n.Scalar();
+    if (n.Tag() == "!") // quoted: a string, whatever it looks like ('no', "1")
+        return s;
+    if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL")
+        return nullptr;
+    if (s == "true" || s == "True" || s == "TRUE")
+        return true;
+    if (s == "false" || s == "False" || s == "FALSE")
+        return false;
+    char *end = nullptr;
+    errno = 0;
+    const long long i = std::strtoll(s.c_str(), &end, 10);
+    if (*end == '\0' && errno == 0)
+        return static_cast<int64_t>(i);
+    const double d = std::strtod(s.c_str(), &end);
+    if (*end == '\0' && std::isfinite(d))
+        return d;
+    return s;
+}
+
+json toJson(const YAML::Node &n, int depth, size_t &nodes, const std::string &name)
+{
+    if (++nodes > kMaxNodes)
+        throw InputError(name, std::to_string(nodes) + " nodes", "too large for a training config (at most 100000)");
+    if (depth > kMaxDepth)
+        throw InputError(name, "depth " + std::to_string(depth), "nested too deeply for a training config (at most 32)");
+    switch (n.Type()) {
+    case YAML::NodeType::Scalar:
+        if (n.Scalar().size() > kMaxScalar)
+            throw InputError(name, n.Scalar().substr(0, 40), "a value longer than 64 KiB");
+        return scalarValue(n);
+    case YAML::NodeType::Sequence: {
+        json a = json::array();
+        for (const auto &e : n)
+            a.push_back(toJson(e, depth + 1, nodes, name));
+        return a;
+    }
+    case YAML::NodeType::Map: {
+        json o = json::object();
+        for (const auto &kv : n) {
+            if (!kv.first.IsScalar())
+                throw InputError(name, "a key", "every key must be a plain name");
+            o[kv.first.Scalar()] = toJson(kv.second, depth + 1, nodes, name);
+        }
+        return o;
+    }
+    default:
+        return nullptr;
+    }
+}
+
+} // namespace
+
+json parseText(const std::string &text, const std::string &name)
+{
+    if (text.size() > kMaxText)
+        throw InputError(name, std::to_string(text.size()) + " bytes", "too large for a training config (at most 4 MiB)");
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && text[first] == '{')
+        return parseUntrusted(text, name, kMaxText, kMaxDepth);
+    try {
+        size_t nodes = 0;
+        const YAML::Node root = YAML::Load(text);
+        json j = toJson(root, 0, nodes, name);
+        if (!j.is_object())
+            throw InputError(name, j.is_null() ? std::string("an empty file") : showJson(j, 60),
+                             "a training config is a mapping of keys to values");
+        return j;
+    } catch (const YAML::Exception &e) {
+        throw InputError(name, "line " + std::to_string(e.mark.line + 1), "not valid YAML: " + e.msg);
+    }
+}
+
+
+// Hugging Face's optim names (transformers.training_args.OptimizerNames), Axolotl's `optimizer`.
+void readOptim(Reader &r, const std::string &key, const json &v)
+{
+    const std::string s = r.text(key, v);
+    auto &st = r.out.settings;
+    const bool paged = s.rfind("paged_", 0) == 0;
+    // The optimizer table's aliases (types.cpp): one row per optimizer.
+    const OptimizerTraits *found = nullptr;
+    for (const auto &t : optimizerTable()) {
+        std::string_view a = t.hfAliases;
+        while (!a.empty() && !found) {
+            const size_t sp = a.find(' ');
+            if (a.substr(0, sp) == s)
+                found = &t;
+            a = sp == std::string_view::npos ? std::string_view() : a.substr(sp + 1);
+        }
+        if (found)
+            break;
+    }
+    if (!found) {
+        r.out.unknownKeys.push_back(key + " = " + s + " (optimizer not modelled; the current one is kept)");
+        return;
+    }
+    st.optimizer = found->id;
+    if (found->id == Optimizer::AdamW)
+        st.optimizerImpl = s == "adamw_torch_fused" ? OptimizerImpl::Fused : OptimizerImpl::Foreach;
+    if (s.find("lion_8bit") != std::string::npos)
+        r.note(key + " = " + s + ": 8-bit Lion state is estimated as 32-bit (an over-estimate)");
+    if (paged && found->id != Optimizer::PagedAdamW8bit)
+        r.note(key + " = " + s + ": paged optimizer state can move to host memory under pressure; the estimate keeps "
+                                 "it on the GPU (the peak when there is no pressure)");
+}
+
+// Axolotl's and TRL's activation_offloading (true, or Axolotl's "legacy" / "disk"): both move
+// saved activations to the host with torchtune-style hooks; the estimate models torch's
+// save_on_cpu, the same bytes without the streams' overlap.
+void readActivationOffload(Reader &r, const std::string &key, const json &v)
+{
+    if (v.is_string()) {
+        const std::string s = r.text(key, v);
+        if (s == "disk") {
+            r.out.unknownKeys.push_back(key + " = disk (offload to disk is not modelled; the current setting is kept)");
+            return;
+        }
+        r.out.settings.activationOffload = true;
+    } else {
+        r.out.settings.activationOffload = r.flag(key, v);
+    }
+    if (*r.out.settings.activationOffload)
+        r.note(key + ": estimated as torch's save_on_cpu (every saved tensor to pinned host memory); the "
+                     "trainers' stream-overlapped version can keep a layer or two more on the GPU");
+}
+
+// FSDP settings as accelerate and Axolotl's fsdp_config write them (FSDP1 names and FSDP2's).
+void readFsdpConfig(Reader &r, const std::string &prefix, const json &cfg)
+{
+    auto &st = r.out.settings;
+    std::optional<int> version;
+    std::optional<bool> reshard;
+    for (const auto &[k, v] : cfg.items()) {
+        const std::string key = prefix + k;
+        const std::string bare = k.rfind("fsdp_", 0) == 0 ? k.substr(5) : k;
+        if (bare == "sharding_strategy") {
+            const std::string s = v.is_number() ? std::to_string(v.get<int>()) : r.text(key, v);
+            if (s == "FULL_SHARD" || s == "1")
+                st.zeroStage = 3;
+            else if (s == "SHARD_GRAD_OP" || s == "2")
+                st.zeroStage = 2;
+            else if (s == "NO_SHARD" || s == "3")
+                st.zeroStage = 0;
+            else if (s == "HYBRID_SHARD" || s == "4") {
+                st.zeroStage = 3;
+                r.note(key + " = " + s + ": sharded within a node only; set the GPU count to the GPUs per node");
+            } else if (s == "_HYBRID_SHARD_ZERO2" || s == "HYBRID_SHARD_ZERO2" || s == "5")
+                st.zeroStage = 2;
+            else
+                r.bad(key, v, "must be FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
+        } else if (bare == "version") {
+            version = static_cast<int>(r.integer(key, v, 1, 2));
+        } else if (bare == "reshard_after_forward") {
+            if (v.is_string()) { // FSDP2 in accelerate also takes the FSDP1 strategy names here
+                const std::string s = v.get<std::string>();
+                reshard = s == "FULL_SHARD" || s == "HYBRID_SHARD" || s == "true";
+            } else {
+                reshard = r.flag(key, v);
+            }
+        } else if (bare == "offload_params") {
+            if (r.flag(key, v))
+                r.note(key + ": parameters offloaded to the CPU are not modelled; the estimate keeps them on the GPU "
+                             "(an over-estimate)");
+        } else if (bare == "activation_checkpointing") {
+            st.gradCheckpointing = r.flag(key, v);
+        } else if (bare == "auto_wrap_policy" || bare == "backward_prefetch" || bare == "cpu_ram_efficient_loading" ||
+                   bare == "forward_prefetch" || bare == "state_dict_type" || bare == "sync_module_states" ||
+                   bare == "use_orig_params" || bare == "transformer_layer_cls_to_wrap" || bare == "min_num_params" ||
+                   bare == "limit_all_gathers" || bare == "cpu_offload_pin_memory") {
+            // how FSDP wraps, prefetches and saves: no change to the step's peak that Headroom models
+        } else {
+            r.out.unknownKeys.push_back(key);
+        }
+    }
+    if (version == 2 && reshard)
+        st.zeroStage = *reshard ? 3 : 2;
+    else if (version == 2 && !st.zeroStage)
+        st.zeroStage = 3; // FSDP2's default: reshard after forward
+}
+
+// "full_shard auto_wrap offload" (TrainingArguments.fsdp)
+void readFsdpString(Reader &r, const std::string &key, const json &v)
+{
+    const std::string s = v.is_array() ? [&] {
+        std::string joined;
+        for (const auto &e : v)
+            joined += r.text(key, e) + " ";
+        return joined;
+    }()
+                                       : r.text(key, v);
+    if (s.find("full_shard") != std::string::npos || s.find("hybrid_shard") != std::string::npos)
+        r.out.settings.zeroStage = 3;
+    else if (s.find("shard_grad_op") != std::string::npos)
+        r.out.settings.zeroStage = 2;
+    else if (s.find_first_not_of(' ') != std::string::npos)
+        r.bad(key, v, "must name full_shard, shard_grad_op or hybrid_shard");
+    if (s.find("offload") != std::string::npos)
+        r.note(key + ": offloaded parameters are not modelled; the estimate keeps them on the GPU (an over-estimate)");
+}
+
+// A key known to have no effect on the step's memory (logging, launch plumbing): read, not listed.
+void ignoreKey(Reader &, const std::string &, const json &) {}
+
+// PEFT's LoraConfig fields under the names Axolotl and TRL's ModelConfig share.
+void readLoraRank(Reader &r, const std::string &k, const json &v)
+{
+    r.out.settings.loraRank = static_cast<int>(r.integer(k, v, 1, 65536));
+}
+void readLoraAlpha(Reader &r, const std::string &k, const json &v)
+{
+    r.out.settings.loraAlpha = r.number(k, v, 1e-9, 1e6);
+}
+void readLoraDropout(Reader &r, const std::string &k, const json &v)
+{
+    r.out.settings.loraDropout = r.number(k, v, 0, 0.999999);
+}
+void readLoraTargets(Reader &r, const std::string &k, const json &v)
+{
+    if (!v.is_null())
+        r.out.settings.loraTargets = r.list(k, v);
+}
+
+// Liger's kernels (they include FusedLinearCrossEntropy) or Cut Cross-Entropy: no logits.
+void readFusedLoss(Reader &r, const std::string &key, const json &v)
+{
+    if (!v.is_null())
+        r.out.settings.loss = r.flag(key, v) ? Loss::Fused : Loss::Standard;
+}
+
+// A DeepSpeed config named from another file: the stage from names like zero3.json, ds_z2_config.json.
+void readDeepSpeedPath(Reader &r, const std::string &key, const json &v)
+{
+    if (v.is_null())
+        return;
+    const std::string p = r.text(key, v);
+    const std::string file = p.substr(p.find_last_of('/') == std::string::npos ? 0 : p.find_last_of('/') + 1);
+    for (const char *pattern : {"zero", "_z"}) {
+        const size_t at = file.find(pattern);
+        const size_t digit = at == std::string::npos ? at : at + std::string(pattern).size();
+        if (at != std::string::npos && digit < file.size() && file[digit] >= '0' && file[digit] <= '3') {
+            r.out.settings.zeroStage = file[digit] - '0';
+            if (file.find("offload") != std::string::npos)
+                r.out.settings.offloadOptimizer = true;
+            r.note(key + " = " + p + ": ZeRO-" + std::string(1, file[digit]) +
+                   " read from the file name; import that file too (--from) to read its settings");
+            return;
+        }
+    }
+    r.note(key + " = " + p + ": the DeepSpeed settings are in that file; import it too (--from)");
+}
+
+// Keys every format shares that cannot change the step's memory: data, logging, saving, schedules.
+bool isBookkeeping(const std::string &k)
+{
+    static const std::set<std::string> exact = {
+        "learning_rate", "lr_scheduler", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps",
+        "weight_decay", "num_epochs", "num_train_epochs", "max_steps", "seed", "data_seed", "output_dir",
+        "overwrite_output_dir", "logging_steps", "logging_strategy", "logging_first_step", "log_level", "report_to",
+        "run_name", "do_train", "do_eval", "do_predict", "eval_strategy", "evaluation_strategy", "eval_steps",
+        "evals_per_epoch", "save_strategy", "save_steps", "saves_per_epoch", "save_total_limit", "save_only_model",
+        "save_safetensors", "push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo", "resume_from_checkpoint",
+        "datasets", "dataset", "dataset_prepared_path", "val_set_size", "val_size", "dataset_mixture", "dataset_num_proc",
+        "dataset_text_field", "template", "chat_template", "max_samples", "overwrite_cache", "preprocessing_num_workers",
+        "dataloader_num_workers", "dataloader_pin_memory", "remove_unused_columns", "per_device_eval_batch_size",
+        "eval_batch_size", "eval_sample_packing", "eval_table_size", "plot_loss", "ddp_timeout", "special_tokens",
+        "tokenizer_type", "tokenizer_config", "tokenizer_name_or_path", "model_revision", "revision", "trust_remote_code",
+        "max_grad_norm", "gradient_clipping", "adam_beta1", "adam_beta2", "adam_epsilon", "optim_args", "tf32",
+        "early_stopping_patience", "local_rank", "debug", "strict", "train_on_inputs", "group_by_length",
+        "sample_packing", "pad_to_sequence_len", "gradient_checkpointing_kwargs", "use_reentrant", "bf16_full_eval",
+        "fp16_full_eval", "packing", "ddp_find_unused_parameters", "include_tokens_per_second", "stage_config",
+        "torch_compile", "neftune_noise_alpha", "model_type", "max_prompt_length",
+        "flash_attn_cross_entropy", "flash_attn_rms_norm", "cutoff_len_eval", "lora_model_dir", "lora_fan_in_fan_out",
+        "xformers_attention", "wandb_project", "wandb_entity", "wandb_watch", "wandb_name", "wandb_log_model",
+        "base_model_config", "is_llama_derived_model", "loss_watchdog_threshold", "loss_watchdog_patience"};
+    static const char *prefixes[] = {"wandb_", "hub_", "eval_", "save_", "logging_", "mlflow_", "comet_", "push_"};
+    if (exact.count(k))
+        return true;
+    return std::any_of(std::begin(prefixes), std::end(prefixes), [&](const char *p) { return k.rfind(p, 0) == 0; });
+}
+
+// ---------------------------------------------------------------- the formats
+
+void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers)
+{
+    for (const auto &[k, v] : j.items()) {
+        if (const auto it = handlers.find(k); it != handlers.end())
+            it->second(r, k, v);
+        else if (!isBookkeeping(k))
+            r.out.unknownKeys.push_back(k);
+    }
+}
+
+Handler setInt(std::optional<int64_t> TrainingSettings::*field, int64_t lo, int64_t hi)
+{
+    return [field, lo, hi](Reader &r, const std::string &k, const json &v) {
+        if (!v.is_null() && !Reader::isAuto(v))
+            r.out.settings.*field = r.integer(k, v, lo, hi);
+    };
+}
+
+std::string hfOptim(const TrainingConfig &c, std::vector<std::string> &notes)
+{
+    if (c.optimizer == Optimizer::AdamW) {
+        if (c.optimizerImpl == OptimizerImpl::ForLoop)
+            notes.push_back("the for-loop AdamW has no optim name; written as adamw_torch (foreach)");
+        return c.optimizerImpl == OptimizerImpl::Fused ? "adamw_torch_fused" : "adamw_torch";
+    }
+    if (c.optimizer == Optimizer::SGDMomentum)
+        notes.push_back("SGD with momentum is written as optim sgd; set its momentum in optim_args");
+    return std::string(traits(c.optimizer).hfOptim);
+}
+
+std::string joinTargets(const std::vector<std::string> &t)
+{
+    std::string s;
+    for (const auto &x : t)
+        s += (s.empty() ? "" : ",") + x;
+    return s;
+}
+
+
+std::string yamlDocument(const YAML::Emitter &y, const std::vector<std::string> &notes)
+{
+    YAML::Emitter head;
+    for (const auto &n : notes)
+        head << YAML::Comment("Headroom: " + n) << YAML::Newline;
+    std::string text = std::string(head.c_str());
+    if (!text.empty() && text.back() != '\n')
+        text += '\n';
+    return text + y.c_str() + "\n";
+}
+
+std::string jsonDocument(const json &j)
+{
+    return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+} // namespace headroom::formats

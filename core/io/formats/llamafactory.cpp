@@ -1,0 +1,182 @@
+// LLaMA-Factory's YAML: finetuning_type and its LoRA keys, quantization_bit, cutoff_len, the
+// precision flags (pure_bf16), flash_attn, Liger and the DeepSpeed file it names.
+
+#include "../format.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace headroom::formats {
+
+namespace {
+
+bool detects(const json &j)
+{
+    return j.contains("finetuning_type") || j.contains("cutoff_len") || (j.contains("stage") && j.contains("model_name_or_path"));
+}
+
+void read(Reader &r, const json &j)
+{
+    auto &st = r.out.settings;
+    std::string type = "lora";
+    bool bf16 = false, fp16 = false, pure = false;
+    std::optional<int64_t> quant;
+    bool ckptOff = false;
+    readKeys(r, j,
+             {{"model_name_or_path", [](Reader &r, const std::string &k, const json &v) { r.out.settings.model = r.text(k, v); }},
+              {"stage", [](Reader &r, const std::string &k, const json &v) {
+                   const std::string s = r.text(k, v);
+                   if (s == "dpo" || s == "kto" || s == "ppo")
+                       r.note(k + " = " + s + ": the reference model" + (s == "ppo" ? " and the value and reward models" : "") +
+                              " are NOT in the estimate (an under-estimate)");
+                   else if (s == "rm")
+                       r.note(k + " = rm: a value head replaces the LM head; estimated with the LM head");
+               }},
+              {"finetuning_type", [&](Reader &r, const std::string &k, const json &v) {
+                   type = r.text(k, v);
+                   if (type != "lora" && type != "full" && type != "freeze")
+                       r.bad(k, v, "must be lora, full or freeze");
+               }},
+              {"lora_rank", [](Reader &r, const std::string &k, const json &v) {
+                   r.out.settings.loraRank = static_cast<int>(r.integer(k, v, 1, 65536));
+               }},
+              {"lora_alpha", [](Reader &r, const std::string &k, const json &v) {
+                   if (!v.is_null())
+                       r.out.settings.loraAlpha = r.number(k, v, 1e-9, 1e6);
+               }},
+              {"lora_dropout", [](Reader &r, const std::string &k, const json &v) { r.out.settings.loraDropout = r.number(k, v, 0, 0.999999); }},
+              {"lora_target", [](Reader &r, const std::string &k, const json &v) {
+                   auto l = r.list(k, v);
+                   if (l == std::vector<std::string>{"all"})
+                       l = {"all-linear"};
+                   r.out.settings.loraTargets = l;
+               }},
+              {"quantization_bit", [&](Reader &r, const std::string &k, const json &v) {
+                   if (!v.is_null())
+                       quant = r.integer(k, v, 2, 8);
+               }},
+              {"quantization_method", [](Reader &r, const std::string &k, const json &v) {
+                   if (r.text(k, v) != "bnb" && r.text(k, v) != "bitsandbytes")
+                       r.note(k + " = " + v.get<std::string>() + ": estimated as bitsandbytes NF4");
+               }},
+              {"double_quantization", [](Reader &r, const std::string &k, const json &v) { r.out.settings.doubleQuant = r.flag(k, v); }},
+              {"per_device_train_batch_size", setInt(&TrainingSettings::microBatch, 1, 1 << 20)},
+              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, 1 << 20)},
+              {"cutoff_len", setInt(&TrainingSettings::seqLen, 1, 1 << 24)},
+              {"bf16", [&](Reader &r, const std::string &k, const json &v) { bf16 = r.flag(k, v); }},
+              {"fp16", [&](Reader &r, const std::string &k, const json &v) { fp16 = r.flag(k, v); }},
+              {"pure_bf16", [&](Reader &r, const std::string &k, const json &v) { pure = r.flag(k, v); }},
+              {"disable_gradient_checkpointing", [&](Reader &r, const std::string &k, const json &v) { ckptOff = r.flag(k, v); }},
+              {"flash_attn", [](Reader &r, const std::string &k, const json &v) {
+                   const std::string s = r.text(k, v);
+                   if (s == "disabled" || s == "eager")
+                       r.out.settings.attention = Attention::Eager;
+                   else if (s == "auto" || s == "sdpa" || s == "fa2")
+                       r.out.settings.attention = Attention::SDPA;
+                   else
+                       r.bad(k, v, "must be auto, disabled, sdpa or fa2");
+               }},
+              {"optim", readOptim},
+              {"enable_liger_kernel", readFusedLoss},
+              {"deepspeed", readDeepSpeedPath}});
+    if (type == "freeze") {
+        st.finetune = FineTune::Full;
+        r.note("finetuning_type = freeze: only the last layers train; estimated as full fine-tuning (an over-estimate)");
+    } else {
+        st.finetune = type == "full" ? FineTune::Full : FineTune::LoRA;
+    }
+    if (quant) {
+        if (*quant == 4 && type == "lora")
+            st.finetune = FineTune::QLoRA;
+        else if (*quant == 4)
+            r.conflict("quantization_bit = 4 with finetuning_type = " + type +
+                       ": LLaMA-Factory trains quantized models with adapters only; estimated as " + type);
+        else
+            r.note("quantization_bit = " + std::to_string(*quant) + ": only 4-bit (QLoRA) is modelled; the base is "
+                                                                     "estimated in 16 bits (an over-estimate)");
+    }
+    if (!st.loraAlpha && st.loraRank)
+        st.loraAlpha = 2.0 * *st.loraRank; // LLaMA-Factory's default: lora_alpha = 2 x lora_rank
+    // LLaMA-Factory turns gradient checkpointing on unless told not to (model_args.disable_gradient_checkpointing).
+    st.gradCheckpointing = !ckptOff;
+    if (bf16 && fp16)
+        r.conflict("bf16 and fp16 are both on: estimated in bf16");
+    // Full fine-tuning casts the trainable weights to fp32 (cast_trainable_params_to_fp32) unless
+    // pure_bf16: mixed precision with fp32 masters. Adapters train over a 16-bit base.
+    const bool full = st.finetune == FineTune::Full;
+    if (pure || (bf16 && !full))
+        st.precision = Precision::BF16;
+    else if (bf16)
+        st.precision = Precision::AmpBF16;
+    else if (fp16)
+        st.precision = full ? Precision::AmpFP16 : Precision::FP16;
+}
+
+std::string write(const std::string &model, const TrainingConfig &c, std::vector<std::string> &notes)
+{
+    const bool adapters = c.finetune != FineTune::Full;
+    const bool qlora = c.finetune == FineTune::QLoRA;
+    YAML::Emitter y;
+    y << YAML::BeginMap;
+    kv(y, "model_name_or_path", model);
+    kv(y, "stage", "sft");
+    kv(y, "do_train", true);
+    kv(y, "finetuning_type", adapters ? "lora" : "full");
+    if (adapters) {
+        kv(y, "lora_rank", c.lora.rank);
+        kv(y, "lora_alpha", c.lora.alpha);
+        kv(y, "lora_dropout", c.lora.dropout);
+        kv(y, "lora_target", allLinear(c.lora.targets) ? std::string("all") : joinTargets(c.lora.targets));
+    }
+    if (qlora) {
+        kv(y, "quantization_bit", 4);
+        kv(y, "double_quantization", c.lora.doubleQuant);
+    }
+    kv(y, "per_device_train_batch_size", c.microBatch);
+    kv(y, "gradient_accumulation_steps", c.gradAccum);
+    kv(y, "cutoff_len", c.seqLen);
+    const bool full = !adapters;
+    switch (c.precision) {
+    case Precision::BF16:
+        kv(y, "bf16", true);
+        if (full)
+            kv(y, "pure_bf16", true);
+        break;
+    case Precision::AmpBF16:
+        kv(y, "bf16", true);
+        if (!full)
+            notes.push_back("LLaMA-Factory keeps the base of an adapter run in 16 bits: written as bf16");
+        break;
+    case Precision::FP16:
+    case Precision::AmpFP16:
+        kv(y, "fp16", true);
+        if (full && c.precision == Precision::FP16)
+            notes.push_back("LLaMA-Factory has no pure fp16 for full fine-tuning: written as fp16 (fp32 masters)");
+        break;
+    case Precision::FP32: break;
+    }
+    kv(y, "disable_gradient_checkpointing", !c.gradCheckpointing);
+    kv(y, "flash_attn", c.attention == Attention::Eager ? "disabled" : "sdpa");
+    kv(y, "optim", hfOptim(c, notes));
+    kv(y, "enable_liger_kernel", c.loss == Loss::Fused);
+    if (c.zeroStage >= 1 || c.offloadOptimizer)
+        kv(y, "deepspeed", "examples/deepspeed/ds_z" + std::to_string(c.zeroStage) + (c.offloadOptimizer ? "_offload" : "") +
+                               "_config.json");
+    if (c.worldSize > 1)
+        notes.push_back("launch on " + std::to_string(c.worldSize) + " GPUs (FORCE_TORCHRUN=1 llamafactory-cli train)");
+    y << YAML::EndMap;
+    return yamlDocument(y, notes);
+}
+
+} // namespace
+
+const Format &format_llamafactory()
+{
+    static const Format f{TrainingFormat::LlamaFactory, "llamafactory", "LLaMA-Factory YAML", 4, &detects, &read, &write};
+    return f;
+}
+
+} // namespace headroom::formats
