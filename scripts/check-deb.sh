@@ -11,7 +11,8 @@ deb="$(ls headroom_*.deb)"
 echo "check-deb: built $deb ($(du -h "$deb" | cut -f1))"
 contents="$(dpkg-deb -c "$deb")"
 for f in usr/bin/headroom usr/bin/headroom-cli usr/bin/headroom-probe usr/lib/headroom/headroom-probe-torch.so \
-         usr/share/headroom/headroom_engine.py \
+         usr/share/headroom/headroom_engine.py usr/share/headroom/hrengine/main.py \
+         usr/share/headroom/hrengine/vocabulary.py \
          usr/share/applications/headroom.desktop usr/share/icons/hicolor/scalable/apps/headroom.svg; do
     grep -q " \./$f\$" <<<"$contents" || { echo "check-deb: $deb lacks /$f" >&2; exit 1; }
 done

@@ -123,6 +123,29 @@ const OptimizerTraits &traits(Optimizer o)
     return kOptimizerTable.front(); // every enumerator has a row (tst_serialize checks)
 }
 
+namespace {
+template<typename E>
+std::vector<std::string_view> namesInOrder(size_t count)
+{
+    std::vector<std::string_view> v;
+    for (size_t i = 0; i < count; ++i)
+        v.push_back(toString(static_cast<E>(i)));
+    return v;
+}
+} // namespace
+
+std::vector<std::pair<std::string_view, std::vector<std::string_view>>> sharedVocabulary()
+{
+    return {{"PHASES", namesInOrder<Phase>(kAllPhases.size())},
+            {"CATEGORIES", namesInOrder<Category>(kCategoryCount)},
+            {"PRECISIONS", namesInOrder<Precision>(kPrecisionTable.size())},
+            {"OPTIMIZERS", namesInOrder<Optimizer>(kOptimizerTable.size())},
+            {"IMPLS", namesInOrder<OptimizerImpl>(kImplTable.size())},
+            {"FINETUNES", namesInOrder<FineTune>(kFineTuneTable.size())},
+            {"ATTENTIONS", namesInOrder<Attention>(kAttentionTable.size())},
+            {"LOSSES", namesInOrder<Loss>(std::size(kLosses))}};
+}
+
 std::string_view toString(Precision e) { return rowName(e, kPrecisionTable); }
 std::string_view toString(Optimizer e) { return traits(e).name; }
 std::string_view toString(OptimizerImpl e) { return rowName(e, kImplTable); }

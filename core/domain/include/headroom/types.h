@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace headroom {
@@ -101,6 +102,11 @@ struct OptimizerTraits
 };
 const std::vector<OptimizerTraits> &optimizerTable();
 const OptimizerTraits &traits(Optimizer o);
+
+// The names core shares with the transformers engine, list by list in enum order: the engine's
+// probes/hrengine/vocabulary.py is generated from it (tests/gen_vocabulary.cpp; ctest
+// engine_vocabulary fails when the two differ).
+std::vector<std::pair<std::string_view, std::vector<std::string_view>>> sharedVocabulary();
 
 int parameterBytes(Precision p); // storage of weights, gradients and optimizer state
 int computeBytes(Precision p);   // activations

@@ -1,0 +1,184 @@
+"""The request: read bounded, every field checked, one-line errors naming the field (BadRequest).
+No torch."""
+import json
+import sys
+
+from .protocol import BadRequest, MAX_DEPTH, MAX_REQUEST_BYTES, SCHEMA_VERSION, short
+from .vocabulary import ATTENTIONS, FINETUNES, IMPLS, LOSSES, OPTIMIZERS, PRECISIONS
+
+
+def _depth_ok(obj, depth=0):
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(obj, dict):
+        return all(_depth_ok(v, depth + 1) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_depth_ok(v, depth + 1) for v in obj)
+    return True
+
+
+def read_request(path):
+    try:
+        if path in (None, "-"):
+            text = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+        else:
+            with open(path, "rb") as f:
+                text = f.read(MAX_REQUEST_BYTES + 1)
+    except OSError as e:
+        raise BadRequest("--request", path, f"cannot read the file ({e.strerror})")
+    if len(text) > MAX_REQUEST_BYTES:
+        raise BadRequest("request", f"{len(text)} bytes", f"too large (the limit is {MAX_REQUEST_BYTES} bytes)")
+    try:
+        req = json.loads(text.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise BadRequest("request", f"({len(text)} bytes)", f"not valid JSON ({short(str(e))})")
+    if not _depth_ok(req):
+        raise BadRequest("request", "nesting", f"nested deeper than {MAX_DEPTH} levels")
+    return req
+
+
+def _int(obj, key, ctx, lo, hi, default=None):
+    if key not in obj or obj[key] is None:
+        if default is None:
+            raise BadRequest(f"{ctx}.{key}", "(missing)", "required field is missing")
+        return default
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"{ctx}.{key}", v, "must be a whole number")
+    if v < lo or v > hi:
+        raise BadRequest(f"{ctx}.{key}", v, f"must be between {lo} and {hi}")
+    return v
+
+
+def _choice(obj, key, ctx, choices, default=None):
+    if key not in obj:
+        if default is None:
+            raise BadRequest(f"{ctx}.{key}", "(missing)", "required field is missing")
+        return default
+    v = obj[key]
+    if not isinstance(v, str) or v not in choices:
+        raise BadRequest(f"{ctx}.{key}", v, f"unknown value (accepted: {', '.join(choices)})")
+    return v
+
+
+def _bool(obj, key, ctx, default):
+    if key not in obj or obj[key] is None:
+        return default
+    if not isinstance(obj[key], bool):
+        raise BadRequest(f"{ctx}.{key}", obj[key], "must be true or false")
+    return obj[key]
+
+
+def _number(obj, key, ctx, lo, hi, default):
+    if key not in obj:
+        return default
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
+        raise BadRequest(f"{ctx}.{key}", v, f"must be a number in [{lo}, {hi}]")
+    return float(v)
+
+
+def parse_config(c):
+    ctx = "config"
+    if not isinstance(c, dict):
+        raise BadRequest(ctx, c, "must be a JSON object")
+    cfg = {
+        "precision": _choice(c, "precision", ctx, PRECISIONS),
+        "optimizer": _choice(c, "optimizer", ctx, OPTIMIZERS),
+        "optimizer_impl": _choice(c, "optimizer_impl", ctx, IMPLS, "foreach"),
+        "finetune": _choice(c, "finetune", ctx, FINETUNES),
+        "micro_batch": _int(c, "micro_batch", ctx, 1, 1 << 20),
+        "seq_len": _int(c, "seq_len", ctx, 1, 1 << 24),
+        "grad_accum": _int(c, "grad_accum", ctx, 1, 1 << 20, 1),
+        "grad_checkpointing": _bool(c, "grad_checkpointing", ctx, False),
+        "checkpoint_layers": _int(c, "checkpoint_layers", ctx, 0, 1 << 20, 0),
+        "checkpoint_every": _int(c, "checkpoint_every", ctx, 0, 1 << 20, 0),
+        "attention": _choice(c, "attention", ctx, ATTENTIONS, "sdpa"),
+        "loss": _choice(c, "loss", ctx, LOSSES, "standard"),
+        "world_size": _int(c, "world_size", ctx, 1, 1 << 16, 1),
+        "zero_stage": _int(c, "zero_stage", ctx, 0, 3, 0),
+        "offload_optimizer": _bool(c, "offload_optimizer", ctx, False),
+        "activation_offload": _bool(c, "activation_offload", ctx, False),
+    }
+    lora = c.get("lora", {})
+    if not isinstance(lora, dict):
+        raise BadRequest("config.lora", lora, "must be a JSON object")
+    targets = lora.get("targets", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    if not isinstance(targets, list) or not all(isinstance(t, str) and 0 < len(t) <= 200 for t in targets) \
+            or len(targets) > 256:
+        raise BadRequest("config.lora.targets", targets, "must be an array of module names")
+    cfg["lora"] = {
+        "rank": _int(lora, "rank", "config.lora", 1, 1 << 16, 16),
+        "alpha": _number(lora, "alpha", "config.lora", 0.0, 1e9, 32.0),
+        "dropout": _number(lora, "dropout", "config.lora", 0.0, 0.999999, 0.0),
+        "targets": targets,
+        "double_quant": _bool(lora, "double_quant", "config.lora", True),
+    }
+    if cfg["finetune"] != "full" and not targets:
+        raise BadRequest("config.lora.targets", "[]", "LoRA needs at least one target module")
+    if cfg["finetune"] == "qlora" and cfg["precision"] == "fp32":
+        raise BadRequest("config.precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16")
+    if cfg["offload_optimizer"]:
+        raise BadRequest("config.offload_optimizer", True,
+                         "the transformers engine keeps the optimizer on the device; offload is estimated, not measured")
+    return cfg
+
+
+# Headroom's flat model form (toJson(ModelArch)) back to a config.json, for requests made
+# without one. Only the families whose flat form says everything.
+def hf_config_from_flat(m):
+    t = m.get("model_type", "llama")
+    if t == "gpt2":
+        return {"model_type": "gpt2", "n_embd": m["hidden_size"], "n_layer": m["num_hidden_layers"],
+                "n_head": m["num_attention_heads"], "n_inner": m["intermediate_size"],
+                "vocab_size": m["vocab_size"], "n_positions": m.get("max_position_embeddings", 1024),
+                "activation_function": m.get("activation", "gelu_new"),
+                "tie_word_embeddings": m.get("tie_word_embeddings", True)}
+    if t not in ("llama", "mistral", "qwen2", "qwen3"):
+        raise BadRequest("model.config", "(missing)",
+                         f"the transformers engine needs the model's config.json for model_type {short(t)}")
+    cfg = {"model_type": t}
+    for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings"):
+        if k in m:
+            cfg[k] = m[k]
+    cfg["hidden_act"] = m.get("activation", "silu")
+    if t == "llama":
+        cfg["attention_bias"] = bool(m.get("qkv_bias", False))
+        cfg["mlp_bias"] = bool(m.get("mlp_bias", False))
+    return cfg
+
+
+# config.json keys that are about files, loading or remote code rather than the architecture.
+_DROP_KEYS = ("architectures", "auto_map", "quantization_config", "torch_dtype", "dtype", "transformers_version",
+              "_name_or_path", "use_cache", "model_type")
+
+
+def parse_request(req):
+    if not isinstance(req, dict):
+        raise BadRequest("request", req, "must be a JSON object")
+    v = req.get("schema_version")
+    if v != SCHEMA_VERSION:
+        raise BadRequest("request.schema_version", "(missing)" if v is None else v,
+                         f"unsupported (this engine reads {SCHEMA_VERSION})")
+    model = req.get("model")
+    if not isinstance(model, dict):
+        raise BadRequest("request.model", "(missing)" if model is None else model, "must be a JSON object")
+    if isinstance(model.get("config"), dict):
+        hf = dict(model["config"])
+        meta = model.get("headroom", {}) if isinstance(model.get("headroom"), dict) else {}
+    else:
+        hf = hf_config_from_flat(model)
+        meta = {"id": model.get("id", ""), "name": model.get("name", "")}
+    mt = hf.get("model_type")
+    if not isinstance(mt, str) or not mt or len(mt) > 100:
+        raise BadRequest("model.config.model_type", "(missing)" if mt is None else mt, "must name the model type")
+    return {
+        "model": model,
+        "hf_config": hf,
+        "model_type": mt,
+        "model_id": str(meta.get("id", "") or meta.get("name", "") or mt)[:200],
+        "config": parse_config(req.get("config")),
+        "steps": _int(req, "steps", "request", 1, 1000, 2),
+        "device": _choice(req, "device", "request", ("auto", "cuda", "cpu"), "auto"),
+    }
