@@ -7,6 +7,7 @@
 - No model-type test (modelType == "...") outside core/model/families/: code asks the family's
   traits, never its name.
 - No parallelism in the simulator outside core/sim/parallel/: the run loop knows no strategy.
+- Every "Note [Name]" the code cites is a note of docs/estimator.md.
 
 Layering itself is CMake's: each layer of core is a library that links only the layers below it,
 so an include that points upward does not compile.
@@ -158,9 +159,17 @@ def main():
         else:
             problems.append(f"{path}: {what}")
 
+    # Each mechanism is explained once, as a named note in docs/estimator.md, and cited by name.
+    notes_doc = (ROOT / "docs/estimator.md").read_text()
+    notes = set(re.findall(r"\*\*Note \[([^\]]+)\]\.\*\*", notes_doc))
     for p in sources():
         rel = p.relative_to(ROOT).as_posix()
         text = p.read_text(errors="replace")
+        for k, line in enumerate(text.split("\n")):
+            for cited in re.findall(r"Note \[([^\]]+)\]", line):
+                if cited not in notes:
+                    check("note-citation", rel, "", f"line {k + 1} cites Note [{cited}], which docs/estimator.md "
+                          "does not have (a note is a paragraph opening with **Note [Name].**)")
         lines = text.count("\n") + (0 if text.endswith("\n") else 1)
         if lines > FILE_LINES:
             check("file-lines", rel, "", f"{lines} lines (the limit is {FILE_LINES}: split it by job)")

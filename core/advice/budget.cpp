@@ -107,6 +107,7 @@ Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve)
     return v;
 }
 
+// See Note [At the card's limit] (docs/estimator.md).
 Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
               const EstimatorOptions &opt)
 {

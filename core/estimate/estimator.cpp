@@ -63,6 +63,7 @@ bool usesCollectives(const TrainingConfig &cfg)
     return cfg.worldSize > 1 || cfg.zeroStage >= 1;
 }
 
+// See Note [Outside the allocator] (docs/estimator.md).
 // The device total (nvidia-smi's Used) is peak reserved plus what lives on the device outside
 // PyTorch's allocator: the CUDA context, and NCCL's communicator once a collective runs, whose
 // buffers the caching allocator never sees. The driver's reservation goes with the estimate for
@@ -141,6 +142,7 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     est.tokens = x.T;
     est.params = paramsPerRank(countParams(x), cfg);
     est.notes = stepNotes(x, est);
+    // See Note [Repeated steady step] (docs/estimator.md).
     // A warm-up and two steady steps, as the engine measures: the allocator's cache can still
     // grow in the second (Qwen2.5-0.5B fp32 and Llama-3.2-1B with 8-bit AdamW: -6.6% and -5.5%
     // peak reserved with one). The second step is the first's events again (repeatLastStep: the

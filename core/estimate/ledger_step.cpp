@@ -12,6 +12,7 @@ namespace headroom::est {
 
 namespace {
 
+// See Note [Per-op ledger] (docs/estimator.md).
 // The per-op ledger this estimator started from: composed layers, whole-tensor lifetimes. It
 // still answers for what the autograd simulation does not run yet: optimizer offload and QLoRA
 // under FSDP (and EstimatorOptions::ledgerOnly). One step, phase by phase: each phase a member, sharing the shapes, the parameter

@@ -21,6 +21,7 @@ int64_t nf4Bytes(int64_t numel, bool doubleQuant)
 }
 } // namespace
 
+// See Note [Optimizer state layout] (docs/estimator.md).
 Params countParams(const Ctx &x)
 {
     Params P;

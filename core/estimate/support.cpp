@@ -25,6 +25,7 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
         return Refusal{Blocker::PastLearnedPositions, "seq", std::to_string(cfg.seqLen),
                          model.name + " learns one position embedding per position: at most max_position_embeddings = " +
                              std::to_string(model.maxPositions) + " tokens (Transformers fails past it)"};
+    // See Note [Experts ParamWrapper] (docs/estimator.md).
     // PEFT wraps the stacked expert weights of Qwen3-MoE and DeepSeek-V2/V3 in ParamWrappers when
     // LoRA names the MLP projections (model.h expertsLora; simulated in program.cpp, measured in
     // bf16 on one GPU). What was not measured is refused rather than guessed.

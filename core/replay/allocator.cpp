@@ -1,3 +1,4 @@
+// See Note [Caching allocator] (docs/estimator.md).
 // A model of PyTorch's CUDA caching allocator, rule for rule from
 // c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.x): 512-byte rounding; a small pool (requests up
 // to 1 MiB, carved from 2 MiB segments) and a large pool (requests under 10 MiB carved from

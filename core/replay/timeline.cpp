@@ -73,6 +73,7 @@ std::optional<LastStep> closedLastStep(const Timeline &t)
 }
 } // namespace
 
+// See Note [Repeated steady step] (docs/estimator.md).
 bool repeatLastStep(Timeline &t)
 {
     const std::optional<LastStep> ls = closedLastStep(t);

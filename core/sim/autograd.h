@@ -122,6 +122,7 @@ public:
     // host memory); its backward first brings each back (unpack_from_cpu: tensor.to(device), a
     // new allocation of the saved tensor's size, parameters included) and frees them when it
     // returns. Checkpointed regions install their own hooks, which win.
+    // See Note [Activation offload] (docs/estimator.md).
     void setSavedToHost(bool on) { m_toHost = on; }
     // Under save_on_cpu, saving a tensor that is not contiguous (weight.t(), attention's
     // transposed q, k, v and output): pack_to_cpu's `packed.copy_(tensor)` to pinned host memory

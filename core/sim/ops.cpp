@@ -938,6 +938,7 @@ T Ops::sumGroups(const T &x, int64_t outNumel)
     return out;
 }
 
+// See Note [Fused loss chunks] (docs/estimator.md).
 T Ops::fusedLinearCrossEntropy(const T &x, const T &w, int64_t b, int64_t seq, int64_t hidden, int64_t vocab,
                                   int computeElem)
 {

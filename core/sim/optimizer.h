@@ -26,6 +26,7 @@ struct OptimizerStep
 
 // A parameter tensor as an optimizer's state sees it: [rows, cols] (cols 1 for a vector), numel
 // values of elem bytes.
+// See Note [Optimizer state layout] (docs/estimator.md).
 struct ParamShape
 {
     int64_t rows = 0, cols = 1, numel = 0;

@@ -141,13 +141,8 @@ public:
     }
 
 private:
-    // The micro-batches of a step that are simulated: the first (it creates the gradients), the
-    // next two and the last (the one that synchronizes: DDP's all-reduce, FSDP2's reduce-scatter).
-    // Every micro-batch between the first and the last runs the same program on the same live
-    // tensors (the gradients exist, no_sync holds, its own input was made at load), so its events
-    // repeat the one before: the second is the first repeat and the third shows the allocator's
-    // cache has settled; the rest add nothing to a peak and would make the estimate's time and
-    // memory grow with the accumulation (advice's "micro-batch 1 x accumulation 1024").
+    // The first micro-batch of a step, the next two and the last are simulated; the ones between
+    // repeat the one before. See Note [Simulated micro-batches] (docs/estimator.md).
     static constexpr int64_t kSimulatedMiddleMicroBatches = 2;
     int64_t nextSimulatedMicroBatch(int64_t micro)
     {
@@ -181,6 +176,7 @@ private:
     std::vector<T *> trainable; // in model.parameters() order
     std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
     std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
+    // See Note [Python locals] (docs/estimator.md).
     std::vector<T> embedLocals; // tensors a model's forward keeps in locals until it returns
     std::vector<T> buffers;     // the model's buffers (rotary inv_freq, router biases)
 
@@ -239,6 +235,7 @@ private:
         return valid;
     }
 
+    // See Note [QLoRA load] (docs/estimator.md).
     // QLoRA as the transformers engine loads it (headroom_engine.quantize_4bit, then
     // peft.prepare_model_for_kbit_training): each decoder Linear becomes a Linear4bit, whose
     // Params4bit._quantize copies the weight to the device and runs functional.quantize_4bit: an
@@ -419,6 +416,7 @@ private:
             L.n4 = param(h, 1, t, "post_feedforward_layernorm");
     }
 
+    // See Note [PEFT adapter load] (docs/estimator.md).
     void injectAdapters()
     {
         // get_peft_model (PEFT 0.21): an A and a B per targeted Linear of every layer, then per
@@ -614,6 +612,7 @@ private:
     }
 
     // ------------------------------------------------------------------ forward
+    // See Note [Autocast cast cache] (docs/estimator.md).
     // A weight as the matmul sees it: under autocast a bf16 copy, cached for the whole forward
     // when the weight is a trainable leaf, made anew at every use otherwise.
     T weightFor(const T &w)
@@ -1367,6 +1366,7 @@ private:
         T lhs, rhs;
         T weight; // W + delta, cached by parametrize.cached() until the wrappers exit
     };
+    // See Note [Experts ParamWrapper] (docs/estimator.md).
     Wrapped activateWrapper(const T &w, LoraPair &p)
     {
         S.setOp("lora.get_delta_factors");

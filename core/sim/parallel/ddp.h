@@ -4,6 +4,7 @@
 
 namespace headroom::sim {
 
+// See Note [DDP buckets] (docs/estimator.md).
 // DistributedDataParallel (torch/nn/parallel/distributed.py, reducer.cpp), one flat bucket tensor
 // per bucket in the gradients' dtype, kept for the run; the gradients are copied in, all-reduced
 // and copied back in place (gradient_as_bucket_view False). Without find_unused_parameters the

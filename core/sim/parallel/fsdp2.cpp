@@ -1,3 +1,4 @@
+// See Note [FSDP2 streams] (docs/estimator.md).
 // FSDP2 (fully_shard on each decoder layer, then on the model: torch/distributed/fsdp/
 // _fully_shard, PyTorch 2.11), as the transformers engine wraps a run for ZeRO-2/3. Measured per
 // CUDA stream with two ranks sharing the H200 (tests/data/h200/streams-2026-12-02).

@@ -3,6 +3,7 @@
 // The optimizer steps this rank's share only, parameters assigned largest first to the
 // least-loaded rank (_partition_parameters); the estimate takes the rank with the most, and the
 // updated parameters are broadcast in place.
+// See Note [DDP buckets] (docs/estimator.md).
 #include "ddp.h"
 
 #include <algorithm>

@@ -14,6 +14,7 @@ namespace headroom {
 // driver 580, PyTorch 2.11 (tests/data/hf_reference_h200.json).
 struct EstimatorOptions
 {
+    // See Note [Outside the allocator] (docs/estimator.md).
     // What the device holds outside PyTorch's allocator, in two measured terms:
     // - the CUDA context and what the process loads lazily (kernel modules, cuBLAS/cuBLASLt
     //   handles), device-wide: device used (cudaMemGetInfo) - reserved. On the corpus runs
