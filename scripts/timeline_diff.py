@@ -120,7 +120,7 @@ def main():
                     help="instead of hunks, print where the live bytes of the two streams start to differ")
     a = ap.parse_args()
     entry = corpus_entry(a.name)
-    plan = json.load(open(os.path.join(ROOT, "scripts/corpus-plan.json")))
+    plan = json.load(open(os.path.join(ROOT, "lab/corpus-plan.json")))
     conf = next((j.get("alloc_conf") for j in plan["jobs"] if j["name"] == a.name), None)
     meas = step_events(measured_timeline(a.name), 1)
     est = step_events(estimated_timeline(a.cli, entry, conf), 1)

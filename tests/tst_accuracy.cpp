@@ -1,6 +1,6 @@
 // The estimator and the LibTorch probe against the truth: real Transformers + PEFT + PyTorch
 // training steps run by the transformers engine on an H200 (tests/data/corpus/h200.jsonl, made by
-// scripts/gpu-corpus.sh, gpu-bnb.sh and gpu-holdout.sh from scripts/corpus-plan.json; 205
+// lab/corpus.sh, lab/bnb.sh and lab/holdout.sh from lab/corpus-plan.json; 205
 // runs: 191 one-GPU configurations, 9 with two ranks sharing the GPU, 5 plain-script twins).
 //
 // Targets (issues 11 and 12), on every configuration the estimator simulates:
@@ -329,7 +329,7 @@ private Q_SLOTS:
     }
 
     // nvidia-smi itself, polled every 50 ms beside three one-GPU runs alone on the H200
-    // (scripts/gpu-streams.sh, tests/data/h200/smi-2026-12-02): its highest Used is the engine's
+    // (lab/streams.sh, tests/data/h200/smi-2026-12-02): its highest Used is the engine's
     // device total (reserved + the process's context) + 9 MiB, its Reserved the driver's
     // reservation, and the estimate's device total is held to the targets against that Used
     // (within 3%, never under by more than 2%: it is peak reserved's error, the context's is
@@ -423,7 +423,7 @@ private Q_SLOTS:
     }
 
     // Solver boundaries (issue 12): for each configuration of the plan, the real stack ran on the
-    // H200 at a ladder of values (scripts/gpu_boundary.py, fresh process each, reserve 0). The
+    // H200 at a ladder of values (lab/boundary.py, fresh process each, reserve 0). The
     // solver must give the largest value that ran, and the next step up must have run out of memory.
     void solverBoundariesMatchTheRealStack()
     {
@@ -509,7 +509,7 @@ private Q_SLOTS:
     }
 
     // Issue 14: the fused linear cross-entropy against the real library on the H200
-    // (scripts/gpu-fused.sh with a Liger Kernel source tree, commit ead96b6, on PYTHONPATH;
+    // (lab/fused.sh with a Liger Kernel source tree, commit ead96b6, on PYTHONPATH;
     // tests/data/h200/liger-2026-12-01): nine configurations through the transformers engine
     // with HF's loss and with Liger's. Peak allocated and every phase within 0.5% of the
     // estimate, never under by more than 0.1%; the saving the recommendation promises within 1%
@@ -585,7 +585,7 @@ private Q_SLOTS:
     }
 
     // NCCL's communicator is device memory the caching allocator never sees: the same step with
-    // and without c10d's NCCL at world size 1 (H200, scripts/gpu-nccl.sh) differs in the CUDA
+    // and without c10d's NCCL at world size 1 (H200, lab/nccl.sh) differs in the CUDA
     // context by exactly the estimator's term once a collective has run (ZeRO-1 and up), and not
     // at all before (ZeRO-0 at one rank makes none).
     void ncclCommunicatorIsTheEstimatorsTerm_data()

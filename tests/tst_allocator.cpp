@@ -240,7 +240,7 @@ private Q_SLOTS:
     }
 
     // Two ranks sharing the H200 through FSDP2 (reshard on and off), ZeroRedundancyOptimizer and
-    // DDP, every allocation recorded with its CUDA stream (scripts/gpu-streams.sh,
+    // DDP, every allocation recorded with its CUDA stream (lab/streams.sh,
     // tests/data/h200/streams-2026-12-02): FSDP2 all-gathers and reduce-scatters on three side
     // streams, whose blocks only those streams reuse. Replayed with the streams, each rank's peak
     // reserved is PyTorch's; without them the model was 10-20% under on FSDP2.

@@ -215,7 +215,7 @@ private Q_SLOTS:
     }
 
     // A user's own PyTorch memory snapshot (torch.cuda.memory._dump_snapshot around a plain
-    // Transformers loop on the H200, scripts/gpu_snapshot.py) is converted by the engine's Python
+    // Transformers loop on the H200, lab/snapshot.py) is converted by the engine's Python
     // and drawn: its last whole step over the estimate. A pickle that would import code is refused.
     void timelineImportsAPyTorchSnapshot()
     {

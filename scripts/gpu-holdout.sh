@@ -1,6 +1,0 @@
-#!/usr/bin/env bash
-# H200 call: corpus entries through the transformers engine with bitsandbytes (built from source
-# in the carried build-bnb/) and headroom-probe (built in build-gpu beside it, for the entries
-# whose ranks share the GPU): scripts/gpu-bnb.sh with WITH_PROBE=1.
-# Usage (device tool, carry ["build-bnb"]): bash scripts/gpu-holdout.sh NAME,NAME,... [deadline_s]
-WITH_PROBE=1 exec bash "$(dirname "$0")/gpu-bnb.sh" "$@"
