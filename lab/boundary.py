@@ -20,7 +20,7 @@ def main():
     ap.add_argument("--start", default="", help="NAME=VALUE,...: walk from VALUE instead of the plan's solver value")
     a = ap.parse_args()
     t0 = time.time()
-    plan = json.load(open(os.path.join(ROOT, "scripts", "boundary-plan.json")))
+    plan = json.load(open(os.path.join(ROOT, "lab", "boundary-plan.json")))
     only = set(filter(None, a.only.split(",")))
     start = {k: int(v) for k, v in (x.split("=") for x in filter(None, a.start.split(",")))}
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="4")

@@ -373,7 +373,7 @@ def run(plan_path, out_dir, jobs_max, deadline, only, capacity_gib, engine, prob
         op = os.path.join(out_dir, "req", j["name"] + ".out.json")
         kind = j.get("kind", "engine")
         if kind == "plain":
-            cmd = [sys.executable, os.path.join(ROOT, "scripts", "plain_step.py"), "--request", rp, "--out", op]
+            cmd = [sys.executable, os.path.join(ROOT, "lab", "plain_step.py"), "--request", rp, "--out", op]
         elif kind == "ranks":
             cmd = [probe, "--engine", "transformers", "--request", rp, "--out", op, "--share-gpu", "--python",
                    sys.executable]
@@ -452,10 +452,10 @@ def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     p1 = sub.add_parser("plan")
-    p1.add_argument("--out", default=os.path.join(ROOT, "scripts", "corpus-plan.json"))
+    p1.add_argument("--out", default=os.path.join(ROOT, "lab", "corpus-plan.json"))
     p1.add_argument("--cli", default=os.path.join(ROOT, "build", "dev", "app", "headroom-cli"))
     p2 = sub.add_parser("run")
-    p2.add_argument("--plan", default=os.path.join(ROOT, "scripts", "corpus-plan.json"))
+    p2.add_argument("--plan", default=os.path.join(ROOT, "lab", "corpus-plan.json"))
     p2.add_argument("--out", required=True)
     p2.add_argument("--jobs", type=int, default=12)
     p2.add_argument("--deadline-s", type=float, default=480)

@@ -69,7 +69,7 @@ def main():
     a = ap.parse_args()
     t0 = time.time()
     left = lambda: a.deadline_s - (time.time() - t0)
-    plan = {j["name"]: j for j in json.load(open(os.path.join(ROOT, "scripts", "corpus-plan.json")))["jobs"]}
+    plan = {j["name"]: j for j in json.load(open(os.path.join(ROOT, "lab", "corpus-plan.json")))["jobs"]}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
 
     # 1. Held-out MoE LoRA with the transformers engine (the probe is still building).

@@ -32,7 +32,7 @@ def main():
     t0 = time.time()
     left = lambda: a.deadline_s - (time.time() - t0)
     os.makedirs(os.path.join(a.out, "ranks"), exist_ok=True)
-    plan = {j["name"]: j for j in json.load(open(os.path.join(ROOT, "scripts", "corpus-plan.json")))["jobs"]}
+    plan = {j["name"]: j for j in json.load(open(os.path.join(ROOT, "lab", "corpus-plan.json")))["jobs"]}
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="2", NCCL_NVLS_ENABLE="0")
 
     # 1. Two ranks on the one GPU, three jobs at a time, each rank's stream recorded.

@@ -20,7 +20,7 @@ def main():
     a = ap.parse_args()
     t0 = time.time()
     left = lambda: a.deadline_s - (time.time() - t0)
-    plan = {j["name"]: j for j in json.load(open(os.path.join(ROOT, "scripts", "corpus-plan.json")))["jobs"]}
+    plan = {j["name"]: j for j in json.load(open(os.path.join(ROOT, "lab", "corpus-plan.json")))["jobs"]}
     probe = os.path.join(ROOT, "build-gpu", "probes", "headroom-probe")
     logf = open(os.path.join(a.out, "run.log"), "a")
 

@@ -14,7 +14,7 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--deadline-s", type=float, default=300)
 a = ap.parse_args()
 t0 = time.time()
-plan = {j["name"]: j for j in json.load(open(os.path.join(ROOT, "scripts", "corpus-plan.json")))["jobs"]}
+plan = {j["name"]: j for j in json.load(open(os.path.join(ROOT, "lab", "corpus-plan.json")))["jobs"]}
 probe = os.path.join(ROOT, "build-gpu", "probes", "headroom-probe")
 log = open(os.path.join(a.out, "run.log"), "a")
 for name, n in JOBS:
