@@ -87,11 +87,11 @@ std::unique_ptr<QTemporaryFile> requestFile(const json &req)
 }
 
 Run runEngine(const json &req, const QStringList &extra = {}, const QString &python = pythonWithTorch(),
-              int timeoutMs = 180000)
+              int timeoutMs = 180000, const QProcessEnvironment &baseEnv = QProcessEnvironment::systemEnvironment())
 {
     const auto f = requestFile(req);
     QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    QProcessEnvironment env = baseEnv;
     env.insert(QStringLiteral("HEADROOM_PYTHON"), python);
     p.setProcessEnvironment(env);
     p.start(QStringLiteral(HEADROOM_PROBE), QStringList{QStringLiteral("--engine"), QStringLiteral("transformers"),
@@ -354,6 +354,53 @@ private Q_SLOTS:
         QVERIFY2(t.elapsed() < 1500, std::to_string(t.elapsed()).c_str());
         QCOMPARE(p.exitCode(), 143);
         QVERIFY(p.readAllStandardOutput().contains("\"event\":\"stopped\""));
+    }
+
+    // Issue 33: the local multi-rank launch needs no name service. Every Python process of the run
+    // (the launcher, torchrun's agent, both ranks) gets a sitecustomize that makes resolving any
+    // name fail as on a machine without an /etc/hosts entry for localhost (gai error -2); the
+    // launch uses 127.0.0.1 and the loopback interface, so it must still succeed.
+    void torchrunNeedsNoNameService()
+    {
+        QTemporaryDir site;
+        QFile f(site.filePath(QStringLiteral("sitecustomize.py")));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArrayLiteral(
+            "import ipaddress, socket\n"
+            "def _numeric(h):\n"
+            "    h = h.decode() if isinstance(h, bytes) else h\n"
+            "    if h is None or h == '':\n"
+            "        return True\n"
+            "    try:\n"
+            "        ipaddress.ip_address(h.split('%')[0])\n"
+            "        return True\n"
+            "    except ValueError:\n"
+            "        return False\n"
+            "def _refuse(h):\n"
+            "    raise socket.gaierror(-2, 'Name or service not known (test: no name service for %r)' % (h,))\n"
+            "_gai, _ghbn, _ghbnx = socket.getaddrinfo, socket.gethostbyname, socket.gethostbyname_ex\n"
+            "def getaddrinfo(host, *a, **k):\n"
+            "    return _gai(host, *a, **k) if _numeric(host) else _refuse(host)\n"
+            "def gethostbyname(host):\n"
+            "    return _ghbn(host) if _numeric(host) else _refuse(host)\n"
+            "def gethostbyname_ex(host):\n"
+            "    return _ghbnx(host) if _numeric(host) else _refuse(host)\n"
+            "socket.getaddrinfo, socket.gethostbyname, socket.gethostbyname_ex = getaddrinfo, gethostbyname, gethostbyname_ex\n"));
+        f.close();
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        const QString path = env.value(QStringLiteral("PYTHONPATH"));
+        env.insert(QStringLiteral("PYTHONPATH"), site.path() + (path.isEmpty() ? QString() : QLatin1Char(':') + path));
+        // The name service really is gone for Python here.
+        QProcess check;
+        check.setProcessEnvironment(env);
+        check.start(pythonWithTorch(), {QStringLiteral("-c"), QStringLiteral("import socket; socket.getaddrinfo('localhost', 1)")});
+        QVERIFY(check.waitForFinished(30000));
+        QVERIFY(check.exitCode() != 0);
+        QVERIFY(check.readAllStandardError().contains("no name service"));
+        const Run r = runEngine(request({{"zero_stage", 0}}), {QStringLiteral("--nproc"), QStringLiteral("2")},
+                                pythonWithTorch(), 180000, env);
+        QVERIFY2(r.code == 0, qPrintable(r.err.right(800)));
+        QCOMPARE(r.result()->ranks.size(), size_t(2));
     }
 
     // Two ranks over Gloo through torchrun: DDP and ZeroRedundancyOptimizer.

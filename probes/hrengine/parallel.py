@@ -2,6 +2,7 @@
 torchrun to start them."""
 import contextlib
 import os
+import socket
 import sys
 
 from .build import find_layers, require
@@ -157,8 +158,18 @@ def torchrun(nproc, argv):
         if a.startswith("--torchrun="):
             continue
         rest.append(a)
+    # The ranks meet on this machine through the loopback address and a free port: torchrun's
+    # static rendezvous with --master_addr 127.0.0.1, not --standalone (whose c10d rendezvous
+    # resolves "localhost", which a container or a minimal root may not map: gai error -2), and
+    # Gloo on the loopback interface rather than on whatever the hostname resolves to. Nothing in
+    # the launch asks the name service.
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
-        trun.main(["--standalone", "--nproc_per_node", str(nproc), ENTRY] + rest)
+        trun.main(["--nnodes", "1", "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                   "--nproc_per_node", str(nproc), ENTRY] + rest)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else EXIT_INTERNAL
     except BaseException as e:  # a rank failed: its own error file says why
