@@ -7,6 +7,7 @@
 
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "headroom/files.h"
 #include "headroom/estimator.h"
 #include "headroom/serialize.h"
 
@@ -74,19 +75,16 @@ int fail(int code, const std::string &message, const std::string &field)
 
 bool writeAtomically(const std::string &path, const json &j)
 {
-    const std::string tmp = path + ".tmp" + std::to_string(getpid());
-    const std::string text = j.dump(1) + "\n";
-    FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f)
-        return false;
-    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    ok = std::fflush(f) == 0 && ok;
-    ok = fsync(fileno(f)) == 0 && ok;
-    ok = std::fclose(f) == 0 && ok;
-    if (ok && std::rename(tmp.c_str(), path.c_str()) == 0)
+    // The one writer (headroom/files.h): a mkstemp temporary beside the target, renamed over it;
+    // a FIFO or a device named by --out is refused, not replaced; a failed save leaves the old
+    // file and no temporary behind.
+    try {
+        writeFileAtomically(path, j.dump(1) + "\n", "--out");
         return true;
-    std::remove(tmp.c_str()); // a failed save leaves the old file and no temporary behind
-    return false;
+    } catch (const InputError &e) {
+        std::fprintf(stderr, "headroom-probe: %s\n", e.what());
+        return false;
+    }
 }
 
 bool publish(const json &result, const std::string &outPath)

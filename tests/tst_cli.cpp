@@ -7,6 +7,8 @@
 
 #include <fstream>
 
+#include <sys/stat.h>
+
 namespace {
 struct Run
 {
@@ -46,6 +48,51 @@ private Q_SLOTS:
         QVERIFY(j.at("peak").at("allocated_bytes").get<int64_t>() > 90LL * 1000 * 1000 * 1000);
         QVERIFY(j.at("breakdown").at("activations").get<int64_t>() > 0);
         QCOMPARE(j.at("verdict").at("status").get<std::string>(), std::string("oom")); // on the default H100 80 GB
+    }
+    // Issue 33: with no targets given, LoRA takes the model's own Linears, on the command line and
+    // from an imported config that names none (TRL's use_peft without lora_target_modules).
+    void loraDefaultsFollowTheModel_data()
+    {
+        QTest::addColumn<QString>("model");
+        QTest::addColumn<QString>("targets");
+        QTest::newRow("gpt2") << QStringLiteral("gpt2") << QStringLiteral("c_attn,c_proj,c_fc");
+        QTest::newRow("neox (fused query_key_value, as Falcon)")
+            << QStringLiteral("pythia-410m") << QStringLiteral("query_key_value,dense,dense_h_to_4h,dense_4h_to_h");
+        QTest::newRow("phi3") << QStringLiteral("phi-3-mini") << QStringLiteral("qkv_proj,o_proj,gate_up_proj,down_proj");
+        QTest::newRow("llama") << QStringLiteral("llama-3.2-1b")
+                               << QStringLiteral("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    }
+    void loraDefaultsFollowTheModel()
+    {
+        QFETCH(QString, model);
+        QFETCH(QString, targets);
+        auto targetsOf = [](const Run &r) {
+            QStringList l;
+            const auto doc = nlohmann::json::parse(r.out.toStdString());
+            for (const auto &t : doc.at("config").at("lora").at("targets"))
+                l << QString::fromStdString(t.get<std::string>());
+            return l.join(QLatin1Char(','));
+        };
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), model, QStringLiteral("--finetune"),
+                           QStringLiteral("lora"), QStringLiteral("--seq"), QStringLiteral("512"), QStringLiteral("--json")});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QCOMPARE(targetsOf(r), targets);
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("sft.json"));
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArrayLiteral("{\"per_device_train_batch_size\": 1, \"max_length\": 512, \"use_peft\": true}"));
+        f.close();
+        const Run i = cli({QStringLiteral("estimate"), QStringLiteral("--from"), path, QStringLiteral("--model"), model,
+                           QStringLiteral("--json")});
+        QVERIFY2(i.code == 0, qPrintable(i.err));
+        QCOMPARE(targetsOf(i), targets);
+        // Targets given are kept as given.
+        const Run g = cli({QStringLiteral("estimate"), QStringLiteral("--model"), model, QStringLiteral("--finetune"),
+                           QStringLiteral("lora"), QStringLiteral("--lora-targets"), QStringLiteral("all-linear"),
+                           QStringLiteral("--seq"), QStringLiteral("512"), QStringLiteral("--json")});
+        QVERIFY2(g.code == 0, qPrintable(g.err));
+        QCOMPARE(targetsOf(g), QStringLiteral("all-linear"));
     }
     void readableTable()
     {
@@ -327,6 +374,82 @@ private Q_SLOTS:
         QVERIFY(r.out.isEmpty());
     }
 
+    // Issue 32, rows 3 and 10: a result or a config.json that is a FIFO or a device is refused at
+    // once by fstat, never read (compare /dev/zero read 2.3 GB; a FIFO hung), and a file over the
+    // limit is refused by its size before a byte is read.
+    void fifosAndDevicesAreNotRead()
+    {
+        QTemporaryDir dir;
+        const QString fifo = dir.filePath(QStringLiteral("result.fifo"));
+        QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+        const Run r = cli({QStringLiteral("compare"), fifo}); // a hang would end cli() at 60 s with no exit code
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("is not a regular file")), qPrintable(r.err));
+        const Run z = cli({QStringLiteral("compare"), QStringLiteral("/dev/zero")});
+        QCOMPARE(z.code, 2);
+        QVERIFY2(z.err.contains(QStringLiteral("RESULT = /dev/zero")), qPrintable(z.err));
+        const Run m = cli({QStringLiteral("estimate"), QStringLiteral("--model"), fifo});
+        QCOMPARE(m.code, 2);
+        QVERIFY2(m.err.contains(QStringLiteral("is not a regular file")), qPrintable(m.err));
+        const Run d = cli({QStringLiteral("compare"), dir.path()});
+        QCOMPARE(d.code, 2);
+        QVERIFY2(d.err.contains(QStringLiteral("is a folder")), qPrintable(d.err));
+    }
+
+    // Issue 32, row 2: --out writes through one writer (headroom/files.h): no fixed temporary name
+    // a planted symlink could hold, no FIFO or device replaced, a symlink followed to its file.
+    void outNeverClobbers()
+    {
+        QTemporaryDir dir;
+        const QString out = dir.filePath(QStringLiteral("ds.json")), victim = dir.filePath(QStringLiteral("victim"));
+        {
+            QFile v(victim);
+            QVERIFY(v.open(QIODevice::WriteOnly));
+            v.write("keep");
+        }
+        QVERIFY(QFile::link(victim, out + QStringLiteral(".headroom-tmp"))); // the old fixed temporary
+        const QStringList exportArgs = {QStringLiteral("export"), QStringLiteral("--model"), QStringLiteral("llama-3.2-1b"),
+                                        QStringLiteral("--format"), QStringLiteral("deepspeed"), QStringLiteral("--out")};
+        const Run a = cli(exportArgs + QStringList{out});
+        QVERIFY2(a.code == 0, qPrintable(a.err));
+        QFile v(victim);
+        QVERIFY(v.open(QIODevice::ReadOnly));
+        QCOMPARE(v.readAll(), QByteArray("keep"));
+        QVERIFY(nlohmann::json::parse(std::ifstream(out.toStdString())).contains("zero_optimization"));
+        // A FIFO is refused and stays a FIFO.
+        const QString fifo = dir.filePath(QStringLiteral("out.fifo"));
+        QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+        const Run f = cli(exportArgs + QStringList{fifo});
+        QCOMPARE(f.code, 2);
+        QVERIFY2(f.err.contains(QStringLiteral("not replaced")), qPrintable(f.err));
+        struct stat st
+        {
+        };
+        QCOMPARE(::lstat(fifo.toLocal8Bit().constData(), &st), 0);
+        QVERIFY(S_ISFIFO(st.st_mode));
+        // A symlink to a file: the file is written, the link stays a link.
+        const QString real = dir.filePath(QStringLiteral("real.json")), link = dir.filePath(QStringLiteral("link.json"));
+        QVERIFY(QFile::link(real, link));
+        const Run l = cli(exportArgs + QStringList{link});
+        QVERIFY2(l.code == 0, qPrintable(l.err));
+        QVERIFY(QFileInfo(link).isSymLink());
+        QVERIFY(nlohmann::json::parse(std::ifstream(real.toStdString())).contains("zero_optimization"));
+        // No temporary is left behind.
+        QCOMPARE(QDir(dir.path()).entryList({QStringLiteral(".headroom-*")}, QDir::Files | QDir::Hidden).size(), 0);
+    }
+
+    // Issue 32, row 14: a timeout that rounds to 0 ms is refused, naming the variable.
+    void hubTimeoutBelowAMillisecondIsRefused()
+    {
+        QTemporaryDir cache;
+        QProcessEnvironment env = hubEnv(QStringLiteral("http://127.0.0.1:9"), cache.path());
+        env.insert(QStringLiteral("HEADROOM_HUB_TIMEOUT"), QStringLiteral("1e-9"));
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("acme/model")}, env);
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("HEADROOM_HUB_TIMEOUT = 1e-9")), qPrintable(r.err));
+        QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+    }
+
     // The token goes to the Hub when set (and only then); a granted token opens a gated model; a
     // checkpoint whose index disagrees with config.json's parameter count gets a note.
     void hubTokenAndCrossCheck()
@@ -597,13 +720,53 @@ private Q_SLOTS:
             ph["peak_allocated_bytes"] = 0;
         const QString zero = dir.filePath(QStringLiteral("zero.json"));
         std::ofstream(zero.toStdString()) << r.dump();
-        QCOMPARE(cli({QStringLiteral("compare"), zero}).code, 1); // phases that measured 0 bytes
+        // Issue 33: a result whose steady phases all measured 0 bytes, or that has no steady step,
+        // is not a measurement: refused in one line (exit 2), no table of 0% errors.
+        const Run zr = cli({QStringLiteral("compare"), zero});
+        QCOMPARE(zr.code, 2);
+        QVERIFY2(zr.err.contains(QStringLiteral("every steady phase measured 0 bytes")), qPrintable(zr.err));
+        QCOMPARE(zr.err.trimmed().count(QLatin1Char('\n')), 0);
+        QVERIFY(zr.out.isEmpty());
+        // One phase at 0 in a real measurement: its error is n/a (null), not +0.00%, and the gate fails.
+        r = nlohmann::json::parse(std::ifstream(nccl.toStdString()));
+        for (auto &ph : r.at("phases"))
+            if (ph.at("phase") == "forward")
+                ph["peak_allocated_bytes"] = 0;
+        const QString one = dir.filePath(QStringLiteral("one.json"));
+        std::ofstream(one.toStdString()) << r.dump();
+        const Run oneText = cli({QStringLiteral("compare"), one});
+        QCOMPARE(oneText.code, 1);
+        QVERIFY2(oneText.out.contains(QStringLiteral("n/a")) && !oneText.out.contains(QStringLiteral("+0.00%")),
+                 qPrintable(oneText.out));
+        const Run oneJson = cli({QStringLiteral("compare"), one, QStringLiteral("--json")});
+        bool nullError = false;
+        const auto oneDoc = nlohmann::json::parse(oneJson.out.toStdString());
+        for (const auto &p : oneDoc.at("phases"))
+            nullError = nullError || (p.at("phase") == "forward" && p.at("error").is_null());
+        QVERIFY(nullError);
         r["phases"] = nlohmann::json::array();
         const QString none = dir.filePath(QStringLiteral("none.json"));
         std::ofstream(none.toStdString()) << r.dump();
         const Run empty = cli({QStringLiteral("compare"), none});
-        QCOMPARE(empty.code, 1); // no phases at all
-        QVERIFY2(empty.err.contains(QStringLiteral("no steady-state phase")), qPrintable(empty.err));
+        QCOMPARE(empty.code, 2); // no phases at all
+        QVERIFY2(empty.err.contains(QStringLiteral("no steady-state step")), qPrintable(empty.err));
+        // Issue 32, row 5: after-load only, or warmup_steps past every step, is no training step.
+        r = nlohmann::json::parse(std::ifstream(nccl.toStdString()));
+        nlohmann::json loadOnly = nlohmann::json::array();
+        for (const auto &ph : r.at("phases"))
+            if (ph.at("phase") == "after_load")
+                loadOnly.push_back(ph);
+        r["phases"] = loadOnly;
+        const QString load = dir.filePath(QStringLiteral("load.json"));
+        std::ofstream(load.toStdString()) << r.dump();
+        const Run lr = cli({QStringLiteral("compare"), load});
+        QCOMPARE(lr.code, 2);
+        QVERIFY2(lr.err.contains(QStringLiteral("no forward phase after the warm-up")), qPrintable(lr.err));
+        r = nlohmann::json::parse(std::ifstream(nccl.toStdString()));
+        r["warmup_steps"] = 1000;
+        const QString late = dir.filePath(QStringLiteral("late.json"));
+        std::ofstream(late.toStdString()) << r.dump();
+        QCOMPARE(cli({QStringLiteral("compare"), late}).code, 2);
     }
 };
 

@@ -257,13 +257,18 @@ private Q_SLOTS:
         QCOMPARE(box->lineEdit()->text(), box->itemText(box->currentIndex()));
         QCOMPARE(QString::fromStdString(s.scenario().model.id), QStringLiteral("qwen2.5-7b"));
         // Switching a LoRA run to GPT-2, whose Linears are not named like Llama's, keeps adapters
-        // (all-linear) instead of an error.
+        // on GPT-2's own Linears instead of an error (issue 33: the defaults follow the model), and
+        // back to a Llama-style model gives its defaults again.
         QVERIFY(s.scenario().config.finetune == FineTune::LoRA);
         box->lineEdit()->setText(QStringLiteral("gpt2"));
         emit box->lineEdit()->editingFinished();
         QVERIFY(settle(s));
-        QCOMPARE(s.scenario().config.lora.targets, std::vector<std::string>{"all-linear"});
+        QCOMPARE(s.scenario().config.lora.targets, (std::vector<std::string>{"c_attn", "c_proj", "c_fc"}));
         QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+        box->lineEdit()->setText(QStringLiteral("qwen2.5-7b"));
+        emit box->lineEdit()->editingFinished();
+        QVERIFY(settle(s));
+        QCOMPARE(s.scenario().config.lora.targets, defaultLoraTargets(s.scenario().model));
     }
 
     // Issue 14: a Hugging Face id typed into the model field is looked up (off the GUI thread)

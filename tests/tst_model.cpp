@@ -1,9 +1,12 @@
 // Architecture import and exact parameter counts.
 #include "headroom/catalog.h"
 #include "headroom/error.h"
+#include "headroom/hub.h"
 #include "headroom/model.h"
 
 #include <QtTest>
+
+#include <nlohmann/json.hpp>
 
 using namespace headroom;
 
@@ -67,6 +70,53 @@ private Q_SLOTS:
         } catch (const InputError &e) {
             QVERIFY2(QString::fromUtf8(e.what()).contains(mentions), e.what());
         }
+    }
+    // Issue 33: LoRA's default targets are the model's own Linears, and a model switch carries the
+    // old model's defaults over to the new one's while targets the user chose stay.
+    void loraDefaultsFollowTheModel()
+    {
+        const ModelArch &gpt2 = findModelPreset("gpt2"), &llama = findModelPreset("llama-3.2-1b");
+        const ModelArch &neox = findModelPreset("pythia-410m");
+        QCOMPARE(defaultLoraTargets(gpt2), (std::vector<std::string>{"c_attn", "c_proj", "c_fc"}));
+        QCOMPARE(defaultLoraTargets(neox),
+                 (std::vector<std::string>{"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}));
+        QCOMPARE(defaultLoraTargets(llama), TrainingConfig().lora.targets); // the built-in default is a Llama's
+        for (const ModelArch *m : {&gpt2, &neox, &llama}) {
+            const auto on = loraAdaptedModules(*m, defaultLoraTargets(*m));
+            for (size_t i = 0; i < on.size(); ++i) // every Linear the model has is adapted
+                QCOMPARE(on[i], !linearModuleNames(*m)[i].empty());
+        }
+        QCOMPARE(loraTargetsOnSwitch(llama, gpt2, defaultLoraTargets(llama)), defaultLoraTargets(gpt2));
+        QCOMPARE(loraTargetsOnSwitch(gpt2, llama, defaultLoraTargets(gpt2)), defaultLoraTargets(llama));
+        const std::vector<std::string> mine = {"q_proj", "v_proj"};
+        QCOMPARE(loraTargetsOnSwitch(gpt2, llama, mine), mine);
+        QCOMPARE(loraTargetsOnSwitch(llama, gpt2, mine), defaultLoraTargets(gpt2)); // none of gpt2's
+    }
+    // Issue 32, row 4: a count read as int64 is range-checked before it narrows to int (2^31 was a
+    // negative parameter count with exit 0; 4294967298 became 2).
+    void normsPerLayerIsRangeChecked()
+    {
+        for (const int64_t bad : {int64_t(1) << 31, int64_t(4294967298LL), int64_t(-1)}) {
+            const nlohmann::json j = {{"hidden_size", 64},       {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+                                      {"intermediate_size", 128}, {"vocab_size", 256},      {"norms_per_layer", bad}};
+            try {
+                (void)modelArchFromJson(j);
+                QFAIL("norms_per_layer out of range was accepted");
+            } catch (const InputError &e) {
+                QVERIFY2(std::string(e.what()).find("model.norms_per_layer = " + std::to_string(bad)) != std::string::npos,
+                         e.what());
+            }
+        }
+    }
+    // Issue 32, row 17: ids are validated as huggingface_hub validates them, so two ids can never
+    // share one cache folder (a--b/c and a/b--c were both models--a--b--c).
+    void hubIdsAreValidatedAsTheHubDoes()
+    {
+        QVERIFY(hub::looksLikeHubId("meta-llama/Llama-3.1-8B"));
+        QVERIFY(hub::looksLikeHubId("Qwen/Qwen2.5-0.5B-Instruct"));
+        QVERIFY(hub::looksLikeHubId("a_b/c_"));
+        for (const char *bad : {"a--b/c", "a/b--c", "a/b..c", "a/b-", "a./b", "a/b/c", "/b", "a/"})
+            QVERIFY2(!hub::looksLikeHubId(bad), bad);
     }
     void unknownPresetListsKnownIds()
     {

@@ -147,6 +147,20 @@ private Q_SLOTS:
         }
     }
 
+    // Issue 33: a sheet whose config names no LoRA targets takes the model's own, as the CLI does.
+    void sheetWithoutTargetsTakesTheModels()
+    {
+        Sheet s;
+        s.scenario.model = findModelPreset("gpt2");
+        s.scenario.gpu = findGpu("h200");
+        s.scenario.config.finetune = FineTune::LoRA;
+        s.scenario.config.seqLen = 512;
+        s.scenario.config.lora.targets = {"c_attn"};
+        nlohmann::json j = toJson(s);
+        QCOMPARE(sheetFromJson(j).scenario.config.lora.targets, (std::vector<std::string>{"c_attn"}));
+        j["config"]["lora"].erase("targets");
+        QCOMPARE(sheetFromJson(j).scenario.config.lora.targets, defaultLoraTargets(findModelPreset("gpt2")));
+    }
     void openingASheetRestoresTheSession()
     {
         QTemporaryDir dir;

@@ -2,6 +2,7 @@
 // one line naming the flag or field and the value.
 
 #include "headroom/budget.h"
+#include "headroom/files.h"
 #include "headroom/catalog.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
@@ -276,6 +277,10 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
     const Flags f = withImports(given);
     Budget b{resolveModelFlag(f.model, "--model"), buildConfig(f, listsAllowed), findGpu(f.gpu, "--gpu"),
              parseFraction("--reserve", f.reserve)};
+    // No --lora-targets, and no imported file that names them: the model's own Linears (GPT-2's
+    // c_attn, c_proj, c_fc; NeoX's query_key_value...), not a Llama's names.
+    if (f.loraTargets.empty())
+        b.config.lora.targets = defaultLoraTargets(b.model);
     // The default sequence (2048) on a model with learned positions that stop before it: the most
     // it takes, said on stderr. A --seq given on the command line is checked as given.
     const bool seqGiven = f.cmd != nullptr && f.cmd->count("--seq") > 0;
@@ -305,7 +310,7 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--lora-rank", f.loraRank, "LoRA rank")->capture_default_str();
     cmd->add_option("--lora-alpha", f.loraAlpha, "LoRA alpha (default: twice the rank)");
     cmd->add_option("--lora-dropout", f.loraDropout, "LoRA dropout probability, in [0, 1)")->capture_default_str();
-    cmd->add_option("--lora-targets", f.loraTargets, "Comma-separated modules (default: all linear layers)");
+    cmd->add_option("--lora-targets", f.loraTargets, "Comma-separated modules (default: every linear layer of the model, by its own names)");
     cmd->add_flag("--no-double-quant", f.noDoubleQuant, "QLoRA without bitsandbytes' double quantization of the scales");
     cmd->add_option("--batch", f.batch, lists ? "Micro-batch sizes, comma-separated" : "Micro-batch size")
         ->capture_default_str();
@@ -407,15 +412,44 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
 // `compare`: a probe result against the estimate of the same model and configuration, phase by
 // phase and rank by rank. Exit 1 when a phase or rank misses by more than the tolerance, or the
 // ranks are uneven, so scripts can gate on it.
+// compare's error column: a signed percentage, or n/a where the measurement is 0 bytes (null in the
+// JSON: a division by zero is not a 0% error).
+std::string errorColumn(const nlohmann::json &error)
+{
+    if (error.is_null())
+        return "      n/a";
+    char b[32];
+    std::snprintf(b, sizeof b, "%+8.2f%%", 100 * error.get<double>());
+    return b;
+}
+
 int compare(const std::string &path, double tolerance, bool asJson)
 {
     if (!(tolerance >= 0.0 && tolerance <= 1.0)) // also NaN
         throw InputError("--tolerance", std::to_string(tolerance), "must be a fraction in [0, 1]");
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw InputError("RESULT", path, "cannot open the file");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Bounded before it reads, and never blocking on a FIFO or a device (issue 32, row 3).
+    const std::string text = readRegularFile(path, "RESULT");
     const Measurement m = measurementFromJson(parseUntrusted(text, "result"));
+    // A result with no steady step, or whose every steady phase measured 0 bytes, is not a
+    // measurement (a probe that never ran the step): refused in one line, never a table of 0%
+    // errors. An out-of-memory result is compared as it is (it says where it failed).
+    if (!m.oom) {
+        bool bytes = false;
+        for (Phase p : kAllPhases) {
+            const auto sp = m.steady(p);
+            // Every phase of a training step the estimate has must have been measured after the
+            // warm-up (issue 32, row 5: an after-load-only result, or warmup_steps past the last
+            // step, passed the gate on nothing).
+            if (!sp && p != Phase::AfterLoad)
+                throw InputError("RESULT", path, "has no steady-state step to compare (no " + std::string(toString(p)) +
+                                                     " phase after the warm-up): not a measurement; measure with at "
+                                                     "least one step after the warm-up");
+            bytes = bytes || (sp && sp->peakAllocatedBytes > 0);
+        }
+        if (!bytes)
+            throw InputError("RESULT", path, "every steady phase measured 0 bytes: not a measurement (the step never "
+                                             "ran on the device); measure again");
+    }
     const Estimate e = estimate(m.model, m.config);
     auto err = [](int64_t measured, int64_t estimated) { return relativeError(estimated, measured); };
     bool ok = true;
@@ -432,7 +466,7 @@ int compare(const std::string &path, double tolerance, bool asJson)
         phases.push_back({{"phase", toString(p)},
                           {"measured_bytes", sp->peakAllocatedBytes},
                           {"estimated_bytes", e.phase(p).peakAllocatedBytes},
-                          {"error", d}});
+                          {"error", sp->peakAllocatedBytes > 0 ? nlohmann::json(d) : nlohmann::json()}});
     }
     for (const auto &r : m.ranks) {
         const double d = err(r.peakAllocatedBytes, e.peakAllocatedBytes);
@@ -440,7 +474,7 @@ int compare(const std::string &path, double tolerance, bool asJson)
         ranks.push_back({{"rank", r.rank},
                          {"measured_bytes", r.peakAllocatedBytes},
                          {"estimated_bytes", e.peakAllocatedBytes},
-                         {"error", d},
+                         {"error", r.peakAllocatedBytes > 0 ? nlohmann::json(d) : nlohmann::json()},
                          {"oom", r.oom}});
     }
     const double spread = rankSpread(m);
@@ -476,38 +510,19 @@ int compare(const std::string &path, double tolerance, bool asJson)
                     human(e.peakAllocatedBytes).c_str());
     std::printf("\n%-12s %14s %14s %9s\n", "phase", "measured", "estimated", "error");
     for (const auto &p : phases)
-        std::printf("%-12s %14s %14s %+8.2f%%\n", p["phase"].get<std::string>().c_str(),
-                    human(p["measured_bytes"]).c_str(), human(p["estimated_bytes"]).c_str(), 100 * p["error"].get<double>());
+        std::printf("%-12s %14s %14s %s\n", p["phase"].get<std::string>().c_str(), human(p["measured_bytes"]).c_str(),
+                    human(p["estimated_bytes"]).c_str(), errorColumn(p["error"]).c_str());
     if (!m.ranks.empty()) {
         std::printf("\n%zu rank%s over %s, peak allocated against the estimate's per-rank peak:\n", m.ranks.size(),
                     m.ranks.size() == 1 ? "" : "s", m.backend.c_str());
         for (const auto &r : ranks)
-            std::printf("rank %-7d %14s %14s %+8.2f%%%s\n", r["rank"].get<int>(), human(r["measured_bytes"]).c_str(),
-                        human(r["estimated_bytes"]).c_str(), 100 * r["error"].get<double>(),
+            std::printf("rank %-7d %14s %14s %s%s\n", r["rank"].get<int>(), human(r["measured_bytes"]).c_str(),
+                        human(r["estimated_bytes"]).c_str(), errorColumn(r["error"]).c_str(),
                         r["oom"].get<bool>() ? "  out of memory" : "");
         std::printf("spread %.4f (max/min)%s\n", spread, spread > kUnevenSpread ? ": UNEVEN, above 1%" : "");
     }
     std::printf("\n%s (tolerance %.1f%%)\n", ok ? "within tolerance" : "OUTSIDE tolerance", 100 * tolerance);
     return ok ? 0 : 1;
-}
-
-// --out: through a temporary file in the same folder and a rename, so a failed write (a full
-// disk, a missing folder) leaves whatever was there before untouched.
-void writeFileAtomically(const std::string &path, const std::string &text)
-{
-    const std::string tmp = path + ".headroom-tmp";
-    std::FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f)
-        throw InputError("--out", path, std::string("cannot write there (") + std::strerror(errno) + ")");
-    const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const bool flushed = std::fflush(f) == 0;
-    const int err = errno;
-    const bool closed = std::fclose(f) == 0;
-    if (!wrote || !flushed || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw InputError("--out", path, std::string("the file could not be written (") + std::strerror(err ? err : errno) +
-                                            "); any earlier file is unchanged");
-    }
 }
 
 // The model as a training config names it: a preset's Hugging Face id, else what was given.
@@ -595,7 +610,10 @@ int runCli(int argc, char **argv)
         if (*ex) {
             const TrainingFormat format = parseTrainingFormat(exportFormat, "--format");
             const Flags f = withImports(fx);
-            const TrainingConfig c = buildConfig(f, false);
+            TrainingConfig c = buildConfig(f, false);
+            // Adapters with no targets given: the model's own Linears, which needs the model.
+            if (c.finetune != FineTune::Full && f.loraTargets.empty())
+                c.lora.targets = defaultLoraTargets(resolveModelFlag(f.model, "--model"));
             std::vector<std::string> notes;
             const std::string text = exportTrainingConfig(format, modelNameForExport(f.model), c, &notes);
             for (const auto &n : notes)
@@ -603,7 +621,7 @@ int runCli(int argc, char **argv)
             if (exportOut.empty())
                 std::fputs(text.c_str(), stdout);
             else
-                writeFileAtomically(exportOut, text);
+                writeFileAtomically(exportOut, text, "--out"); // headroom/files.h: mkstemp, no FIFO or device replaced
             return 0;
         }
         if (*models) {

@@ -114,7 +114,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_loraRank->setRange(1, 1024);
     m_loraTargets = new QLineEdit(trainBox);
     m_loraTargets->setObjectName(QStringLiteral("loraTargets"));
-    m_loraTargets->setToolTip(tr("Comma-separated module names as PEFT takes them: q_proj, v_proj, … or all-linear"));
+    m_loraTargets->setToolTip(tr("Comma-separated module names as PEFT takes them: q_proj, v_proj, … or all-linear; "
+                                 "empty: every Linear of the model, by its own names"));
     m_doubleQuant = new QCheckBox(tr("Double quantization"), trainBox);
     m_doubleQuant->setObjectName(QStringLiteral("doubleQuant"));
     m_precision = enumCombo("precision", precisionTable(), trainBox);
@@ -251,8 +252,9 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
         const int idx = m_model->itemData(i).toInt();
         if (idx >= 0 && idx < static_cast<int>(m_models.size()))
             edit([&](Scenario &s) {
+                s.config.lora.targets = loraTargetsOnSwitch(s.model, m_models[static_cast<size_t>(idx)],
+                                                            s.config.lora.targets);
                 s.model = m_models[static_cast<size_t>(idx)];
-                s.config.lora.targets = loraTargetsFor(s.model, s.config.lora.targets);
                 s.config.seqLen = seqLenFor(s.model, s.config.seqLen);
             });
     });
@@ -308,7 +310,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
         try {
             loraTargetMask(targets);
             m_loraTargets->setStyleSheet(QString());
-            edit([&](Scenario &s) { s.config.lora.targets = targets; });
+            // An emptied field means the model's own Linears, as no --lora-targets does (issue 33).
+            edit([&](Scenario &s) { s.config.lora.targets = targets.empty() ? defaultLoraTargets(s.model) : targets; });
         } catch (const InputError &e) {
             m_loraTargets->setStyleSheet(QStringLiteral("border: 1px solid #b3261e"));
             m_problem->setText(qs(e.what()));
@@ -415,8 +418,8 @@ void ConfigPanel::addImportedModel(const ModelArch &m)
 {
     modelIndex(m);
     Scenario s = m_session->scenario();
+    s.config.lora.targets = loraTargetsOnSwitch(s.model, m, s.config.lora.targets);
     s.model = m;
-    s.config.lora.targets = loraTargetsFor(m, s.config.lora.targets);
     s.config.seqLen = seqLenFor(m, s.config.seqLen);
     m_session->applyScenario(s, tr("Import %1").arg(qs(m.name)));
 }

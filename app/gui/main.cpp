@@ -85,8 +85,9 @@ int main(int argc, char **argv)
     try {
         Scenario s = session.scenario();
         if (parser.isSet(model)) {
+            const ModelArch previous = s.model;
             s.model = resolveModelText(parser.value(model).toStdString(), "--model");
-            s.config.lora.targets = loraTargetsFor(s.model, s.config.lora.targets);
+            s.config.lora.targets = loraTargetsOnSwitch(previous, s.model, s.config.lora.targets);
             s.config.seqLen = seqLenFor(s.model, s.config.seqLen);
         }
         if (parser.isSet(gpu))

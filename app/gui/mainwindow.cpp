@@ -319,10 +319,8 @@ QString MainWindow::exportTrainingConfig(const QString &path, TrainingFormat for
     for (const auto &n : notes)
         shown << qs(n);
     m_config->showNotes(shown); // what the format cannot say exactly
-    QSaveFile f(path);
-    if (!f.open(QIODevice::WriteOnly) || f.write(text.data(), static_cast<qint64>(text.size())) != static_cast<qint64>(text.size()) ||
-        !f.commit())
-        return tr("Cannot write %1: %2 (any earlier file is unchanged)").arg(QFileInfo(path).fileName(), f.errorString());
+    if (const QString problem = sheetio::writeAtomic(path, QByteArray::fromStdString(text)); !problem.isEmpty())
+        return problem;
     statusBar()->showMessage(tr("Exported %1 as %2").arg(QFileInfo(path).fileName(), qs(std::string(describe(format)))), 8000);
     return {};
 }

@@ -1,6 +1,7 @@
 #include "sheetio.h"
 
 #include "headroom/error.h"
+#include "headroom/files.h"
 #include "headroom/serialize.h"
 
 #include <QBuffer>
@@ -11,7 +12,6 @@
 #include <QImage>
 #include <QPainter>
 #include <QPdfWriter>
-#include <QSaveFile>
 #include <QTextDocument>
 #include <QUrl>
 
@@ -117,16 +117,14 @@ QString filterString()
 
 QString writeAtomic(const QString &path, const QByteArray &bytes)
 {
-    QSaveFile f(path);
-    if (!f.open(QIODevice::WriteOnly))
-        return QObject::tr("Cannot write %1: %2").arg(path, f.errorString());
-    if (f.write(bytes) != bytes.size()) {
-        f.cancelWriting();
-        return QObject::tr("Cannot write %1: %2").arg(path, f.errorString());
+    // The one writer (headroom/files.h): a mkstemp temporary beside the target, renamed over it;
+    // a FIFO, a device or a folder is refused, not replaced; a failure leaves the old file.
+    try {
+        headroom::writeFileAtomically(path.toStdString(), bytes.toStdString(), "file");
+        return {};
+    } catch (const headroom::InputError &e) {
+        return QString::fromStdString(e.what());
     }
-    if (!f.commit())
-        return QObject::tr("Cannot save %1: %2").arg(path, f.errorString());
-    return {};
 }
 
 QString exportSheet(const QString &path, Format format, const Sheet &sheet, const QPixmap &chart, const QPixmap &timeline)

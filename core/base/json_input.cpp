@@ -1,9 +1,11 @@
 #include "headroom/json_input.h"
 
 #include "headroom/error.h"
+#include "headroom/files.h"
 #include "headroom/schema.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -85,19 +87,7 @@ json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxB
 
 json readJsonFile(const std::string &path, const std::string &field, size_t maxBytes)
 {
-    std::unique_ptr<FILE, int (*)(FILE *)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-    if (!f)
-        throw InputError(field, path, std::string("cannot open the file (") + std::strerror(errno) + ")");
-    std::string text;
-    char buf[65536];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f.get())) > 0;) {
-        text.append(buf, n);
-        if (text.size() > maxBytes)
-            throw InputError(field, path, "too large (the limit is " + std::to_string(maxBytes) + " bytes)");
-    }
-    if (std::ferror(f.get()))
-        throw InputError(field, path, "cannot read the file");
-    return parseUntrusted(text, field, maxBytes);
+    return parseUntrusted(readRegularFile(path, field, maxBytes), field, maxBytes);
 }
 
 } // namespace headroom

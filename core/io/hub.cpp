@@ -89,27 +89,15 @@ std::string header(const Response &r, const std::string &name)
     return it == r.headers.end() ? std::string() : trim(it->second);
 }
 
-// Writes `bytes` to `path` through a temporary file and a rename: a reader never sees half.
+// Writes `bytes` to `path` through the one writer (headroom/files.h): a reader never sees half.
 bool writeAtomically(const fs::path &path, const std::string &bytes)
 {
-    const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out)
-            return false;
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        out.flush();
-        if (!out) {
-            std::error_code ec;
-            fs::remove(tmp, ec);
-            return false;
-        }
+    try {
+        writeFileAtomically(path.string(), bytes, "cache");
+        return true;
+    } catch (const InputError &) {
+        return false;
     }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec)
-        fs::remove(tmp, ec);
-    return !ec;
 }
 
 // Stores a downloaded file the way huggingface_hub does: blobs/<etag>, a relative symlink from
@@ -261,8 +249,10 @@ Settings settingsFromEnvironment()
     if (!t.empty()) {
         char *end = nullptr;
         const double v = std::strtod(t.c_str(), &end);
-        if (end == t.c_str() || *end != '\0' || !(v > 0 && v <= 3600))
-            throw InputError("HEADROOM_HUB_TIMEOUT", t, "must be a number of seconds in (0, 3600]");
+        // At least a millisecond: a smaller value rounded to 0 ms, which libcurl reads as its own
+        // default (issue 32, row 14).
+        if (end == t.c_str() || *end != '\0' || !(v >= 0.001 && v <= 3600))
+            throw InputError("HEADROOM_HUB_TIMEOUT", t, "must be a number of seconds in [0.001, 3600]");
         s.timeoutMs = static_cast<int>(std::lround(v * 1000));
     }
     return s;
@@ -273,10 +263,15 @@ bool looksLikeHubId(const std::string &text)
     const size_t slash = text.find('/');
     if (slash == std::string::npos || text.find('/', slash + 1) != std::string::npos || text.size() > 200)
         return false;
-    if (text.find("..") != std::string::npos || (text.size() >= 5 && text.compare(text.size() - 5, 5, ".json") == 0))
+    // huggingface_hub's validate_repo_id: no ".." and no "--" (the cache folder joins owner and
+    // name with "--", so "a--b/c" and "a/b--c" would share models--a--b--c: issue 32, row 17), and
+    // each part begins and ends with a letter, digit or underscore.
+    if (text.find("..") != std::string::npos || text.find("--") != std::string::npos ||
+        (text.size() >= 5 && text.compare(text.size() - 5, 5, ".json") == 0))
         return false;
     auto part = [](const std::string &p) {
-        if (p.empty() || p.size() > 96 || !std::isalnum(static_cast<unsigned char>(p.front())))
+        auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+        if (p.empty() || p.size() > 96 || !std::isalnum(static_cast<unsigned char>(p.front())) || !word(p.back()))
             return false;
         return std::all_of(p.begin(), p.end(), [](char c) {
             return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';

@@ -258,7 +258,13 @@ Sheet sheetFromJson(const json &j)
         return m;
     });
     s.scenario.config = within("config", [&] {
-        TrainingConfig c = trainingConfigFromJson(requireField(j, "config", ctx));
+        const json &cj = requireField(j, "config", ctx);
+        TrainingConfig c = trainingConfigFromJson(cj);
+        // A sheet that names no LoRA targets takes the model's own (defaultLoraTargets), as the
+        // CLI and the explorer do.
+        const bool targetsGiven = cj.contains("lora") && cj.at("lora").is_object() && cj.at("lora").contains("targets");
+        if (!targetsGiven)
+            c.lora.targets = defaultLoraTargets(s.scenario.model);
         c.validate();
         return c;
     });

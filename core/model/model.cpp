@@ -441,16 +441,37 @@ int64_t seqLenFor(const ModelArch &m, int64_t seqLen)
     return m.learnedPositions && m.maxPositions > 0 ? std::min(seqLen, m.maxPositions) : seqLen;
 }
 
+std::vector<std::string> defaultLoraTargets(const ModelArch &m)
+{
+    std::vector<std::string> out;
+    auto add = [&](const std::string &n) {
+        if (!n.empty() && std::find(out.begin(), out.end(), n) == out.end())
+            out.push_back(n);
+    };
+    for (const std::string &n : linearModuleNames(m))
+        add(n);
+    if (m.isMoe() && familyTraitsOrLlama(m.modelType).expertsWrappedByPeft)
+        for (const char *n : {"gate_proj", "up_proj", "down_proj"}) // the experts' ParamWrappers
+            add(n);
+    return out.empty() ? std::vector<std::string>{"all-linear"} : out;
+}
+
 std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets)
 {
     try {
         const auto on = loraAdaptedModules(m, targets);
-        if (std::any_of(on.begin(), on.end(), [](bool b) { return b; }))
+        if (std::any_of(on.begin(), on.end(), [](bool b) { return b; }) || expertsLora(m, targets).any())
             return targets;
     } catch (const InputError &) {
         return targets; // a name Headroom does not know: the estimate names it
     }
-    return {"all-linear"};
+    return defaultLoraTargets(m);
+}
+
+std::vector<std::string> loraTargetsOnSwitch(const ModelArch &from, const ModelArch &to,
+                                             const std::vector<std::string> &targets)
+{
+    return targets == defaultLoraTargets(from) ? defaultLoraTargets(to) : loraTargetsFor(to, targets);
 }
 
 int64_t linearInFeatures(const ModelArch &m, LinearModule mod)
@@ -592,7 +613,11 @@ ModelArch modelArchFromJson(const json &j)
     m.oBias = optionalBool(j, "o_bias", false, ctx);
     m.mlpBias = optionalBool(j, "mlp_bias", false, ctx);
     m.qkNorm = optionalBool(j, "qk_norm", false, ctx);
-    m.normsPerLayer = static_cast<int>(optionalInt(j, "norms_per_layer", 2, ctx));
+    // Range-checked before it narrows to int (issue 32, row 4: 2^31 became a negative count).
+    const int64_t norms = optionalInt(j, "norms_per_layer", 2, ctx);
+    if (norms < 0 || norms > 16)
+        throw InputError("model.norms_per_layer", std::to_string(norms), "must be between 0 and 16 (norms per decoder layer)");
+    m.normsPerLayer = static_cast<int>(norms);
     m.activation = optionalString(j, "activation", "silu", ctx);
     m.activationSavedTensors = activationSaved(m.activation);
     if (j.contains("final_logit_softcapping") && j.at("final_logit_softcapping").is_number())

@@ -2,6 +2,8 @@
 // Reading JSON from outside (a config.json, a sheet, a probe's output): bounded, and every problem
 // an InputError that names the field.
 
+#include "headroom/files.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -21,6 +23,7 @@ nlohmann::json parseUntrusted(const std::string &text, const std::string &ctx, s
 // Reads a JSON file from outside: at most maxBytes are read (a FIFO or /dev/zero cannot make it
 // read forever), then parseUntrusted's size and depth limits. `field` names it in errors.
 nlohmann::json readJsonFile(const std::string &path, const std::string &field, size_t maxBytes = 64u << 20);
+
 int64_t requireInt64(const nlohmann::json &obj, const std::string &key, const std::string &ctx, int64_t lo, int64_t hi);
 
 } // namespace headroom

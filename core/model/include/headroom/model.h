@@ -184,9 +184,19 @@ ExpertsLora expertsLora(const ModelArch &m, const std::vector<std::string> &targ
 // [r x E, expert intermediate] and lora_B [hidden, r x E] (PEFT's ParamWrapper: one nn.Linear
 // pair over all experts; the down wrapper is the outer one, so its factors come first in forward).
 std::vector<std::pair<int64_t, int64_t>> expertsLoraShapes(const ModelArch &m, const ExpertsLora &e, int64_t rank);
-// The targets, or {"all-linear"} where they name no Linear of `m` (a model switched from Llama to
-// GPT-2 keeps adapters instead of an error).
+// LoRA's targets when none are given: every Linear of a decoder layer by the model's own names, in
+// module order, each once (Llama: q_proj ... down_proj; GPT-2: c_attn, c_proj, c_fc; GPT-NeoX:
+// query_key_value, dense, dense_h_to_4h, dense_4h_to_h; Phi-3: qkv_proj, o_proj, gate_up_proj,
+// down_proj), and where PEFT wraps stacked experts (FamilyTraits::expertsWrappedByPeft) the MLP
+// projections that name them. What PEFT's all-linear adapts, as a list the model's own Linears
+// answer to; the default follows the model instead of a Llama's names.
+std::vector<std::string> defaultLoraTargets(const ModelArch &m);
+// The targets, or the model's defaults where they name no Linear of `m` (a model switched from
+// Llama to GPT-2 keeps adapters instead of an error).
 std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets);
+// On a model switch: targets that were `from`'s defaults become `to`'s; others as loraTargetsFor.
+std::vector<std::string> loraTargetsOnSwitch(const ModelArch &from, const ModelArch &to,
+                                             const std::vector<std::string> &targets);
 // The sequence length kept on a switch to `m`: as it is, except for learned absolute positions
 // (GPT-2's wpe), which cannot go past max_position_embeddings.
 int64_t seqLenFor(const ModelArch &m, int64_t seqLen);
