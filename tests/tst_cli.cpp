@@ -394,6 +394,18 @@ private Q_SLOTS:
         const Run d = cli({QStringLiteral("compare"), dir.path()});
         QCOMPARE(d.code, 2);
         QVERIFY2(d.err.contains(QStringLiteral("is a folder")), qPrintable(d.err));
+        // A training config, and the token file, on a FIFO (row 10).
+        const Run from = cli({QStringLiteral("estimate"), QStringLiteral("--from"), fifo});
+        QCOMPARE(from.code, 2);
+        QVERIFY2(from.err.contains(QStringLiteral("--from = ")) && from.err.contains(QStringLiteral("not a regular file")),
+                 qPrintable(from.err));
+        QTemporaryDir cache;
+        QProcessEnvironment env = hubEnv(QStringLiteral("http://127.0.0.1:9"), cache.path());
+        env.remove(QStringLiteral("HF_TOKEN"));
+        env.insert(QStringLiteral("HF_TOKEN_PATH"), fifo);
+        const Run token = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("acme/model")}, env);
+        QCOMPARE(token.code, 2);
+        QVERIFY2(token.err.contains(QStringLiteral("HF_TOKEN_PATH = ")), qPrintable(token.err));
     }
 
     // Issue 32, row 2: --out writes through one writer (headroom/files.h): no fixed temporary name

@@ -38,15 +38,14 @@ bool truthy(const std::string &v)
     return l == "1" || l == "true" || l == "yes" || l == "on";
 }
 
-std::string readSmallFile(const std::string &path, size_t limit)
+// A small file that may be absent (nothing then): the token, a ref. Through the one reader, so a
+// FIFO or a device there (HF_TOKEN_PATH=/dev/stdin) is refused instead of read or waited on.
+std::string readSmallFile(const std::string &path, size_t limit, const std::string &field = "cache")
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(path, ec)) || ec)
         return {};
-    std::string s(limit, '\0');
-    in.read(s.data(), static_cast<std::streamsize>(limit));
-    s.resize(static_cast<size_t>(in.gcount()));
-    return s;
+    return readRegularFile(path, field, limit);
 }
 
 std::string trim(std::string s)
@@ -241,7 +240,7 @@ Settings settingsFromEnvironment()
         s.token = env("HUGGING_FACE_HUB_TOKEN");
     if (s.token.empty()) {
         const std::string path = env("HF_TOKEN_PATH").empty() ? home + "/token" : env("HF_TOKEN_PATH");
-        s.token = trim(readSmallFile(path, 4096));
+        s.token = trim(readSmallFile(path, 4096, "HF_TOKEN_PATH"));
     }
     s.token = trim(s.token);
     s.offline = truthy(env("HF_HUB_OFFLINE")) || truthy(env("TRANSFORMERS_OFFLINE"));

@@ -6,6 +6,7 @@
 #include "format.h"
 
 #include "headroom/error.h"
+#include "headroom/files.h"
 
 #include <fstream>
 
@@ -114,12 +115,9 @@ TrainingImport importTrainingConfig(const std::string &text, const std::string &
 
 TrainingImport importTrainingConfigFile(const std::string &path, std::optional<TrainingFormat> format)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw InputError("--from", path, "cannot open the file");
-    std::string text(formats::kMaxText + 1, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<size_t>(in.gcount()));
+    // The one reader (headroom/files.h): a FIFO, a device or a folder named by --from (or by a
+    // recipe) is refused before anything is read, and the size is checked first (issue 32, row 10).
+    const std::string text = readRegularFile(path, "--from", formats::kMaxText);
     const std::string name = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
     return importTrainingConfig(text, name, format);
 }
