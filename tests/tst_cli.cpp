@@ -450,6 +450,37 @@ private Q_SLOTS:
         QCOMPARE(QDir(dir.path()).entryList({QStringLiteral(".headroom-*")}, QDir::Files | QDir::Hidden).size(), 0);
     }
 
+    // Issue 32, row 16: nothing is silently ignored: a second YAML document, or bytes after a NUL,
+    // are refused in one line naming the file.
+    void nothingAfterTheFirstDocumentOrANulIsIgnored()
+    {
+        QTemporaryDir dir;
+        auto write = [&](const QString &name, const QByteArray &bytes) {
+            QFile f(dir.filePath(name));
+            if (f.open(QIODevice::WriteOnly))
+                f.write(bytes);
+            return f.fileName();
+        };
+        const QString twoDocs = write(QStringLiteral("two.yaml"), QByteArrayLiteral("base_model: gpt2\nmicro_batch_size: 1\n"
+                                                                                   "---\nmicro_batch_size: 64\n"));
+        const Run y = cli({QStringLiteral("estimate"), QStringLiteral("--from"), twoDocs});
+        QCOMPARE(y.code, 2);
+        QVERIFY2(y.err.contains(QStringLiteral("2 YAML documents")), qPrintable(y.err));
+        QCOMPARE(y.err.count(QLatin1Char('\n')), 1);
+        QByteArray withNul("{\"model_type\": \"llama\", \"hidden_size\": 64}");
+        withNul.insert(20, '\0');
+        const QString nul = write(QStringLiteral("config.json"), withNul);
+        const Run j = cli({QStringLiteral("estimate"), QStringLiteral("--model"), nul});
+        QCOMPARE(j.code, 2);
+        QVERIFY2(j.err.contains(QStringLiteral("NUL byte")), qPrintable(j.err));
+        QByteArray yamlNul("base_model: gpt2\nmicro_batch_size: 1\n");
+        yamlNul.append('\0');
+        yamlNul.append("micro_batch_size: 64\n");
+        const Run n = cli({QStringLiteral("estimate"), QStringLiteral("--from"), write(QStringLiteral("nul.yaml"), yamlNul)});
+        QCOMPARE(n.code, 2);
+        QVERIFY2(n.err.contains(QStringLiteral("NUL byte")), qPrintable(n.err));
+    }
+
     // Issue 32, row 14: a timeout that rounds to 0 ms is refused, naming the variable.
     void hubTimeoutBelowAMillisecondIsRefused()
     {

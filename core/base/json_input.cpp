@@ -66,6 +66,9 @@ json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxB
     if (text.size() > maxBytes)
         throw InputError(ctx, std::to_string(text.size()) + " bytes",
                          "too large (the limit is " + std::to_string(maxBytes) + " bytes)");
+    // A NUL byte is refused, never a place where reading stops (issue 32, row 16).
+    if (const size_t nul = text.find('\0'); nul != std::string::npos)
+        throw InputError(ctx, "byte " + std::to_string(nul), "a NUL byte: JSON is text");
     // nlohmann's parser recurses per nesting level; a hostile file of a million '[' would
     // overflow the stack, so the callback refuses deep nesting before the recursion gets there.
     const auto limitDepth = [&](int depth, json::parse_event_t, json &) {

@@ -77,9 +77,17 @@ json parseText(const std::string &text, const std::string &name)
     const size_t first = text.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && text[first] == '{')
         return parseUntrusted(text, name, kMaxText, kMaxDepth);
+    // Nothing silently ignored (issue 32, row 16): a NUL byte, or a second YAML document after the
+    // first, is refused rather than dropped.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos)
+        throw InputError(name, "byte " + std::to_string(nul), "a NUL byte: a training config is text");
     try {
         size_t nodes = 0;
-        const YAML::Node root = YAML::Load(text);
+        const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+        if (docs.size() > 1)
+            throw InputError(name, std::to_string(docs.size()) + " YAML documents",
+                             "one training config per file: the documents after the first (---) would be ignored");
+        const YAML::Node root = docs.empty() ? YAML::Node() : docs.front();
         json j = toJson(root, 0, nodes, name);
         if (!j.is_object())
             throw InputError(name, j.is_null() ? std::string("an empty file") : showJson(j, 60),
