@@ -8,6 +8,7 @@
 
 #include "autograd.h"
 
+#include "headroom/error.h"
 #include "headroom/types.h"
 
 #include <array>
@@ -66,6 +67,16 @@ inline void allocateState(OptimizerStep &o, const StateLayout &layout)
 }
 
 inline int64_t noStepTemporaries(const TrainingConfig &, int64_t, int64_t) { return 0; }
+
+// The per-op ledger's term for a step over parameter-sized temporaries (AdamW; Adafactor measured
+// the same): foreach's one state-sized list, the for-loop's two copies of the largest tensor,
+// nothing fused.
+inline int64_t parameterSizedStepTemporaries(const TrainingConfig &c, int64_t largest, int64_t trainable)
+{
+    if (c.optimizerImpl == OptimizerImpl::Fused)
+        return 0;
+    return c.optimizerImpl == OptimizerImpl::ForLoop ? checkedMul(2, largest) : trainable;
+}
 
 // One function per file in sim/optim/, named optimizer_<file> (the list is generated).
 #define HEADROOM_OPTIMIZER(name) const SimOptimizer &optimizer_##name();

@@ -69,19 +69,11 @@ void step(OptimizerStep &o)
     }
     S.unref(prevUpdate);
 }
-
-// The per-op ledger's term, measured as AdamW's: one parameter-sized buffer over the list.
-int64_t stepTemporaries(const TrainingConfig &c, int64_t largest, int64_t trainable)
-{
-    if (c.optimizerImpl == OptimizerImpl::Fused)
-        return 0;
-    return c.optimizerImpl == OptimizerImpl::ForLoop ? checkedMul(2, largest) : trainable;
-}
 } // namespace
 
 const SimOptimizer &optimizer_adafactor()
 {
-    static const SimOptimizer o{{Optimizer::Adafactor}, &step, &state, &stepTemporaries};
+    static const SimOptimizer o{{Optimizer::Adafactor}, &step, &state, &parameterSizedStepTemporaries};
     return o;
 }
 

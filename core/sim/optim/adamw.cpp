@@ -48,20 +48,11 @@ void step(OptimizerStep &o)
     for (auto it = tmp.rbegin(); it != tmp.rend(); ++it)
         S.unref(*it);
 }
-
-// The per-op ledger's term: foreach's one state-sized list, the for-loop's two copies of the
-// largest tensor, nothing fused.
-int64_t stepTemporaries(const TrainingConfig &c, int64_t largest, int64_t trainable)
-{
-    if (c.optimizerImpl == OptimizerImpl::Fused)
-        return 0;
-    return c.optimizerImpl == OptimizerImpl::ForLoop ? checkedMul(2, largest) : trainable;
-}
 } // namespace
 
 const SimOptimizer &optimizer_adamw()
 {
-    static const SimOptimizer o{{Optimizer::AdamW}, &step, &state, &stepTemporaries};
+    static const SimOptimizer o{{Optimizer::AdamW}, &step, &state, &parameterSizedStepTemporaries};
     return o;
 }
 
