@@ -204,11 +204,7 @@ int64_t solve(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, d
     return unit * largestFitting(1, hi, current / unit, [&](int64_t v) {
         TrainingConfig t = c;
         apply(t, v * unit);
-        try {
-            return judge(m, t, estimate(m, t, opt), gpu, reserve, opt).fit == Fit::Fits;
-        } catch (const InputError &) {
-            return false; // beyond 64-bit bytes: certainly does not fit
-        }
+        return advice::fitsOn(m, t, gpu, reserve, opt); // beyond 64-bit bytes: certainly does not fit
     });
 }
 } // namespace

@@ -8,13 +8,18 @@
 
 namespace headroom::advice {
 
-bool LeverContext::fits(const TrainingConfig &t) const
+bool fitsOn(const ModelArch &m, const TrainingConfig &t, const GpuSpec &gpu, double reserve, const EstimatorOptions &opt)
 {
     try {
         return judge(m, t, estimate(m, t, opt), gpu, reserve, opt).fit == Fit::Fits;
     } catch (const InputError &) {
         return false;
     }
+}
+
+bool LeverContext::fits(const TrainingConfig &t) const
+{
+    return fitsOn(m, t, gpu, reserve, opt);
 }
 
 namespace {

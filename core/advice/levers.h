@@ -10,6 +10,10 @@
 
 namespace headroom::advice {
 
+// Whether `t` fits the card (judge() says Fits); false where it cannot be estimated (beyond 64-bit
+// bytes, a refused configuration): what the solvers and the levers ask of each candidate.
+bool fitsOn(const ModelArch &m, const TrainingConfig &t, const GpuSpec &gpu, double reserve, const EstimatorOptions &opt);
+
 // What a lever sees: the model, the user's configuration, the card and its estimate.
 struct LeverContext
 {
