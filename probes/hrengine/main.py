@@ -51,6 +51,8 @@ def main(argv=None):
     ap.add_argument("--sharding", choices=("fsdp", "deepspeed"), default="fsdp")
     ap.add_argument("--alloc-conf")
     ap.add_argument("--no-attribution", action="store_true")
+    ap.add_argument("--trace", action="store_true",
+                    help="run the step on fake tensors (no GPU, nothing allocated) and write its allocations to --timeline")
     ap.add_argument("--convert-snapshot", metavar="SNAPSHOT.pickle",
                     help="convert a torch.cuda.memory._dump_snapshot file into a probe_timeline at --out, then exit")
     ap.add_argument("--torchrun", type=int, default=0,
@@ -144,6 +146,9 @@ def run(args, R, out, t_start, rank):
         raise Missing(f"--model-factory {factory_path} needs a package this interpreter cannot import: "
                       f"{short(str(e), 120)}")
     cfg = R["config"]
+    if args.trace:
+        from .fake import trace
+        return trace(args, R, out, factory, torch, t_start)
     D = Dist(torch, args, cfg)
     want_cuda = R["device"] != "cpu"
     cuda = want_cuda and torch.cuda.is_available()

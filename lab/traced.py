@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The cases of lab/traced.sh: small configurations of each model type, built from the type's
+own defaults in the installed Transformers with the sizes below put over them."""
+import argparse, json, os, subprocess, sys, time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINE = os.path.join(ROOT, "probes", "headroom_engine.py")
+
+# Sizes put over a type's defaults, where the type has the field.
+SMALL = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
+         "head_dim": 64, "intermediate_size": 2816, "vocab_size": 32000, "max_position_embeddings": 4096,
+         "moe_intermediate_size": 512, "shared_expert_intermediate_size": 1024, "num_experts": 8,
+         "num_local_experts": 8, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+         "first_k_dense_replace": 1, "kv_lora_rank": 128, "q_lora_rank": 256, "qk_rope_head_dim": 32,
+         "qk_nope_head_dim": 64, "v_head_dim": 64, "num_kv_heads": 4, "linear_num_value_heads": 8,
+         "linear_num_key_heads": 4, "sliding_window": 512, "tie_word_embeddings": False}
+
+WITH_GPU_TRACE = os.environ.get("GPU_TRACE") == "1"
+TYPES = ["granite", "smollm3", "glm4", "cohere2", "olmoe", "phimoe", "gpt_oss", "falcon", "exaone4", "ernie4_5",
+         "arcee", "phi", "stablelm", "qwen3_5", "qwen3_5_moe", "gemma4", "nemotron_h", "deepseek_v3", "llama", "qwen3_moe"]
+
+
+def small_config(model_type):
+    from transformers import AutoConfig
+    cfg = AutoConfig.for_model(model_type)
+    d = cfg.to_dict()
+    text = d.get("text_config") if isinstance(d.get("text_config"), dict) else None
+    target = text if text is not None else d
+    for k, v in SMALL.items():
+        if k in target and target[k] is not None and not isinstance(target[k], (list, dict)):
+            target[k] = v
+    n = target.get("num_hidden_layers", 4)
+    for k in ("layer_types", "mlp_only_layers", "hybrid_override_pattern", "layers_block_type"):
+        if isinstance(target.get(k), list):
+            target[k] = target[k][:n]
+        elif isinstance(target.get(k), str):
+            target[k] = target[k][:n]
+    if text is not None:
+        d = dict(text)
+    d["model_type"] = d.get("model_type", model_type)
+    for k in ("architectures", "auto_map", "transformers_version", "_name_or_path", "torch_dtype", "dtype"):
+        d.pop(k, None)
+    return d
+
+
+def request(model_type, hf, train):
+    c = {"precision": "bf16", "optimizer": "adamw", "optimizer_impl": "foreach", "finetune": "full",
+         "micro_batch": 2, "seq_len": 1024, "grad_accum": 1, "grad_checkpointing": False, "attention": "sdpa",
+         "lora": {"rank": 16, "alpha": 32, "dropout": 0.0, "targets": ["all-linear"]}}
+    c.update(train)
+    return {"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda",
+            "model": {"headroom": {"id": model_type, "name": model_type}, "config": hf}, "config": c}
+
+
+def sh(args, env=None, timeout=300):
+    t0 = time.time()
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+        return p.returncode, time.time() - t0, p.stderr[-3000:]
+    except subprocess.TimeoutExpired:
+        return -9, time.time() - t0, "timeout"
+
+
+def case(out, name, req, nogpu_only=False):
+    rp = os.path.join(out, name + ".request.json")
+    json.dump(req, open(rp, "w"))
+    rec = {"name": name}
+    nogpu = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    pool = ThreadPoolExecutor(2)
+    f3 = pool.submit(sh, [sys.executable, ENGINE, "--request", rp, "--trace", "--timeline",
+                          os.path.join(out, name + ".trace-nogpu-tl.json")], nogpu)
+    e1 = e2 = ""
+    if not nogpu_only:  # the real step alongside: the trace uses no GPU
+        rec["real_rc"], rec["real_s"], e1 = sh([sys.executable, ENGINE, "--request", rp, "--no-attribution", "--timeline",
+                                                os.path.join(out, name + ".real-tl.json"), "--out",
+                                                os.path.join(out, name + ".real.json")])
+        if WITH_GPU_TRACE:
+            rec["trace_rc"], rec["trace_s"], e2 = sh([sys.executable, ENGINE, "--request", rp, "--trace", "--timeline",
+                                                      os.path.join(out, name + ".trace-tl.json")])
+    rec["trace_nogpu_rc"], rec["trace_nogpu_s"], e3 = f3.result()
+    pool.shutdown()
+    with open(os.path.join(out, name + ".log"), "w") as f:
+        f.write("== real\n" + e1 + "\n== trace\n" + e2 + "\n== trace, no GPU\n" + e3 + "\n")
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only")
+    ap.add_argument("--deadline-s", type=float, default=500)
+    a = ap.parse_args()
+    t_end = time.time() + a.deadline_s
+    cases = []
+    for t in TYPES:
+        try:
+            hf = small_config(t)
+        except Exception as e:
+            print(f"{t}: no config ({type(e).__name__}: {str(e)[:200]})", flush=True)
+            continue
+        cases.append((f"{t}-full", request(t, hf, {})))
+        cases.append((f"{t}-lora", request(t, hf, {"finetune": "lora", "micro_batch": 4, "seq_len": 2048})))
+    if a.only:
+        keep = set(a.only.split(","))
+        cases = [c for c in cases if c[0] in keep]
+    l8b = json.load(open(os.path.join(ROOT, "resources", "models", "llama-3.1-8b.json")))
+    speed = {"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda", "model": l8b,
+             "config": request("llama", {}, {"finetune": "lora", "micro_batch": 4, "seq_len": 2048,
+                                             "lora": {"rank": 16, "alpha": 32, "dropout": 0.0,
+                                                      "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}})["config"]}
+    res = open(os.path.join(a.out, "cases.jsonl"), "a")
+    # the real runs one at a time (one GPU); each case's no-GPU trace alongside
+    for name, req in cases:
+        if time.time() > t_end:
+            print(f"{name}: skipped (deadline)", flush=True)
+            continue
+        r = case(a.out, name, req)
+        print(json.dumps(r), flush=True)
+        res.write(json.dumps(r) + "\n"); res.flush()
+    for i in range(int(os.environ.get("SPEED_RUNS", "3"))):
+        r = case(a.out, f"speed-l8b-lora-b4s2048-{i}", speed, nogpu_only=True)
+        print(json.dumps(r), flush=True)
+        res.write(json.dumps(r) + "\n"); res.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""--trace: the training step of the user's own stack (Transformers, PEFT, torch.optim) run on
+fake tensors, with nothing allocated and no GPU needed, recorded as the caching allocator would
+see it: every storage made and freed, in order, with its size. Core replays the timeline
+through its allocator model (core/replay) into peak allocated, reserved, per phase.
+
+See Note [Traced step] (docs/estimator.md): what the trace sees (every ATen op's outputs, through
+a dispatch mode above FakeTensorMode; a storage is freed when its last tensor dies), and the
+rules by which it follows what CUDA does where fake tensors cannot tell (CUDA_RULES below).
+"""
+import os
+import sys
+import time
+
+from .build import build_model, describe_parameters
+from .optimizers import build_optimizer, state_tensors
+from .protocol import BadRequest, Missing, SCHEMA_VERSION, VERSION, check_stop, short, write_atomically
+from .trace import build_timeline
+
+# What a CUDA step allocates that no ATen op returns, each with the H200 measurement behind it
+# (PyTorch 2.11; the same facts core/sim/ops.cpp states for the op-by-op simulation).
+#  - cublas_workspace: cuBLAS takes its workspace from the caching allocator at the first
+#    matmul on a handle and keeps it: one handle for the forward (the main thread), one for the
+#    backward (the autograd engine's device thread). 32 MiB on sm90 (CUBLAS_WORKSPACE_CONFIG
+#    :4096:8), measured in every corpus run.
+#  - sdpa_choice: fake tensors have no device to ask, so aten::_fused_sdp_choice is answered as
+#    PyTorch's sdp_utils answers it on an H200: flash for fp16/bf16 without a mask and head sizes
+#    equal, multiple of 8 and at most 256; memory-efficient where a mask is given or flash cannot
+#    run; math otherwise.
+#  - flash_fwd_scratch / flash_bwd_workspace: the flash kernels' scratch (256 bytes in forward),
+#    and in backward one fp32 workspace of 2 x q's elements + the softmax sums + 256, freed
+#    before the op returns (H200, Llama at bf16, sdpa).
+#  - efficient_scratch / efficient_bwd: the memory-efficient forward's 256-byte scratch (bf16, or
+#    with a mask); its backward's delta (b x heads x s padded to 32, fp32) before dq, dk, dv,
+#    and with a mask the gradient made contiguous first and an fp32 dq accumulator after.
+CUDA_RULES = ("cublas_workspace", "sdpa_choice", "flash_fwd_scratch", "flash_bwd_workspace",
+              "efficient_scratch", "efficient_bwd")
+
+_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_grouped_mm", "_scaled_mm"}
+_FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "torch/nn/modules",
+               "torch/utils/checkpoint", "hrengine/", "tinylm")
+
+
+def _blas_workspace_bytes():
+    """CUBLAS_WORKSPACE_CONFIG=:SIZE_KIB:COUNT[:SIZE:COUNT...] as PyTorch reads it; 32 MiB
+    (sm90's default, :4096:8) otherwise."""
+    conf = os.environ.get("CUBLAS_WORKSPACE_CONFIG", "")
+    total = 0
+    parts = [p for p in conf.split(":") if p]
+    try:
+        for i in range(0, len(parts) - 1, 2):
+            total += int(parts[i]) * 1024 * int(parts[i + 1])
+    except ValueError:
+        total = 0
+    return total if total > 0 else 4096 * 1024 * 8
+
+
+class AllocTrace:
+    """A TorchDispatchMode (made in make_mode: its base class comes from torch) that records the
+    storages of fake device tensors as an allocator trace in torch.cuda.memory._snapshot's
+    format, so that trace.build_timeline turns it into a probe_timeline exactly as it does a
+    recorded one."""
+
+    def __init__(self, torch, device_type):
+        self.t = torch
+        self.dev = device_type
+        self.entries = []      # {"action", "addr", "size", "time_us", "frames"}
+        self.live = {}         # storage cdata -> (addr, size, weak ref)
+        self.next_addr = 1 << 20
+        self.allocated = 0
+        self.backward = False  # inside loss.backward(): the autograd engine's thread
+        self.handles = set()   # cuBLAS handles whose workspace exists
+        self.blas_bytes = _blas_workspace_bytes() if device_type == "cuda" else 0
+        self.marks = []
+        from torch.multiprocessing.reductions import StorageWeakRef
+        self._weak = StorageWeakRef
+        self._expired = torch.UntypedStorage._expired
+        self.ops = 0
+
+    # -- storages
+    def _storage(self, x):
+        try:
+            return x.untyped_storage()
+        except AttributeError:  # torch 1.13
+            return x._storage()
+
+    def _frames(self):
+        out = []
+        f = sys._getframe(3)
+        while f is not None and len(out) < 3:
+            fn = f.f_code.co_filename
+            if any(k in fn for k in _FRAME_KEEP) and "fake.py" not in fn:
+                out.append({"filename": fn, "line": f.f_lineno, "name": f.f_code.co_name})
+            f = f.f_back
+        return out
+
+    def _alloc(self, size, frames=None):
+        addr = self.next_addr
+        self.next_addr += max(512, (size + 511) // 512 * 512)
+        self.allocated += size
+        self.entries.append({"action": "alloc", "addr": addr, "size": size, "time_us": len(self.entries),
+                             "frames": frames if frames is not None else self._frames()})
+        return addr
+
+    def _free(self, addr, size):
+        self.allocated -= size
+        self.entries.append({"action": "free_completed", "addr": addr, "size": size, "time_us": len(self.entries)})
+
+    def transient(self, size):
+        """A kernel's scratch: taken and given back inside the op."""
+        if size > 0:
+            self._free(self._alloc(size), size)
+
+    def sweep(self):
+        """Frees: storages whose last tensor died since the last op."""
+        exp = self._expired
+        dead = [c for c, v in self.live.items() if exp(v[2].cdata)]
+        for c in dead:
+            addr, size, _ = self.live.pop(c)
+            self._free(addr, size)
+
+    def adopt(self, x):
+        """Records x's storage if it is new (a view or an in-place result shares its base's)."""
+        if not isinstance(x, self.t.Tensor) or x.device.type != self.dev:
+            return None
+        st = self._storage(x)
+        w = self._weak(st)
+        if w.cdata in self.live:
+            return self.live[w.cdata][0]
+        size = int(st.nbytes())
+        addr = self._alloc(size)
+        self.live[w.cdata] = (addr, size, w)
+        return addr
+
+    def addr_of(self, x):
+        st = self._storage(x)
+        v = self.live.get(self._weak(st).cdata)
+        return v[0] if v else None
+
+    def mark(self, label):
+        self.sweep()
+        self.marks.append((label, len(self.entries), self.allocated))
+
+    # -- rules
+    def before(self, name, args, kwargs):
+        if name in _MATMULS and self.blas_bytes:
+            h = 1 if self.backward else 0  # see CUDA_RULES: cublas_workspace
+            if h not in self.handles:
+                self.handles.add(h)
+                return ("blas", h)
+        return None
+
+    def after(self, name, args, out):
+        if self.dev != "cuda":
+            return
+        if name == "_scaled_dot_product_flash_attention":
+            self.transient(256)
+        elif name == "_scaled_dot_product_flash_attention_backward":
+            q = args[1]
+            b, h, s, d = q.shape
+            self.transient(2 * b * s * h * d * 4 + b * h * s * 4 + 256)
+        elif name == "_efficient_attention_forward" or name == "_scaled_dot_product_efficient_attention":
+            bias = args[3] if len(args) > 3 else None
+            if bias is not None or args[0].dtype != self.t.float32:
+                self.transient(256)
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def make_mode(torch, rec):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func)
+            rec.ops += 1
+            if getattr(func, "namespace", "") == "profiler" or "profiler" in str(func).split(".")[:1]:
+                # record_function's markers hold no memory (FakeTensorMode of torch 1.13 trips on them)
+                from torch.utils._mode_utils import no_dispatch
+                with no_dispatch():
+                    return func(*args, **kwargs)
+            if name == "_fused_sdp_choice" and rec.dev == "cuda":
+                return sdpa_choice(torch, *args, **kwargs)
+            rec.sweep()
+            pre = rec.before(name, args, kwargs)
+            if name == "_efficient_attention_backward" and rec.dev == "cuda":
+                _efficient_backward_before(torch, rec, args)
+            out = func(*args, **kwargs)
+            flat = out if isinstance(out, (list, tuple)) else (out,)
+            for o in flat:
+                if isinstance(o, (list, tuple)):
+                    for oo in o:
+                        rec.adopt(oo)
+                else:
+                    rec.adopt(o)
+            if pre is not None and pre[0] == "blas":
+                rec._alloc(rec.blas_bytes, [{"filename": "cublas", "line": 0, "name": "workspace"}])
+            rec.after(name, args, out)
+            return out
+
+    return Recording()
+
+
+def _efficient_backward_before(torch, rec, args):
+    # aten::_efficient_attention_backward(grad_out, q, k, v, bias, out, cu_q, cu_k, max_q, max_k,
+    # logsumexp, ...): see CUDA_RULES: efficient_bwd.
+    q = args[1]
+    b, s, h, _ = q.shape  # this op's layout is (b, s, heads, d)
+    s32 = (s + 31) // 32 * 32
+    rec.transient(b * h * s32 * 4)
+
+
+def sdpa_choice(torch, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """See CUDA_RULES: sdpa_choice. Returns torch's SDPBackend value (math 0, flash 1, efficient 2)."""
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    d = q.shape[-1]
+    same = k.shape[-1] == d and v.shape[-1] == d and k.dtype == q.dtype and v.dtype == q.dtype
+    if half and attn_mask is None and same and d % 8 == 0 and d <= 256:
+        return 1
+    if (half and d % 8 == 0) or (q.dtype == torch.float32 and d % 4 == 0):
+        return 2
+    return 0
+
+
+def _pretend_cuda(torch):
+    """torch.autocast('cuda') disables itself where CUDA is not available; the fake device is
+    CUDA, so the check answers as a GPU machine would while the context is made."""
+    class Ctx:
+        def __enter__(self):
+            self.old = torch.cuda.is_available
+            torch.cuda.is_available = lambda: True
+        def __exit__(self, *a):
+            torch.cuda.is_available = self.old
+    return Ctx()
+
+
+class _CudaRuntimeAbsent:
+    """Without a GPU, what a step asks of the CUDA runtime that holds no device memory is
+    answered as a machine with one device would: the generator's state (checkpointing saves and
+    restores it; a CPU tensor), the current device."""
+
+    def __init__(self, torch):
+        self.t = torch
+        self.saved = {}
+
+    def __enter__(self):
+        c = self.t.cuda
+        if c.is_available():
+            return self
+        t = self.t
+        repl = {"get_rng_state": lambda device="cuda": t.zeros(16, dtype=t.uint8),
+                "set_rng_state": lambda new_state, device="cuda": None,
+                "get_rng_state_all": lambda: [t.zeros(16, dtype=t.uint8)],
+                "set_rng_state_all": lambda states: None,
+                "manual_seed": lambda seed: None, "manual_seed_all": lambda seed: None,
+                "current_device": lambda: 0, "device_count": lambda: 1}
+        for k, v in repl.items():
+            if hasattr(c, k):
+                self.saved[k] = getattr(c, k)
+                setattr(c, k, v)
+        return self
+
+    def __exit__(self, *a):
+        for k, v in self.saved.items():
+            setattr(self.t.cuda, k, v)
+
+
+def refuse_untraceable(cfg, world):
+    for cond, field, value, why in (
+            (cfg["finetune"] == "qlora", "config.finetune", "qlora", "bitsandbytes' 4-bit kernels have no fake-tensor form yet"),
+            (cfg["optimizer"] in ("adamw-8bit", "paged-adamw-8bit", "lion"), "config.optimizer", cfg["optimizer"],
+             "bitsandbytes' optimizers have no fake-tensor form yet"),
+            (cfg["loss"] == "fused", "config.loss", "fused", "Liger's Triton kernels have no fake-tensor form yet"),
+            (cfg["activation_offload"], "config.activation_offload", "true", "host copies are not traced yet"),
+            (world > 1, "config.world_size", world, "the trace follows one GPU; several are measured, not traced, yet")):
+        if cond:
+            raise BadRequest(field, value, f"cannot be traced: {why} (measure it on a GPU instead)")
+
+
+def trace(args, R, out, factory, torch, t_start):
+    """Builds and steps the model on fake tensors; writes the probe_timeline to args.timeline."""
+    cfg = R["config"]
+    refuse_untraceable(cfg, cfg["world_size"])
+    if not args.timeline:
+        raise BadRequest("--timeline", "(missing)", "--trace writes the traced timeline there")
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+    except ImportError:
+        raise Missing(f"tracing needs PyTorch with fake tensors (2.0 or later); this interpreter has {torch.__version__}")
+    cuda_built = bool(getattr(torch.backends, "cuda", None) and torch.backends.cuda.is_built())
+    dev = "cuda" if cuda_built and R["device"] != "cpu" else "cpu"
+    info = {"engine_version": VERSION, "python": sys.version.split()[0], "torch": torch.__version__,
+            "traced_device": dev, "cuda_rules": list(CUDA_RULES) if dev == "cuda" else []}
+    rec = AllocTrace(torch, dev)
+    mode = make_mode(torch, rec)
+    fake = FakeTensorMode()
+    device = torch.device(dev)
+    b, s, ga = cfg["micro_batch"], cfg["seq_len"], cfg["grad_accum"]
+    steps = 1  # a warm-up step (optimizer state appears at its step()) and one steady step
+    out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})
+    t0 = time.time()
+    with _CudaRuntimeAbsent(torch) if dev == "cuda" else _Nothing(), fake, mode:
+        model = build_model(torch, R, device, factory, info)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise BadRequest("config.finetune", cfg["finetune"], "leaves no trainable parameter")
+        opt = build_optimizer(torch, cfg, params, info)
+        vocab = int(R["hf_config"].get("vocab_size") or getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+        if vocab <= 0:
+            raise BadRequest("model.config.vocab_size", "(missing)", "needed for the batch")
+        batches = [torch.zeros((b, s), dtype=torch.long, device=device) for _ in range(ga)]
+        t_build = time.time() - t0
+        rec.mark({"step": 0, "phase": "after_load", "micro_batch": 0})
+        amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(cfg["precision"])
+        scaler = None
+        if cfg["precision"] == "amp-fp16":
+            raise BadRequest("config.precision", "amp-fp16", "cannot be traced yet (the GradScaler's inf checks read values)")
+        for k in range(1 + steps):
+            for m in range(ga):
+                check_stop()
+                rec.mark({"step": k, "phase": "forward", "micro_batch": m})
+                if amp is not None:
+                    with _pretend_cuda(torch):
+                        ctx = torch.autocast(dev, dtype=amp)
+                else:
+                    ctx = None
+                if ctx is not None:
+                    with ctx:
+                        loss = model(input_ids=batches[m], labels=batches[m]).loss
+                else:
+                    loss = model(input_ids=batches[m], labels=batches[m]).loss
+                if ga > 1:
+                    loss = loss / ga
+                rec.mark({"step": k, "phase": "backward", "micro_batch": m})
+                out.emit({"event": "progress", "step": k, "phase": "backward", "micro_batch": m,
+                          "fraction": round((k * (2 * ga + 1) + 2 * m + 1) / ((1 + steps) * (2 * ga + 1)), 4)})
+                rec.backward = True
+                try:
+                    loss.backward()
+                finally:
+                    rec.backward = False
+                del loss
+            rec.mark({"step": k, "phase": "optimizer", "micro_batch": 0})
+            if k == steps:
+                grad_addrs = {rec.addr_of(p.grad) for p in params if p.grad is not None}
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        rec.mark({"step": steps, "phase": "end", "micro_batch": 0})
+        persistent = {}
+        for p in model.parameters():
+            a = rec.addr_of(p)
+            if a is not None:
+                persistent[a] = "weights"
+        for v in state_tensors(opt):
+            a = rec.addr_of(v)
+            if a is not None:
+                persistent[a] = "optimizer_state"
+        layout = describe_parameters(model)
+        n_params = sum(p.numel() for p in model.parameters())
+        n_train = sum(p.numel() for p in params)
+    t_trace = time.time() - t0
+    tl = build_timeline(rec.entries, rec.marks, persistent, grad_addrs - {None}, b * s * vocab)
+    for name in ("transformers", "peft"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            info[name] = getattr(mod, "__version__", "?")
+    tl.update({"schema_version": SCHEMA_VERSION, "kind": "probe_timeline", "engine": "trace", "device": dev,
+               "config": cfg, "model_id": R["model_id"], "step": steps, "model_layout": layout,
+               "parameters": {"total": n_params, "trainable": n_train},
+               "engine_info": info, "timing": {"build_s": round(t_build, 3), "trace_s": round(t_trace, 3),
+                                               "ops": rec.ops, "wall_s": round(time.time() - t_start, 3)}})
+    try:
+        write_atomically(args.timeline, tl, indent=None)
+    except OSError as e:
+        raise BadRequest("--timeline", args.timeline, f"cannot write the file ({e.strerror})")
+    out.emit({"event": "progress", "step": steps, "phase": "optimizer", "fraction": 1.0})
+    print(f"headroom-engine: traced {len(rec.entries)} allocator events from {rec.ops} ops in {t_trace:.2f} s "
+          f"({dev}, torch {torch.__version__}{', transformers ' + info['transformers'] if 'transformers' in info else ''})",
+          file=sys.stderr)
+    return 0
