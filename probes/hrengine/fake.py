@@ -164,6 +164,30 @@ class AllocTrace:
                 self.transient(256)
 
 
+class _ConvertInPlace:
+    """module.to() over fake parameters: nn.Module._apply swaps a fake parameter for its
+    converted copy (torch.utils.swap_tensors), which fails on them; assigning .data instead, as it
+    does for plain tensors, frees the old storage and keeps the new as a real run does."""
+
+    def __init__(self, torch):
+        self.t = torch
+
+    def __enter__(self):
+        t = self.t
+        self.old = t._has_compatible_shallow_copy_type
+        try:
+            from torch._subclasses.fake_tensor import FakeTensor
+        except ImportError:
+            return self
+        old = self.old
+        t._has_compatible_shallow_copy_type = (
+            lambda a, b: True if isinstance(a, FakeTensor) and isinstance(b, FakeTensor) else old(a, b))
+        return self
+
+    def __exit__(self, *a):
+        self.t._has_compatible_shallow_copy_type = self.old
+
+
 class _Nothing:
     def __enter__(self):
         return self
@@ -260,7 +284,7 @@ class _CudaRuntimeAbsent:
                 "set_rng_state_all": lambda states: None,
                 "manual_seed": lambda seed: None, "manual_seed_all": lambda seed: None,
                 "current_device": lambda: 0, "device_count": lambda: 1}
-        for k, v in repl.items():
+        for k, v in repl.items():  # noqa: the same loop restores them
             if hasattr(c, k):
                 self.saved[k] = getattr(c, k)
                 setattr(c, k, v)
@@ -305,7 +329,7 @@ def trace(args, R, out, factory, torch, t_start):
     steps = 1  # a warm-up step (optimizer state appears at its step()) and one steady step
     out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})
     t0 = time.time()
-    with _CudaRuntimeAbsent(torch) if dev == "cuda" else _Nothing(), fake, mode:
+    with _CudaRuntimeAbsent(torch) if dev == "cuda" else _Nothing(), _ConvertInPlace(torch), fake, mode:
         model = build_model(torch, R, device, factory, info)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
