@@ -14,5 +14,5 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 lab/traced.py --out "$OUT" --deadline-s "${DEADLINE_S:-500}" ${ONLY:+--only "$ONLY"}
 # the device tool brings back few files: one archive of the timelines and logs
-tar -C "$OUT" -cJf "$OUT/traced.tar.xz" --exclude=traced.tar.xz --exclude=versions.txt --exclude=cases.jsonl . &&
-    find "$OUT" -type f ! -name traced.tar.xz ! -name versions.txt ! -name cases.jsonl -delete
+tar -C "$OUT" -cJf /tmp/traced.tar.xz --exclude=versions.txt --exclude=cases.jsonl . &&
+    find "$OUT" -type f ! -name versions.txt ! -name cases.jsonl -delete && mv /tmp/traced.tar.xz "$OUT/"

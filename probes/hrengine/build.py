@@ -123,7 +123,8 @@ def build_model(torch, R, device, factory, info):
                     ctx.__exit__(None, None, None)
         finally:
             torch.set_default_dtype(old)
-        model = model.to(device)
+        if any(p.device.type != torch.device(device).type for p in model.parameters()):
+            model = model.to(device)
         info["model_class"] = type(model).__name__
         info["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
     check_stop()

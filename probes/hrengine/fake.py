@@ -165,27 +165,35 @@ class AllocTrace:
 
 
 class _ConvertInPlace:
-    """module.to() over fake parameters: nn.Module._apply swaps a fake parameter for its
-    converted copy (torch.utils.swap_tensors), which fails on them; assigning .data instead, as it
-    does for plain tensors, frees the old storage and keeps the new as a real run does."""
+    """module.to() over fake parameters: nn.Module._apply swaps a fake parameter with its
+    converted copy (torch.utils.swap_tensors), which refuses a tensor that FakeTensorMode holds a
+    weak reference to. There the parameter takes the copy's data instead (.data =, what _apply
+    does for plain tensors): the old storage is freed and the new one kept, as in a real run."""
 
     def __init__(self, torch):
         self.t = torch
 
     def __enter__(self):
-        t = self.t
-        self.old = t._has_compatible_shallow_copy_type
-        try:
-            from torch._subclasses.fake_tensor import FakeTensor
-        except ImportError:
+        u = self.t.utils
+        self.old = getattr(u, "swap_tensors", None)
+        if self.old is None:
             return self
-        old = self.old
-        t._has_compatible_shallow_copy_type = (
-            lambda a, b: True if isinstance(a, FakeTensor) and isinstance(b, FakeTensor) else old(a, b))
+        old, torch = self.old, self.t
+
+        def swap(t1, t2):
+            if t1 is t2:
+                return
+            try:
+                old(t1, t2)
+            except RuntimeError:
+                with torch.no_grad():
+                    t1.data = t2
+        u.swap_tensors = swap
         return self
 
     def __exit__(self, *a):
-        self.t._has_compatible_shallow_copy_type = self.old
+        if self.old is not None:
+            self.t.utils.swap_tensors = self.old
 
 
 class _Nothing:
