@@ -188,6 +188,8 @@ class _ConvertInPlace:
             except RuntimeError:
                 with torch.no_grad():
                     t1.data = t2
+                if hasattr(t2, "fake_device"):  # FakeTensor keeps its device in Python too
+                    t1.fake_device = t2.fake_device
         u.swap_tensors = swap
         return self
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The trace (--trace, fake tensors) of each request of tests/data/h200/traced-2026-12-03/real.tar.xz
+# with the GPU visible (nothing is allocated on it; the autograd engine needs a device to exist),
+# four at a time, and of Llama-3.1-8B LoRA b4x2048 for its time. Results under $OUT: trace.tar.xz
+# (NAME.trace-tl.json, NAME.trace.log), times.jsonl.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/headroom-out}
+W=/tmp/headroom-traced && rm -rf "$W" && mkdir -p "$W/in" "$W/out"
+tar -C "$W/in" -xJf tests/data/h200/traced-2026-12-03/real.tar.xz --wildcards '*.request.json'
+python3 - "$W" <<'PY'
+import json, os, sys
+w = sys.argv[1]
+l8b = json.load(open("resources/models/llama-3.1-8b.json"))
+c = json.load(open(os.path.join(w, "in", "llama-full.request.json")))["config"]
+c.update({"finetune": "lora", "micro_batch": 4, "seq_len": 2048,
+          "lora": {"rank": 16, "alpha": 32, "dropout": 0.0, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}})
+json.dump({"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda", "model": l8b, "config": c},
+          open(os.path.join(w, "in", "speed-l8b-lora-b4s2048.request.json"), "w"))
+PY
+ls "$W"/in/*.request.json | xargs -P 4 -I{} sh -c 'n=$(basename {} .request.json); s=$(date +%s.%N);
+  timeout 150 python3 probes/headroom_engine.py --request {} --trace --timeline '"$W"'/out/$n.trace-tl.json >/dev/null 2>'"$W"'/out/$n.trace.log; rc=$?;
+  echo "{\"name\": \"$n\", \"rc\": $rc, \"wall_s\": $(echo "$(date +%s.%N) - $s" | bc)}" >>'"$W"'/times.jsonl'
+cp "$W/times.jsonl" "$OUT/"
+tar -C "$W/out" -cJf "$OUT/trace.tar.xz" .
+cat "$OUT/times.jsonl"
