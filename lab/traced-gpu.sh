@@ -18,9 +18,9 @@ c.update({"finetune": "lora", "micro_batch": 4, "seq_len": 2048,
 json.dump({"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda", "model": l8b, "config": c},
           open(os.path.join(w, "in", "speed-l8b-lora-b4s2048.request.json"), "w"))
 PY
-ls "$W"/in/*.request.json | xargs -P 4 -I{} sh -c 'n=$(basename {} .request.json); s=$(date +%s.%N);
+ls "$W"/in/*.request.json | xargs -P 4 -I{} sh -c 'n=$(basename {} .request.json); s=$(date +%s%N);
   timeout 150 python3 probes/headroom_engine.py --request {} --trace --timeline '"$W"'/out/$n.trace-tl.json >/dev/null 2>'"$W"'/out/$n.trace.log; rc=$?;
-  echo "{\"name\": \"$n\", \"rc\": $rc, \"wall_s\": $(echo "$(date +%s.%N) - $s" | bc)}" >>'"$W"'/times.jsonl'
+  echo "{\"name\": \"$n\", \"rc\": $rc, \"wall_ms\": $(( ($(date +%s%N) - s) / 1000000 ))}" >>'"$W"'/times.jsonl'
 cp "$W/times.jsonl" "$OUT/"
 tar -C "$W/out" -cJf "$OUT/trace.tar.xz" .
 cat "$OUT/times.jsonl"
