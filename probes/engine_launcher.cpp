@@ -173,7 +173,7 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
     if (!writeAtomically(requestPath, toJson(request)))
         return fail(Internal, "cannot write the request to " + requestPath);
 
-    const int nproc = request.config.worldSize;
+    const int nproc = o.trace ? 1 : request.config.worldSize; // a trace is one process (the engine says what it follows)
     std::vector<std::string> args = {python, script};
     if (nproc > 1) // the engine starts torch.distributed.run (torchrun) with one copy of itself per rank
         args.insert(args.end(), {"--torchrun", std::to_string(nproc)});
@@ -185,6 +185,8 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
         args.insert(args.end(), {"--snapshot", o.snapshotPath});
     if (!o.timelinePath.empty())
         args.insert(args.end(), {"--timeline", o.timelinePath});
+    if (o.trace)
+        args.emplace_back("--trace");
     if (o.memoryCapBytes > 0)
         args.insert(args.end(), {"--memory-cap-bytes", std::to_string(o.memoryCapBytes)});
     if (!o.modelFactory.empty())
@@ -286,6 +288,14 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
     if (sawStopped)
         return stopped();
 
+    if (o.trace) { // a trace leaves its timeline and prints no result
+        if (code == 0 && WIFEXITED(status) && access(o.timelinePath.c_str(), R_OK) == 0)
+            return 0;
+        if (error)
+            return fail(error->code, error->message, error->field);
+        return fail(Internal, "the transformers engine's trace exited with status " + std::to_string(code) +
+                                  " without a timeline");
+    }
     if (nproc == 1) {
         if (result && protocol::hasResult(code)) {
             if (!publish(*result, o.outPath))

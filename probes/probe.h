@@ -104,6 +104,9 @@ struct EngineOptions
     int64_t memoryCapBytes = 0;
     bool shareGpu = false;
     bool stepsGiven = false;
+    // --trace: the step on fake tensors (no memory used), its allocations to timelinePath; the
+    // engine prints progress and no result (core replays the timeline: headroom-cli estimate).
+    bool trace = false;
 };
 
 // Runs headroom_engine.py (one process, or one per rank under torchrun) and passes its

@@ -388,7 +388,7 @@ int probeMain(int argc, char **argv)
     std::string sharding = "fsdp";
     int steps = 0, nproc = -1, rank = -1, masterPort = 0;
     int64_t memoryCap = 0;
-    bool shareGpu = false;
+    bool shareGpu = false, trace = false;
     app.add_option("--request", requestPath, "Request JSON file (default: read stdin)");
     app.add_option("--engine", engineName,
                    "libtorch (default: Headroom's own step, fast) | transformers (your PyTorch + Transformers + PEFT)");
@@ -405,6 +405,9 @@ int probeMain(int argc, char **argv)
                    "transformers engine: cap this process's memory (a smaller card on a bigger one)");
     app.add_option("--nproc", nproc,
                    "Processes (one per GPU) for data parallelism; overrides config.world_size (default: that)");
+    app.add_flag("--trace", trace,
+                 "transformers engine: run the step on fake tensors (nothing allocated) and write its allocations to "
+                 "--timeline, for headroom-cli estimate --from-trace");
     app.add_flag("--share-gpu", shareGpu, "transformers engine: all ranks on one GPU (Gloo), for per-rank peaks");
     app.add_option("--sharding", sharding, "transformers engine, ZeRO >= 1: fsdp (PyTorch) | deepspeed");
     app.add_option("--python", python, "transformers engine: the Python interpreter (default: $HEADROOM_PYTHON, python3)");
@@ -485,6 +488,8 @@ int probeMain(int argc, char **argv)
                 throw InputError("--nproc", std::to_string(nproc), "must be between 1 and 64");
             request.config.worldSize = nproc;
         }
+        if (trace && timelinePath.empty())
+            throw InputError("--trace", "given", "needs --timeline FILE, where the traced allocations go");
         if (memoryCap < 0)
             throw InputError("--memory-cap-bytes", std::to_string(memoryCap), "must be positive");
         if (sharding != "fsdp" && sharding != "deepspeed")
@@ -494,7 +499,7 @@ int probeMain(int argc, char **argv)
             throw InputError("config.world_size", std::to_string(request.config.worldSize),
                              "the probe starts one process per rank on this machine, at most 64");
         if (engine == protocol::Engine::LibTorch) {
-            for (auto [flag, given] : {std::pair{"--timeline", !timelinePath.empty()}, {"--share-gpu", shareGpu},
+            for (auto [flag, given] : {std::pair{"--timeline", !timelinePath.empty()}, {"--trace", trace}, {"--share-gpu", shareGpu},
                                        {"--model-factory", !factory.empty()}, {"--memory-cap-bytes", memoryCap != 0},
                                        {"--python", !python.empty()}, {"--sharding", sharding != "fsdp"}})
                 if (given)
@@ -546,6 +551,7 @@ int probeMain(int argc, char **argv)
         o.sharding = sharding;
         o.memoryCapBytes = memoryCap;
         o.shareGpu = shareGpu;
+        o.trace = trace;
         const int code = runTransformersEngine(request, o);
         // Leave without static destructors (this path never loads the LibTorch engine's module;
         // engine_launcher.cpp says what a linked LibTorch once did to remove_all at exit).

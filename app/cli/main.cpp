@@ -1,6 +1,7 @@
 // headroom-cli: the estimator for scripts. Exit 0 on success, 2 on bad usage or input with
 // one line naming the flag or field and the value.
 
+#include "headroom/traced.h"
 #include "headroom/budget.h"
 #include "headroom/files.h"
 #include "headroom/catalog.h"
@@ -394,8 +395,9 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
                 100.0 * reserve, human(gpu.memoryBytes).c_str(), human(gpu.memoryBytes - v.capacityBytes).c_str());
     if (v.cacheFlushes > 0)
         std::printf("note: %s\n", cacheFlushNote(v).c_str());
-    for (const auto &n : cardNotes(m, c, e, gpu, reserve, opt))
-        std::printf("note: %s\n", n.c_str());
+    if (m.estimable) // a traced estimate has no model row for the card's notes
+        for (const auto &n : cardNotes(m, c, e, gpu, reserve, opt))
+            std::printf("note: %s\n", n.c_str());
     for (const auto &n : e.notes)
         std::printf("note: %s\n", n.c_str());
     if (!recs.empty()) {
@@ -547,6 +549,10 @@ int runCli(int argc, char **argv)
     auto *est = app.add_subcommand("estimate", "Estimate one configuration's peak memory");
     addTrainingFlags(est, f, false);
     est->add_flag("--json", f.json, "Print one JSON object");
+    std::string fromTrace;
+    est->add_option("--from-trace", fromTrace,
+                    "Estimate from a traced step (headroom-probe --engine transformers --trace --timeline FILE): any "
+                    "model type your Transformers builds; the training flags come from the trace");
     bool check = false;
     est->add_flag("--check", check,
                   "Launch guard: exit 1 when the verdict is out of memory, 0 otherwise (tight: a warning on stderr)");
@@ -656,6 +662,42 @@ int runCli(int argc, char **argv)
             const auto [m, c, gpu, reserve] = resolveBudget(ft, false);
             std::printf("%s\n", toJson(estimateTimeline(m, c, optionsFor(ft))).dump().c_str());
             return 0;
+        }
+        if (*est && !fromTrace.empty()) {
+            const TracedRun run = readTracedRun(fromTrace);
+            const GpuSpec gpu = findGpu(f.gpu, "--gpu");
+            const double reserve = parseFraction("--reserve", f.reserve);
+            EstimatorOptions opt = optionsFor(f);
+            const Estimate e = estimateTraced(run, opt);
+            ModelArch m; // no row: the trace's type and file name for the header
+            m.id = fromTrace;
+            m.name = run.modelType.empty() ? std::string("traced model") : run.modelType;
+            m.modelType = run.modelType;
+            m.estimable = false;
+            const Verdict v = judge(m, run.config, e, gpu, reserve, opt);
+            if (f.json) {
+                nlohmann::json phases = nlohmann::json::array();
+                for (const auto &p : e.phases)
+                    phases.push_back({{"phase", toString(p.phase)}, {"peak_allocated_bytes", p.peakAllocatedBytes},
+                                      {"peak_reserved_bytes", p.peakReservedBytes}});
+                std::printf("%s\n", nlohmann::json{{"source", "traced"}, {"trace", fromTrace},
+                                                   {"model_type", run.modelType},
+                                                   {"parameters", {{"total", e.params.total}, {"trainable", e.params.trainable}}},
+                                                   {"phases", phases},
+                                                   {"peak", {{"phase", toString(e.peakPhase)},
+                                                             {"allocated_bytes", e.peakAllocatedBytes},
+                                                             {"reserved_bytes", e.peakReservedBytes},
+                                                             {"device_total_bytes", e.deviceTotalBytes}}},
+                                                   {"verdict", {{"gpu", gpu.id}, {"fit", toString(v.fit)},
+                                                                {"needed_bytes", v.neededBytes},
+                                                                {"capacity_bytes", v.capacityBytes}}},
+                                                   {"notes", e.notes}}
+                                                 .dump(2)
+                                                 .c_str());
+            } else {
+                printTable(m, run.config, e, gpu, reserve, {}, opt);
+            }
+            return check && v.fit == Fit::OOM ? 1 : 0;
         }
         if (*est) {
             const auto [m, c, gpu, reserve] = resolveBudget(f, false);

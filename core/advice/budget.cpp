@@ -125,10 +125,12 @@ Verdict judge(const ModelArch &m, const TrainingConfig &c, const Estimate &e, co
         return v;
     // The run as the estimate replayed it (its second steady step too), at the card's limit; an
     // estimate without it (made elsewhere, or read back) is simulated again.
-    m.validate();
-    c.validate();
-    const std::shared_ptr<const Timeline> run =
-        e.run ? e.run : std::make_shared<const Timeline>(simulateMeasuredRun(m, c, opt));
+    std::shared_ptr<const Timeline> run = e.run; // a traced estimate has no model row: its run is all there is
+    if (!run) {
+        m.validate();
+        c.validate();
+        run = std::make_shared<const Timeline>(simulateMeasuredRun(m, c, opt));
+    }
     const Timeline &t = *run;
     auto runsWithin = [&](int64_t budget) {
         AllocatorConfig ac = opt.allocator;

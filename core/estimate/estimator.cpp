@@ -148,9 +148,19 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     // peak reserved with one). The second step is the first's events again (repeatLastStep: the
     // program is the same and the step frees all it allocates), so only the replay pays for it;
     // simulating it too made every estimate 1.5x slower.
-    auto run = std::make_shared<const Timeline>(simulateMeasuredRun(model, cfg, opt));
-    const Timeline &t = *run;
-    est.run = run;
+    est.run = std::make_shared<const Timeline>(simulateMeasuredRun(model, cfg, opt));
+    budgetFromRun(est, cfg, opt);
+    return est;
+}
+
+namespace est {
+
+// The run's replay through the allocator model, phase by phase, into the estimate's peaks and
+// breakdowns, and what lives outside the allocator: one mechanism for a simulated run and a
+// traced one (estimateFromTrace).
+void budgetFromRun(Estimate &est, const TrainingConfig &cfg, const EstimatorOptions &opt)
+{
+    const Timeline &t = *est.run;
     AllocatorConfig ac = opt.allocator;
     ac.capacityBytes = INT64_MAX; // the estimate asks what the step needs, not whether it fits
     const Replay r = replay(t, ac);
@@ -207,6 +217,30 @@ Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const Estim
     // remainders too small to split off).
     est.peak[Category::AllocatorSlack] = std::max<int64_t>(0, est.peakReservedBytes - est.peak.allocated());
     addOutsideAllocator(est, cfg, opt);
+}
+
+} // namespace est
+
+Estimate estimateFromTrace(Timeline traced, const TrainingConfig &cfg, const EstimatorOptions &opt,
+                           const ParamSummary &params, std::vector<std::string> notes)
+{
+    cfg.validate();
+    if (traced.marks.empty() || traced.events.empty())
+        throw InputError("timeline", traced.source.empty() ? std::string("(empty)") : traced.source,
+                         "a traced run with no events or phases");
+    bool steady = false;
+    for (const TimelineMark &m : traced.marks)
+        steady = steady || (m.step >= 1 && m.phase != Phase::AfterLoad);
+    if (!steady)
+        throw InputError("timeline", traced.source, "has no step after the warm-up to estimate from");
+    // See Note [Repeated steady step] (docs/estimator.md): the trace runs one steady step.
+    repeatLastStep(traced);
+    Estimate est;
+    est.tokens = checkedMul(cfg.microBatch, cfg.seqLen);
+    est.params = params;
+    est.notes = std::move(notes);
+    est.run = std::make_shared<const Timeline>(std::move(traced));
+    budgetFromRun(est, cfg, opt);
     return est;
 }
 

@@ -113,6 +113,8 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est);
 
 double defaultSlackFraction();
 void takePeakPhase(Estimate &est);
+// est.run replayed into the phases, the peak and the device total (estimator.cpp).
+void budgetFromRun(Estimate &est, const TrainingConfig &cfg, const EstimatorOptions &opt);
 bool usesCollectives(const TrainingConfig &cfg);
 void addOutsideAllocator(Estimate &est, const TrainingConfig &cfg, const EstimatorOptions &opt);
 

@@ -10,6 +10,8 @@ rules by which it follows what CUDA does where fake tensors cannot tell (CUDA_RU
 import os
 import sys
 import time
+import weakref
+from itertools import compress
 
 from .build import build_model, describe_parameters
 from .optimizers import build_optimizer, state_tensors
@@ -29,10 +31,16 @@ from .trace import build_timeline
 #  - flash_fwd_scratch / flash_bwd_workspace: the flash kernels' scratch (256 bytes in forward),
 #    and in backward one fp32 workspace of 2 x q's elements + the softmax sums + 256, freed
 #    before the op returns (H200, Llama at bf16, sdpa).
+#  - unpacked_batches: transformers looks at position_ids' values to tell packed sequences from
+#    one sequence per row (masking_utils.find_packed_sequence_indices); a fake tensor has no
+#    values, and transformers then builds the packed-sequence mask, which turns SDPA from flash
+#    to memory-efficient with a materialized mask (+40 MiB at Llama b2 x s1024, H200 trace vs
+#    real, tests/data/h200/traced-2026-12-03). The engine's batches are one sequence per row, so
+#    the trace answers "not packed" as the real run finds.
 #  - efficient_scratch / efficient_bwd: the memory-efficient forward's 256-byte scratch (bf16, or
 #    with a mask); its backward's delta (b x heads x s padded to 32, fp32) before dq, dk, dv,
 #    and with a mask the gradient made contiguous first and an fp32 dq accumulator after.
-CUDA_RULES = ("cublas_workspace", "sdpa_choice", "flash_fwd_scratch", "flash_bwd_workspace",
+CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "flash_fwd_scratch", "flash_bwd_workspace",
               "efficient_scratch", "efficient_bwd")
 
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_grouped_mm", "_scaled_mm"}
@@ -75,6 +83,11 @@ class AllocTrace:
         self._weak = StorageWeakRef
         self._expired = torch.UntypedStorage._expired
         self.ops = 0
+        self.late = 0
+        self.pending = set()  # storages with no known live tensor: the ones sweep() asks
+        self.nref = {}        # storage -> its known live tensors
+        self.refs = {}        # weak reference -> (storage, id of the tensor)
+        self.ids = {}         # id of a tracked tensor -> its weak reference
 
     # -- storages
     def _storage(self, x):
@@ -111,12 +124,40 @@ class AllocTrace:
             self._free(self._alloc(size), size)
 
     def sweep(self):
-        """Frees: storages whose last tensor died since the last op."""
-        exp = self._expired
-        dead = [c for c, v in self.live.items() if exp(v[2].cdata)]
+        """Frees: storages whose last tensor died since the last op. Only a storage none of whose
+        known tensors is alive can have died (a live tensor holds its storage), so only those are
+        asked (`pending`); a storage that autograd's saved copies still hold stays there until it
+        dies."""
+        if not self.pending:
+            return
+        dead = list(compress(self.pending, map(self._expired, self.pending)))  # in C: before every op
         for c in dead:
+            self.pending.discard(c)
             addr, size, _ = self.live.pop(c)
+            self.nref.pop(c, None)
             self._free(addr, size)
+
+    def _died(self, ref):
+        c = self.refs.pop(ref, None)
+        if c is None:
+            return
+        self.ids.pop(c[1], None)
+        n = self.nref.get(c[0], 0) - 1
+        self.nref[c[0]] = n
+        if n <= 0 and c[0] in self.live:
+            self.pending.add(c[0])
+
+    def track(self, x, cdata):
+        """Counts x among its storage's live tensors (a weak reference tells when it dies)."""
+        i = id(x)
+        r = self.ids.get(i)
+        if r is not None and r() is x:
+            return
+        r = weakref.ref(x, self._died)
+        self.ids[i] = r
+        self.refs[r] = (cdata, i)
+        self.nref[cdata] = self.nref.get(cdata, 0) + 1
+        self.pending.discard(cdata)
 
     def adopt(self, x):
         """Records x's storage if it is new (a view or an in-place result shares its base's)."""
@@ -124,20 +165,55 @@ class AllocTrace:
             return None
         st = self._storage(x)
         w = self._weak(st)
-        if w.cdata in self.live:
-            return self.live[w.cdata][0]
-        size = int(st.nbytes())
-        addr = self._alloc(size)
-        self.live[w.cdata] = (addr, size, w)
-        return addr
+        e = self.live.get(w.cdata)
+        if e is None:
+            size = int(st.nbytes())
+            e = (self._alloc(size), size, w)
+            self.live[w.cdata] = e
+        self.track(x, w.cdata)
+        return e[0]
+
+    def hold(self, tensors):
+        """Tensors the program keeps (parameters, buffers, optimizer state, batches) that no op
+        returned as such: counted as live so that their storages are not asked each op."""
+        for x in tensors:
+            if isinstance(x, self.t.Tensor) and x.device.type == self.dev:
+                c = self._weak(self._storage(x)).cdata
+                if c in self.live:
+                    self.track(x, c)
 
     def addr_of(self, x):
         st = self._storage(x)
         v = self.live.get(self._weak(st).cdata)
         return v[0] if v else None
 
-    def mark(self, label):
+    def revalidate(self):
+        """At each phase mark: a tracked tensor whose storage was replaced without an op
+        (`param.data = new`, which nn.Module._apply does) counts for its new storage, and every
+        live storage is asked once; a free found here and not by sweep() is counted in `late` (0
+        in the tests: the step's frees are all found at the op after them)."""
+        for r, (c, i) in list(self.refs.items()):
+            x = r()
+            if x is None:
+                continue
+            c2 = self._weak(self._storage(x)).cdata
+            if c2 != c:
+                self.refs[r] = (c2, i)
+                self.nref[c] = self.nref.get(c, 0) - 1
+                if self.nref[c] <= 0 and c in self.live:
+                    self.pending.add(c)
+                if c2 in self.live:
+                    self.nref[c2] = self.nref.get(c2, 0) + 1
+                    self.pending.discard(c2)
         self.sweep()
+        keys = self.live.keys()
+        dead = list(compress(keys, map(self._expired, keys)))
+        self.late += len(dead)
+        self.pending.update(dead)
+        self.sweep()
+
+    def mark(self, label):
+        self.revalidate()
         self.marks.append((label, len(self.entries), self.allocated))
 
     # -- rules
@@ -196,6 +272,27 @@ class _ConvertInPlace:
     def __exit__(self, *a):
         if self.old is not None:
             self.t.utils.swap_tensors = self.old
+
+
+class _UnpackedBatches:
+    """See CUDA_RULES: unpacked_batches."""
+
+    def __enter__(self):
+        self.mod = sys.modules.get("transformers.masking_utils")
+        if self.mod is None:
+            try:
+                import transformers.masking_utils as mod
+                self.mod = mod
+            except Exception:
+                self.mod = None
+        self.old = getattr(self.mod, "find_packed_sequence_indices", None) if self.mod else None
+        if self.old is not None:
+            self.mod.find_packed_sequence_indices = lambda position_ids: None
+        return self
+
+    def __exit__(self, *a):
+        if self.old is not None:
+            self.mod.find_packed_sequence_indices = self.old
 
 
 class _Nothing:
@@ -262,49 +359,6 @@ def sdpa_choice(torch, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, 
     return 0
 
 
-def _pretend_cuda(torch):
-    """torch.autocast('cuda') disables itself where CUDA is not available; the fake device is
-    CUDA, so the check answers as a GPU machine would while the context is made."""
-    class Ctx:
-        def __enter__(self):
-            self.old = torch.cuda.is_available
-            torch.cuda.is_available = lambda: True
-        def __exit__(self, *a):
-            torch.cuda.is_available = self.old
-    return Ctx()
-
-
-class _CudaRuntimeAbsent:
-    """Without a GPU, what a step asks of the CUDA runtime that holds no device memory is
-    answered as a machine with one device would: the generator's state (checkpointing saves and
-    restores it; a CPU tensor), the current device."""
-
-    def __init__(self, torch):
-        self.t = torch
-        self.saved = {}
-
-    def __enter__(self):
-        c = self.t.cuda
-        if c.is_available():
-            return self
-        t = self.t
-        repl = {"get_rng_state": lambda device="cuda": t.zeros(16, dtype=t.uint8),
-                "set_rng_state": lambda new_state, device="cuda": None,
-                "get_rng_state_all": lambda: [t.zeros(16, dtype=t.uint8)],
-                "set_rng_state_all": lambda states: None,
-                "manual_seed": lambda seed: None, "manual_seed_all": lambda seed: None,
-                "current_device": lambda: 0, "device_count": lambda: 1}
-        for k, v in repl.items():  # noqa: the same loop restores them
-            if hasattr(c, k):
-                self.saved[k] = getattr(c, k)
-                setattr(c, k, v)
-        return self
-
-    def __exit__(self, *a):
-        for k, v in self.saved.items():
-            setattr(self.t.cuda, k, v)
-
-
 def refuse_untraceable(cfg, world):
     for cond, field, value, why in (
             (cfg["finetune"] == "qlora", "config.finetune", "qlora", "bitsandbytes' 4-bit kernels have no fake-tensor form yet"),
@@ -331,6 +385,10 @@ def trace(args, R, out, factory, torch, t_start):
     dev = "cuda" if cuda_built and R["device"] != "cpu" else "cpu"
     info = {"engine_version": VERSION, "python": sys.version.split()[0], "torch": torch.__version__,
             "traced_device": dev, "cuda_rules": list(CUDA_RULES) if dev == "cuda" else []}
+    if dev == "cuda" and not torch.cuda.is_available():
+        raise Missing("tracing a CUDA step needs PyTorch to see a CUDA device (any size: nothing is allocated on it), "
+                      "because the autograd engine asks the driver for it in backward; this machine has none. "
+                      "Trace on a machine with a GPU, or measure there")
     rec = AllocTrace(torch, dev)
     mode = make_mode(torch, rec)
     fake = FakeTensorMode()
@@ -339,7 +397,8 @@ def trace(args, R, out, factory, torch, t_start):
     steps = 1  # a warm-up step (optimizer state appears at its step()) and one steady step
     out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})
     t0 = time.time()
-    with _CudaRuntimeAbsent(torch) if dev == "cuda" else _Nothing(), _ConvertInPlace(torch), fake, mode:
+    with _ConvertInPlace(torch), \
+            _UnpackedBatches() if factory is None else _Nothing(), fake, mode:
         model = build_model(torch, R, device, factory, info)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
@@ -349,6 +408,7 @@ def trace(args, R, out, factory, torch, t_start):
         if vocab <= 0:
             raise BadRequest("model.config.vocab_size", "(missing)", "needed for the batch")
         batches = [torch.zeros((b, s), dtype=torch.long, device=device) for _ in range(ga)]
+        rec.hold(list(model.parameters()) + list(model.buffers()) + batches)
         t_build = time.time() - t0
         rec.mark({"step": 0, "phase": "after_load", "micro_batch": 0})
         amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(cfg["precision"])
@@ -360,12 +420,7 @@ def trace(args, R, out, factory, torch, t_start):
                 check_stop()
                 rec.mark({"step": k, "phase": "forward", "micro_batch": m})
                 if amp is not None:
-                    with _pretend_cuda(torch):
-                        ctx = torch.autocast(dev, dtype=amp)
-                else:
-                    ctx = None
-                if ctx is not None:
-                    with ctx:
+                    with torch.autocast(dev, dtype=amp):
                         loss = model(input_ids=batches[m], labels=batches[m]).loss
                 else:
                     loss = model(input_ids=batches[m], labels=batches[m]).loss
@@ -385,6 +440,8 @@ def trace(args, R, out, factory, torch, t_start):
                 grad_addrs = {rec.addr_of(p.grad) for p in params if p.grad is not None}
             opt.step()
             opt.zero_grad(set_to_none=True)
+            if k == 0:  # the state the first step made
+                rec.hold(list(state_tensors(opt)))
         rec.mark({"step": steps, "phase": "end", "micro_batch": 0})
         persistent = {}
         for p in model.parameters():
@@ -396,6 +453,7 @@ def trace(args, R, out, factory, torch, t_start):
             if a is not None:
                 persistent[a] = "optimizer_state"
         layout = describe_parameters(model)
+        layout["model_type"] = str(R.get("model_type") or "")
         n_params = sum(p.numel() for p in model.parameters())
         n_train = sum(p.numel() for p in params)
     t_trace = time.time() - t0
@@ -408,7 +466,7 @@ def trace(args, R, out, factory, torch, t_start):
                "config": cfg, "model_id": R["model_id"], "step": steps, "model_layout": layout,
                "parameters": {"total": n_params, "trainable": n_train},
                "engine_info": info, "timing": {"build_s": round(t_build, 3), "trace_s": round(t_trace, 3),
-                                               "ops": rec.ops, "wall_s": round(time.time() - t_start, 3)}})
+                                               "ops": rec.ops, "late_frees": rec.late, "wall_s": round(time.time() - t_start, 3)}})
     try:
         write_atomically(args.timeline, tl, indent=None)
     except OSError as e:

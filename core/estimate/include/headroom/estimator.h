@@ -73,6 +73,13 @@ struct Estimate
 // Throws InputError for an invalid model or configuration.
 Estimate estimate(const ModelArch &model, const TrainingConfig &config, const EstimatorOptions &options = {});
 
+// An estimate from a traced run: the transformers engine's --trace (the user's own Transformers,
+// PEFT and optimizer stepped on fake tensors, docs/estimator.md Note [Traced step]) replayed
+// through the same allocator model as a simulated run, phase by phase. `params` and `notes` come
+// with the trace (readTracedRun in serialize.h). Throws InputError for a timeline with no steady step.
+Estimate estimateFromTrace(Timeline traced, const TrainingConfig &config, const EstimatorOptions &options,
+                           const ParamSummary &params, std::vector<std::string> notes = {});
+
 // The run the estimate is made from: every allocation and free of loading the model, the warm-up
 // step and `steadySteps` steady steps (1..8), in order (for the Timeline view and the allocator
 // replay; the estimate replays a second steady step as repeatLastStep copies it).
