@@ -3,6 +3,7 @@
 // written in plain torch (tests/data/engine/tinylm.py), since CI has no Transformers.
 #include "headroom/protocol.h"
 #include "headroom/serialize.h"
+#include "headroom/traced.h"
 
 #include <QtTest>
 
@@ -426,6 +427,81 @@ private Q_SLOTS:
             return int64_t(0);
         };
         QVERIFY2(opt(b) < opt(a), (std::to_string(opt(b)) + " vs " + std::to_string(opt(a))).c_str());
+    }
+
+    // Issue 26: --trace runs the same step on fake tensors, nothing allocated, and writes its
+    // allocations and frees. On the CPU (Debian's torch 1.13: no CUDA, so no CUDA kernel rules)
+    // the traced stream's phase peaks are the measured step's, to the bytes of its CPU scalars,
+    // and the estimate replayed from it (the allocator model's rounding) is never under them.
+    // AdamW's for-loop step: torch 1.13's fake foreach ops keep their outputs alive.
+    void aTraceIsTheStepItFollows()
+    {
+        const json req = request({{"optimizer_impl", "for-loop"}});
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("trace.json"));
+        const Run t = runEngine(req, {QStringLiteral("--trace"), QStringLiteral("--timeline"), path});
+        QVERIFY2(t.code == 0, qPrintable(t.err));
+        QVERIFY(!t.result()); // a trace prints progress, and no measurement
+        const Run m = runEngine(req);
+        QCOMPARE(m.code, 0);
+        const auto measured = m.result();
+        QVERIFY(measured);
+        const TracedRun run = readTracedRun(path.toStdString());
+        QCOMPARE(run.device, std::string("cpu"));
+        QCOMPARE(run.totalParams, kTinyParams);
+        QCOMPARE(run.trainableParams, kTinyParams);
+        // Per phase of the steady step: the highest running total of the stream.
+        const Timeline &tl = run.timeline;
+        std::vector<int64_t> size(tl.events.size() + 1, 0), running(tl.events.size(), 0);
+        int64_t live = 0;
+        for (size_t i = 0; i < tl.events.size(); ++i) {
+            const MemEvent &e = tl.events[i];
+            if (e.id >= size.size())
+                size.resize(e.id + 1, 0);
+            if (e.kind == MemEvent::Alloc)
+                live += size[e.id] = e.bytes;
+            else if (e.kind == MemEvent::Free)
+                live -= size[e.id];
+            running[i] = live;
+        }
+        int64_t top = 0;
+        for (size_t k = 0; k < tl.marks.size(); ++k) {
+            const TimelineMark &mk = tl.marks[k];
+            if (mk.step != 1 || mk.phase == Phase::AfterLoad)
+                continue;
+            const size_t end = k + 1 < tl.marks.size() ? tl.marks[k + 1].event : tl.events.size();
+            int64_t peak = mk.event > 0 ? running[mk.event - 1] : 0;
+            for (size_t i = mk.event; i < end; ++i)
+                peak = std::max(peak, running[i]);
+            const int64_t real = steadyPeak(*measured, mk.phase, 0);
+            QVERIFY2(std::abs(peak - real) <= 64, qPrintable(QStringLiteral("%1: traced %2, measured %3")
+                                                                 .arg(QString::fromStdString(std::string(toString(mk.phase))))
+                                                                 .arg(peak)
+                                                                 .arg(real)));
+            top = std::max(top, real);
+        }
+        QVERIFY(top > 0);
+        const Estimate e = estimateTraced(run);
+        QVERIFY2(e.peakAllocatedBytes >= top && e.peakAllocatedBytes <= top + top / 20,
+                 qPrintable(QStringLiteral("%1 vs %2").arg(e.peakAllocatedBytes).arg(top)));
+        QVERIFY(e.notes.at(0).find("traced with your model factory") != std::string::npos);
+    }
+
+    // What the trace cannot follow yet is refused in one line naming the field; --trace writes
+    // its stream to --timeline, which it needs.
+    void traceRefusesWhatItCannotFollow()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("trace.json"));
+        const Run q = runEngine(request({{"finetune", "qlora"}, {"precision", "bf16"}}), {QStringLiteral("--trace"), QStringLiteral("--timeline"), path});
+        QCOMPARE(q.code, 2);
+        QCOMPARE(QString::fromStdString(q.error().value("field", "")), QStringLiteral("config.finetune"));
+        QVERIFY2(QString::fromStdString(q.error().value("message", "")).contains(QStringLiteral("cannot be traced")),
+                 q.error().dump().c_str());
+        QVERIFY(!QFile::exists(path));
+        const Run noTimeline = runEngine(request(), {QStringLiteral("--trace")});
+        QCOMPARE(noTimeline.code, 2);
+        QCOMPARE(QString::fromStdString(noTimeline.error().value("field", "")), QStringLiteral("--trace"));
     }
 
     // A measurement of a model type core cannot estimate still loads (issue: unsupported types).

@@ -1,7 +1,6 @@
 // headroom-cli: the estimator for scripts. Exit 0 on success, 2 on bad usage or input with
 // one line naming the flag or field and the value.
 
-#include "headroom/traced.h"
 #include "headroom/budget.h"
 #include "headroom/files.h"
 #include "headroom/catalog.h"
@@ -12,9 +11,11 @@
 #include "headroom/serialize.h"
 #include "headroom/sheet.h"
 #include "headroom/timeline.h"
+#include "headroom/traced.h"
 #include "headroom/training_formats.h"
 
 #include "hubfetch.h"
+#include "traced_run.h"
 
 #include <CLI/CLI.hpp>
 
@@ -539,6 +540,45 @@ std::string modelNameForExport(const std::string &text)
 
 } // namespace
 
+// An estimate from a trace: its phases, peaks and verdict, and where it came from; no model row
+// for the card notes or the levers (recommend() needs one).
+int printTraced(const TracedRun &run, const std::string &source, const Flags &f, bool check)
+{
+    const GpuSpec gpu = findGpu(f.gpu, "--gpu");
+    const double reserve = parseFraction("--reserve", f.reserve);
+    EstimatorOptions opt = optionsFor(f);
+    const Estimate e = estimateTraced(run, opt);
+    ModelArch m; // no row: the trace's type and file name for the header
+    m.id = source;
+    m.name = run.modelType.empty() ? std::string("traced model") : run.modelType;
+    m.modelType = run.modelType;
+    m.estimable = false;
+    const Verdict v = judge(m, run.config, e, gpu, reserve, opt);
+    if (f.json) {
+        nlohmann::json phases = nlohmann::json::array();
+        for (const auto &p : e.phases)
+            phases.push_back({{"phase", toString(p.phase)}, {"peak_allocated_bytes", p.peakAllocatedBytes},
+                              {"peak_reserved_bytes", p.peakReservedBytes}});
+        std::printf("%s\n", nlohmann::json{{"source", "traced"}, {"trace", source},
+                                           {"model_type", run.modelType},
+                                           {"parameters", {{"total", e.params.total}, {"trainable", e.params.trainable}}},
+                                           {"phases", phases},
+                                           {"peak", {{"phase", toString(e.peakPhase)},
+                                                     {"allocated_bytes", e.peakAllocatedBytes},
+                                                     {"reserved_bytes", e.peakReservedBytes},
+                                                     {"device_total_bytes", e.deviceTotalBytes}}},
+                                           {"verdict", {{"gpu", gpu.id}, {"status", toString(v.fit)},
+                                                        {"needed_bytes", v.neededBytes},
+                                                        {"capacity_bytes", v.capacityBytes}}},
+                                           {"notes", e.notes}}
+                                         .dump(2)
+                                         .c_str());
+    } else {
+        printTable(m, run.config, e, gpu, reserve, {}, opt);
+    }
+    return check && v.fit == Fit::OOM ? 1 : 0;
+}
+
 int runCli(int argc, char **argv)
 {
     CLI::App app{"headroom-cli: GPU memory budgets for training runs"};
@@ -663,41 +703,27 @@ int runCli(int argc, char **argv)
             std::printf("%s\n", toJson(estimateTimeline(m, c, optionsFor(ft))).dump().c_str());
             return 0;
         }
-        if (*est && !fromTrace.empty()) {
-            const TracedRun run = readTracedRun(fromTrace);
-            const GpuSpec gpu = findGpu(f.gpu, "--gpu");
-            const double reserve = parseFraction("--reserve", f.reserve);
-            EstimatorOptions opt = optionsFor(f);
-            const Estimate e = estimateTraced(run, opt);
-            ModelArch m; // no row: the trace's type and file name for the header
-            m.id = fromTrace;
-            m.name = run.modelType.empty() ? std::string("traced model") : run.modelType;
-            m.modelType = run.modelType;
-            m.estimable = false;
-            const Verdict v = judge(m, run.config, e, gpu, reserve, opt);
-            if (f.json) {
-                nlohmann::json phases = nlohmann::json::array();
-                for (const auto &p : e.phases)
-                    phases.push_back({{"phase", toString(p.phase)}, {"peak_allocated_bytes", p.peakAllocatedBytes},
-                                      {"peak_reserved_bytes", p.peakReservedBytes}});
-                std::printf("%s\n", nlohmann::json{{"source", "traced"}, {"trace", fromTrace},
-                                                   {"model_type", run.modelType},
-                                                   {"parameters", {{"total", e.params.total}, {"trainable", e.params.trainable}}},
-                                                   {"phases", phases},
-                                                   {"peak", {{"phase", toString(e.peakPhase)},
-                                                             {"allocated_bytes", e.peakAllocatedBytes},
-                                                             {"reserved_bytes", e.peakReservedBytes},
-                                                             {"device_total_bytes", e.deviceTotalBytes}}},
-                                                   {"verdict", {{"gpu", gpu.id}, {"fit", toString(v.fit)},
-                                                                {"needed_bytes", v.neededBytes},
-                                                                {"capacity_bytes", v.capacityBytes}}},
-                                                   {"notes", e.notes}}
-                                                 .dump(2)
-                                                 .c_str());
-            } else {
-                printTable(m, run.config, e, gpu, reserve, {}, opt);
+        if (*est && !fromTrace.empty())
+            return printTraced(readTracedRun(fromTrace), fromTrace, f, check);
+        if (*est) {
+            // A config.json of a type with no modelled row: traced with the user's own stack.
+            std::error_code fe;
+            const Flags fi = withImports(f);
+            if (std::filesystem::is_regular_file(fi.model, fe)) {
+                const ModelArch probe = cli::untracedModel(fi.model);
+                if (!probe.estimable) {
+                    TrainingConfig c = buildConfig(fi, false);
+                    if (c.finetune != FineTune::Full && fi.loraTargets.empty())
+                        c.lora.targets = {"all-linear"}; // PEFT's own notion of the model's Linears
+                    bool cached = false;
+                    const TracedRun run = cli::traceForEstimate(probe, c, &cached);
+                    if (cached)
+                        std::fprintf(stderr, "headroom-cli: note: %s: the trace made earlier of this request with this "
+                                             "stack (interpreter; torch, transformers, peft versions) was reused\n",
+                                     probe.modelType.c_str());
+                    return printTraced(run, fi.model, f, check);
+                }
             }
-            return check && v.fit == Fit::OOM ? 1 : 0;
         }
         if (*est) {
             const auto [m, c, gpu, reserve] = resolveBudget(f, false);

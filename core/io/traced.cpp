@@ -65,8 +65,9 @@ TracedRun tracedRunFromJson(const json &j)
         r.transformersVersion = text(i, "transformers", "engine_info.transformers");
         r.peftVersion = text(i, "peft", "engine_info.peft");
     }
-    if (j.contains("model_layout") && j.at("model_layout").is_object())
-        r.modelType = text(j.at("model_layout"), "model_type", "model_layout.model_type");
+    r.modelType = text(j, "model_type", "model_type");
+    if (r.modelType.empty() && j.contains("engine_info") && j.at("engine_info").is_object()) // traces before 2026-12-03's last
+        r.modelType = text(j.at("engine_info"), "model_class", "engine_info.model_class");
     if (j.contains("timing") && j.at("timing").is_object() && j.at("timing").contains("trace_s") &&
         j.at("timing").at("trace_s").is_number())
         r.traceSeconds = j.at("timing").at("trace_s").get<double>();

@@ -453,7 +453,6 @@ def trace(args, R, out, factory, torch, t_start):
             if a is not None:
                 persistent[a] = "optimizer_state"
         layout = describe_parameters(model)
-        layout["model_type"] = str(R.get("model_type") or "")
         n_params = sum(p.numel() for p in model.parameters())
         n_train = sum(p.numel() for p in params)
     t_trace = time.time() - t0
@@ -463,7 +462,7 @@ def trace(args, R, out, factory, torch, t_start):
         if mod is not None:
             info[name] = getattr(mod, "__version__", "?")
     tl.update({"schema_version": SCHEMA_VERSION, "kind": "probe_timeline", "engine": "trace", "device": dev,
-               "config": cfg, "model_id": R["model_id"], "step": steps, "model_layout": layout,
+               "config": cfg, "model_id": R["model_id"], "model_type": str(R.get("model_type") or ""), "step": steps, "model_layout": layout,
                "parameters": {"total": n_params, "trainable": n_train},
                "engine_info": info, "timing": {"build_s": round(t_build, 3), "trace_s": round(t_trace, 3),
                                                "ops": rec.ops, "late_frees": rec.late, "wall_s": round(time.time() - t_start, 3)}})

@@ -16,7 +16,7 @@ struct TracedRun
 {
     Timeline timeline;
     TrainingConfig config;     // the configuration that was traced
-    std::string modelType;     // config.model_type of the traced model
+    std::string modelType;     // the traced model's model_type (an early trace: its class name)
     std::string device;        // "cuda" (a CUDA step, its kernels' rules applied) or "cpu"
     std::string torchVersion, transformersVersion, peftVersion;
     int64_t totalParams = 0, trainableParams = 0;

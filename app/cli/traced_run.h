@@ -1,0 +1,22 @@
+#pragma once
+// headroom-cli's traced path: a model type with no modelled row is estimated from a trace of the
+// user's own stack (headroom-probe --engine transformers --trace, docs/estimator.md Note [Traced
+// step]), cached by the request, the interpreter and its torch, transformers and peft versions.
+
+#include "headroom/model.h"
+#include "headroom/traced.h"
+
+#include <string>
+
+namespace headroom::cli {
+
+// The model of a config.json (or a Headroom model file) whose model_type has no row: its type,
+// name and the config kept whole, estimable = false. Throws InputError for anything else wrong.
+ModelArch untracedModel(const std::string &path);
+
+// The trace of `m` under `c`, from the cache or made now (progress on stderr). Throws InputError
+// with one line naming what is missing (no interpreter, no torch or transformers, the engine's
+// own refusal) and never falls back to a guess.
+TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *cached = nullptr);
+
+} // namespace headroom::cli
