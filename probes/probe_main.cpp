@@ -520,7 +520,7 @@ int probeMain(int argc, char **argv)
         // the estimate (every rank on this machine) and what the machine has free.
         const bool onCpu = request.device == "cpu" ||
                            (request.device == "auto" && engine == protocol::Engine::LibTorch && !probe::cudaUsable());
-        if (onCpu && request.model.estimable) {
+        if (onCpu && request.model.estimable && !trace) { // a trace allocates nothing
             const int64_t free = availableHostBytes();
             int64_t need = 0;
             try {
