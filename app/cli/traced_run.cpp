@@ -123,23 +123,8 @@ uint64_t fnv1a(const std::string &s)
 ModelArch untracedModel(const std::string &path)
 {
     const json j = readJsonFile(path, "--model");
-    if (j.is_object() && j.contains("model_type") && j.at("model_type").is_string()) { // a config.json
-        try {
-            return modelFromHfConfig(j, path); // a type with a row: estimated as it is
-        } catch (const InputError &e) {
-            if (e.field() != "config.model_type")
-                throw; // anything else wrong with the file is the file's
-        }
-        ModelArch m;
-        m.estimable = false;
-        m.modelType = j.at("model_type").get<std::string>().substr(0, 100);
-        m.id = path;
-        m.name = j.contains("_name_or_path") && j.at("_name_or_path").is_string()
-                     ? j.at("_name_or_path").get<std::string>().substr(0, 200)
-                     : m.modelType;
-        m.hfConfig = j;
-        return m;
-    }
+    if (j.is_object() && j.contains("model_type")) // a config.json
+        return modelFromHfConfigLenient(j, path);
     return modelArchFromJsonLenient(j);
 }
 

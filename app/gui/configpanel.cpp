@@ -1,5 +1,7 @@
 #include "configpanel.h"
 
+#include <nlohmann/json.hpp>
+
 #include "hubfetch.h"
 #include "qtutil.h"
 
@@ -512,12 +514,21 @@ void ConfigPanel::syncFromSession()
     for (QObject *o : all)
         blocks.push_back(std::make_unique<QSignalBlocker>(o));
     m_model->setCurrentIndex(m_model->findData(modelIndex(s.model)));
-    m_modelInfo->setText(tr("%1 · %2 layers · hidden %3 · vocab %4 · %5 B parameters")
-                             .arg(qs(s.model.modelType))
-                             .arg(s.model.numLayers)
-                             .arg(s.model.hiddenSize)
-                             .arg(s.model.vocabSize)
-                             .arg(static_cast<double>(parameterCount(s.model)) / 1e9, 0, 'f', 2));
+    if (!s.model.estimable) { // no row: what is known comes from its config.json and the trace
+        const nlohmann::json &hf = s.model.hfConfig;
+        auto num = [&](const char *k) { return hf.is_object() && hf.contains(k) && hf.at(k).is_number_integer() ? hf.at(k).get<int64_t>() : 0; };
+        m_modelInfo->setText(tr("%1 · %2 layers · hidden %3 · no modelled row: estimated from a trace of your own stack")
+                                 .arg(qs(s.model.modelType))
+                                 .arg(num("num_hidden_layers"))
+                                 .arg(num("hidden_size")));
+    } else {
+        m_modelInfo->setText(tr("%1 · %2 layers · hidden %3 · vocab %4 · %5 B parameters")
+                                 .arg(qs(s.model.modelType))
+                                 .arg(s.model.numLayers)
+                                 .arg(s.model.hiddenSize)
+                                 .arg(s.model.vocabSize)
+                                 .arg(static_cast<double>(parameterCount(s.model)) / 1e9, 0, 'f', 2));
+    }
     setComboData(m_finetune, static_cast<int>(c.finetune));
     setComboData(m_precision, static_cast<int>(c.precision));
     setComboData(m_optimizer, static_cast<int>(c.optimizer));

@@ -1,5 +1,8 @@
 #include "hubfetch.h"
 
+#include "headroom/error.h"
+#include "headroom/json_input.h"
+
 #include "headroom/catalog.h"
 
 #include <QEventLoop>
@@ -70,6 +73,17 @@ ModelArch resolveModelText(const std::string &text, const std::string &field, st
         if (notes)
             *notes = r.notes;
         return r.model;
+    }
+    // A config.json whose type has no modelled row opens too: the explorer traces it.
+    const QFileInfo fi(QString::fromStdString(text));
+    if (fi.isFile() && fi.suffix() == QLatin1String("json")) {
+        try {
+            return resolveModel(text, field);
+        } catch (const InputError &e) {
+            if (e.field() != "config.model_type")
+                throw;
+            return modelFromHfConfigLenient(readJsonFile(text, field), fi.absoluteFilePath().toStdString());
+        }
     }
     return resolveModel(text, field);
 }

@@ -14,6 +14,7 @@
 
 #include <QApplication>
 #include <QBuffer>
+#include <QElapsedTimer>
 #include <QCommandLineParser>
 #include <QIcon>
 #include <QTimer>
@@ -124,6 +125,11 @@ int main(int argc, char **argv)
         window.resize(w, h);
         window.show();
         session.recomputeNow();
+        // A model with no row is traced in the background: the picture waits for it (10 min at most).
+        QElapsedTimer waited;
+        waited.start();
+        while (!session.traceStatus().isEmpty() && waited.elapsed() < 600000)
+            QCoreApplication::processEvents(QEventLoop::AllEvents | QEventLoop::WaitForMoreEvents, 100);
         QCoreApplication::processEvents(); // lay out and paint once
         // Encoded in memory, then written through the same atomic save as sheets: a failed write
         // keeps the old file (issue 15: the screenshot was written in place).

@@ -94,6 +94,8 @@ QStringList ProbeRunner::commandLine(const Options &o)
             cmd << QStringLiteral("--python") << o.python;
         if (o.shareGpu)
             cmd << QStringLiteral("--share-gpu");
+        if (!o.traceTimeline.isEmpty())
+            cmd << QStringLiteral("--trace") << QStringLiteral("--timeline") << o.traceTimeline;
     }
     // ssh joins what follows the host with spaces and hands it to the remote shell, which splits it
     // again: each argument is quoted for that shell, so a path with spaces or a ';' stays one.
@@ -119,6 +121,7 @@ bool ProbeRunner::start(const ProbeRequest &request, const Options &options)
     m_garbage.clear();
     m_cancelled = m_timedOut = false;
     m_timeoutSeconds = options.timeoutSeconds;
+    m_traceTimeline = options.engine == QLatin1String("transformers") ? options.traceTimeline : QString();
 
     QStringList cmd = commandLine(options);
     const QString program = cmd.takeFirst();
@@ -221,6 +224,10 @@ void ProbeRunner::onFinished(int exitCode, QProcess::ExitStatus status)
     }
     if (status == QProcess::CrashExit) {
         emit failed(tr("The probe crashed. %1").arg(stderrTail()), -1);
+        return;
+    }
+    if (!m_traceTimeline.isEmpty() && exitCode == 0 && QFileInfo::exists(m_traceTimeline)) {
+        emit traced(m_traceTimeline);
         return;
     }
     if (protocol::hasResult(exitCode) && m_result) {

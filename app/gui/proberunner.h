@@ -25,6 +25,9 @@ public:
         QString engine = QStringLiteral("libtorch"); // libtorch | transformers
         QString python;    // the transformers engine's interpreter (empty: the probe's default)
         bool shareGpu = false; // transformers engine: several ranks on one GPU
+        // transformers engine: trace the step on fake tensors into this file instead of running it
+        // (docs/estimator.md Note [Traced step]); success is traced(), not finished().
+        QString traceTimeline;
     };
 
     explicit ProbeRunner(QObject *parent = nullptr);
@@ -45,6 +48,7 @@ signals:
     void finished(const headroom::Measurement &m); // success, or an out-of-memory result
     void failed(const QString &message, int exitCode); // exitCode -1: crashed / did not start
     void stopped();
+    void traced(const QString &timelinePath); // a trace (Options::traceTimeline) was written
 
 private:
     void onStdout();
@@ -58,6 +62,7 @@ private:
     QByteArray m_buffer;
     QByteArray m_stderr;
     std::optional<headroom::Measurement> m_result;
+    QString m_traceTimeline;
     QString m_errorMessage;
     QString m_garbage; // the first line that was not protocol
     bool m_cancelled = false;

@@ -1,5 +1,8 @@
 #include "session.h"
 
+#include "tracer.h"
+#include "qtutil.h"
+
 #include "headroom/serialize.h"
 
 #include <unordered_map>
@@ -168,10 +171,39 @@ void Session::launch()
     m_watcher.setFuture(QtConcurrent::run(&Session::compute, m_generation, m_scenario, true));
 }
 
+QString Session::traceStatus() const
+{
+    return m_tracer ? m_tracer->status() : QString();
+}
+
+void Session::useTrace(Report &r)
+{
+    if (r.error.empty() || r.scenario.model.estimable || r.scenario.model.hfConfig.is_null())
+        return;
+    if (!m_tracer) {
+        m_tracer = new Tracer(this);
+        connect(m_tracer, &Tracer::statusChanged, this, &Session::traceStatusChanged);
+        connect(m_tracer, &Tracer::landed, this, [this] {
+            if (m_report.scenario == m_scenario && !m_report.error.empty()) {
+                useTrace(m_report);
+                emit reportReady();
+            }
+        });
+    }
+    QString failure;
+    if (const auto run = m_tracer->traceOf(r.scenario, &failure)) {
+        r = buildTracedReport(r.scenario, *run);
+    } else if (!failure.isEmpty()) {
+        r.error = r.scenario.model.modelType + " has no modelled row and could not be traced: " + failure.toStdString();
+        r.fix.reset();
+    }
+}
+
 void Session::land(Computed c)
 {
     if (c.generation != m_generation)
         return; // a newer scenario is on its way
+    useTrace(c.report);
     if (c.quick && c.report.error.empty()) {
         // The previous advice stays on screen, marked stale, until the full pass lands.
         std::vector<Recommendation> advice = std::move(m_report.recommendations);

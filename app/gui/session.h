@@ -8,6 +8,8 @@
 
 #include <optional>
 
+class Tracer;
+
 // What the Scaling tab shows: peak against sequence length and batch, with and without
 // checkpointing, and the scaling table of docs/seeds.md.
 struct ScalingCurve
@@ -59,6 +61,9 @@ public:
     // Computes the current scenario on this thread and applies it; for screenshots and tests.
     void recomputeNow();
 
+    // While a model with no modelled row is traced (Tracer): what the banner says; empty otherwise.
+    QString traceStatus() const;
+
     headroom::Unit units() const { return m_units; }
     void setUnits(headroom::Unit u);
 
@@ -83,6 +88,7 @@ signals:
     void unitsChanged();
     void measurementsChanged();
     void selectionChanged();
+    void traceStatusChanged();
 
 private:
     // Two passes per scenario: a quick one (the estimate and the verdicts, one simulated step)
@@ -97,6 +103,9 @@ private:
     static Computed compute(quint64 generation, const headroom::Scenario &s, bool quick);
     void launch();
     void land(Computed c);
+    // A report that could not be estimated because the model has no row: the traced report when
+    // its trace is done, else the trace is started (and the error report stays, with the status).
+    void useTrace(headroom::Report &r);
 
     headroom::Scenario m_scenario;
     headroom::Report m_report;
@@ -111,4 +120,5 @@ private:
     std::vector<headroom::Measurement> m_measurements;
     std::vector<std::optional<headroom::Estimate>> m_measurementEstimates;
     int m_selected = -1;
+    Tracer *m_tracer = nullptr;
 };

@@ -17,6 +17,7 @@ VerdictBanner::VerdictBanner(Session *session, QWidget *parent)
     connect(session, &Session::reportReady, this, &VerdictBanner::refresh);
     connect(session, &Session::unitsChanged, this, &VerdictBanner::refresh);
     connect(session, &Session::selectionChanged, this, &VerdictBanner::refresh);
+    connect(session, &Session::traceStatusChanged, this, &VerdictBanner::refresh);
     setTextInteractionFlags(Qt::LinksAccessibleByMouse | Qt::LinksAccessibleByKeyboard);
     connect(this, &QLabel::linkActivated, this, [this](const QString &link) {
         const Report &r = m_session->report();
@@ -94,6 +95,16 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
 void VerdictBanner::refresh()
 {
     const Report &r = m_session->report();
+    const QString tracing = m_session->traceStatus();
+    if (!r.error.empty() && !tracing.isEmpty()) { // a model with no row, being traced: not an error
+        setText(tr("<b>%1</b><br><small>Its peak comes from your own stack's step, run on fake tensors; every "
+                   "other control stays live.</small>")
+                    .arg(tracing));
+        const QString style = QStringLiteral("QLabel { background: #e8eef9; color: #1d3a6e; border-radius: 4px; font-size: 11pt; }");
+        if (style != styleSheet())
+            setStyleSheet(style);
+        return;
+    }
     setText(compose(r, m_session->selectedMeasurement(), m_session->units(), m_session->scenario()));
     const char *bg = !r.error.empty()                ? "#fde7e9"
                      : r.verdict.fit == Fit::Fits  ? "#e3f4e8"

@@ -1,5 +1,7 @@
 #include "headroom/sheet.h"
 
+#include "headroom/traced.h"
+
 #include "headroom/budget.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
@@ -95,6 +97,23 @@ Report buildReport(const Scenario &s, bool withAdvice)
         } catch (const InputError &) {
             r.fix.reset(); // the allocator settings themselves are what is wrong
         }
+    }
+    return r;
+}
+
+Report buildTracedReport(const Scenario &s, const TracedRun &run)
+{
+    Report r;
+    r.scenario = s;
+    try {
+        const EstimatorOptions opt = estimatorOptions(s);
+        r.estimate = estimateTraced(run, opt);
+        r.verdict = judge(s.model, run.config, r.estimate, s.gpu, s.reserve, opt);
+        r.notes = r.estimate.notes;
+        for (const GpuSpec &g : gpuCatalog())
+            r.otherCards.emplace_back(g, judge(s.model, run.config, r.estimate, g, s.reserve, opt));
+    } catch (const InputError &e) {
+        r.error = e.what();
     }
     return r;
 }
@@ -253,8 +272,10 @@ Sheet sheetFromJson(const json &j)
     };
     Sheet s;
     s.scenario.model = within("model", [&] {
-        ModelArch m = modelArchFromJson(requireField(j, "model", ctx));
-        m.validate();
+        // A model with no modelled row reopens with its config.json (hf_config), to be traced again.
+        ModelArch m = modelArchFromJsonLenient(requireField(j, "model", ctx));
+        if (m.estimable)
+            m.validate();
         return m;
     });
     s.scenario.config = within("config", [&] {

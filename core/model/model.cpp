@@ -443,6 +443,8 @@ int64_t seqLenFor(const ModelArch &m, int64_t seqLen)
 
 std::vector<std::string> defaultLoraTargets(const ModelArch &m)
 {
+    if (!m.estimable) // no row to name its Linears: PEFT's own "all-linear" finds them when traced
+        return {"all-linear"};
     std::vector<std::string> out;
     auto add = [&](const std::string &n) {
         if (!n.empty() && std::find(out.begin(), out.end(), n) == out.end())
@@ -458,6 +460,8 @@ std::vector<std::string> defaultLoraTargets(const ModelArch &m)
 
 std::vector<std::string> loraTargetsFor(const ModelArch &m, const std::vector<std::string> &targets)
 {
+    if (!m.estimable) // no row to check the names against: PEFT checks them when it is traced
+        return targets.empty() ? defaultLoraTargets(m) : targets;
     try {
         const auto on = loraAdaptedModules(m, targets);
         if (std::any_of(on.begin(), on.end(), [](bool b) { return b; }) || expertsLora(m, targets).any())
@@ -651,29 +655,48 @@ ModelArch modelArchFromJson(const json &j)
 
 ModelArch modelArchFromJsonLenient(const json &j)
 {
-    try {
+    // Only a model_type with no row is tolerated, with its config.json kept (under "config" or
+    // "hf_config"); any other problem is still the file's.
+    const json *hf = nullptr;
+    if (j.is_object() && j.contains("config") && j.at("config").is_object())
+        hf = &j.at("config");
+    else if (j.is_object() && j.contains("hf_config") && j.at("hf_config").is_object())
+        hf = &j.at("hf_config");
+    const auto types = supportedModelTypes();
+    if (!hf || !hf->contains("model_type") || !hf->at("model_type").is_string() ||
+        std::find(types.begin(), types.end(), hf->at("model_type").get<std::string>()) != types.end())
         return modelArchFromJson(j);
+    ModelArch m;
+    m.estimable = false;
+    m.modelType = hf->at("model_type").get<std::string>().substr(0, 100);
+    const json meta = j.contains("headroom") && j.at("headroom").is_object() ? j.at("headroom") : j;
+    m.id = meta.contains("id") && meta.at("id").is_string() ? meta.at("id").get<std::string>().substr(0, 200)
+                                                             : m.modelType;
+    m.name = meta.contains("name") && meta.at("name").is_string() ? meta.at("name").get<std::string>().substr(0, 200)
+                                                                 : m.id;
+    m.hfConfig = *hf;
+    return m;
+}
+
+ModelArch modelFromHfConfigLenient(const json &config, const std::string &id)
+{
+    try {
+        return modelFromHfConfig(config, id);
     } catch (const InputError &e) {
-        // Only an unknown model_type is tolerated; any other problem is still the file's.
-        const json *hf = nullptr;
-        if (j.is_object() && j.contains("config") && j.at("config").is_object())
-            hf = &j.at("config");
-        else if (j.is_object() && j.contains("hf_config") && j.at("hf_config").is_object())
-            hf = &j.at("hf_config");
-        const bool unknownType = e.field() == "config.model_type" || e.field() == "model.model_type";
-        if (!hf || !unknownType || !hf->contains("model_type") || !hf->at("model_type").is_string())
+        if (e.field() != "config.model_type" || !config.is_object() || !config.contains("model_type") ||
+            !config.at("model_type").is_string())
             throw;
-        ModelArch m;
-        m.estimable = false;
-        m.modelType = hf->at("model_type").get<std::string>().substr(0, 100);
-        const json meta = j.contains("headroom") && j.at("headroom").is_object() ? j.at("headroom") : j;
-        m.id = meta.contains("id") && meta.at("id").is_string() ? meta.at("id").get<std::string>().substr(0, 200)
-                                                                 : m.modelType;
-        m.name = meta.contains("name") && meta.at("name").is_string() ? meta.at("name").get<std::string>().substr(0, 200)
-                                                                     : m.id;
-        m.hfConfig = *hf;
-        return m;
     }
+    ModelArch m;
+    m.estimable = false;
+    m.modelType = config.at("model_type").get<std::string>().substr(0, 100);
+    m.id = id.empty() ? m.modelType : id.substr(0, 4096);
+    m.name = config.contains("_name_or_path") && config.at("_name_or_path").is_string() &&
+                     !config.at("_name_or_path").get<std::string>().empty()
+                 ? config.at("_name_or_path").get<std::string>().substr(0, 200)
+                 : m.modelType;
+    m.hfConfig = config;
+    return m;
 }
 
 } // namespace headroom

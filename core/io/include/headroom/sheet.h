@@ -49,6 +49,11 @@ struct Report
 // `withAdvice` false: the estimate and the verdicts only, without the recommendations (which
 // estimate a dozen alternatives and run the solvers), for a first answer while they compute.
 Report buildReport(const Scenario &s, bool withAdvice = true);
+struct TracedRun;
+// The report of a scenario whose model has no row, from a trace of it (traced.h): the estimate
+// replayed from the trace and the verdicts on every card; no recommendations (they estimate
+// alternatives, which needs a row or a trace each).
+Report buildTracedReport(const Scenario &s, const TracedRun &run);
 
 struct Sheet
 {

@@ -215,5 +215,9 @@ ModelArch modelArchFromJson(const nlohmann::json &j);
 // As modelArchFromJson, but a config.json of a model_type Headroom does not know gives a
 // ModelArch with estimable = false (id, name, type and config kept) instead of an error.
 ModelArch modelArchFromJsonLenient(const nlohmann::json &j);
+// As modelFromHfConfig, but a model_type with no row gives estimable = false with the config kept
+// whole (the transformers engine builds it, and traces it: docs/estimator.md Note [Traced step]);
+// any other problem of the file still throws.
+ModelArch modelFromHfConfigLenient(const nlohmann::json &config, const std::string &id = {});
 
 } // namespace headroom
