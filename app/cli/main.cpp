@@ -555,24 +555,7 @@ int printTraced(const TracedRun &run, const std::string &source, const Flags &f,
     m.estimable = false;
     const Verdict v = judge(m, run.config, e, gpu, reserve, opt);
     if (f.json) {
-        nlohmann::json phases = nlohmann::json::array();
-        for (const auto &p : e.phases)
-            phases.push_back({{"phase", toString(p.phase)}, {"peak_allocated_bytes", p.peakAllocatedBytes},
-                              {"peak_reserved_bytes", p.peakReservedBytes}});
-        std::printf("%s\n", nlohmann::json{{"source", "traced"}, {"trace", source},
-                                           {"model_type", run.modelType},
-                                           {"parameters", {{"total", e.params.total}, {"trainable", e.params.trainable}}},
-                                           {"phases", phases},
-                                           {"peak", {{"phase", toString(e.peakPhase)},
-                                                     {"allocated_bytes", e.peakAllocatedBytes},
-                                                     {"reserved_bytes", e.peakReservedBytes},
-                                                     {"device_total_bytes", e.deviceTotalBytes}}},
-                                           {"verdict", {{"gpu", gpu.id}, {"status", toString(v.fit)},
-                                                        {"needed_bytes", v.neededBytes},
-                                                        {"capacity_bytes", v.capacityBytes}}},
-                                           {"notes", e.notes}}
-                                         .dump(2)
-                                         .c_str());
+        std::printf("%s\n", cli::tracedDocument(run, source, e, v, gpu).dump(2).c_str());
     } else {
         printTable(m, run.config, e, gpu, reserve, {}, opt);
     }

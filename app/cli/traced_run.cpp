@@ -248,4 +248,26 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
     return r;
 }
 
+json tracedDocument(const TracedRun &run, const std::string &source, const Estimate &e, const Verdict &v,
+                   const GpuSpec &gpu)
+{
+    json phases = json::array();
+    for (const auto &p : e.phases)
+        phases.push_back({{"phase", toString(p.phase)}, {"peak_allocated_bytes", p.peakAllocatedBytes},
+                          {"peak_reserved_bytes", p.peakReservedBytes}});
+    return {{"source", "traced"},
+            {"trace", source},
+            {"model_type", run.modelType},
+            {"parameters", {{"total", e.params.total}, {"trainable", e.params.trainable}}},
+            {"phases", phases},
+            {"peak",
+             {{"phase", toString(e.peakPhase)},
+              {"allocated_bytes", e.peakAllocatedBytes},
+              {"reserved_bytes", e.peakReservedBytes},
+              {"device_total_bytes", e.deviceTotalBytes}}},
+            {"verdict",
+             {{"gpu", gpu.id}, {"status", toString(v.fit)}, {"needed_bytes", v.neededBytes}, {"capacity_bytes", v.capacityBytes}}},
+            {"notes", e.notes}};
+}
+
 } // namespace headroom::cli

@@ -4,7 +4,10 @@
 // step]), cached by the request, the interpreter and its torch, transformers and peft versions.
 
 #include "headroom/model.h"
+#include "headroom/budget.h"
 #include "headroom/traced.h"
+
+#include <nlohmann/json.hpp>
 
 #include <string>
 
@@ -18,5 +21,9 @@ ModelArch untracedModel(const std::string &path);
 // with one line naming what is missing (no interpreter, no torch or transformers, the engine's
 // own refusal) and never falls back to a guess.
 TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *cached = nullptr);
+
+// `estimate --json` of a traced estimate: where it came from, the phases, the peak, the verdict.
+nlohmann::json tracedDocument(const TracedRun &run, const std::string &source, const Estimate &e, const Verdict &v,
+                              const GpuSpec &gpu);
 
 } // namespace headroom::cli
