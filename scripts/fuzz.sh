@@ -21,7 +21,7 @@ done
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz >/dev/null
 mkdir -p build/fuzz/findings
-for t in model_config request result sheet event_line training_config; do
+for t in model_config request result sheet event_line training_config trace; do
     work="build/fuzz/work/$t"
     rm -rf "$work" && mkdir -p "$work" && cp -r "tests/fuzz/corpus/$t/." "$work/"
     log="build/fuzz/$t.log"
