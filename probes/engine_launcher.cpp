@@ -247,7 +247,7 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
         if (g_stop && !forwarded) {
             forwarded = true;
             kill(-child.pid, SIGTERM);
-            killAt = Clock::now() + std::chrono::seconds(2);
+            killAt = Clock::now() + std::chrono::milliseconds(protocol::kEngineStopGraceMs);
         }
         if (killAt && Clock::now() > *killAt) {
             kill(-child.pid, SIGKILL);

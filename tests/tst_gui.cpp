@@ -6,6 +6,7 @@
 #include "guitestutil.h"
 #include "hubserver.h"
 #include "mainwindow.h"
+#include "proberunner.h"
 #include "measurementsmodel.h"
 #include "recommendationspanel.h"
 #include "settings.h"
@@ -239,6 +240,78 @@ private Q_SLOTS:
         s.undoStack()->undo();
         QTRY_VERIFY_WITH_TIMEOUT(s.report().scenario.config.microBatch == 2 && s.report().error.empty(), 10000);
         QCOMPARE(s.report().estimate.peakAllocatedBytes, peak2);
+        qunsetenv("HEADROOM_MODEL_FACTORY");
+#endif
+    }
+
+    // Issue 32, row 6: a cancel or a timeout in the explorer stops the probe with SIGTERM and waits
+    // past the probe's own grace for the engine, so the transformers engine (its own process
+    // group) never outlives it, and its temporary folder goes with it.
+    void engineDoesNotOutliveAStop_data()
+    {
+        QTest::addColumn<bool>("timeout");
+        QTest::addRow("cancel") << false;
+        QTest::addRow("timeout") << true;
+    }
+    void engineDoesNotOutliveAStop()
+    {
+#ifndef HEADROOM_PROBE
+        QSKIP("built without headroom-probe");
+#else
+        QFETCH(bool, timeout);
+        QProcess py;
+        py.start(QStringLiteral("/usr/bin/python3"), {QStringLiteral("-c"), QStringLiteral("import torch")});
+        if (!py.waitForFinished(60000) || py.exitCode() != 0)
+            QSKIP("no /usr/bin/python3 with torch (Debian: python3-torch)");
+        qputenv("HEADROOM_MODEL_FACTORY", HEADROOM_SOURCE_DIR "/tests/data/engine/tinylm.py");
+        const QDir tmp = QDir::temp();
+        const QStringList pattern = {QStringLiteral("headroom-engine-*")};
+        const QStringList before = tmp.entryList(pattern, QDir::Dirs);
+        ProbeRunner r;
+        ProbeRunner::Options o;
+        o.program = QStringLiteral(HEADROOM_PROBE);
+        o.engine = QStringLiteral("transformers");
+        o.python = QStringLiteral("/usr/bin/python3");
+        o.device = QStringLiteral("cpu");
+        o.steps = 1000; // runs long enough to be stopped
+        o.timeoutSeconds = timeout ? 4 : 600; // 4 s: whatever the engine is doing then (importing torch, stepping)
+        ProbeRequest req;
+        req.model = modelFromHfConfigLenient(nlohmann::json{{"model_type", "llama"}, {"hidden_size", 64},
+                                                            {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+                                                            {"num_key_value_heads", 2}, {"head_dim", 16},
+                                                            {"intermediate_size", 128}, {"vocab_size", 256},
+                                                            {"max_position_embeddings", 512}});
+        req.config.precision = Precision::FP32;
+        req.config.microBatch = 2;
+        req.config.seqLen = 64;
+        req.device = "cpu";
+        QSignalSpy progress(&r, &ProbeRunner::progress);
+        QSignalSpy stopped(&r, &ProbeRunner::stopped);
+        QSignalSpy failed(&r, &ProbeRunner::failed);
+        QVERIFY(r.start(req, o));
+        QString dir; // the engine's temporary folder, named in its command line
+        QTRY_VERIFY_WITH_TIMEOUT(!(dir = [&] {
+                                      for (const QString &d : tmp.entryList(pattern, QDir::Dirs))
+                                          if (!before.contains(d))
+                                              return d;
+                                      return QString();
+                                  }())
+                                      .isEmpty(),
+                                 30000);
+        if (!timeout) {
+            QTRY_VERIFY_WITH_TIMEOUT(progress.count() >= 3, 60000); // the engine is stepping
+            r.cancel();
+        }
+        QTRY_VERIFY_WITH_TIMEOUT(stopped.count() + failed.count() == 1, 30000);
+        QCOMPARE(stopped.count(), timeout ? 0 : 1);
+        auto engineAlive = [&] {
+            for (const QString &pid : QDir(QStringLiteral("/proc")).entryList(QDir::Dirs))
+                if (QFile f(QStringLiteral("/proc/%1/cmdline").arg(pid)); f.open(QIODevice::ReadOnly) && f.readAll().contains(dir.toUtf8()))
+                    return true;
+            return false;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(!engineAlive(), 10000);
+        QTRY_VERIFY_WITH_TIMEOUT(!tmp.exists(dir), 10000);
         qunsetenv("HEADROOM_MODEL_FACTORY");
 #endif
     }

@@ -22,14 +22,19 @@ ProbeRunner::ProbeRunner(QObject *parent)
 {
     m_timeout.setSingleShot(true);
     m_killTimer.setSingleShot(true);
+    // Stopping, for a cancel, a timeout or the window closing, is one teardown: SIGTERM, which the
+    // probe forwards to the engine's process group, then SIGKILL only after the probe's own grace
+    // for the engine (protocol::kProbeStopGraceMs), so that no engine outlives it.
     connect(&m_timeout, &QTimer::timeout, this, [this] {
         m_timedOut = true;
-        if (m_process)
-            m_process->kill();
+        if (m_process) {
+            m_process->terminate();
+            m_killTimer.start(protocol::kProbeStopGraceMs);
+        }
     });
     connect(&m_killTimer, &QTimer::timeout, this, [this] {
         if (m_process)
-            m_process->kill(); // the probe honours SIGTERM within a second; this is the backstop
+            m_process->kill(); // the backstop: the probe honours SIGTERM well within its grace
     });
 }
 
@@ -37,8 +42,10 @@ ProbeRunner::~ProbeRunner()
 {
     if (m_process) {
         m_process->disconnect(this);
-        m_process->kill();
-        m_process->waitForFinished(2000);
+        m_process->terminate();
+        if (!m_process->waitForFinished(protocol::kProbeStopGraceMs))
+            m_process->kill();
+        m_process->waitForFinished(1000);
     }
 }
 
@@ -160,7 +167,7 @@ void ProbeRunner::cancel()
         return;
     m_cancelled = true;
     m_process->terminate();
-    m_killTimer.start(1500);
+    m_killTimer.start(protocol::kProbeStopGraceMs);
 }
 
 void ProbeRunner::onStdout()

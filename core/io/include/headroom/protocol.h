@@ -16,6 +16,11 @@ namespace headroom::protocol {
 enum ExitCode : int { Ok = 0, BadRequest = 2, OutOfMemory = 3, NoDevice = 4, Internal = 5 };
 // 128 + signal: stopped by SIGTERM (143) or SIGINT (130).
 constexpr int kStoppedBase = 128;
+// A stopped probe gives the transformers engine's process group this long after SIGTERM before it
+// sends SIGKILL (engine_launcher.cpp); whoever stops the probe waits longer than that before
+// killing it, or the engine, in its own group, outlives both (issue 32, row 6).
+constexpr int kEngineStopGraceMs = 2000;
+constexpr int kProbeStopGraceMs = kEngineStopGraceMs + 1500;
 
 // What an exit code means, in words for a person ("bad request", "stopped by SIGTERM", ...).
 std::string exitCodeMeaning(int code);
