@@ -10,6 +10,8 @@
 
 #include <QtTest>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -497,6 +499,50 @@ private Q_SLOTS:
         }
         QCOMPARE(QString::fromStdString(parseAllocConf("expandable_segments:True,max_split_size_mb:128").describe()),
                  QStringLiteral("expandable_segments:True,max_split_size_mb:128"));
+    }
+
+    // Issue 32, row 11: a timeline's numbers are checked at their full width. 200 allocations of
+    // 2^56 bytes (each within its limit) would wrap the replay's int64 total; an event kind of
+    // 2^32 is not kind 0, and a step of 2^32 + 1 is not step 1. Each is refused, naming the event.
+    void timelinesRefuseWidthOverflow_data()
+    {
+        QTest::addColumn<QByteArray>("what");
+        QTest::addColumn<QString>("mentions");
+        QTest::addRow("live total") << QByteArray("live") << QStringLiteral("timeline.events[16]"); // 2^60 / 2^56
+        QTest::addRow("kind 2^32") << QByteArray("kind") << QStringLiteral("kind must be 0");
+        QTest::addRow("step 2^32+1") << QByteArray("step") << QStringLiteral("timeline.step");
+    }
+    void timelinesRefuseWidthOverflow()
+    {
+        QFETCH(QByteArray, what);
+        QFETCH(QString, mentions);
+        nlohmann::json events = nlohmann::json::array();
+        const int n = what == "live" ? 200 : 2;
+        for (int i = 0; i < n; ++i)
+            events.push_back({0, i, what == "live" ? (int64_t(1) << 56) : 512, 0, -1});
+        if (what == "kind")
+            events.push_back({int64_t(1) << 32, 0, 512, 0, -1});
+        nlohmann::json j = {{"schema_version", 1}, {"kind", "probe_timeline"}, {"frames", nlohmann::json::array()},
+                            {"events", events},
+                            {"marks", {{{"step", 0}, {"phase", "forward"}, {"event", 0}}}}};
+        if (what == "step")
+            j["step"] = (int64_t(1) << 32) + 1;
+        try {
+            (void)timelineFromJson(j);
+            QFAIL("accepted");
+        } catch (const InputError &e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains(mentions), e.what());
+        }
+        // Frees give the room back: the same 200 allocations, each freed before the next, load.
+        if (what == "live") {
+            nlohmann::json ok = nlohmann::json::array();
+            for (int i = 0; i < 200; ++i) {
+                ok.push_back({0, i, int64_t(1) << 56, 0, -1});
+                ok.push_back({1, i, int64_t(1) << 56});
+            }
+            j["events"] = ok;
+            QCOMPARE(timelineFromJson(j).events.size(), size_t(400));
+        }
     }
 };
 

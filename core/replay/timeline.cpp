@@ -280,12 +280,17 @@ Timeline timelineFromJson(const json &j)
         throw InputError(ctx + ".events", show(events), "must be an array of at most 2^26 events");
     t.events.reserve(events.size());
     std::vector<size_t> fileToOurs(events.size() + 1, 0);
+    // What is alive at once, by id: the replay's totals stay far inside int64 (issue 32, row 11:
+    // 200 allocations of 2^56 bytes, each within its limit, wrapped the total and drew nothing).
+    std::unordered_map<uint32_t, int64_t> liveById;
+    int64_t live = 0;
+    constexpr int64_t kMaxLive = int64_t(1) << 60;
     for (size_t i = 0; i < events.size(); ++i) {
         const json &e = events[i];
         const std::string ec = ctx + ".events[" + std::to_string(i) + "]";
         if (!e.is_array() || e.empty() || !e[0].is_number_integer())
             throw InputError(ec, show(e), "must be [kind, ...]");
-        const int kind = e[0].get<int>();
+        const int64_t kind = e[0].get<int64_t>(); // compared whole: 2^32 is not 0
         auto num = [&](size_t k, int64_t lo, int64_t hi) {
             if (e.size() <= k || !e[k].is_number_integer() || e[k].get<int64_t>() < lo || e[k].get<int64_t>() > hi)
                 throw InputError(ec, show(e), "field " + std::to_string(k) + " must be a whole number in range");
@@ -297,6 +302,15 @@ Timeline timelineFromJson(const json &j)
             m.kind = kind == 0 ? MemEvent::Alloc : MemEvent::Free;
             m.id = static_cast<uint32_t>(num(1, 0, 0x7FFFFFFF));
             m.bytes = num(2, 0, kMaxBytes);
+            if (kind == 0) {
+                if (live > kMaxLive - m.bytes)
+                    throw InputError(ec, show(e), "makes more than 2^60 bytes alive at once");
+                if (auto [it, fresh] = liveById.emplace(m.id, m.bytes); fresh)
+                    live += m.bytes;
+            } else if (auto it = liveById.find(m.id); it != liveById.end()) {
+                live -= it->second;
+                liveById.erase(it);
+            }
             if (kind == 0) {
                 m.category = kAllCategories[static_cast<size_t>(num(3, 0, kCategoryCount - 1))];
                 const int64_t fr = num(4, -1, static_cast<int64_t>(t.ops.size()) - 1);
@@ -383,8 +397,8 @@ Timeline timelineFromJson(const json &j)
         m.event = ours;
         t.marks.push_back(m);
     }
-    if (j.contains("step") && j.at("step").is_number_integer())
-        t.steadyStep = j.at("step").get<int>();
+    if (j.contains("step"))
+        t.steadyStep = static_cast<int>(requireInt64(j, "step", ctx, 0, 1000));
     return t;
 }
 
