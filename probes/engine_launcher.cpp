@@ -280,9 +280,16 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
         }
     }
     kill(-child.pid, SIGKILL); // no worker outlives the engine
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    // A whole result line is the run's answer, whatever the engine did after it (stopped, killed,
+    // a failing teardown): it is published, not dropped (issue 32, row 12).
+    if (nproc == 1 && !o.trace && result && malformed.empty()) {
+        if (!publish(*result, o.outPath))
+            return Internal;
+        return result->contains("oom") && !result->at("oom").is_null() ? OutOfMemory : Ok;
+    }
     if (g_stop)
         return stopped();
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (!malformed.empty())
         return fail(Internal, "the transformers engine's output is malformed: " + oneLine(malformed));
     if (sawStopped)
@@ -297,11 +304,6 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
                                   " without a timeline");
     }
     if (nproc == 1) {
-        if (result && protocol::hasResult(code)) {
-            if (!publish(*result, o.outPath))
-                return Internal;
-            return code;
-        }
         if (error)
             return fail(error->code, error->message, error->field);
         if (WIFSIGNALED(status))

@@ -65,6 +65,10 @@ void emit(const json &j)
 
 int fail(int code, const std::string &message, const std::string &field)
 {
+    // An error is never exit 0 or the out-of-memory result's 3, whatever code an engine's error
+    // event carried (issue 32, row 12: an engine's {"code": 0} error made the probe exit 0).
+    if (code == Ok || code == OutOfMemory || code < 0 || code > 255)
+        code = Internal;
     json e = {{"event", "error"}, {"code", code}, {"message", message}};
     if (!field.empty())
         e["field"] = field;

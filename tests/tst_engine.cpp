@@ -504,6 +504,44 @@ private Q_SLOTS:
         QCOMPARE(QString::fromStdString(noTimeline.error().value("field", "")), QStringLiteral("--trace"));
     }
 
+    // Issue 32, row 12: an engine's error is never exit 0 (even one whose event says code 0), and a
+    // whole result line is the run's answer even when the engine is stopped right after it.
+    void theProbeKeepsTheProtocolsPromises()
+    {
+        // A real result of the tiny model, for the engine that prints one and is then stopped.
+        const Run real = runEngine(request());
+        QCOMPARE(real.code, 0);
+        QByteArray resultLine;
+        for (const QByteArray &line : real.out.split('\n'))
+            if (line.contains("\"event\":\"result\"") || line.contains("\"event\": \"result\""))
+                resultLine = line;
+        QVERIFY(!resultLine.isEmpty());
+        QTemporaryDir dir;
+        const QString resultPath = dir.filePath(QStringLiteral("result.json"));
+        {
+            QFile f(resultPath);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(resultLine);
+        }
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("HEADROOM_ENGINE_SCRIPT"),
+                   QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/engine/misbehaving_engine.py"));
+        env.insert(QStringLiteral("HEADROOM_TEST_RESULT"), resultPath);
+
+        env.insert(QStringLiteral("HEADROOM_TEST_MISBEHAVE"), QStringLiteral("error-code-0"));
+        const Run err = runEngine(request(), {}, pythonWithTorch(), 60000, env);
+        QCOMPARE(err.code, 5);
+        QCOMPARE(err.error().value("code", -1), 5);
+        QVERIFY(!err.result());
+
+        env.insert(QStringLiteral("HEADROOM_TEST_MISBEHAVE"), QStringLiteral("result-then-stop"));
+        const Run stopped = runEngine(request(), {}, pythonWithTorch(), 60000, env);
+        QCOMPARE(stopped.code, 0);
+        const auto m = stopped.result();
+        QVERIFY(m);
+        QCOMPARE(m->phases.size(), real.result()->phases.size());
+    }
+
     // A measurement of a model type core cannot estimate still loads (issue: unsupported types).
     void unknownModelTypeLoads()
     {
