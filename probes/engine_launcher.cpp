@@ -6,6 +6,7 @@
 #include "probe.h"
 
 #include "headroom/error.h"
+#include "headroom/files.h"
 #include "headroom/serialize.h"
 
 #include <fcntl.h>
@@ -33,12 +34,7 @@ namespace fs = std::filesystem;
 
 std::string selfDir()
 {
-    char buf[PATH_MAX];
-    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0)
-        return ".";
-    buf[n] = '\0';
-    return fs::path(buf).parent_path().string();
+    return executableDir();
 }
 
 namespace {

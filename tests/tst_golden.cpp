@@ -7,6 +7,7 @@
 //   HEADROOM_GOLDEN_WRITE=1 build/dev/tests/tst_golden      (rewrites outputs.tsv)
 //   HEADROOM_GOLDEN_DUMP=DIR build/dev/tests/tst_golden     (every output as a file, to diff two builds)
 // On a mismatch the new digests are written next to the golden file as outputs.tsv.actual.
+#include "headroom/files.h"
 #include "headroom/budget.h"
 #include "headroom/catalog.h"
 #include "headroom/error.h"
@@ -32,15 +33,6 @@ using nlohmann::json;
 
 namespace {
 
-uint64_t fnv1a(const std::string &s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : s) {
-        h ^= c;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 // A small deterministic generator (the grid must be the same on every machine and every run).
 struct Lcg
@@ -122,7 +114,7 @@ std::vector<Job> gridJobs(size_t stride)
     size_t index = 0;
     for (const auto &id : models) {
         const ModelArch m = findModelPreset(id);
-        Lcg g{fnv1a(id)};
+        Lcg g{fnv1a64(id)};
         for (int k = 0; k < 21; ++k, ++index) {
             // Every configuration is drawn, run or not, so that a stride runs the same ones.
             Scenario s;
@@ -241,7 +233,7 @@ std::string digests(const std::vector<Output> &outputs)
     std::string s;
     char hex[17];
     for (const auto &o : outputs) {
-        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(o.text)));
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(o.text)));
         s += o.key + "\t" + hex + "\n";
     }
     return s;

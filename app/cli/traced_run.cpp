@@ -78,21 +78,11 @@ Output capture(const std::vector<std::string> &args, size_t limit, bool keepStde
     return o;
 }
 
-std::string selfDir()
-{
-    char buf[PATH_MAX];
-    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0)
-        return ".";
-    buf[n] = '\0';
-    return fs::path(buf).parent_path().string();
-}
-
 std::string probePath()
 {
     if (const char *env = std::getenv("HEADROOM_PROBE"); env && *env)
         return env;
-    const std::string dir = selfDir();
+    const std::string dir = executableDir();
     for (const std::string &c : {dir + "/headroom-probe", dir + "/../probes/headroom-probe"})
         if (access(c.c_str(), X_OK) == 0)
             return c;
@@ -106,16 +96,6 @@ std::string cacheDir()
     if (const char *h = std::getenv("HOME"); h && *h == '/')
         return std::string(h) + "/.cache/headroom/traces";
     return {};
-}
-
-uint64_t fnv1a(const std::string &s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : s) {
-        h ^= c;
-        h *= 1099511628211ull;
-    }
-    return h;
 }
 
 } // namespace
@@ -175,7 +155,7 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
     const json rj = toJson(req);
     char key[17];
     std::snprintf(key, sizeof key, "%016llx",
-                  static_cast<unsigned long long>(fnv1a(rj.dump() + "\n" + python + "\n" + (ownModel ? std::string(factory) : "") + "\n" + torch + "\n" + transformers +
+                  static_cast<unsigned long long>(fnv1a64(rj.dump() + "\n" + python + "\n" + (ownModel ? std::string(factory) : "") + "\n" + torch + "\n" + transformers +
                                                         "\n" + peft + "\n" + HEADROOM_VERSION)));
     const std::string dir = cacheDir();
     const std::string path = dir.empty() ? std::string() : dir + "/" + key + ".json";

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include <fcntl.h>
@@ -125,6 +126,26 @@ void writeFileAtomically(const std::string &path, const std::string &bytes, cons
         throw InputError(field, path, std::string("the file could not be written (") + std::strerror(err ? err : EIO) +
                                           "); any earlier file is unchanged");
     }
+}
+
+std::string executableDir()
+{
+    char buf[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0)
+        return ".";
+    buf[n] = '\0';
+    return std::filesystem::path(buf).parent_path().string();
+}
+
+uint64_t fnv1a64(const std::string &s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : s) {
+        h ^= c;
+        h *= 1099511628211ull;
+    }
+    return h;
 }
 
 } // namespace headroom

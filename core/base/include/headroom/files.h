@@ -3,6 +3,7 @@
 // writer (issue 32): what a path names is checked with fstat/lstat before a byte moves.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace headroom {
@@ -23,5 +24,13 @@ void writeFileAtomically(const std::string &path, const std::string &bytes, cons
 // The check alone, for writers that have their own atomic save (Qt's QSaveFile): the path to
 // write (a symlink resolved to its target), or InputError when the target is not a regular file.
 std::string writableTarget(const std::string &path, const std::string &field);
+
+// The folder of the running executable (/proc/self/exe), "." when it cannot be read: where the
+// programs installed beside it (headroom-probe, the engine) are looked for first.
+std::string executableDir();
+
+// FNV-1a, 64 bits: a content hash that is the same on every build and machine (cache file names,
+// golden digests); not for security.
+uint64_t fnv1a64(const std::string &s);
 
 } // namespace headroom
