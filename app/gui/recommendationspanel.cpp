@@ -56,8 +56,10 @@ RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
         const bool stale = m_session->adviceIsStale();
         m_view->setEnabled(!stale);
         applyButton->setEnabled(!stale);
-        title->setText(stale ? tr("<b>What to change</b> — updating…")
-                             : tr("<b>What to change</b> — dynamic peak first, then the static base, then sharding"));
+        const bool traced = !m_session->scenario().model.estimable;
+        title->setText(stale    ? tr("<b>What to change</b> — updating…")
+                       : traced ? tr("<b>What to change</b> — none yet for a traced model (change a control: it is traced)")
+                                : tr("<b>What to change</b> — dynamic peak first, then the static base, then sharding"));
     };
     connect(session, &Session::reportReady, this, refresh);
     connect(session, &Session::unitsChanged, this, refresh);
