@@ -37,13 +37,17 @@ from .trace import build_timeline
 #    to memory-efficient with a materialized mask (+40 MiB at Llama b2 x s1024, H200 trace vs
 #    real, tests/data/h200/traced-2026-12-03). The engine's batches are one sequence per row, so
 #    the trace answers "not packed" as the real run finds.
+#  - grouped_mm_scratch: each aten::_grouped_mm (MoE experts, forward and the two backward
+#    products) takes the CUTLASS grouped GEMM's problem descriptors and workspace, 480 and 67,584
+#    bytes for 8 or 60 experts, after its output and gives them back before it returns (H200,
+#    Qwen3-MoE and gpt_oss streams; core/sim/ops.cpp groupedMm).
 #  - efficient_scratch / efficient_bwd: the memory-efficient forward's 256-byte scratch (bf16, or
 #    with a mask); its backward's delta (b x heads x s padded to 32, fp32) before dq, dk, dv,
 #    and with a mask the gradient made contiguous first and an fp32 dq accumulator after.
-CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "flash_fwd_scratch", "flash_bwd_workspace",
+CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "grouped_mm_scratch", "flash_fwd_scratch", "flash_bwd_workspace",
               "efficient_scratch", "efficient_bwd")
 
-_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_grouped_mm", "_scaled_mm"}
+_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_scaled_mm"}  # cuBLAS; _grouped_mm is CUTLASS
 _FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "torch/nn/modules",
                "torch/utils/checkpoint", "hrengine/", "tinylm")
 
@@ -228,7 +232,11 @@ class AllocTrace:
     def after(self, name, args, out):
         if self.dev != "cuda":
             return
-        if name == "_scaled_dot_product_flash_attention":
+        if name == "_grouped_mm":  # see CUDA_RULES: grouped_mm_scratch
+            a = self._alloc(480)
+            self.transient(67584)
+            self._free(a, 480)
+        elif name == "_scaled_dot_product_flash_attention":
             self.transient(256)
         elif name == "_scaled_dot_product_flash_attention_backward":
             q = args[1]
