@@ -479,6 +479,20 @@ private Q_SLOTS:
         const Run n = cli({QStringLiteral("estimate"), QStringLiteral("--from"), write(QStringLiteral("nul.yaml"), yamlNul)});
         QCOMPARE(n.code, 2);
         QVERIFY2(n.err.contains(QStringLiteral("NUL byte")), qPrintable(n.err));
+        // Documents are told apart by their markers, not by yaml-cpp's LoadAll, which never returned
+        // on ",5" (the fuzzer's find): refused at once in one line. A directive and a leading
+        // "---", or a "..." closing the only document, are one document.
+        const Run comma = cli({QStringLiteral("estimate"), QStringLiteral("--from"), write(QStringLiteral("comma.yaml"), ",5")});
+        QCOMPARE(comma.code, 2);
+        QCOMPARE(comma.err.count(QLatin1Char('\n')), 1);
+        const Run one = cli({QStringLiteral("estimate"), QStringLiteral("--from"),
+                             write(QStringLiteral("one.yaml"), "%YAML 1.2\n---\nbase_model: gpt2\nmicro_batch_size: 2\n...\n"),
+                             QStringLiteral("--json")});
+        QVERIFY2(one.code == 0, qPrintable(one.err));
+        const Run after = cli({QStringLiteral("estimate"), QStringLiteral("--from"),
+                               write(QStringLiteral("after.yaml"), "base_model: gpt2\n...\nmicro_batch_size: 64\n")});
+        QCOMPARE(after.code, 2);
+        QVERIFY2(after.err.contains(QStringLiteral("2 YAML documents")), qPrintable(after.err));
     }
 
     // Issue 32, row 14: a timeout that rounds to 0 ms is refused, naming the variable.
