@@ -7,6 +7,7 @@
 #include "headroom/config.h"
 #include "headroom/error.h"
 #include "headroom/hub.h"
+#include "headroom/json_input.h"
 #include "headroom/measurement.h"
 #include "headroom/serialize.h"
 #include "headroom/sheet.h"
@@ -693,11 +694,11 @@ int runCli(int argc, char **argv)
             std::error_code fe;
             const Flags fi = withImports(f);
             if (std::filesystem::is_regular_file(fi.model, fe)) {
-                const ModelArch probe = cli::untracedModel(fi.model);
+                const ModelArch probe = modelFromFileJsonLenient(readJsonFile(fi.model, "--model"), fi.model);
                 if (!probe.estimable) {
                     TrainingConfig c = buildConfig(fi, false);
-                    if (c.finetune != FineTune::Full && fi.loraTargets.empty())
-                        c.lora.targets = {"all-linear"}; // PEFT's own notion of the model's Linears
+                    if (fi.loraTargets.empty()) // no row: PEFT's own "all-linear"
+                        c.lora.targets = defaultLoraTargets(probe);
                     bool cached = false;
                     const TracedRun run = cli::traceForEstimate(probe, c, &cached);
                     if (cached)

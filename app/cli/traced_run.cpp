@@ -3,7 +3,6 @@
 #include "headroom/config.h"
 #include "headroom/error.h"
 #include "headroom/files.h"
-#include "headroom/json_input.h"
 #include "headroom/measurement.h"
 
 #include <nlohmann/json.hpp>
@@ -100,14 +99,6 @@ std::string cacheDir()
 
 } // namespace
 
-ModelArch untracedModel(const std::string &path)
-{
-    const json j = readJsonFile(path, "--model");
-    if (j.is_object() && j.contains("model_type")) // a config.json
-        return modelFromHfConfigLenient(j, path);
-    return modelArchFromJsonLenient(j);
-}
-
 TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *cached)
 {
     const std::string field = "config.model_type";
@@ -146,13 +137,7 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
                          "has no modelled row; tracing it needs " + missing + " in " + python +
                              " (pip install " + missing + ", or set HEADROOM_PYTHON to the interpreter your training uses)");
 
-    ProbeRequest req;
-    req.model = m;
-    req.config = c;
-    req.steps = 1;
-    req.device = "cuda";
-    req.engine = "transformers";
-    const json rj = toJson(req);
+    const json rj = toJson(traceRequest(m, c));
     char key[17];
     std::snprintf(key, sizeof key, "%016llx",
                   static_cast<unsigned long long>(fnv1a64(rj.dump() + "\n" + python + "\n" + (ownModel ? std::string(factory) : "") + "\n" + torch + "\n" + transformers +

@@ -13,10 +13,6 @@
 
 namespace headroom::cli {
 
-// The model of a config.json (or a Headroom model file) whose model_type has no row: its type,
-// name and the config kept whole, estimable = false. Throws InputError for anything else wrong.
-ModelArch untracedModel(const std::string &path);
-
 // The trace of `m` under `c`, from the cache or made now (progress on stderr). Throws InputError
 // with one line naming what is missing (no interpreter, no torch or transformers, the engine's
 // own refusal) and never falls back to a guess.

@@ -82,7 +82,7 @@ ModelArch resolveModelText(const std::string &text, const std::string &field, st
         } catch (const InputError &e) {
             if (e.field() != "config.model_type")
                 throw;
-            return modelFromHfConfigLenient(readJsonFile(text, field), fi.absoluteFilePath().toStdString());
+            return modelFromFileJsonLenient(readJsonFile(text, field), fi.absoluteFilePath().toStdString());
         }
     }
     return resolveModel(text, field);

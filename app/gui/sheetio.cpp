@@ -239,9 +239,7 @@ ModelArch readModelConfig(const QString &path)
 {
     const json j = parseUntrusted(readText(path, "config.json"), "config.json");
     // A type with no modelled row imports too: the explorer traces it (Session, Note [Traced step]).
-    ModelArch m = j.is_object() && j.contains("headroom")
-                      ? modelArchFromJsonLenient(j)
-                      : modelFromHfConfigLenient(j, QFileInfo(path).absoluteFilePath().toStdString());
+    ModelArch m = modelFromFileJsonLenient(j, QFileInfo(path).absoluteFilePath().toStdString());
     const QFileInfo fi(path);
     if (m.name.empty() || m.name == m.id) // a checkpoint's config.json is named after its folder
         m.name = (fi.fileName() == QLatin1String("config.json") ? fi.dir().dirName() : fi.completeBaseName()).toStdString();

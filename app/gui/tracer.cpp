@@ -59,10 +59,7 @@ Tracer::~Tracer()
 
 std::string Tracer::keyOf(const Scenario &s) const
 {
-    ProbeRequest req;
-    req.model = s.model;
-    req.config = s.config;
-    return toJson(req).dump() + "\n" + Settings().probePython().toStdString();
+    return toJson(traceRequest(s.model, s.config)).dump() + "\n" + Settings().probePython().toStdString();
 }
 
 std::shared_ptr<const TracedRun> Tracer::traceOf(const Scenario &s, QString *failure)
@@ -105,12 +102,7 @@ void Tracer::start(const Scenario &s, const std::string &key)
     o.steps = 1;
     o.timeoutSeconds = 1800;
     o.traceTimeline = m_dir.filePath(QStringLiteral("trace-%1.json").arg(++m_count));
-    ProbeRequest req;
-    req.model = s.model;
-    req.config = s.config;
-    req.steps = 1;
-    req.device = "cuda";
-    req.engine = "transformers";
+    const ProbeRequest req = traceRequest(s.model, s.config);
     m_running = key;
     m_status = tr("Tracing %1 with your Python's Transformers (fake tensors, no GPU memory)…")
                    .arg(qs(s.model.modelType).toHtmlEscaped());

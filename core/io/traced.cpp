@@ -36,6 +36,17 @@ int64_t count(const json &j, const char *key, const char *field)
 
 } // namespace
 
+ProbeRequest traceRequest(const ModelArch &m, const TrainingConfig &c)
+{
+    ProbeRequest r;
+    r.model = m;
+    r.config = c;
+    r.steps = 1;
+    r.device = "cuda";
+    r.engine = "transformers";
+    return r;
+}
+
 TracedRun tracedRunFromJson(const json &j)
 {
     if (!j.is_object() || j.value("kind", "") != "probe_timeline")

@@ -699,4 +699,9 @@ ModelArch modelFromHfConfigLenient(const json &config, const std::string &id)
     return m;
 }
 
+ModelArch modelFromFileJsonLenient(const json &j, const std::string &id)
+{
+    return j.is_object() && j.contains("headroom") ? modelArchFromJsonLenient(j) : modelFromHfConfigLenient(j, id);
+}
+
 } // namespace headroom

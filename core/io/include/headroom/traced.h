@@ -4,6 +4,7 @@
 // replayed from it (estimateFromTrace). See docs/estimator.md, Note [Traced step].
 
 #include "headroom/estimator.h"
+#include "headroom/measurement.h"
 #include "headroom/types.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -22,6 +23,10 @@ struct TracedRun
     int64_t totalParams = 0, trainableParams = 0;
     double traceSeconds = 0.0;
 };
+
+// The request a trace of `m` under `c` is made from (the transformers engine, one steady step, a
+// CUDA step): the CLI and the explorer start the probe with it and key their caches by it.
+ProbeRequest traceRequest(const ModelArch &m, const TrainingConfig &c);
 
 // Reads and checks a trace file; throws InputError naming the field.
 TracedRun tracedRunFromJson(const nlohmann::json &j);

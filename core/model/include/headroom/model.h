@@ -219,5 +219,8 @@ ModelArch modelArchFromJsonLenient(const nlohmann::json &j);
 // whole (the transformers engine builds it, and traces it: docs/estimator.md Note [Traced step]);
 // any other problem of the file still throws.
 ModelArch modelFromHfConfigLenient(const nlohmann::json &config, const std::string &id = {});
+// A model file as the user names it (--model, Import config.json, a drop): Headroom's own form
+// (with "headroom") or a config.json, both lenient as above. `id`: the file it came from.
+ModelArch modelFromFileJsonLenient(const nlohmann::json &j, const std::string &id);
 
 } // namespace headroom
