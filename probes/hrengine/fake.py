@@ -14,7 +14,8 @@ import weakref
 from itertools import compress
 
 from .build import build_model, describe_parameters
-from .optimizers import build_optimizer, state_tensors
+from .optimizers import build_optimizer, state_tensors, untyped_storage
+from .parallel import _Null
 from .protocol import BadRequest, Missing, SCHEMA_VERSION, VERSION, check_stop, short, write_atomically
 from .trace import build_timeline
 
@@ -42,8 +43,10 @@ from .trace import build_timeline
 #    bytes for 8 or 60 experts, after its output and gives them back before it returns (H200,
 #    Qwen3-MoE and gpt_oss streams; core/sim/ops.cpp groupedMm).
 #  - efficient_scratch / efficient_bwd: the memory-efficient forward's 256-byte scratch (bf16, or
-#    with a mask); its backward's delta (b x heads x s padded to 32, fp32) before dq, dk, dv,
-#    and with a mask the gradient made contiguous first and an fp32 dq accumulator after.
+#    with a mask); in its backward, the delta (b x heads x s padded to 32, fp32), taken and given
+#    back before dq, dk, dv are made. Not followed yet (core/sim/ops.cpp sdpaEfficient has them):
+#    the delta staying alive while dq, dk, dv are made, and with a mask the gradient made
+#    contiguous first and the fp32 dq accumulator after.
 CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "grouped_mm_scratch", "flash_fwd_scratch", "flash_bwd_workspace",
               "efficient_scratch", "efficient_bwd")
 
@@ -94,12 +97,6 @@ class AllocTrace:
         self.ids = {}         # id of a tracked tensor -> its weak reference
 
     # -- storages
-    def _storage(self, x):
-        try:
-            return x.untyped_storage()
-        except AttributeError:  # torch 1.13
-            return x._storage()
-
     def _frames(self):
         out = []
         f = sys._getframe(3)
@@ -135,21 +132,30 @@ class AllocTrace:
         if not self.pending:
             return
         dead = list(compress(self.pending, map(self._expired, self.pending)))  # in C: before every op
+        # Frees found together go in the order their storages were made (a set's order follows
+        # pointer values and changed from run to run; addresses here grow with each allocation).
+        dead.sort(key=lambda c: self.live[c][0])
         for c in dead:
             self.pending.discard(c)
             addr, size, _ = self.live.pop(c)
             self.nref.pop(c, None)
             self._free(addr, size)
 
+    def _count(self, cdata, delta):
+        """One more or one fewer known live tensor of a storage; with none left it is asked."""
+        n = self.nref.get(cdata, 0) + delta
+        self.nref[cdata] = n
+        if n <= 0 and cdata in self.live:
+            self.pending.add(cdata)
+        elif delta > 0:
+            self.pending.discard(cdata)
+
     def _died(self, ref):
         c = self.refs.pop(ref, None)
         if c is None:
             return
         self.ids.pop(c[1], None)
-        n = self.nref.get(c[0], 0) - 1
-        self.nref[c[0]] = n
-        if n <= 0 and c[0] in self.live:
-            self.pending.add(c[0])
+        self._count(c[0], -1)
 
     def track(self, x, cdata):
         """Counts x among its storage's live tensors (a weak reference tells when it dies)."""
@@ -160,14 +166,13 @@ class AllocTrace:
         r = weakref.ref(x, self._died)
         self.ids[i] = r
         self.refs[r] = (cdata, i)
-        self.nref[cdata] = self.nref.get(cdata, 0) + 1
-        self.pending.discard(cdata)
+        self._count(cdata, +1)
 
     def adopt(self, x):
         """Records x's storage if it is new (a view or an in-place result shares its base's)."""
         if not isinstance(x, self.t.Tensor) or x.device.type != self.dev:
             return None
-        st = self._storage(x)
+        st = untyped_storage(x)
         w = self._weak(st)
         e = self.live.get(w.cdata)
         if e is None:
@@ -182,12 +187,12 @@ class AllocTrace:
         returned as such: counted as live so that their storages are not asked each op."""
         for x in tensors:
             if isinstance(x, self.t.Tensor) and x.device.type == self.dev:
-                c = self._weak(self._storage(x)).cdata
+                c = self._weak(untyped_storage(x)).cdata
                 if c in self.live:
                     self.track(x, c)
 
     def addr_of(self, x):
-        st = self._storage(x)
+        st = untyped_storage(x)
         v = self.live.get(self._weak(st).cdata)
         return v[0] if v else None
 
@@ -200,15 +205,12 @@ class AllocTrace:
             x = r()
             if x is None:
                 continue
-            c2 = self._weak(self._storage(x)).cdata
+            c2 = self._weak(untyped_storage(x)).cdata
             if c2 != c:
                 self.refs[r] = (c2, i)
-                self.nref[c] = self.nref.get(c, 0) - 1
-                if self.nref[c] <= 0 and c in self.live:
-                    self.pending.add(c)
+                self._count(c, -1)
                 if c2 in self.live:
-                    self.nref[c2] = self.nref.get(c2, 0) + 1
-                    self.pending.discard(c2)
+                    self._count(c2, +1)
         self.sweep()
         keys = self.live.keys()
         dead = list(compress(keys, map(self._expired, keys)))
@@ -301,14 +303,6 @@ class _UnpackedBatches:
     def __exit__(self, *a):
         if self.old is not None:
             self.mod.find_packed_sequence_indices = self.old
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def make_mode(torch, rec):
@@ -406,7 +400,7 @@ def trace(args, R, out, factory, torch, t_start):
     out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})
     t0 = time.time()
     with _ConvertInPlace(torch), \
-            _UnpackedBatches() if factory is None else _Nothing(), fake, mode:
+            _UnpackedBatches() if factory is None else _Null(), fake, mode:
         model = build_model(torch, R, device, factory, info)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:

@@ -51,15 +51,17 @@ def state_tensors(opt):
                 yield v
 
 
-def storage_key(t):
+def untyped_storage(t):
+    """The tensor's storage as an UntypedStorage (what allocations are made of)."""
     try:
-        return t.untyped_storage().data_ptr()
+        return t.untyped_storage()
     except AttributeError:  # torch 1.13
-        return t.storage().data_ptr()
+        return t._storage()
+
+
+def storage_key(t):
+    return untyped_storage(t).data_ptr()
 
 
 def storage_bytes(t):
-    try:
-        return t.untyped_storage().nbytes()
-    except AttributeError:
-        return t.storage().nbytes()
+    return untyped_storage(t).nbytes()
