@@ -8,6 +8,7 @@
 #include "headroom/config.h"
 #include "headroom/error.h"
 #include "headroom/files.h"
+#include "headroom/json_input.h"
 #include "headroom/estimator.h"
 #include "headroom/serialize.h"
 
@@ -308,9 +309,13 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
                 } catch (const json::parse_error &) {
                     continue; // not protocol output (a library's print); the rank's exit decides
                 }
-                const std::string ev = j.value("event", "");
+                const std::string ev = stringOr(j, "event"); // a print that is JSON ("5") is not an event
+                if (ev.empty())
+                    continue;
                 if (ev == "rendezvous" && k.rank == 0 && !kids.back().started && !killAt) {
-                    const int port = j.value("port", 0);
+                    const int port = j.contains("port") && j.at("port").is_number_integer() &&
+                                             j.at("port").get<int64_t>() > 0 && j.at("port").get<int64_t>() < 65536
+                                         ? j.at("port").get<int>() : 0;
                     for (int r = 1; r < nproc; ++r)
                         if (port <= 0 || !spawn(r, port)) {
                             cause = 0;
@@ -337,7 +342,8 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
         if (k.result && k.result->contains("oom") && !k.result->at("oom").is_null()) {
             json r = *k.result;
             r["note"] = "rank " + std::to_string(k.rank) + " of " + std::to_string(nproc) +
-                        " ran out of memory; the other ranks were stopped. " + r.value("note", "");
+                        " ran out of memory; the other ranks were stopped. " +
+                        stringOr(r, "note");
             return publish(r, outPath) ? probe::OutOfMemory : probe::Internal;
         }
     // A rank without a result: report the one that failed first, not the peers stopped for it.
@@ -347,8 +353,10 @@ int launch(int nproc, const ProbeRequest &request, const std::vector<std::string
         int code = probe::Internal;
         std::string why;
         if (k.error) {
-            code = k.error->value("code", int(probe::Internal));
-            why = k.error->value("message", std::string("failed"));
+            const json &e = *k.error;
+            if (e.contains("code") && e.at("code").is_number_integer())
+                code = e.at("code").get<int>();
+            why = stringOr(e, "message", "failed");
         } else if (WIFSIGNALED(k.status)) {
             why = std::string("killed by signal ") + std::to_string(WTERMSIG(k.status)) + " (" +
                   strsignal(WTERMSIG(k.status)) + ")";

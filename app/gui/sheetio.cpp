@@ -2,6 +2,7 @@
 
 #include "headroom/error.h"
 #include "headroom/files.h"
+#include "headroom/json_input.h"
 #include "headroom/serialize.h"
 
 #include <QBuffer>
@@ -188,7 +189,7 @@ FileKind sniff(const QString &path)
             return FileKind::Measurement;
         throw;
     }
-    if (j.is_object() && (j.value("event", std::string()) == "result" || j.contains("phases")))
+    if (j.is_object() && (stringOr(j, "event") == "result" || j.contains("phases")))
         return FileKind::Measurement;
     // Anything else with a schema version is one of ours; the sheet reader says what is wrong with it.
     if (j.is_object() && (j.contains("schema_version") || j.contains("kind")) && !j.contains("model_type"))
@@ -225,11 +226,11 @@ Measurement readMeasurement(const QString &path)
             } catch (const InputError &) {
                 throw whole;
             }
-            if (j.is_object() && j.value("event", std::string()) == "result")
+            if (stringOr(j, "event") == "result")
                 return measurementFromJson(j);
-            if (j.is_object() && j.value("event", std::string()) == "error")
+            if (stringOr(j, "event") == "error")
                 throw InputError("measurement", path.toStdString(),
-                                 "the probe reported an error, not a result: " + j.value("message", std::string()));
+                                 "the probe reported an error, not a result: " + stringOr(j, "message"));
         }
         throw InputError("measurement", path.toStdString(), "no {\"event\":\"result\"} line in the file");
     }

@@ -88,6 +88,14 @@ json parseUntrusted(const std::string &text, const std::string &ctx, size_t maxB
     }
 }
 
+std::string stringOr(const json &obj, const std::string &key, const std::string &fallback)
+{
+    if (!obj.is_object())
+        return fallback;
+    const auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 json readJsonFile(const std::string &path, const std::string &field, size_t maxBytes)
 {
     return parseUntrusted(readRegularFile(path, field, maxBytes), field, maxBytes);

@@ -5,6 +5,7 @@
 #include "headroom/budget.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "headroom/json_input.h"
 #include "headroom/serialize.h"
 
 #include <algorithm>
@@ -320,8 +321,8 @@ Sheet sheetFromJson(const json &j)
         s.selectedMeasurement = static_cast<int>(requireInt64(j, "selected_measurement", ctx, -1,
                                                               static_cast<int64_t>(s.measurements.size()) - 1));
     }
-    if (j.contains("provenance") && j.at("provenance").is_object())
-        s.createdAt = j.at("provenance").value("created_at", std::string{});
+    if (j.contains("provenance"))
+        s.createdAt = stringOr(j.at("provenance"), "created_at");
     return s;
 }
 

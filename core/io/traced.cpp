@@ -49,11 +49,14 @@ ProbeRequest traceRequest(const ModelArch &m, const TrainingConfig &c)
 
 TracedRun tracedRunFromJson(const json &j)
 {
-    if (!j.is_object() || j.value("kind", "") != "probe_timeline")
-        throw InputError("kind", j.is_object() ? j.value("kind", "(missing)") : "(not an object)",
-                         "a trace is a probe_timeline");
-    if (j.value("engine", "") != "trace")
-        throw InputError("engine", j.value("engine", "(missing)"),
+    if (!j.is_object())
+        throw InputError("kind", "(not an object)", "a trace is a probe_timeline");
+    const std::string kind = text(j, "kind", "kind", 40);
+    if (kind != "probe_timeline")
+        throw InputError("kind", kind.empty() ? "(missing)" : kind, "a trace is a probe_timeline");
+    const std::string engine = text(j, "engine", "engine", 40);
+    if (engine != "trace")
+        throw InputError("engine", engine.empty() ? "(missing)" : engine,
                          "not a trace (headroom-probe --engine transformers --trace writes one)");
     TracedRun r;
     r.timeline = timelineFromJson(j);

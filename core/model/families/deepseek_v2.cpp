@@ -21,8 +21,8 @@ void read(const ConfigFields &c, ModelArch &m)
         j.contains("n_shared_experts") && j.at("n_shared_experts").is_null() ? 0 : c.integer("n_shared_experts", 0);
     m.sharedExpertIntermediateSize = checkedMul(m.expertIntermediateSize, shared);
     m.firstDenseLayers = c.integer("first_k_dense_replace", 0);
-    if (c.integer("moe_layer_freq", 1) != 1)
-        c.refuse("moe_layer_freq", std::to_string(j.value("moe_layer_freq", 1)),
+    if (const int64_t freq = c.integer("moe_layer_freq", 1); freq != 1)
+        c.refuse("moe_layer_freq", std::to_string(freq),
                  "dense layers between sparse ones are not supported yet");
     if (m.firstDenseLayers < 0 || m.firstDenseLayers > m.numLayers)
         c.refuse("first_k_dense_replace", std::to_string(m.firstDenseLayers),

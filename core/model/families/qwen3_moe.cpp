@@ -16,7 +16,7 @@ void read(const ConfigFields &c, ModelArch &m)
     const bool everyLayer =
         c.integer("decoder_sparse_step", 1) == 1 && (!j.contains("mlp_only_layers") || j.at("mlp_only_layers").empty());
     if (!everyLayer)
-        c.refuse("mlp_only_layers", showJson(j.value("mlp_only_layers", nlohmann::json::array())).substr(0, 40),
+        c.refuse("mlp_only_layers", showJson(j.contains("mlp_only_layers") ? j.at("mlp_only_layers") : nlohmann::json::array()).substr(0, 40),
                  "dense layers between sparse ones are not supported yet");
 }
 } // namespace

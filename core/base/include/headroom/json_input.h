@@ -24,6 +24,10 @@ nlohmann::json parseUntrusted(const std::string &text, const std::string &ctx, s
 // read forever), then parseUntrusted's size and depth limits. `field` names it in errors.
 nlohmann::json readJsonFile(const std::string &path, const std::string &field, size_t maxBytes = 64u << 20);
 
+// obj[key] when obj is an object and the value a string, else `fallback`. For keys that only steer
+// (an event's name, a note): nlohmann's value() throws type_error when the key holds another type.
+std::string stringOr(const nlohmann::json &obj, const std::string &key, const std::string &fallback = {});
+
 int64_t requireInt64(const nlohmann::json &obj, const std::string &key, const std::string &ctx, int64_t lo, int64_t hi);
 
 } // namespace headroom
