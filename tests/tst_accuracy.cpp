@@ -205,6 +205,65 @@ private Q_SLOTS:
         QVERIFY2(unavailable.empty(), unavailable.empty() ? "" : unavailable.begin()->c_str());
     }
 
+    // Families by difference (issue 26, part 2): each a few stated differences from a parent
+    // (core/model/families/), against real steps of the types' own Transformers 5.17 defaults at
+    // small sizes (tests/data/h200/traced-2026-12-03/real-results.jsonl: bf16, full fine-tuning,
+    // AdamW, b2 x 1024), measured before the rows were written. The issue's targets, and every
+    // type named below keeps its row.
+    void familiesByDifferenceMatchTheRealStack()
+    {
+        std::ifstream in(QFINDTESTDATA("data/h200/traced-2026-12-03/real-results.jsonl").toStdString());
+        std::string line;
+        std::vector<double> alloc, reserved;
+        std::set<std::string> modelled;
+        std::string table = "| type | measured peak (GiB) | error | worst phase | measured reserved | error |\n"
+                            "|---|---:|---:|---:|---:|---:|\n";
+        std::string traced;
+        char row[300];
+        while (std::getline(in, line)) {
+            const json r = json::parse(line);
+            const Measurement m = measurementFromJson(r.at("result"));
+            const std::string type = m.model.modelType;
+            if (!m.model.estimable) {
+                traced += (traced.empty() ? "" : ", ") + type;
+                continue;
+            }
+            const Estimate e = estimate(m.model, m.config);
+            const double err = relativeError(e.peakAllocatedBytes, m.peakAllocatedBytes);
+            const double rerr = relativeError(e.peakReservedBytes, m.peakReservedBytes);
+            double worstPhase = 0;
+            for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+                const double pe = relativeError(e.phase(p).peakAllocatedBytes, steadyPeak(m, p));
+                if (std::abs(pe) > std::abs(worstPhase))
+                    worstPhase = pe;
+            }
+            std::snprintf(row, sizeof row, "| %s | %.3f | %+.3f%% | %+.3f%% | %.3f | %+.3f%% |\n", type.c_str(),
+                          double(m.peakAllocatedBytes) / 1073741824.0, 100 * err, 100 * worstPhase,
+                          double(m.peakReservedBytes) / 1073741824.0, 100 * rerr);
+            table += row;
+            modelled.insert(type);
+            alloc.push_back(err);
+            reserved.push_back(rerr);
+            QVERIFY2(err >= -0.01, (type + ": peak allocated under by more than 1%").c_str());
+            QVERIFY2(std::abs(worstPhase) <= 0.02, (type + ": a phase off by more than 2%").c_str());
+        }
+        const auto [median, worst] = medianMax(alloc);
+        const auto [rMedian, rWorst] = medianMax(reserved);
+        std::snprintf(row, sizeof row,
+                      "\n%zu types by difference: peak allocated median |error| %.3f%%, max %.3f%%; peak reserved "
+                      "median %.3f%%, max %.3f%%. Traced only (no row yet): %s.\n",
+                      alloc.size(), 100 * median, 100 * worst, 100 * rMedian, 100 * rWorst, traced.c_str());
+        table += row;
+        std::printf("%s", table.c_str());
+        std::ofstream(HEADROOM_DOCS_OUT "/accuracy_families.md") << table;
+        for (const char *t : {"llama", "granite", "arcee", "ernie4_5", "exaone4", "olmoe", "stablelm"})
+            QVERIFY2(modelled.count(t), (std::string(t) + " has a row and a real step to hold it to").c_str());
+        QVERIFY2(median <= 0.005, "median |error| on peak allocated must be <= 0.5%");
+        QVERIFY2(worst <= 0.02, "max |error| on peak allocated must be <= 2%");
+        QVERIFY2(rMedian <= 0.01, "median |error| on peak reserved must be <= 1%");
+        QVERIFY2(rWorst <= 0.03, "max |error| on peak reserved must be <= 3%");
+    }
+
     // PyTorch's ZeRO-1 is DDP with ZeroRedundancyOptimizer at any world size: measured as one NCCL
     // rank (tests/data/h200/fsdp-ws1-2026-12-02), DDP's gradient buckets and all the state; the
     // estimate simulates it so (it went through the ledger's DeepSpeed-like ZeRO-1 at one GPU,

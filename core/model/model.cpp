@@ -78,6 +78,8 @@ int activationSaved(const std::string &act)
 {
     if (act == "gelu_new" || act == "gelu_fast")
         return 4;
+    if (act == "relu2") // relu's result, kept by relu and by square
+        return 1;
     return 1;
 }
 
@@ -355,6 +357,8 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
     add("final_norm", h, 1, normTensors);
     if (!m.tiedEmbeddings)
         add("lm_head", m.vocabSize, h, 1);
+    if (m.lmHeadBias)
+        add("lm_head.bias", m.vocabSize, 1, 1);
     return p;
 }
 
@@ -562,6 +566,8 @@ json toJson(const ModelArch &m)
               {"qk_rope_head_dim", m.qkRopeDim},
               {"v_head_dim", m.vHeadDim},
               {"parameters", m.estimable ? parameterCount(m) : 0}};
+    if (m.lmHeadBias) // only where it is true: every other model's form stays as it was
+        j["lm_head_bias"] = true;
     if (!m.source.empty())
         j["source"] = m.source;
     if (!m.hfConfig.is_null())
@@ -629,6 +635,7 @@ ModelArch modelArchFromJson(const json &j)
     m.fusedQkv = optionalBool(j, "fused_qkv", false, ctx);
     m.fusedGateUp = optionalBool(j, "fused_gate_up", false, ctx);
     m.parallelResidual = optionalBool(j, "parallel_residual", false, ctx);
+    m.lmHeadBias = optionalBool(j, "lm_head_bias", false, ctx);
     m.rotaryFraction = optionalDouble(j, "rotary_fraction", 1.0, ctx);
     m.embdDropout = optionalDouble(j, "embd_dropout", 0.0, ctx);
     m.attnDropout = optionalDouble(j, "attn_dropout", 0.0, ctx);

@@ -155,6 +155,14 @@ void Sim::blasWorkspace(int thread)
     allocate(m_blasBytes, Category::Temporaries); // never freed
 }
 
+void Sim::blasLtWorkspace()
+{
+    if (m_blasLt || m_blasLtBytes <= 0)
+        return;
+    m_blasLt = true;
+    allocate(m_blasLtBytes, Category::Temporaries); // never freed
+}
+
 void Sim::reserve(size_t events)
 {
     m_out.events.reserve(events);

@@ -139,6 +139,9 @@ public:
     // autograd engine's thread).
     void blasWorkspace(int thread);
     void setBlasWorkspaceBytes(int64_t bytes) { m_blasBytes = bytes; }
+    // cuBLASLt's workspace: taken by the first addmm with a bias epilogue, kept.
+    void blasLtWorkspace();
+    void setBlasLtWorkspaceBytes(int64_t bytes) { m_blasLtBytes = bytes; }
 
     int64_t liveBytes() const { return m_live; }
     // Room for about `events` events up front: the stream and the storages (growing them was
@@ -221,6 +224,8 @@ private:
     int64_t m_live = 0;
     int64_t m_blasBytes = 33554432;
     std::array<bool, 2> m_blas{};
+    int64_t m_blasLtBytes = 1048576;
+    bool m_blasLt = false;
 };
 
 } // namespace headroom::sim

@@ -25,17 +25,48 @@ int pass(Sim &s, int g)
 void Ops::reduceRows(int64_t rows, int64_t cols, int elem)
 {
     (void)elem;
-    // The CUDA reduction over the outer dimension of [rows, cols] splits the rows over blocks and
-    // accumulates partial sums in a global fp32 buffer, plus 64 bytes of semaphores. Measured on
-    // the H200 (132 SMs): for 2048 outputs the buffer is cols x 4 x min(2 x rows, 132 x 128) bytes
-    // (every Llama-3.2-1B / Gemma-2B / OLMo-2-1B norm weight); other widths reduce without one.
-    if (cols == 2048 && rows >= 256) {
-        const int64_t splits = std::min<int64_t>(2 * rows, 132 * 128);
-        const int ws = s.allocate(cols * 4 * splits, Category::Temporaries);
-        const int sem = s.allocate(64, Category::Temporaries);
-        s.unref(sem);
-        s.unref(ws);
+    // See Note [Outer-dimension reduction buffer] (docs/estimator.md): ATen's reduction over the
+    // rows of a contiguous [rows, cols] tensor (a bias's or a norm weight's gradient), configured
+    // as Reduce.cuh's setReduceConfig does on the H200 (132 SMs, 2048 threads each). When it splits
+    // the rows over several blocks per output, the partial sums go through a global fp32 buffer and
+    // 4 bytes of semaphore per output block.
+    if (rows <= 0 || cols <= 0)
+        return;
+    int64_t vec = 4; // get_output_vec_size: the widest of 4, 2, 1 that divides the row
+    while (cols % vec != 0)
+        vec /= 2;
+    const int64_t dim0 = cols / vec, dim1 = rows, maxThreads = 512 / vec;
+    auto lastPow2 = [](int64_t n) {
+        int64_t p = 1;
+        while (p * 2 <= n)
+            p *= 2;
+        return p;
+    };
+    const int64_t d0 = dim0 < maxThreads ? lastPow2(dim0) : maxThreads;
+    const int64_t d1 = dim1 < maxThreads ? lastPow2(dim1) : maxThreads;
+    int64_t bw = std::min<int64_t>(d0, 32);
+    const int64_t bh = std::min<int64_t>(d1, maxThreads / bw);
+    bw = std::min<int64_t>(d0, maxThreads / bh);
+    int64_t stepOut = bw, stepIn = 1; // the outputs split over the block's x
+    auto perThread = [&] { return (rows + stepIn - 1) / stepIn; };
+    const bool acrossWarps = perThread() >= std::min<int64_t>(bh * 16, 256);
+    if (acrossWarps)
+        stepIn *= bh;
+    else
+        stepOut *= bh;
+    const int64_t grid = (dim0 + stepOut - 1) / stepOut;
+    const int64_t target = 132 * (2048 / (bw * bh));
+    int64_t ctas = 1;
+    if (acrossWarps && perThread() >= 256 && grid <= target) {
+        const int64_t c1 = (target + grid - 1) / grid, c2 = (perThread() + 15) / 16, c3 = (perThread() + 255) / 256;
+        ctas = std::max(std::min(c1, c2), c3);
     }
+    if (ctas <= 1)
+        return;
+    const int ws = s.allocate(checkedMul(checkedMul(cols * 4, ctas), bw * vec), Category::Temporaries);
+    const int sem = s.allocate(4 * grid, Category::Temporaries);
+    s.unref(sem);
+    s.unref(ws);
 }
 
 T Ops::to(const T &x, int elem)
@@ -212,6 +243,11 @@ T Ops::mean(const T &x, int64_t outNumel)
     return unary(x, outNumel * x.elem, x.elem, Keeps::Nothing); // MeanBackward1: grad.expand(self.sizes()) / numel
 }
 
+T Ops::relu(const T &x)
+{
+    return unary(x, x.bytes, x.elem, Keeps::Output); // threshold_backward(grad, result)
+}
+
 T Ops::activation(const T &x, const std::string &kind)
 {
     (void)kind; // silu, gelu, gelu_pytorch_tanh: one ATen op that saves its input
@@ -327,6 +363,8 @@ T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in,
         s.packCopy(w.bytes);
     T out = s.make(tokens * outF * elem, elem);
     s.blasWorkspace(0);
+    if (bias)
+        s.blasLtWorkspace();
     std::vector<int> saved;
     if (w.requiresGrad && s.gradEnabled())
         saved.push_back(x.sto); // mm saves its input for the weight's gradient

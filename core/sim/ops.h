@@ -36,6 +36,7 @@ public:
     T pow2(const T &x, int elem = 0); // PowBackward0 saves x; `elem`: autocast's fp32 output
     T rsqrt(const T &x);      // RsqrtBackward0 saves its result
     T tanh(const T &x);       // TanhBackward0 saves its result
+    T relu(const T &x);       // ReluBackward0 saves its result
     T mean(const T &x, int64_t outNumel); // MeanBackward1: the gradient expanded and divided
     T activation(const T &x, const std::string &kind); // silu / gelu (ATen): saves its input
     T dropout(const T &x, double p); // native_dropout: saves a bool mask

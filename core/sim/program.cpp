@@ -70,6 +70,7 @@ public:
         S.reserve(static_cast<size_t>(std::min<int64_t>(
             int64_t(1) << 22, (m.numLayers + 4) * 640 * std::clamp<int64_t>(c.gradAccum, 1, kSimulatedMiddleMicroBatches + 2) * 4 + 4096)));
         S.setBlasWorkspaceBytes(o.cublasWorkspaceBytes);
+        S.setBlasLtWorkspaceBytes(o.cublasLtWorkspaceBytes);
         b = c.microBatch;
         s = c.seqLen;
         tok = checkedMul(b, s);
@@ -170,7 +171,8 @@ private:
     int qe = 2; // QLoRA: Linear4bit's compute dtype
     std::array<bool, kLinearModuleCount> loraMask{};
     ExpertsLora expertsWrapped;
-    T embed, positions, finalNorm, finalNormB, lmHead;
+    T embed, positions, finalNorm, finalNormB, lmHead, lmHeadB;
+    std::vector<T> rotLocals; // an attention forward's rotary locals, dropped when it returns
     std::vector<LayerParams> layers;
     std::vector<T> batches;
     std::vector<T *> trainable; // in model.parameters() order
@@ -228,6 +230,7 @@ private:
         out.push_back(&finalNormB);
         if (!m.tiedEmbeddings)
             out.push_back(&lmHead);
+        out.push_back(&lmHeadB);
         std::vector<T *> valid;
         for (T *t : out)
             if (t->valid())
@@ -407,9 +410,11 @@ private:
             if (layerNorm)
                 L.n1b = param(h, 1, t, "input_layernorm");
         }
-        L.n2 = param(h, 1, t, "post_attention_layernorm");
-        if (layerNorm)
-            L.n2b = param(h, 1, t, "post_attention_layernorm");
+        if (!ft.parallelSharedNorm) {
+            L.n2 = param(h, 1, t, "post_attention_layernorm");
+            if (layerNorm)
+                L.n2b = param(h, 1, t, "post_attention_layernorm");
+        }
         if (ft.norms == NormPlacement::Sandwich)
             L.n3 = param(h, 1, t, "pre_feedforward_layernorm");
         if (ft.norms != NormPlacement::Pre)
@@ -514,6 +519,8 @@ private:
             lmHead = embed;
         } else {
             lmHead = param(V, h, t, "lm_head");
+            if (m.lmHeadBias)
+                lmHeadB = param(V, 1, t, "lm_head");
         }
         if (qlora)
             quantizeForQlora();
@@ -573,7 +580,7 @@ private:
         std::vector<std::vector<T *>> out(layers.size() + 1);
         for (size_t l = 0; l < layers.size(); ++l)
             out[l + 1] = layerUnitParameters(layers[l]);
-        for (T *t : {&embed, &positions, &finalNorm, &finalNormB, m.tiedEmbeddings ? nullptr : &lmHead})
+        for (T *t : {&embed, &positions, &finalNorm, &finalNormB, m.tiedEmbeddings ? nullptr : &lmHead, &lmHeadB})
             if (t && t->valid())
                 out[0].push_back(t);
         return out;
@@ -609,6 +616,7 @@ private:
         add(finalNormB);
         if (!m.tiedEmbeddings)
             add(lmHead);
+        add(lmHeadB);
     }
 
     // ------------------------------------------------------------------ forward
@@ -819,6 +827,42 @@ private:
         return out;
     }
 
+    // GLM-style apply_rotary_pos_emb (FamilyTraits::rotaryInterleaved): the interleaved cos and
+    // sin (repeat_interleave of their first halves, kept by the products' nodes), then for q and
+    // for k: x.float() * cos + rotate_half(x).float() * sin, rotate_half by torch.stack((-x2, x1)).
+    void ropeInterleaved(const T &q, const T &k, const T &cos, const T &sin, T &qe, T &ke)
+    {
+        S.setOp("apply_rotary_pos_emb");
+        const int64_t table = checkedMul(s, rotaryDim()) * cos.elem;
+        T ci = S.make(table, cos.elem);
+        T si = S.make(table, sin.elem);
+        auto one = [&](const T &x, int64_t features) {
+            const int64_t n = checkedMul(tok, features);
+            T xf = O.to(x, 4);
+            T a = O.mul(xf, ci, n, 4, true, false, 0);
+            S.drop(xf);
+            T x1 = O.slice(x, n / 2);
+            T x2 = O.slice(x, n / 2);
+            T nx2 = O.neg(x2);
+            T rot = O.cat({&nx2, &x1}, n, x.elem);
+            S.drop(nx2);
+            S.drop(x1);
+            S.drop(x2);
+            T rf = O.to(rot, 4);
+            S.drop(rot);
+            T b = O.mul(rf, si, n, 4, true, false, 0);
+            S.drop(rf);
+            T out = O.add(a, b, 4);
+            S.drop(b);
+            S.drop(a);
+            return out;
+        };
+        qe = one(q, qOut);
+        ke = one(k, kvOut);
+        S.drop(ci);
+        S.drop(si);
+    }
+
     // `headsMajor`: q is laid out (b, heads, s, d) in memory (torch.cat made it), so SDPA's
     // output, which takes q's layout, needs a copy in transpose(1, 2).contiguous()
     // (sdpa_attention.py); after Llama's element-wise rotary q keeps the projection's
@@ -826,6 +870,13 @@ private:
     // Whether HF hands SDPA an explicit mask: a sliding window no longer than the sequence
     // (masking_utils' _ignore_causal_mask_sdpa keeps is_causal only when kv_length < window).
     // Gemma 2 slides on every other layer (layer_types), Qwen2 only with use_sliding_window.
+    bool hasSlidingWindow() const
+    {
+        const nlohmann::json &hc = m.hfConfig;
+        return hc.is_object() && hc.contains("sliding_window") && hc.at("sliding_window").is_number_integer() &&
+               hc.at("sliding_window").get<int64_t>() > 0;
+    }
+
     bool slidingMask(int64_t layer) const
     {
         const nlohmann::json &hc = m.hfConfig;
@@ -1121,8 +1172,35 @@ private:
     T attentionBlock(LayerParams &L, const T &hnorm, const T &cos, const T &sin)
     {
         Qkv p = project(L, hnorm);
-        T qe = rotary(p.q, cos, sin, qOut);
-        T ke = rotary(p.k, cos, sin, kvOut);
+        T qe, ke;
+        const int64_t li = &L - layers.data();
+        if (ft.noRotaryOnFullLayers && hasSlidingWindow() && !slidingLayer(li)) {
+            qe = S.view(p.q);
+            ke = S.view(p.k);
+        } else if (ft.rotaryInterleaved) {
+            ropeInterleaved(p.q, p.k, cos, sin, qe, ke);
+        } else if (ft.rotaryConcat && ft.rotaryCatAfterPair && !m.learnedPositions) {
+            // q_rot and k_rot turned by one apply_rotary_pos_emb, then each torch.cat with its
+            // pass-through features.
+            auto part = [&](const T &x, int64_t features, T &rot, T &pass) {
+                const int64_t rotF = features / hd * rotaryDim();
+                rot = O.slice(x, checkedMul(tok, rotF));
+                pass = O.slice(x, checkedMul(tok, features - rotF));
+                return rotF;
+            };
+            T qr, qp, kr, kp;
+            const int64_t qRot = part(p.q, qOut, qr, qp), kRot = part(p.k, kvOut, kr, kp);
+            T qt = rope(qr, cos, sin, qRot);
+            T kt = rope(kr, cos, sin, kRot);
+            qe = O.cat({&qt, &qp}, checkedMul(tok, qOut), qt.elem);
+            ke = O.cat({&kt, &kp}, checkedMul(tok, kvOut), kt.elem);
+            // query_rot, query_pass, key_rot and key_pass are the forward's locals: they go when it
+            // returns, and the pass-through views keep the projections' outputs until then.
+            rotLocals = {qr, qp, kr, kp, qt, kt};
+        } else {
+            qe = rotary(p.q, cos, sin, qOut);
+            ke = rotary(p.k, cos, sin, kvOut);
+        }
         if (ft.rotaryFp32 && qe.elem != p.q.elem) {
             // OLMo 2: `return q_embed.to(q_type), k_embed.to(k_type)` once both are computed.
             T q2 = O.to(qe, p.q.elem), k2 = O.to(ke, p.k.elem);
@@ -1134,7 +1212,6 @@ private:
         S.drop(p.q);
         S.drop(p.k);
         const bool catRotary = !m.learnedPositions && ft.rotaryConcat;
-        const int64_t li = &L - layers.data();
         T attn = attention(qe, ke, p.v, catRotary, slidingMask(li));
         T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
         S.drop(attn);
@@ -1143,7 +1220,21 @@ private:
         S.drop(qe);
         S.drop(ke);
         S.drop(p.v);
+        for (T &t : rotLocals)
+            S.drop(t);
+        rotLocals.clear();
         return o;
+    }
+
+    // Granite: `residual + hidden_states * self.residual_multiplier`, the branch's output rebound
+    // to the product before the add.
+    void scaleBranch(T &branch)
+    {
+        if (!ft.residualBranchScaled)
+            return;
+        T scaled = O.scale(branch);
+        S.drop(branch);
+        branch = scaled;
     }
 
     T afterAttention(LayerParams &L, const T &x, T &hnorm, T o)
@@ -1151,12 +1242,28 @@ private:
         // GPT2Block binds the attention's result to a new name, so `hidden_states` (ln_1's
         // output) lives until the residual add; elsewhere the attention's result rebinds it.
         const bool keepNorms = ft.normOutputKept;
-        if (!keepNorms)
+        const bool shared = m.parallelResidual && ft.parallelSharedNorm; // the MLP reads hnorm too
+        if (!keepNorms && !shared)
             S.drop(hnorm);
         {
             T od = O.dropout(o, m.residDropout); // GPT-2 resid_dropout, Phi-3 resid_attn_dropout
             S.drop(o);
             o = od;
+        }
+        if (shared) {
+            // Phi: attn_outputs + feed_forward_hidden_states + residual, the MLP over the same
+            // normalised input, which lives until the layer returns.
+            T mo = mlp(L, hnorm);
+            T md = O.dropout(mo, m.residDropout);
+            S.drop(mo);
+            S.setOp("residual");
+            T s1 = O.add(o, md, re);
+            T x2 = O.add(s1, x, re);
+            S.drop(s1);
+            S.drop(md);
+            S.drop(o);
+            S.drop(hnorm);
+            return x2;
         }
         if (m.parallelResidual) {
             // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)), as mlp_output + attn_output + hidden_states.
@@ -1180,6 +1287,7 @@ private:
             o = on;
         }
         S.setOp("residual");
+        scaleBranch(o);
         T x1 = O.add(x, o, re);
         // GPT2Block names the attention's output attn_output: it lives until the block returns.
         if (!keepNorms)
@@ -1203,6 +1311,7 @@ private:
             mlpOut = md;
         }
         S.setOp("residual");
+        scaleBranch(mlpOut);
         T x2 = O.add(x1, mlpOut, re);
         if (keepNorms) { // GPT2Block's locals, in the order they go
             S.drop(h2);
@@ -1494,6 +1603,16 @@ private:
 
     T activationOf(const T &x)
     {
+        if (m.activation == "relu2") {
+            // ReLUSquaredActivation: torch.square(relu(x)). ReluBackward0 keeps its result, and
+            // square is pow(x, 2), which keeps that result too (and runs in fp32 under autocast).
+            T r = O.relu(x);
+            T rp = amp ? O.to(r, 4) : S.view(r);
+            T out = O.pow2(rp, amp ? 4 : 0);
+            S.drop(rp);
+            S.drop(r);
+            return out;
+        }
         if (m.activationSavedTensors <= 1)
             return O.activation(x, m.activation);
         // gelu_new (NewGELUActivation): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3)))),
@@ -1600,6 +1719,12 @@ private:
             T xs = O.mul(x, scale, x.numel(), x.elem, true, false, 0);
             if (scale.valid())
                 S.drop(scale);
+            S.drop(x);
+            x = xs;
+        } else if (ft.embeddingTimesScalar) {
+            // Granite: `inputs_embeds = inputs_embeds * self.embedding_multiplier` rebinds the name,
+            // so the embedding's output goes at once.
+            T xs = O.scale(x);
             S.drop(x);
             x = xs;
         }
@@ -1713,11 +1838,16 @@ private:
             return loss;
         }
         S.setOp("lm_head");
+        T bc; // autocast casts the bias first, as in linear()
+        if (lmHeadB.valid())
+            bc = amp ? weightFor(lmHeadB) : S.view(lmHeadB);
         T xin = amp ? O.to(fn, 2) : S.view(fn);
         T w = weightFor(lmHead);
-        T logits = O.linear(xin, w, nullptr, tok, h, V, amp ? 2 : ce);
+        T logits = O.linear(xin, w, bc.valid() ? &bc : nullptr, tok, h, V, amp ? 2 : ce);
         S.drop(xin);
         S.drop(w);
+        if (bc.valid())
+            S.drop(bc);
         if (m.finalLogitSoftcap > 0) {
             // Gemma 2: logits / cap, tanh, * cap
             T d = O.scale(logits);
@@ -1726,6 +1856,12 @@ private:
             S.drop(d);
             logits = O.scale(th);
             S.drop(th);
+        }
+        if (ft.logitsDividedByScalar) {
+            // Granite: `logits = logits / self.config.logits_scaling` (DivBackward1 saves nothing).
+            T d = O.scale(logits);
+            S.drop(logits);
+            logits = d;
         }
         S.setOp("loss");
         T loss = O.causalLmLoss(logits, b, s, V);

@@ -39,8 +39,17 @@ struct FamilyTraits
     // Rotary on the first rotary_dim features, then torch.cat with the rest, even when nothing
     // passes through (Phi-3, GPT-NeoX).
     bool rotaryConcat = false;
+    // GLM's rotary (Ernie 4.5): cos/sin halves repeat_interleave'd per call, q and k made fp32 by
+    // .float() before each product, rotate_half by torch.stack of the even and odd features.
+    bool rotaryInterleaved = false;
     bool scaledEmbedding = false;     // embedding * sqrt(hidden) (Gemma)
     bool embedScaleBuffer = false;    // ... by a registered buffer, not a tensor made each forward (Gemma 3)
+    // Scalars from the config, as Python floats (MulBackward1/DivBackward1 save nothing), each a new
+    // tensor even at 1.0 (Granite): inputs_embeds * embedding_multiplier, each residual branch
+    // * residual_multiplier before its add, logits / logits_scaling.
+    bool embeddingTimesScalar = false;
+    bool residualBranchScaled = false;
+    bool logitsDividedByScalar = false;
     bool slidingLayerTypes = false;   // sliding window on the layers config.layer_types names
     bool slidingWindowOptIn = false;  // config.sliding_window applies only with use_sliding_window (Qwen2/3)
     bool slidingEveryOtherLayer = false; // the even layers slide, the odd ones attend globally (Gemma 2)
@@ -55,7 +64,16 @@ struct FamilyTraits
     // (modeling_gpt2.eager_attention_forward).
     bool eagerSoftmaxInDtype = false;
     bool qkNormAfterProjections = false; // q/k norms after all of q, k and v are projected (Gemma 3)
-    bool localRotary = false;         // a second rotary table for the sliding layers (Gemma 3)
+    bool localRotary = false;
+    // No rotary on the full-attention layers when config.sliding_window is set (EXAONE 4's
+    // "global NoPE"): q and k go to attention as projected (and normalised).
+    bool noRotaryOnFullLayers = false;
+    // Partial rotary whose torch.cat with the pass-through features comes after both q and k are
+    // turned (StableLM, Phi), not inside apply_rotary_pos_emb per tensor (Phi-3, GPT-NeoX).
+    bool rotaryCatAfterPair = false;
+    // The parallel residual's MLP reads the attention's normalised input: one norm per layer
+    // (Phi, Cohere, Falcon), as attn + mlp + residual.
+    bool parallelSharedNorm = false;         // a second rotary table for the sliding layers (Gemma 3)
     bool expertsBeforeRouter = false; // the MoE block registers its experts before the router
     bool expertsWrappedByPeft = false; // LoRA on gate/up/down_proj wraps the stacked experts (ParamWrapper)
     // The router renormalises its top-k weights whatever norm_topk_prob says, and leaves them in
@@ -112,6 +130,7 @@ struct ModelArch
     bool fusedQkv = false;
     bool fusedGateUp = false;
     bool parallelResidual = false;    // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+    bool lmHeadBias = false;          // an lm_head with a bias (Phi)
     double rotaryFraction = 1.0;      // share of head_dim that rotary embedding turns
     // Dropout probabilities in training (GPT-2's embd/attn/resid_pdrop, Phi-3's, NeoX's).
     double embdDropout = 0.0;

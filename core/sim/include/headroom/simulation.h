@@ -31,6 +31,11 @@ struct EstimatorOptions
     // cuBLAS's workspace on Hopper (CUBLAS_WORKSPACE_CONFIG :4096:8), per handle: one for the
     // forward thread, one for autograd's backward thread; allocated at each's first matmul, kept.
     int64_t cublasWorkspaceBytes = 33554432;
+    // cuBLASLt's workspace (CUBLASLT_WORKSPACE_SIZE, 1 MiB by default): addmm with a 1-D bias runs
+    // as cublasLt's gemm with a bias epilogue, which takes it at the forward's first biased Linear
+    // and keeps it (H200 streams: Qwen2, StarCoder2, GPT-2, Phi; the bias gradients are row sums,
+    // so backward never asks for one).
+    int64_t cublasLtWorkspaceBytes = 1048576;
     // NCCL's communicator outside PyTorch's allocator: device used - reserved, probe with c10d's
     // NCCL at world size 1 minus the same run in one plain process, H200, NCCL 2.28.9
     // (tests/data/h200/nccl-ws1/). Its per-peer buffers at N > 1 are not measured yet.
