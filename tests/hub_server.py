@@ -2,7 +2,9 @@
 """A loopback stand-in for the Hugging Face Hub, for tst_cli and tst_gui: the Hub's URL layout
 (/<org>/<name>/resolve/main/<file>) served from tests/data/hub, with its headers (X-Repo-Commit,
 ETag) and its answers: 401/403 for a gated repo without/with a token lacking access, 404, a 307
-for a renamed repo, and a repo that never answers in time. Prints its port, then serves until
+for a renamed repo, and a repo that never answers in time. Hostile answers (issue 32, rows 1 and 13):
+elsewhere-org redirects to another host of the same machine (localhost), loop-org redirects to
+itself, file-org to a file:// URL, short-org sends less than its Content-Length. Prints its port, then serves until
 stdin closes. Every request is appended to --log as one line: method, path, Authorization."""
 import argparse
 import hashlib
@@ -43,6 +45,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         org, name, file = parts[1], parts[2], parts[5]
         if org == "old-name":  # a renamed repo: the Hub redirects
             return self.reply(307, b"", [("Location", f"/TinyLlama/{name}/resolve/main/{file}")])
+        port = self.server.server_address[1]
+        if org == "elsewhere-org":  # another host (same machine, same port): no token may follow
+            return self.reply(307, b"", [("Location", f"http://localhost:{port}/TinyLlama/{name}/resolve/main/{file}")])
+        if org == "loop-org":
+            return self.reply(302, b"", [("Location", self.path)])
+        if org == "file-org":
+            return self.reply(302, b"", [("Location", "file:///etc/passwd")])
+        if org == "short-org":  # promises more than it sends, then closes
+            body = open(os.path.join(ROOT, "TinyLlama", name, file), "rb").read()
+            self.send_response(200)
+            self.send_header("X-Repo-Commit", hashlib.sha1(b"short").hexdigest())
+            self.send_header("Content-Length", str(len(body) + 100))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            self.close_connection = True
+            return
         if org == "slow-org":
             time.sleep(30)
             return self.reply(504)

@@ -530,6 +530,52 @@ private Q_SLOTS:
                       QStringLiteral("old-name/TinyLlama-1.1B-Chat-v1.0")}, env).code, 0);
     }
 
+    // Issue 32, rows 1 and 13: core follows the Hub's redirects for both transports: the token never
+    // goes to another host, a loop or a file:// target is refused in one line, and a body cut
+    // short of its Content-Length is refused and never cached.
+    void row1_hubRedirectsKeepTheTokenHome()
+    {
+        HubServer hub;
+        QVERIFY(hub.start());
+        QTemporaryDir cache;
+        QProcessEnvironment env = hubEnv(hub.endpoint(), cache.path());
+        env.insert(QStringLiteral("HF_TOKEN"), QStringLiteral("hf_test_good"));
+        const Run moved = cli({QStringLiteral("estimate"), QStringLiteral("--model"),
+                               QStringLiteral("elsewhere-org/TinyLlama-1.1B-Chat-v1.0")}, env);
+        QVERIFY2(moved.code == 0, qPrintable(moved.err));
+        const QStringList log = hub.requests();
+        QVERIFY2(log.size() >= 2, qPrintable(log.join(QLatin1Char('\n'))));
+        QVERIFY2(log.at(0).endsWith(QStringLiteral("Bearer hf_test_good")), qPrintable(log.at(0)));
+        int redirected = 0; // requests that arrived at localhost, the redirect's target, carry no token
+        for (const QString &line : log)
+            if (line.startsWith(QStringLiteral("GET /TinyLlama/"))) {
+                ++redirected;
+                QVERIFY2(!line.contains(QStringLiteral("Bearer")), qPrintable(line));
+            } else {
+                QVERIFY2(line.endsWith(QStringLiteral("Bearer hf_test_good")), qPrintable(line)); // the endpoint's own
+            }
+        QVERIFY(redirected >= 1);
+        for (const auto &[id, says] : {std::pair{"loop-org/TinyLlama-1.1B-Chat-v1.0", "more than 10 times"},
+                                       std::pair{"file-org/TinyLlama-1.1B-Chat-v1.0", "not an http:// or https:// URL"}}) {
+            const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QString::fromLatin1(id)}, env);
+            QCOMPARE(r.code, 2);
+            QVERIFY2(r.err.contains(QString::fromLatin1(says)), qPrintable(r.err));
+            QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+        }
+    }
+    void row13_aTruncatedDownloadIsNotCached()
+    {
+        HubServer hub;
+        QVERIFY(hub.start());
+        QTemporaryDir cache;
+        const QProcessEnvironment env = hubEnv(hub.endpoint(), cache.path());
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"),
+                           QStringLiteral("short-org/TinyLlama-1.1B-Chat-v1.0")}, env);
+        QCOMPARE(r.code, 2);
+        QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+        QVERIFY(!QDir(cache.path() + QStringLiteral("/models--short-org--TinyLlama-1.1B-Chat-v1.0")).exists());
+    }
+
     // Issue 14: the training configs their projects publish, read for what changes memory.
     void importsPublishedTrainingConfigs_data()
     {

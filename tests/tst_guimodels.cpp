@@ -1,6 +1,10 @@
 // The explorer's item models under QAbstractItemModelTester, across the states they go through.
 #include "breakdownmodel.h"
 #include "guitestutil.h"
+#include "hubfetch.h"
+#include "hubserver.h"
+#include "headroom/error.h"
+#include "headroom/hub.h"
 #include "measurementsmodel.h"
 #include "recommendationmodel.h"
 #include "scalingmodel.h"
@@ -15,6 +19,41 @@ class TestGuiModels : public QObject
     Q_OBJECT
 private Q_SLOTS:
     void initTestCase() { isolateSettings(); }
+
+    // Issue 32, rows 1 and 13, through the explorer's transport (Qt Network): the Hub's redirect to
+    // another host gets no token, and a body cut short of its Content-Length is refused.
+    void row1_qtTransportKeepsTheTokenHome()
+    {
+        HubServer hub;
+        QVERIFY(hub.start());
+        QTemporaryDir cache;
+        useHubInThisProcess(hub.endpoint(), cache.path());
+        qputenv("HF_TOKEN", "hf_test_good");
+        const ModelArch m = resolveModelText("elsewhere-org/TinyLlama-1.1B-Chat-v1.0", "model", nullptr);
+        QCOMPARE(m.modelType, std::string("llama"));
+        const QStringList log = hub.requests();
+        QVERIFY(log.size() >= 2);
+        QVERIFY(log.at(0).endsWith(QStringLiteral("Bearer hf_test_good")));
+        int redirected = 0; // requests that arrived at localhost, the redirect's target, carry no token
+        for (const QString &line : log)
+            if (line.startsWith(QStringLiteral("GET /TinyLlama/"))) {
+                ++redirected;
+                QVERIFY2(!line.contains(QStringLiteral("Bearer")), qPrintable(line));
+            } else {
+                QVERIFY2(line.endsWith(QStringLiteral("Bearer hf_test_good")), qPrintable(line)); // the endpoint's own
+            }
+        QVERIFY(redirected >= 1);
+        bool refused = false;
+        try {
+            resolveModelText("short-org/TinyLlama-1.1B-Chat-v1.0", "model", nullptr);
+        } catch (const InputError &e) {
+            refused = true;
+            QVERIFY2(std::string(e.what()).find('\n') == std::string::npos, e.what());
+        }
+        QVERIFY(refused);
+        QVERIFY(!QDir(cache.path() + QStringLiteral("/models--short-org--TinyLlama-1.1B-Chat-v1.0")).exists());
+        qunsetenv("HF_TOKEN");
+    }
 
     void breakdownModel_data()
     {

@@ -31,18 +31,13 @@ size_t onBody(char *data, size_t size, size_t n, void *user)
     return bytes;
 }
 
-// Header lines of every response in a redirect chain. A new status line starts a new response:
-// its headers replace the previous ones, except the two the cache needs.
+// Header lines of the response. A new status line (a 100 Continue before it) starts again.
 size_t onHeader(char *data, size_t size, size_t n, void *user)
 {
     auto *r = static_cast<hub::Response *>(user);
     const std::string line(data, size * n);
     if (line.rfind("HTTP/", 0) == 0) {
-        std::map<std::string, std::string> keep;
-        for (const char *k : {"x-repo-commit", "x-linked-etag"})
-            if (r->headers.count(k))
-                keep[k] = r->headers[k];
-        r->headers = keep;
+        r->headers.clear();
         return size * n;
     }
     const size_t colon = line.find(':');
@@ -83,11 +78,10 @@ hub::Fetch curlFetch()
         char error[CURL_ERROR_SIZE] = {0};
         curl_easy_setopt(c, CURLOPT_URL, q.url.c_str());
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-        curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L); // the Hub redirects renamed repos and LFS files
-        curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+        // No redirect is followed here: core's hub layer follows them for both transports, with
+        // one policy for credentials (hub.cpp, fetchFollowing).
+        curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
         curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-        // Authorization is not sent on to another host (libcurl's default, kept on purpose).
         curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(q.timeoutMs > 0 ? q.timeoutMs : 20000));
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, onBody);
@@ -98,7 +92,9 @@ hub::Fetch curlFetch()
         const CURLcode rc = curl_easy_perform(c);
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-        if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && r.tooLarge)) {
+        // A body cut short of its Content-Length is returned as it came: core refuses it in words
+        // (and never caches it), as it does for the explorer's transport.
+        if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && r.tooLarge) || (rc == CURLE_PARTIAL_FILE && status > 0)) {
             r.status = status;
         } else {
             r.timedOut = rc == CURLE_OPERATION_TIMEDOUT;

@@ -20,10 +20,9 @@ hub::Fetch qtFetch()
         hub::Response r;
         QNetworkAccessManager manager;
         QNetworkRequest request(QUrl(QString::fromStdString(q.url)));
-        // Redirects are followed unless they go from HTTPS to HTTP; the Authorization header is
-        // not carried to another host.
-        request.setAttribute(QNetworkRequest::RedirectPolicyAttribute, QNetworkRequest::NoLessSafeRedirectPolicy);
-        request.setMaximumRedirectsAllowed(10);
+        // No redirect is followed here: core's hub layer follows them for both transports, with
+        // one policy for credentials (hub.cpp, fetchFollowing).
+        request.setAttribute(QNetworkRequest::RedirectPolicyAttribute, QNetworkRequest::ManualRedirectPolicy);
         for (const auto &[k, v] : q.headers)
             request.setRawHeader(QByteArray::fromStdString(k), QByteArray::fromStdString(v));
         QNetworkReply *reply = manager.get(request);

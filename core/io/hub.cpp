@@ -6,6 +6,7 @@
 #include "headroom/serialize.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -142,6 +143,104 @@ std::string seconds(int ms)
     return o.str();
 }
 
+// An absolute URL's parts: scheme, host and port (the scheme's default when none is given), and
+// what follows them. False when `url` is not http:// or https://.
+struct Origin
+{
+    std::string scheme, authority, host, port, rest;
+};
+bool parseOrigin(const std::string &url, Origin &o)
+{
+    const size_t sep = url.find("://");
+    if (sep == std::string::npos)
+        return false;
+    o.scheme = url.substr(0, sep);
+    std::transform(o.scheme.begin(), o.scheme.end(), o.scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (o.scheme != "http" && o.scheme != "https")
+        return false;
+    const size_t start = sep + 3, slash = url.find_first_of("/?#", start);
+    std::string authority = url.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    o.rest = slash == std::string::npos ? "/" : url.substr(slash);
+    o.authority = authority;
+    if (const size_t at = authority.rfind('@'); at != std::string::npos)
+        authority = authority.substr(at + 1); // user:password@ is not part of the origin
+    const size_t close = authority.rfind(']'), colon = authority.rfind(':');
+    if (colon != std::string::npos && (close == std::string::npos || colon > close)) {
+        o.host = authority.substr(0, colon);
+        o.port = authority.substr(colon + 1);
+    } else {
+        o.host = authority;
+    }
+    std::transform(o.host.begin(), o.host.end(), o.host.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (o.port.empty())
+        o.port = o.scheme == "https" ? "443" : "80";
+    return !o.host.empty();
+}
+
+// One GET with the Hub's redirects (renamed repos, LFS files) followed here, for both transports
+// (they follow none): at most 10, http and https only, never from https down to http, and the
+// Authorization header only while scheme, host and port stay the request's own (issue 32, row 1:
+// Qt's redirect policy kept it for another host or port). X-Repo-Commit and X-Linked-Etag are
+// kept from whichever response carried them; the time limit covers the whole chain.
+Response fetchFollowing(Request q, const Fetch &fetch, const std::string &field, const std::string &id)
+{
+    Origin first;
+    if (!parseOrigin(q.url, first))
+        throw InputError(field, id, "the Hub endpoint " + q.url.substr(0, 80) + " is not an http:// or https:// URL");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(q.timeoutMs > 0 ? q.timeoutMs : 20000);
+    std::map<std::string, std::string> kept;
+    for (int hop = 0;; ++hop) {
+        Response r = fetch(q);
+        for (const char *k : {"x-repo-commit", "x-linked-etag"}) {
+            if (r.headers.count(k))
+                kept[k] = r.headers[k];
+            else if (kept.count(k))
+                r.headers[k] = kept[k];
+        }
+        const bool redirect = r.status == 301 || r.status == 302 || r.status == 303 || r.status == 307 || r.status == 308;
+        if (!redirect)
+            return r;
+        std::string location = header(r, "location");
+        if (location.empty())
+            return r; // a 3xx without a Location: reported as the status it is
+        if (hop >= 10)
+            throw InputError(field, id, "the Hub redirected more than 10 times (a redirect loop?); last to " +
+                                            location.substr(0, 80));
+        Origin cur, next;
+        parseOrigin(q.url, cur);
+        if (location.rfind("//", 0) == 0)
+            location = cur.scheme + ":" + location;
+        else if (location[0] == '/')
+            location = cur.scheme + "://" + cur.authority + location;
+        else if (location.find("://") == std::string::npos) // relative to the current path
+            location = cur.scheme + "://" + cur.authority + cur.rest.substr(0, cur.rest.rfind('/') + 1) + location;
+        if (!parseOrigin(location, next))
+            throw InputError(field, id, "the Hub redirected to " + location.substr(0, 80) +
+                                            ", which is not an http:// or https:// URL; not followed");
+        if (cur.scheme == "https" && next.scheme == "http")
+            throw InputError(field, id, "the Hub redirected from https to plain http (" + location.substr(0, 80) +
+                                            "); not followed");
+        const bool sameOrigin = next.scheme == first.scheme && next.host == first.host && next.port == first.port;
+        if (!sameOrigin)
+            q.headers.erase(std::remove_if(q.headers.begin(), q.headers.end(),
+                                           [](const auto &h) {
+                                               std::string k = h.first;
+                                               std::transform(k.begin(), k.end(), k.begin(),
+                                                              [](unsigned char c) { return std::tolower(c); });
+                                               return k == "authorization" || k == "cookie";
+                                           }),
+                            q.headers.end());
+        q.url = location;
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            Response t;
+            t.timedOut = true;
+            return t;
+        }
+        q.timeoutMs = static_cast<int>(left.count());
+    }
+}
+
 // One GET from the Hub; a non-200 answer becomes an InputError in words a user can act on.
 // 404 on `optional` returns nullopt instead.
 std::optional<Response> get(const std::string &id, const std::string &file, const Settings &s, const Fetch &fetch,
@@ -154,7 +253,7 @@ std::optional<Response> get(const std::string &id, const std::string &file, cons
     q.headers.push_back({"User-Agent", "headroom/" HEADROOM_VERSION});
     if (!s.token.empty())
         q.headers.push_back({"Authorization", "Bearer " + s.token});
-    Response r = fetch(q);
+    Response r = fetchFollowing(q, fetch, field, id);
     const std::string page = s.endpoint + "/" + id;
     const std::string cache = s.cacheDirs.empty() ? std::string("none") : s.cacheDirs.front();
     if (r.status == 0) {
@@ -171,6 +270,16 @@ std::optional<Response> get(const std::string &id, const std::string &file, cons
         throw InputError(field, id, file + " from the Hub is larger than " + std::to_string(limit >> 20) + " MiB");
     switch (r.status) {
     case 200:
+        // A body shorter (or longer) than its Content-Length is a broken download, never cached
+        // (issue 32, row 13: the explorer's transport reported none).
+        if (const std::string cl = header(r, "content-length"); !cl.empty()) {
+            char *end = nullptr;
+            const unsigned long long n = std::strtoull(cl.c_str(), &end, 10);
+            if (end == cl.c_str() || *end != '\0' || n != r.body.size())
+                throw InputError(field, id,
+                                 file + " from the Hub was cut short (Content-Length " + cl.substr(0, 20) + ", " +
+                                     std::to_string(r.body.size()) + " bytes received); try again");
+        }
         return r;
     case 401:
         if (s.token.empty())

@@ -15,9 +15,9 @@
 
 namespace headroom::hub {
 
-// What one GET asks for and what came back. Header names in `headers` are lower-case; when a
-// redirect was followed they are the last response's, except that X-Repo-Commit and
-// X-Linked-Etag are kept from whichever response carried them.
+// What one GET asks for and what came back. Header names in `headers` are lower-case. A transport
+// follows no redirect: it returns the 3xx with its Location, and hub.cpp follows the chain with
+// one policy for both transports (credentials only to the request's own scheme, host and port).
 struct Request
 {
     std::string url;
