@@ -182,6 +182,26 @@ T Ops::add(const T &a, const T &b, int elem)
     return out;
 }
 
+T Ops::subRows(const T &a, const T &b)
+{
+    T out = s.make(a.bytes, a.elem);
+    const int64_t full = a.bytes, small = b.bytes;
+    s.record({&out}, {&a, &b}, {}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        std::vector<int> r(2, -1);
+        if (g[0] < 0)
+            return r;
+        if (needs[0])
+            r[0] = pass(s, g[0]);
+        if (needs[1]) {
+            const int neg = s.allocate(full, Category::Temporaries); // -grad
+            r[1] = s.allocate(small, Category::Temporaries);          // summed down (validate_outputs)
+            s.unref(neg);
+        }
+        return r;
+    });
+    return out;
+}
+
 T Ops::addScalar(const T &x)
 {
     T out = s.make(x.bytes, x.elem);

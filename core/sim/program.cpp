@@ -761,6 +761,40 @@ private:
         return out;
     }
 
+    // CohereLayerNorm (FamilyTraits::meanCentredNormFp32), as the H200 stream of cohere2 orders it:
+    // x.float(); mean; ((x - mean) ** 2).mean(); (x - mean) * rsqrt(var + eps); weight.float() * that;
+    // .to(input_dtype). pow keeps the first difference, the product the second and the rsqrt, the
+    // weight's product the fp32 weight and the normalised x; x.float() goes when the name rebinds.
+    T meanCentredNorm(const T &x, const T &w)
+    {
+        S.setOp("layernorm");
+        const int64_t n = checkedMul(tok, h);
+        T xf = O.to(x, 4);
+        T mu = O.mean(xf, tok);
+        T a = O.subRows(xf, mu);
+        T p = O.pow2(a);
+        T var = O.mean(p, tok);
+        S.drop(p);
+        S.drop(a);
+        T d = O.subRows(xf, mu);
+        T ve = O.addScalar(var);
+        T r = O.rsqrt(ve);
+        S.drop(ve);
+        T e = O.mul(d, r, n, 4, true, false, 0);
+        S.drop(d);
+        S.drop(r);
+        S.drop(xf);
+        T wf = O.to(w, 4);
+        T f = O.mul(wf, e, n, 4, false, true, tok);
+        S.drop(wf);
+        S.drop(e);
+        T out = O.to(f, x.elem);
+        S.drop(f);
+        S.drop(mu);
+        S.drop(var);
+        return out;
+    }
+
     // nn.LayerNorm: native_layer_norm saves its input, per-row mean and rstd (fp32).
     T layernorm(const T &x, const T &weight, const T &bias)
     {
@@ -801,6 +835,8 @@ private:
     {
         if (m.norm == NormKind::LayerNorm)
             return layernorm(x, w, bias);
+        if (ft.meanCentredNormFp32)
+            return meanCentredNorm(x, w);
         return rmsnorm(x, w, tok, h);
     }
 
@@ -833,6 +869,35 @@ private:
     void ropeInterleaved(const T &q, const T &k, const T &cos, const T &sin, T &qe, T &ke)
     {
         S.setOp("apply_rotary_pos_emb");
+        if (ft.rotaryInterleavedTables) {
+            // Cohere: q = q.float(), k = k.float(); q * cos + rotate_half(q) * sin in fp32 with the
+            // tables as given; q_embed.to(dtype), k_embed.to(dtype); the fp32 copies go on return.
+            T qf = O.to(q, 4), kf = O.to(k, 4);
+            auto one = [&](const T &xf, int64_t features) {
+                const int64_t n = checkedMul(tok, features);
+                T a = O.mul(xf, cos, n, 4, true, false, 0);
+                T x1 = O.slice(xf, n / 2);
+                T x2 = O.slice(xf, n / 2);
+                T nx2 = O.neg(x2);
+                T rot = O.cat({&nx2, &x1}, n, 4);
+                S.drop(nx2);
+                S.drop(x1);
+                S.drop(x2);
+                T b = O.mul(rot, sin, n, 4, true, false, 0);
+                S.drop(rot);
+                T out = O.add(a, b, 4);
+                S.drop(b);
+                S.drop(a);
+                return out;
+            };
+            T q32 = one(qf, qOut);
+            T k32 = one(kf, kvOut);
+            qe = O.to(q32, q.elem);
+            ke = O.to(k32, k.elem);
+            for (T *t : {&qf, &kf, &q32, &k32})
+                S.drop(*t);
+            return;
+        }
         const int64_t table = checkedMul(s, rotaryDim()) * cos.elem;
         T ci = S.make(table, cos.elem);
         T si = S.make(table, sin.elem);
@@ -1857,7 +1922,7 @@ private:
             logits = O.scale(th);
             S.drop(th);
         }
-        if (ft.logitsDividedByScalar) {
+        if (ft.logitsScaledByScalar) {
             // Granite: `logits = logits / self.config.logits_scaling` (DivBackward1 saves nothing).
             T d = O.scale(logits);
             S.drop(logits);

@@ -12,7 +12,7 @@ const Family &family_granite()
                                 .derive("granite")
                                 .set(&FamilyTraits::embeddingTimesScalar)
                                 .set(&FamilyTraits::residualBranchScaled)
-                                .set(&FamilyTraits::logitsDividedByScalar);
+                                .set(&FamilyTraits::logitsScaledByScalar);
     return f;
 }
 

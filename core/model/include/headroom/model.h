@@ -42,14 +42,21 @@ struct FamilyTraits
     // GLM's rotary (Ernie 4.5): cos/sin halves repeat_interleave'd per call, q and k made fp32 by
     // .float() before each product, rotate_half by torch.stack of the even and odd features.
     bool rotaryInterleaved = false;
+    // ... Cohere's: the tables come interleaved already; q.float() and k.float() first, the
+    // products in fp32 throughout, both cast back before the attention.
+    bool rotaryInterleavedTables = false;
+    // CohereLayerNorm: a LayerNorm without bias written in Python, in fp32: mean, (x - mean) twice
+    // (the variance's and the output's), rsqrt, the fp32 weight's product, the cast back.
+    bool meanCentredNormFp32 = false;
     bool scaledEmbedding = false;     // embedding * sqrt(hidden) (Gemma)
     bool embedScaleBuffer = false;    // ... by a registered buffer, not a tensor made each forward (Gemma 3)
     // Scalars from the config, as Python floats (MulBackward1/DivBackward1 save nothing), each a new
-    // tensor even at 1.0 (Granite): inputs_embeds * embedding_multiplier, each residual branch
-    // * residual_multiplier before its add, logits / logits_scaling.
+    // tensor even at 1.0: inputs_embeds * embedding_multiplier, each residual branch
+    // * residual_multiplier before its add (Granite), logits / logits_scaling (Granite) or
+    // * logit_scale (Cohere).
     bool embeddingTimesScalar = false;
     bool residualBranchScaled = false;
-    bool logitsDividedByScalar = false;
+    bool logitsScaledByScalar = false;
     bool slidingLayerTypes = false;   // sliding window on the layers config.layer_types names
     bool slidingWindowOptIn = false;  // config.sliding_window applies only with use_sliding_window (Qwen2/3)
     bool slidingEveryOtherLayer = false; // the even layers slide, the odd ones attend globally (Gemma 2)
