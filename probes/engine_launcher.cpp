@@ -118,13 +118,9 @@ Child spawn(const std::vector<std::string> &args)
     return {pid, fds[0]};
 }
 
-std::string oneLine(std::string s, size_t n = 300)
-{
-    for (char &c : s)
-        if (c == '\n' || c == '\r' || c == '\t')
-            c = ' ';
-    return s.size() > n ? s.substr(0, n) + "..." : s;
-}
+// The engine's words, as the one sanitiser shows any text from outside: control characters
+// (terminal escapes, forged lines) escaped, bounded (issue 32, row 7).
+std::string oneLine(const std::string &s, size_t n = 300) { return oneLineValue(s, n); }
 
 } // namespace
 

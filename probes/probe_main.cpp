@@ -74,7 +74,7 @@ int fail(int code, const std::string &message, const std::string &field)
     if (!field.empty())
         e["field"] = field;
     emit(e);
-    std::fprintf(stderr, "headroom-probe: %s\n", message.c_str());
+    std::fprintf(stderr, "headroom-probe: %s\n", oneLineValue(message, 4000).c_str());
     return code;
 }
 
@@ -87,7 +87,7 @@ bool writeAtomically(const std::string &path, const json &j)
         writeFileAtomically(path, j.dump(1) + "\n", "--out");
         return true;
     } catch (const InputError &e) {
-        std::fprintf(stderr, "headroom-probe: %s\n", e.what());
+        std::fprintf(stderr, "headroom-probe: %s\n", oneLineValue(e.what(), 4000).c_str());
         return false;
     }
 }
@@ -629,7 +629,7 @@ int probeMain(int argc, char **argv)
     if (!snapshotPath.empty() && !out.snapshot.is_null() && !writeAtomically(snapshotPath, out.snapshot))
         return fail(probe::Internal, "--snapshot = " + snapshotPath + ": cannot write the file");
     if (out.code == probe::OutOfMemory)
-        std::fprintf(stderr, "headroom-probe: %s\n", out.message.c_str());
+        std::fprintf(stderr, "headroom-probe: %s\n", oneLineValue(out.message, 4000).c_str());
     return out.code;
 }
 

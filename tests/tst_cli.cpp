@@ -530,6 +530,32 @@ private Q_SLOTS:
                       QStringLiteral("old-name/TinyLlama-1.1B-Chat-v1.0")}, env).code, 0);
     }
 
+    // Issue 32, row 7: words from a file or an argument reach the terminal as one escaped line:
+    // no terminal escape, no forged second line, from a YAML key, a flag's value or CLI11's echo.
+    void row7_echoedTextIsOneEscapedLine()
+    {
+        QTemporaryDir dir;
+        const QString yml = dir.filePath(QStringLiteral("evil.yml"));
+        {
+            QFile f(yml);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("base_model: llama-3.2-1b\nsequence_len: 1024\n\"\\e[2Jgone\\nheadroom-cli: note: all good\": 1\n");
+        }
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), yml});
+        QCOMPARE(r.code, 0);
+        QVERIFY2(!r.err.contains(QChar(0x1b)) && !r.out.contains(QChar(0x1b)), qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("\\x1b[2Jgone\\nheadroom-cli: note: all good")), qPrintable(r.err));
+        QCOMPARE(r.err.count(QStringLiteral("not understood")), 1); // said once
+        for (const QStringList &args : {QStringList{QStringLiteral("estimate"), QStringLiteral("--gpu"), QStringLiteral("\x1b[31mx\nheadroom-cli: ok")},
+                                        QStringList{QStringLiteral("estimate"), QStringLiteral("--nosuch\x1b[2J\nforged")},
+                                        QStringList{QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("/nonexistent/\x1b]0;t\x07.json")}}) {
+            const Run e = cli(args);
+            QCOMPARE(e.code, 2);
+            QVERIFY2(!e.err.contains(QChar(0x1b)) && !e.err.contains(QChar(0x07)), qPrintable(e.err));
+            QCOMPARE(e.err.count(QLatin1Char('\n')), 1);
+        }
+    }
+
     // Issue 32, rows 1 and 13: core follows the Hub's redirects for both transports: the token never
     // goes to another host, a loop or a file:// target is refused in one line, and a body cut
     // short of its Content-Length is refused and never cached.

@@ -450,7 +450,7 @@ private Q_SLOTS:
             f.write("base_model: Qwen/Qwen2.5-7B\nadapter: qlora\nload_in_4bit: true\nlora_r: 64\nlora_alpha: 16\n"
                     "lora_target_linear: true\nsequence_len: 4096\nmicro_batch_size: 2\ngradient_accumulation_steps: 8\n"
                     "optimizer: paged_adamw_8bit\nbf16: auto\ngradient_checkpointing: true\nflash_attention: true\n"
-                    "shiny_new_option: 1\n");
+                    "shiny_new_option: 1\n\"<img src='/etc/hosts'><b>bold</b>\\nforged\": 1\n");
         }
         Session s;
         MainWindow w(&s);
@@ -472,6 +472,10 @@ private Q_SLOTS:
         QVERIFY(c.gradCheckpointing);
         auto *notes = child<QLabel>(w, "configNotes");
         QVERIFY2(notes->isVisible() && notes->text().contains(QStringLiteral("shiny_new_option")), qPrintable(notes->text()));
+        // Issue 32, row 8: a key from the file is shown as the text it is, never as rich text, and
+        // its newline escaped (row 7).
+        QCOMPARE(notes->textFormat(), Qt::PlainText);
+        QVERIFY2(notes->text().contains(QStringLiteral("<img src='/etc/hosts'><b>bold</b>\\nforged")), qPrintable(notes->text()));
         QVERIFY2(s.report().error.empty(), s.report().error.c_str());
         // paged_adamw_8bit is modelled now: its moments are managed memory, named in the notes.
         QVERIFY(s.report().estimate.params.pagedOptimizerStateBytes > 0);

@@ -16,6 +16,7 @@
 #include "headroom/training_formats.h"
 
 #include "hubfetch.h"
+#include "say.h"
 #include "traced_run.h"
 
 #include <CLI/CLI.hpp>
@@ -186,7 +187,7 @@ Flags withImports(Flags f)
     for (const auto &path : f.from)
         files.push_back(importTrainingConfigFile(path, format));
     const TrainingImport m = mergeImports(files);
-    auto say = [](const std::string &what) { std::fprintf(stderr, "headroom-cli: note: %s\n", what.c_str()); };
+    auto say = [](const std::string &what) { cli::say(stderr, "headroom-cli: note: ", what); };
     if (!m.unknownKeys.empty()) {
         std::string keys;
         for (const auto &k : m.unknownKeys)
@@ -258,6 +259,7 @@ Flags withImports(Flags f)
         f.activationOffload = *st.activationOffload;
     if (st.doubleQuant && !given("--no-double-quant"))
         f.noDoubleQuant = !*st.doubleQuant;
+    f.from.clear(); // applied: passing these flags on neither reads the files nor says the notes again
     return f;
 }
 
@@ -269,7 +271,7 @@ ModelArch resolveModelFlag(const std::string &text, const std::string &flag)
     if (!std::filesystem::exists(text, ec) && hub::looksLikeHubId(text)) {
         const hub::Resolved r = hub::resolve(text, hub::settingsFromEnvironment(), curlFetch(), flag);
         for (const auto &n : r.notes)
-            std::fprintf(stderr, "headroom-cli: note: %s: %s\n", text.c_str(), n.c_str());
+            cli::say(stderr, "headroom-cli: note: ", text + ": " + n);
         return r.model;
     }
     return resolveModel(text, flag);
@@ -289,8 +291,9 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
     const bool seqGiven = f.cmd != nullptr && f.cmd->count("--seq") > 0;
     if (!seqGiven && seqLenFor(b.model, b.config.seqLen) != b.config.seqLen) {
         b.config.seqLen = seqLenFor(b.model, b.config.seqLen);
-        std::fprintf(stderr, "headroom-cli: note: --seq not given: %s takes at most %lld positions; using %lld\n",
-                     b.model.name.c_str(), static_cast<long long>(b.config.seqLen), static_cast<long long>(b.config.seqLen));
+        cli::say(stderr, "headroom-cli: note: ",
+                 "--seq not given: " + b.model.name + " takes at most " + std::to_string(b.config.seqLen) +
+                     " positions; using " + std::to_string(b.config.seqLen));
     }
     return b;
 }
@@ -396,12 +399,12 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
                 human(v.neededBytes).c_str(), human(v.capacityBytes).c_str(), headroomPhrase(v).c_str(),
                 100.0 * reserve, human(gpu.memoryBytes).c_str(), human(gpu.memoryBytes - v.capacityBytes).c_str());
     if (v.cacheFlushes > 0)
-        std::printf("note: %s\n", cacheFlushNote(v).c_str());
+        cli::say(stdout, "note: ", cacheFlushNote(v));
     if (m.estimable) // a traced estimate has no model row for the card's notes
         for (const auto &n : cardNotes(m, c, e, gpu, reserve, opt))
-            std::printf("note: %s\n", n.c_str());
+            cli::say(stdout, "note: ", n);
     for (const auto &n : e.notes)
-        std::printf("note: %s\n", n.c_str());
+        cli::say(stdout, "note: ", n);
     if (!recs.empty()) {
         std::printf("\nrecommendations (dynamic first, then static, then sharding; then what it can grow to):\n");
         int i = 1;
@@ -630,7 +633,7 @@ int runCli(int argc, char **argv)
     } catch (const CLI::CallForVersion &e) {
         return app.exit(e);
     } catch (const CLI::ParseError &e) {
-        std::fprintf(stderr, "headroom-cli: error: %s\n", e.what());
+        cli::say(stderr, "headroom-cli: error: ", e.what());
         return 2;
     }
 
@@ -647,7 +650,7 @@ int runCli(int argc, char **argv)
             std::vector<std::string> notes;
             const std::string text = exportTrainingConfig(format, modelNameForExport(f.model), c, &notes);
             for (const auto &n : notes)
-                std::fprintf(stderr, "headroom-cli: note: %s\n", n.c_str());
+                cli::say(stderr, "headroom-cli: note: ", n);
             if (exportOut.empty())
                 std::fputs(text.c_str(), stdout);
             else
@@ -690,28 +693,26 @@ int runCli(int argc, char **argv)
         if (*est && !fromTrace.empty())
             return printTraced(readTracedRun(fromTrace), fromTrace, f, check);
         if (*est) {
+            const Flags fe = withImports(f); // the files read once, their notes said once
             // A config.json of a type with no modelled row: traced with the user's own stack.
-            std::error_code fe;
-            const Flags fi = withImports(f);
-            if (std::filesystem::is_regular_file(fi.model, fe)) {
-                const ModelArch probe = modelFromFileJsonLenient(readJsonFile(fi.model, "--model"), fi.model);
+            std::error_code ec;
+            if (std::filesystem::is_regular_file(fe.model, ec)) {
+                const ModelArch probe = modelFromFileJsonLenient(readJsonFile(fe.model, "--model"), fe.model);
                 if (!probe.estimable) {
-                    TrainingConfig c = buildConfig(fi, false);
-                    if (fi.loraTargets.empty()) // no row: PEFT's own "all-linear"
+                    TrainingConfig c = buildConfig(fe, false);
+                    if (fe.loraTargets.empty()) // no row: PEFT's own "all-linear"
                         c.lora.targets = defaultLoraTargets(probe);
                     bool cached = false;
                     const TracedRun run = cli::traceForEstimate(probe, c, &cached);
                     if (cached)
-                        std::fprintf(stderr, "headroom-cli: note: %s: the trace made earlier of this request with this "
-                                             "stack (interpreter; torch, transformers, peft versions) was reused\n",
-                                     probe.modelType.c_str());
-                    return printTraced(run, fi.model, f, check);
+                        cli::say(stderr, "headroom-cli: note: ",
+                                 probe.modelType + ": the trace made earlier of this request with this stack "
+                                                   "(interpreter; torch, transformers, peft versions) was reused");
+                    return printTraced(run, fe.model, f, check);
                 }
             }
-        }
-        if (*est) {
-            const auto [m, c, gpu, reserve] = resolveBudget(f, false);
-            const EstimatorOptions opt = optionsFor(f);
+            const auto [m, c, gpu, reserve] = resolveBudget(fe, false);
+            const EstimatorOptions opt = optionsFor(fe);
             const Estimate e = estimate(m, c, opt);
             const auto recs = recommend(m, c, gpu, reserve, opt);
             if (f.json)
@@ -768,10 +769,10 @@ int runCli(int argc, char **argv)
             return 0;
         }
     } catch (const InputError &e) {
-        std::fprintf(stderr, "headroom-cli: error: %s\n", e.what());
+        cli::say(stderr, "headroom-cli: error: ", e.what());
         return 2;
     } catch (const std::exception &e) {
-        std::fprintf(stderr, "headroom-cli: error: %s\n", e.what());
+        cli::say(stderr, "headroom-cli: error: ", e.what());
         return 2;
     }
     return 0;

@@ -1,5 +1,7 @@
 #include "traced_run.h"
 
+#include "say.h"
+
 #include "headroom/config.h"
 #include "headroom/error.h"
 #include "headroom/files.h"
@@ -180,10 +182,9 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
         }
     } cleanup{requestPath, timelinePath};
     writeFileAtomically(requestPath, rj.dump(), "trace request");
-    std::fprintf(stderr, "headroom-cli: %s has no modelled row: tracing it with %s%s (torch %s; fake tensors, no GPU "
-                         "memory used)...\n",
-                 m.modelType.c_str(), ownModel ? "your model factory " : "your transformers ",
-                 ownModel ? factory : transformers.c_str(), torch.c_str());
+    say(stderr, "headroom-cli: ",
+        m.modelType + " has no modelled row: tracing it with " + (ownModel ? "your model factory " : "your transformers ") +
+            (ownModel ? std::string(factory) : transformers) + " (torch " + torch + "; fake tensors, no GPU memory used)...");
     setenv("HEADROOM_PYTHON", python.c_str(), 1);
     const Output t = capture({probe, "--engine", "transformers", "--trace", "--request", requestPath, "--timeline",
                               timelinePath},
@@ -207,7 +208,7 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
     }
     TracedRun r = readTracedRun(timelinePath);
     if (!path.empty() && std::rename(timelinePath.c_str(), path.c_str()) != 0)
-        std::fprintf(stderr, "headroom-cli: note: the trace could not be cached in %s\n", dir.c_str());
+        say(stderr, "headroom-cli: note: ", "the trace could not be cached in " + dir);
     if (cached)
         *cached = false;
     return r;

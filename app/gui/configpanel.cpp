@@ -99,6 +99,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     importButton->setObjectName(QStringLiteral("importConfig"));
     connect(importButton, &QPushButton::clicked, this, &ConfigPanel::importConfigRequested);
     m_modelInfo = new QLabel(modelBox);
+    m_modelInfo->setTextFormat(Qt::PlainText);
     m_modelInfo->setObjectName(QStringLiteral("modelInfo"));
     m_modelInfo->setWordWrap(true);
     // The window's text colour (palette(mid) was too faint to read on a light theme).
@@ -233,6 +234,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     hw->addRow(tr("Allocator"), m_allocConf);
     outer->addWidget(hwBox);
     m_problem = new QLabel(this);
+    m_problem->setTextFormat(Qt::PlainText);
     m_problem->setObjectName(QStringLiteral("configProblem"));
     m_problem->setWordWrap(true);
     m_problem->setStyleSheet(QStringLiteral("color: #b3261e"));
@@ -243,6 +245,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_notes = new QLabel(this);
     m_notes->setObjectName(QStringLiteral("configNotes"));
     m_notes->setWordWrap(true);
+    m_notes->setTextFormat(Qt::PlainText); // keys echoed from a training config: never rich text (issue 32, row 8)
     m_notes->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_notes->setStyleSheet(QStringLiteral("color: #8a5a00"));
     m_notes->hide();

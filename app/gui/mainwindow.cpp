@@ -218,7 +218,9 @@ void MainWindow::reportProblem(const QString &problem)
     if (problem.isEmpty())
         return;
     statusBar()->showMessage(problem, 10000);
-    QMessageBox::warning(this, tr("Headroom"), problem);
+    QMessageBox box(QMessageBox::Warning, tr("Headroom"), problem, QMessageBox::Ok, this);
+    box.setTextFormat(Qt::PlainText); // a file's words: never rich text (issue 32, row 8)
+    box.exec();
 }
 
 QString MainWindow::openFile(const QString &path)

@@ -45,6 +45,7 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     m_status->setObjectName(QStringLiteral("probeStatus"));
     m_status->setWordWrap(true);
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_status->setTextFormat(Qt::PlainText); // the probe's and the engine's words: never rich text
     m_cpuInstead->setObjectName(QStringLiteral("cpuInstead"));
     m_cpuInstead->hide();
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <QColor>
+#include <QTextDocument>
 
 using namespace headroom;
 
@@ -84,11 +85,11 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
             lines << tr("Uneven: the ranks differ by more than %1%.").arg((kUnevenSpread - 1) * 100, 0, 'f', 0);
         return lines.join(QLatin1Char('\n'));
     } else if (role == Qt::ToolTipRole && index.column() == Config) {
-        return qs(summarize(m.config)); // the column is narrower than the longest configurations
+        return Qt::convertFromPlainText(qs(summarize(m.config))); // narrower than the longest; a file's words, never rich text
     } else if (role == Qt::ToolTipRole) {
-        return tr("%1 on %2, %3\n%4\nHeadroom %5, %6")
-            .arg(qs(m.model.name), qs(m.deviceName), qs(m.driver), qs(engineProvenance(m)), qs(m.headroomVersion),
-                 qs(m.createdAt));
+        return Qt::convertFromPlainText(tr("%1 on %2, %3\n%4\nHeadroom %5, %6")
+                                            .arg(qs(m.model.name), qs(m.deviceName), qs(m.driver), qs(engineProvenance(m)),
+                                                 qs(m.headroomVersion), qs(m.createdAt)));
     } else if (role == Qt::ForegroundRole) {
         if (index.column() == Result && m.oom)
             return QColor(0xb3, 0x26, 0x1e);

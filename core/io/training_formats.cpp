@@ -109,6 +109,11 @@ TrainingImport importTrainingConfig(const std::string &text, const std::string &
     out.format = *format;
     formats::Reader r{name, out};
     formats::format(*format).read(r, j);
+    // Keys and values echoed back come from the file: one line each, control characters escaped,
+    // bounded (issue 32, row 7), wherever they are shown.
+    for (auto *list : {&out.unknownKeys, &out.conflicts, &out.notes})
+        for (std::string &k : *list)
+            k = boundedName(k, 400);
     out.shardsWithoutGpuCount = out.settings.zeroStage.value_or(0) > 0 && !out.settings.worldSize;
     return out;
 }
