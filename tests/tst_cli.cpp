@@ -556,6 +556,38 @@ private Q_SLOTS:
         }
     }
 
+    // Issue 32, row 9: a recipe's base_model that is a local path is a model folder (its
+    // config.json) or a .json file; any other file, a FIFO, or a symlink to one is refused before
+    // a byte of it is read, so nothing of it (size, first bytes) is told.
+    void row9_aRecipeCannotMakeUsReadOtherFiles()
+    {
+        QTemporaryDir dir;
+        auto write = [&](const QString &name, const QByteArray &bytes) {
+            QFile f(dir.filePath(name));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(bytes);
+        };
+        write(QStringLiteral("secret.txt"), "root:x:0:0:topsecret\n");
+        QVERIFY(QFile::link(dir.filePath(QStringLiteral("secret.txt")), dir.filePath(QStringLiteral("sneaky.json"))));
+        QVERIFY(::mkfifo(dir.filePath(QStringLiteral("pipe.json")).toLocal8Bit().constData(), 0600) == 0);
+        QVERIFY(QDir(dir.path()).mkdir(QStringLiteral("tiny")));
+        QVERIFY(QFile::copy(QFINDTESTDATA("data/configs/tinyllama_1.1b.json"), dir.filePath(QStringLiteral("tiny/config.json"))));
+        for (const char *named : {"secret.txt", "sneaky.json", "pipe.json"}) {
+            write(QStringLiteral("r.yml"), QByteArray("base_model: ") + dir.filePath(QString::fromLatin1(named)).toUtf8() + "\n");
+            QElapsedTimer t;
+            t.start();
+            const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), dir.filePath(QStringLiteral("r.yml"))});
+            QCOMPARE(r.code, 2);
+            QVERIFY2(r.err.contains(QStringLiteral("base_model = ")) && r.err.contains(QStringLiteral("not read")), qPrintable(r.err));
+            QVERIFY2(!r.err.contains(QStringLiteral("bytes")) && !r.err.contains(QStringLiteral("root")), qPrintable(r.err));
+            QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+        }
+        write(QStringLiteral("r.yml"), QByteArray("base_model: ") + dir.filePath(QStringLiteral("tiny")).toUtf8() + "\n");
+        const Run ok = cli({QStringLiteral("estimate"), QStringLiteral("--from"), dir.filePath(QStringLiteral("r.yml")), QStringLiteral("--json")});
+        QVERIFY2(ok.code == 0, qPrintable(ok.err));
+        QVERIFY2(ok.out.contains(QStringLiteral("tiny/config.json")) && ok.out.contains(QStringLiteral("1100048384")), qPrintable(ok.out.left(400)));
+    }
+
     // Issue 32, rows 1 and 13: core follows the Hub's redirects for both transports: the token never
     // goes to another host, a loop or a file:// target is refused in one line, and a body cut
     // short of its Content-Length is refused and never cached.

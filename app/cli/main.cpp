@@ -213,8 +213,15 @@ Flags withImports(Flags f)
         else if (into != value)
             say(std::string(flag) + " " + into + " from the command line replaces the file's " + value);
     };
-    if (st.model)
-        take("--model", f.model, *st.model);
+    if (st.model) {
+        // A local path named by the file: a model folder or a config.json, never any other file
+        // (issue 32, row 9); a Hub id or a preset goes on as it is.
+        std::string named = *st.model;
+        std::error_code ec;
+        if (!given("--model") && (std::filesystem::exists(named, ec) || std::filesystem::is_symlink(named, ec)))
+            named = recipeModelConfigPath(named, "base_model");
+        take("--model", f.model, named);
+    }
     if (st.precision)
         take("--precision", f.precision, std::string(toString(*st.precision)));
     if (st.optimizer)

@@ -294,13 +294,14 @@ QString MainWindow::importTrainingConfig(const QString &path)
         const QString model = qs(*in.settings.model);
         QString local;
         for (const QFileInfo &at : {QFileInfo(QFileInfo(path).dir(), model), QFileInfo(model)})
-            if (local.isEmpty() && at.exists())
-                local = at.isDir() ? QDir(at.absoluteFilePath()).filePath(QStringLiteral("config.json")) : at.absoluteFilePath();
+            if (local.isEmpty() && (at.exists() || at.isSymLink()))
+                local = at.absoluteFilePath();
         if (local.isEmpty()) {
             m_config->lookUpHubModel(model); // hides the notes while it looks
         } else {
-            try { // a model config only: a training config naming another one is not followed
-                m_config->addImportedModel(sheetio::readModelConfig(local));
+            try { // a model folder or config.json only (issue 32, row 9): never another file, nor a FIFO
+                const std::string config = recipeModelConfigPath(local.toStdString(), "base_model");
+                m_config->addImportedModel(sheetio::readModelConfig(qs(config)));
             } catch (const std::exception &e) {
                 notes << tr("The model %1 was not loaded: %2").arg(model, qs(e.what()));
             }

@@ -1,5 +1,7 @@
 #include "headroom/catalog.h"
 
+#include <filesystem>
+
 #include "headroom/error.h"
 
 #include <nlohmann/json.hpp>
@@ -92,6 +94,26 @@ ModelArch resolveModel(const std::string &idOrPath, const std::string &field)
             throw InputError(field, idOrPath, e.what());
         throw;
     }
+}
+
+std::string recipeModelConfigPath(const std::string &path, const std::string &field)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(path, ec);
+    const fs::path target = fs::is_symlink(st) ? fs::weakly_canonical(path, ec) : fs::path(path);
+    const auto endsJson = [](const std::string &n) { return n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0; };
+    if (fs::is_directory(target, ec)) {
+        const fs::path config = target / "config.json";
+        if (!fs::is_regular_file(config, ec))
+            throw InputError(field, path, "a model folder without a config.json; not read");
+        return config.string();
+    }
+    if (fs::is_regular_file(target, ec) && endsJson(target.filename().string()))
+        return target.string();
+    throw InputError(field, path,
+                     "a training config names its model by a Hub id, a model folder or a config.json; this is "
+                     "none of them, so it is not read");
 }
 
 GpuSpec customGpu(double memoryGiB)
