@@ -233,6 +233,11 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
     };
     fcntl(child.fd, F_SETFL, fcntl(child.fd, F_GETFL) | O_NONBLOCK);
     bool forwarded = false;
+    // The engine is reaped as soon as it exits: what it wrote is in the pipe already, so once the
+    // pipe is drained the read ends, even if a process it left behind holds its stdout open
+    // (issue 32, row 10: a grandchild held the probe until it exited).
+    bool reaped = false;
+    int status = 0;
     for (;;) {
         pollfd p{child.fd, POLLIN, 0};
         poll(&p, 1, 100);
@@ -247,8 +252,13 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
         }
         char buf[65536];
         const ssize_t n = read(child.fd, buf, sizeof buf);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            if (reaped)
+                break; // drained after the engine's exit
+            if (waitpid(child.pid, &status, WNOHANG) == child.pid)
+                reaped = true; // read once more: whatever it wrote before exiting
             continue;
+        }
         if (n <= 0)
             break;
         buffer.append(buf, static_cast<size_t>(n));
@@ -264,8 +274,7 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
     }
     handle(buffer);
     close(child.fd);
-    int status = 0;
-    while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+    while (!reaped && waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
         if (g_stop && !forwarded) {
             forwarded = true;
             kill(-child.pid, SIGTERM);

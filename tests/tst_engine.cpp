@@ -7,6 +7,10 @@
 
 #include <QtTest>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <fstream>
 
@@ -540,6 +544,22 @@ private Q_SLOTS:
         const auto m = stopped.result();
         QVERIFY(m);
         QCOMPARE(m->phases.size(), real.result()->phases.size());
+
+        // Issue 32, row 10: an engine that exits leaving a process that holds its stdout open does
+        // not hold the probe: the grandchild waits on a FIFO the test writes only after the probe
+        // has returned (a probe that waited for it would never return, and the test would time out).
+        const QString release = dir.filePath(QStringLiteral("release"));
+        QVERIFY(::mkfifo(release.toLocal8Bit().constData(), 0600) == 0);
+        env.insert(QStringLiteral("HEADROOM_TEST_MISBEHAVE"), QStringLiteral("result-then-orphan"));
+        env.insert(QStringLiteral("HEADROOM_TEST_RELEASE"), release);
+        const Run orphaned = runEngine(request(), {}, pythonWithTorch(), 120000, env);
+        // Lets the grandchild go, if the probe's teardown of the engine's group has not already.
+        if (const int fd = ::open(release.toLocal8Bit().constData(), O_WRONLY | O_NONBLOCK); fd >= 0) {
+            (void)!::write(fd, "go\n", 3);
+            ::close(fd);
+        }
+        QCOMPARE(orphaned.code, 0);
+        QVERIFY(orphaned.result());
     }
 
     // A measurement of a model type core cannot estimate still loads (issue: unsupported types).

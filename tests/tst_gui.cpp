@@ -5,6 +5,8 @@
 #include "configpanel.h"
 #include "guitestutil.h"
 #include "hubserver.h"
+
+#include <sys/stat.h>
 #include "mainwindow.h"
 #include "proberunner.h"
 #include "measurementsmodel.h"
@@ -370,6 +372,12 @@ private Q_SLOTS:
         }
         const QString problem = t->openMeasured(evil);
         QVERIFY2(problem.contains(QStringLiteral("plain data only")), qPrintable(problem));
+        // Issue 32, row 10: a FIFO named .pickle is refused before the converter starts (it held
+        // the converter until its two-minute limit).
+        const QString fifo = dir.filePath(QStringLiteral("fifo.pickle"));
+        QVERIFY(::mkfifo(fifo.toLocal8Bit().constData(), 0600) == 0);
+        const QString refused = t->openMeasured(fifo);
+        QVERIFY2(refused.contains(QStringLiteral("not a regular file")), qPrintable(refused));
     }
 
     // Issue 13: the model box finds preset ids, and typed text that matches nothing does not stay.

@@ -3,6 +3,7 @@
 #include "charts.h"
 #include "qtutil.h"
 
+#include "headroom/files.h"
 #include "headroom/error.h"
 #include "headroom/sheet.h"
 
@@ -99,6 +100,9 @@ QString engineScript()
 // the GUI never parses a pickle.
 QString TimelinePanel::convertSnapshot(const QString &path, const QString &out)
 {
+    // A FIFO or a device named .pickle would hold the converter until its timeout (issue 32,
+    // row 10): refused before it starts, as every file Headroom reads is.
+    requireRegularFile(path.toStdString(), "snapshot", uint64_t(4) << 30);
     const QString script = engineScript();
     if (script.isEmpty())
         return tr("snapshot = %1: the converter (headroom_engine.py) was not found; set HEADROOM_ENGINE_SCRIPT").arg(path);

@@ -17,15 +17,17 @@
 
 namespace headroom {
 
-std::string readRegularFile(const std::string &path, const std::string &field, size_t maxBytes)
+namespace {
+// Opened without blocking (a FIFO's open waits for a writer), then refused unless fstat says it is
+// a regular file (a FIFO, a device such as /dev/zero, a directory), and its size checked before a
+// byte is read. Returns the open descriptor, owned by `f`.
+int openRegular(const std::string &path, const std::string &field, size_t maxBytes,
+                std::unique_ptr<FILE, int (*)(FILE *)> &f)
 {
-    // Opened without blocking (a FIFO's open waits for a writer), then refused unless fstat says
-    // it is a regular file (a FIFO, a device such as /dev/zero, a directory), and its size checked
-    // before a byte is read; the read itself stops at the limit too (a file that grows).
     const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         throw InputError(field, path, std::string("cannot open the file (") + std::strerror(errno) + ")");
-    std::unique_ptr<FILE, int (*)(FILE *)> f(::fdopen(fd, "rb"), &std::fclose);
+    f.reset(::fdopen(fd, "rb"));
     if (!f) {
         ::close(fd);
         throw InputError(field, path, "cannot open the file");
@@ -39,6 +41,21 @@ std::string readRegularFile(const std::string &path, const std::string &field, s
     if (static_cast<uint64_t>(st.st_size) > maxBytes)
         throw InputError(field, path, "too large (" + std::to_string(st.st_size) + " bytes; the limit is " +
                                           std::to_string(maxBytes) + ")");
+    return fd;
+}
+} // namespace
+
+void requireRegularFile(const std::string &path, const std::string &field, uint64_t maxBytes)
+{
+    std::unique_ptr<FILE, int (*)(FILE *)> f(nullptr, &std::fclose);
+    openRegular(path, field, static_cast<size_t>(std::min<uint64_t>(maxBytes, SIZE_MAX)), f);
+}
+
+std::string readRegularFile(const std::string &path, const std::string &field, size_t maxBytes)
+{
+    // The read itself stops at the limit too (a file that grows).
+    std::unique_ptr<FILE, int (*)(FILE *)> f(nullptr, &std::fclose);
+    const int fd = openRegular(path, field, maxBytes, f);
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     std::string text;
     char buf[65536];

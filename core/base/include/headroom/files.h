@@ -12,6 +12,9 @@ namespace headroom {
 // before anything is read (nothing blocks), and the size is checked first. Throws InputError
 // naming `field` and the path.
 std::string readRegularFile(const std::string &path, const std::string &field, size_t maxBytes = 64u << 20);
+// The same checks without the read, for a file another program reads (a snapshot the Python
+// converter unpickles): a regular file, at most maxBytes; InputError naming `field` otherwise.
+void requireRegularFile(const std::string &path, const std::string &field, uint64_t maxBytes);
 
 // Writes `bytes` to `path` so that the file is either the old one or the whole new one: a new
 // temporary made by mkstemp in the same folder (never a fixed name a planted symlink could hold),
