@@ -588,6 +588,40 @@ private Q_SLOTS:
         QVERIFY2(ok.out.contains(QStringLiteral("tiny/config.json")) && ok.out.contains(QStringLiteral("1100048384")), qPrintable(ok.out.left(400)));
     }
 
+    // Issue 32, row 15: a message names the file's own field and says what is wrong with it: a
+    // GPT-2 n_embd of 3e18 (its 4 x n_embd overflowed into "intermediate_size = -6.4e18"), a layer
+    // count of 2^64 - 1 (was "must be positive"), a micro-batch of 1e15 (was "not a whole number").
+    void row15_messagesNameWhatIsWrong_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QByteArray>("text");
+        QTest::addColumn<QString>("says");
+        QTest::addRow("n_embd 3e18") << "m.json" << QByteArray(R"({"model_type":"gpt2","n_embd":3000000000000000000,"n_layer":2,"n_head":2,"vocab_size":100})")
+                                     << "config.n_embd = 3000000000000000000: must be at most 2^40";
+        QTest::addRow("layers 2^64-1") << "m.json"
+                                       << QByteArray(R"({"model_type":"llama","hidden_size":64,"num_hidden_layers":18446744073709551615,"num_attention_heads":4,"intermediate_size":128,"vocab_size":100})")
+                                       << "config.num_hidden_layers = 18446744073709551615: must be at most 2^40";
+        QTest::addRow("micro-batch 1e15") << "r.yml" << QByteArray("base_model: llama-3.2-1b\nmicro_batch_size: 1e15\n")
+                                          << "micro_batch_size = 1e+15: must be between 1 and";
+    }
+    void row15_messagesNameWhatIsWrong()
+    {
+        QFETCH(QString, file);
+        QFETCH(QByteArray, text);
+        QFETCH(QString, says);
+        QTemporaryDir dir;
+        {
+            QFile f(dir.filePath(file));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(text);
+        }
+        const Run r = cli({QStringLiteral("estimate"), file.endsWith(QStringLiteral(".yml")) ? QStringLiteral("--from") : QStringLiteral("--model"),
+                           dir.filePath(file)});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(says), qPrintable(r.err));
+        QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+    }
+
     // Issue 32, rows 1 and 13: core follows the Hub's redirects for both transports: the token never
     // goes to another host, a loop or a file:// target is refused in one line, and a body cut
     // short of its Content-Length is refused and never cached.

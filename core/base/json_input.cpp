@@ -5,6 +5,7 @@
 #include "headroom/schema.h"
 
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -36,7 +37,8 @@ int64_t requireInt64(const json &obj, const std::string &key, const std::string 
     const json &v = requireField(obj, key, ctx);
     if (!v.is_number_integer())
         throw InputError(ctx + "." + key, show(v), "must be a whole number");
-    const int64_t n = v.get<int64_t>();
+    // Past int64 (an unsigned 2^64 - 1) is out of the range, never wrapped to a negative number.
+    const int64_t n = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v.get<int64_t>();
     if (n < lo || n > hi)
         throw InputError(ctx + "." + key, show(v),
                          "must be between " + std::to_string(lo) + " and " + std::to_string(hi));

@@ -8,6 +8,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <climits>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -39,11 +41,16 @@ struct Reader
     static bool isAuto(const json &v) { return v.is_string() && v.get<std::string>() == "auto"; }
     int64_t integer(const std::string &key, const json &v, int64_t lo, int64_t hi) const
     {
+        // A whole number of any size is one: a value past int64 (2^64 - 1, 1e15 written as a float)
+        // is out of the range, not "not a whole number" (issue 32, row 15).
         int64_t x = 0;
-        if (v.is_number_integer())
+        if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+            x = INT64_MAX;
+        else if (v.is_number_integer())
             x = v.get<int64_t>();
-        else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::abs(v.get<double>()) < 1e15)
-            x = static_cast<int64_t>(v.get<double>());
+        else if (v.is_number_float() && std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>())
+            x = std::abs(v.get<double>()) < 9.0e18 ? static_cast<int64_t>(v.get<double>())
+                                                    : (v.get<double>() < 0 ? INT64_MIN : INT64_MAX);
         else
             bad(key, v, "must be a whole number");
         if (x < lo || x > hi)

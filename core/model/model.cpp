@@ -25,12 +25,20 @@ int64_t requireInt(const json &c, const std::string &key, const std::string &ctx
     if (!c.contains(key) || c.at(key).is_null())
         throw InputError(ctx + "." + key, "(missing)", "required field is missing");
     const json &v = c.at(key);
-    // A float only when it is whole and fits (1e23 would make the conversion undefined).
-    const bool wholeFloat = v.is_number_float() && std::abs(v.get<double>()) < 9.0e18 &&
-                            v.get<double>() == std::floor(v.get<double>());
-    if (!v.is_number_integer() && !wholeFloat)
+    // A size in a config.json: a whole number in [1, 2^40]. Checked before any arithmetic, so a
+    // derived size (GPT-2's n_inner = 4 n_embd) cannot overflow, and the message names the
+    // file's own field; 2^64 - 1 and 1e23 are too large, not "not positive" (issue 32, row 15).
+    constexpr int64_t kMaxConfigInt = int64_t(1) << 40;
+    const bool whole = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                                 v.get<double>() == std::floor(v.get<double>()));
+    if (!whole)
         throw InputError(ctx + "." + key, show(v), "must be a whole number");
-    const auto n = v.get<int64_t>();
+    const bool tooLarge = (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(kMaxConfigInt)) ||
+                          (v.is_number_float() && v.get<double>() > double(kMaxConfigInt)) ||
+                          (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() > kMaxConfigInt);
+    if (tooLarge)
+        throw InputError(ctx + "." + key, show(v), "must be at most 2^40 (1099511627776)");
+    const auto n = v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
     if (n <= 0)
         throw InputError(ctx + "." + key, show(v), "must be positive");
     return n;

@@ -75,6 +75,10 @@ def main(argv=None):
         except OSError as e:
             print(f"headroom-engine: snapshot = {args.convert_snapshot}: {e.strerror}", file=sys.stderr)
             return EXIT_BAD_REQUEST
+        except Exception as e:  # a snapshot whose plain data is not laid out as PyTorch writes it
+            print(f"headroom-engine: snapshot = {args.convert_snapshot}: not a PyTorch memory snapshot "
+                  f"({type(e).__name__}: {short(str(e), 200)})", file=sys.stderr)
+            return EXIT_BAD_REQUEST
     if args.torchrun:
         return torchrun(args.torchrun, [a for a in (argv if argv is not None else sys.argv[1:])])
     rank = int(os.environ.get("RANK", "0"))
