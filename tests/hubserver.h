@@ -40,6 +40,21 @@ struct HubServer
     }
 };
 
+// Issue 32, row 1: the requests that reached the redirect's target (another host: the log's
+// /TinyLlama/ paths) carry no token, and the endpoint's own carry `token`. Returns the first line
+// that breaks that, or empty; `redirected` counts the target's requests.
+inline QString tokenLeft(const QStringList &log, const QString &token, int *redirected)
+{
+    *redirected = 0;
+    for (const QString &line : log) {
+        const bool atTarget = line.startsWith(QStringLiteral("GET /TinyLlama/"));
+        *redirected += atTarget ? 1 : 0;
+        if (atTarget ? line.contains(QStringLiteral("Bearer")) : !line.endsWith(QStringLiteral("Bearer ") + token))
+            return line;
+    }
+    return {};
+}
+
 inline const char *const kHubVariables[] = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE",
                                             "TRANSFORMERS_OFFLINE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN_PATH"};
 

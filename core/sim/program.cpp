@@ -840,6 +840,20 @@ private:
         return rmsnorm(x, w, tok, h);
     }
 
+    // rotate_half(x) over its n elements: two halves (views; Llama's x[..., :d/2], x[..., d/2:], or
+    // GLM's even and odd features), -x2, then torch.cat or torch.stack with x1: one new tensor.
+    T rotateHalf(const T &x, int64_t n)
+    {
+        T x1 = O.slice(x, n / 2);
+        T x2 = O.slice(x, n / 2);
+        T nx2 = O.neg(x2);
+        T rot = O.cat({&nx2, &x1}, n, x.elem);
+        S.drop(nx2);
+        S.drop(x1);
+        S.drop(x2);
+        return rot;
+    }
+
     // apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin); cos and sin broadcast over
     // batch and heads.
     T rope(const T &x, const T &cos, const T &sin, int64_t features)
@@ -848,13 +862,7 @@ private:
         const int e = std::max(x.elem, cos.elem);
         const int64_t n = checkedMul(tok, features);
         T a = O.mul(x, cos, n, e, true, false, 0);
-        T x1 = O.slice(x, n / 2);
-        T x2 = O.slice(x, n / 2);
-        T nx2 = O.neg(x2);
-        T rot = O.cat({&nx2, &x1}, n, x.elem);
-        S.drop(nx2);
-        S.drop(x1);
-        S.drop(x2);
+        T rot = rotateHalf(x, n);
         T bsin = O.mul(rot, sin, n, e, true, false, 0);
         S.drop(rot);
         T out = O.add(a, bsin, e);
@@ -876,13 +884,7 @@ private:
             auto one = [&](const T &xf, int64_t features) {
                 const int64_t n = checkedMul(tok, features);
                 T a = O.mul(xf, cos, n, 4, true, false, 0);
-                T x1 = O.slice(xf, n / 2);
-                T x2 = O.slice(xf, n / 2);
-                T nx2 = O.neg(x2);
-                T rot = O.cat({&nx2, &x1}, n, 4);
-                S.drop(nx2);
-                S.drop(x1);
-                S.drop(x2);
+                T rot = rotateHalf(xf, n);
                 T b = O.mul(rot, sin, n, 4, true, false, 0);
                 S.drop(rot);
                 T out = O.add(a, b, 4);
@@ -906,13 +908,7 @@ private:
             T xf = O.to(x, 4);
             T a = O.mul(xf, ci, n, 4, true, false, 0);
             S.drop(xf);
-            T x1 = O.slice(x, n / 2);
-            T x2 = O.slice(x, n / 2);
-            T nx2 = O.neg(x2);
-            T rot = O.cat({&nx2, &x1}, n, x.elem);
-            S.drop(nx2);
-            S.drop(x1);
-            S.drop(x2);
+            T rot = rotateHalf(x, n);
             T rf = O.to(rot, 4);
             S.drop(rot);
             T b = O.mul(rf, si, n, 4, true, false, 0);
