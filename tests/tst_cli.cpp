@@ -607,6 +607,11 @@ private Q_SLOTS:
                                        << "config.num_hidden_layers = 18446744073709551615: must be at most 2^40";
         QTest::addRow("micro-batch 1e15") << "r.yml" << QByteArray("base_model: llama-3.2-1b\nmicro_batch_size: 1e15\n")
                                           << "micro_batch_size = 1e+15: must be between 1 and";
+        // Each size within its bounds, the step's logits past 64-bit sums: refused naming the
+        // flags, not estimated through a wrapped product.
+        QTest::addRow("2^40 tokens x 2^24 vocabulary") << "big.yml"
+            << QByteArray("base_model: @DIR@/big.json\nmicro_batch_size: 1048576\nsequence_len: 1048576\n")
+            << "micro_batch x seq_len = 1048576 x 1048576: the logits";
     }
     void row15_messagesNameWhatIsWrong()
     {
@@ -617,7 +622,10 @@ private Q_SLOTS:
         {
             QFile f(dir.filePath(file));
             QVERIFY(f.open(QIODevice::WriteOnly));
-            f.write(text);
+            f.write(QByteArray(text).replace("@DIR@", dir.path().toUtf8()));
+            QFile big(dir.filePath(QStringLiteral("big.json")));
+            QVERIFY(big.open(QIODevice::WriteOnly));
+            big.write(R"({"model_type":"llama","hidden_size":4096,"num_hidden_layers":2,"num_attention_heads":32,"intermediate_size":4096,"vocab_size":16777216})");
         }
         const Run r = cli({QStringLiteral("estimate"), file.endsWith(QStringLiteral(".yml")) ? QStringLiteral("--from") : QStringLiteral("--model"),
                            dir.filePath(file)});

@@ -124,12 +124,34 @@ std::vector<Breakdown> breakdownsAt(const Timeline &t, const std::vector<size_t>
     return out;
 }
 
+// The step's largest tensors each below 2^48 bytes (256 TiB): then every sum the simulator and
+// the allocator model make of them stays far inside int64. Past it the configuration is no step a
+// GPU runs, and it is refused naming what makes it so, never estimated through a wrapped product
+// (issue 32, row 15: 2^40 tokens over a 2^24 vocabulary printed an estimate).
+void requireRepresentable(const ModelArch &m, const TrainingConfig &c)
+{
+    constexpr int64_t kLimit = int64_t(1) << 48;
+    auto check = [&](std::initializer_list<int64_t> factors, const char *what) {
+        int64_t v = 1;
+        for (int64_t f : factors)
+            if (f > 0 && (__builtin_mul_overflow(v, f, &v) || v > kLimit))
+                throw InputError("micro_batch x seq_len", std::to_string(c.microBatch) + " x " + std::to_string(c.seqLen),
+                                 std::string(what) + " alone would pass 2^48 bytes (256 TiB): no GPU runs such a step");
+    };
+    check({c.microBatch, c.seqLen, m.vocabSize, 8}, "the logits (fp32, and their gradient)");
+    check({c.microBatch, c.seqLen, std::max({m.hiddenSize, m.intermediateSize, m.expertIntermediateSize}), 16},
+          "one layer's activations");
+    if (c.attention == Attention::Eager)
+        check({c.microBatch, m.numHeads, c.seqLen, c.seqLen, 4}, "eager attention's scores");
+}
+
 } // namespace
 
 Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
 {
     model.validate();
     cfg.validate();
+    requireRepresentable(model, cfg);
     if (auto no = estimateRefusal(model, cfg))
         throw Refused(std::move(*no));
     // Simulated: one GPU, DDP, ZeRO-1 and FSDP2. Optimizer offload and QLoRA under FSDP still go
@@ -251,6 +273,7 @@ Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &cfg, con
     cfg.validate();
     if (steadySteps < 1 || steadySteps > 8)
         throw InputError("steady_steps", std::to_string(steadySteps), "must be in [1, 8]");
+    requireRepresentable(model, cfg);
     return simulateRun(model, cfg, opt, steadySteps);
 }
 
