@@ -127,7 +127,7 @@ private Q_SLOTS:
         QTest::addRow("unknown model_type")
             << est({"--model", HEADROOM_SOURCE_DIR "/tests/data/configs/unknown_type.json"}) << "model_type = bert";
         QTest::addRow("overflow") << est({"--model", "gemma-2-27b", "--batch", "1048576", "--seq", "16777216"})
-                                  << "overflows 64 bits";
+                                  << "micro_batch x seq_len = 1048576 x 16777216: the logits";
         QTest::addRow("unknown flag") << est({"--bogus"}) << "--bogus";
         QTest::addRow("no subcommand") << QStringList{} << "subcommand";
         QTest::addRow("sweep format") << QStringList{QStringLiteral("sweep"), QStringLiteral("--format"),
