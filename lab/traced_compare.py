@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The traced estimate against the real step, per case of lab/traced.sh or lab/traced-gpu.sh:
 headroom-cli estimate --from-trace NAME.trace-tl.json against NAME.real.json's steady peaks (the
-highest of the steps after the warm-up). Prints the table and the summary the issue asks for."""
+highest of the steps after the warm-up). Prints the table and the summary the issue asks for.
+Then the modelled rows (families by difference) against the same real steps, where the type has
+one: headroom-cli compare --json NAME.real.json, the phases' peaks."""
 import glob, json, os, statistics, subprocess, sys
 
 
@@ -26,10 +28,33 @@ def main(folder, cli):
         a, r = 100 * (est["allocated_bytes"] - ra) / ra, 100 * (est["reserved_bytes"] - rr) / rr
         rows.append((name, a, r))
         print(f"{name:28s} allocated {a:+7.3f}%  reserved {r:+7.3f}%")
-    if rows:
-        al, re = [abs(x[1]) for x in rows], [abs(x[2]) for x in rows]
-        print(f"{len(rows)} cases: allocated median |error| {statistics.median(al):.3f}%, max {max(al):.3f}%, "
-              f"most under {min(x[1] for x in rows):+.3f}%; reserved median {statistics.median(re):.3f}%, max {max(re):.3f}%")
+    summary("traced", rows)
+    modelled = []
+    for real in sorted(glob.glob(os.path.join(folder, "*.real.json"))):
+        name = os.path.basename(real)[: -len(".real.json")]
+        p = subprocess.run([cli, "compare", "--json", real], capture_output=True, text=True)
+        if p.returncode not in (0, 1):  # 2: no row for the type (traced only) or a bad file
+            print(f"{name:28s} no modelled row: {p.stderr.strip()[:120]}")
+            continue
+        phases = [q for q in json.loads(p.stdout)["phases"] if q["phase"] != "after_load"]
+        worst = max(phases, key=lambda q: q["measured_bytes"])
+        a = 100 * worst["error"]
+        modelled.append((name, a, None))
+        print(f"{name:28s} modelled: peak phase {worst['phase']} {a:+7.3f}%, every phase within "
+              f"{100 * max(abs(q['error']) for q in phases):.3f}%")
+    summary("modelled (allocated, the measured peak phase)", modelled)
+
+
+def summary(what, rows):
+    if not rows:
+        return
+    al = [abs(x[1]) for x in rows]
+    line = (f"{what}: {len(rows)} cases: allocated median |error| {statistics.median(al):.3f}%, max {max(al):.3f}%, "
+            f"most under {min(x[1] for x in rows):+.3f}%")
+    re = [abs(x[2]) for x in rows if x[2] is not None]
+    if re:
+        line += f"; reserved median {statistics.median(re):.3f}%, max {max(re):.3f}%"
+    print(line)
 
 
 if __name__ == "__main__":
