@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""A hostile pass over headroom-cli's input surfaces (issue 32): config.json fields, training-config
+keys, files that are not files (FIFOs, devices, folders, links, huge or empty ones), command-line
+values and --out targets. Each case runs the real CLI and is held to the promises of
+docs/security.md:
+
+- it ends within 10 s, never by a signal, with exit 0, 1 or 2;
+- a refusal (exit 2) is one line on stderr that names a field or flag (" = ");
+- nothing it prints holds a control character (a terminal escape, a forged line);
+- an estimate it gives has no negative byte count;
+- a file planted where --out writes (a link's target, a FIFO, /dev/null) is left as it was.
+
+    scripts/hostile.py build/dev/app/headroom-cli      # prints one line per failure, then a count
+
+Exit 1 when any case breaks a promise. ctest runs it (`hostile`).
+"""
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+
+BASE = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 512}
+# Raw JSON texts, so values JSON libraries would not write (2^64 - 1, huge exponents) go in as typed.
+BAD_VALUES = ["0", "-1", "2147483648", "9223372036854775807", "18446744073709551615", "1e308", "-1e308",
+              "1.5", "\"12\"", "null", "[]", "{}", "true", "\"\\u001b[2J\\nheadroom-cli: ok\"", "1e400"]
+CONFIG_FIELDS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                 "intermediate_size", "vocab_size", "max_position_embeddings", "head_dim", "model_type",
+                 "tie_word_embeddings", "rope_scaling", "torch_dtype", "sliding_window"]
+YAML_KEYS = ["micro_batch_size", "sequence_len", "gradient_accumulation_steps", "lora_r", "lora_alpha",
+             "lora_dropout", "optimizer", "adapter", "learning_rate", "gradient_checkpointing", "\"\\e[2Jkey\""]
+YAML_VALUES = ["0", "-1", "1e15", "1e400", "abc", "null", "[1, 2]", "{a: 1}", "\"\\e[31mred\\nforged\"",
+               "../../../../etc/passwd", "500_000", ""]
+FLAGS = ["--batch", "--seq", "--grad-accum", "--lora-rank", "--gpus", "--zero", "--reserve", "--lora-dropout",
+         "--gpu", "--precision", "--optimizer", "--checkpoint-layers"]
+FLAG_VALUES = ["0", "-1", "1e9", "abc", "", "\x1b[2J", "99999999999999999999", "nan", "inf", "0x10"]
+
+
+class Pass:
+    def __init__(self, cli, root):
+        self.cli, self.root, self.cases, self.failures = cli, root, 0, []
+
+    def run(self, name, args, out_json=False, victims=()):
+        self.cases += 1
+        before = {v: fingerprint(v) for v in victims}
+        try:
+            p = subprocess.run([self.cli] + args, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return self.fail(name, "ran past 10 s")
+        out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        if p.returncode not in (0, 1, 2):
+            return self.fail(name, f"exit {p.returncode}: {err.strip()[-200:]}")
+        for text, where in ((out, "stdout"), (err, "stderr")):
+            bad = [c for c in text if ord(c) < 32 and c not in "\n\t"]
+            if bad:
+                return self.fail(name, f"a control character ({ord(bad[0]):#x}) on {where}")
+        if p.returncode == 2:
+            lines = [l for l in err.split("\n") if l]
+            if len(lines) != 1 or " = " not in lines[0]:
+                return self.fail(name, f"refusal is not one line naming a field: {err.strip()[:300]!r}")
+        if out_json and p.returncode == 0:
+            try:
+                doc = json.loads(out)
+            except ValueError:
+                return self.fail(name, "--json output is not JSON")
+            if any(v < 0 for v in numbers(doc.get("peak", {}))):
+                return self.fail(name, f"a negative byte count: {doc.get('peak')}")
+        for v, fp in before.items():
+            if fingerprint(v) != fp:
+                return self.fail(name, f"{v} was changed")
+
+    def fail(self, name, why):
+        self.failures.append(f"{name}: {why}")
+
+    def path(self, name):
+        return os.path.join(self.root, name)
+
+    def write(self, name, data):
+        with open(self.path(name), "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        return self.path(name)
+
+
+def numbers(d):
+    return [v for v in d.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def fingerprint(path):
+    st = os.lstat(path)
+    if stat.S_ISREG(st.st_mode):
+        with open(path, "rb") as f:
+            return ("file", hashlib.sha256(f.read()).hexdigest())
+    return (stat.S_IFMT(st.st_mode), st.st_rdev, os.readlink(path) if stat.S_ISLNK(st.st_mode) else "")
+
+
+def config_cases(h):
+    base = json.dumps(BASE)
+    for field in CONFIG_FIELDS:
+        for i, value in enumerate(BAD_VALUES):
+            text = base[:-1] + f', "{field}": {value}}}' if field not in BASE else \
+                base.replace(f'"{field}": {json.dumps(BASE[field])}', f'"{field}": {value}')
+            path = h.write(f"config-{field}-{i}.json", text)
+            h.run(f"config.json {field} = {value}", ["estimate", "--model", path, "--json"], out_json=True)
+
+
+def yaml_cases(h):
+    model = h.write("tiny.json", json.dumps(BASE))
+    for key in YAML_KEYS:
+        for i, value in enumerate(YAML_VALUES):
+            text = f"base_model: {model}\nadapter: lora\n{key}: {value}\n" if key != "adapter" else \
+                f"base_model: {model}\nadapter: {value}\n"
+            path = h.write(f"recipe-{len(h.failures)}-{YAML_KEYS.index(key)}-{i}.yml", text)
+            h.run(f"recipe {key}: {value}", ["estimate", "--from", path, "--json"], out_json=True)
+
+
+def file_cases(h):
+    fifo = h.path("fifo.json")
+    os.mkfifo(fifo)
+    secret = h.write("secret.txt", "root:x:0:0:secret\n")
+    link = h.path("link.json")
+    os.symlink(secret, link)
+    big = h.path("big.json")
+    with open(big, "wb") as f:
+        f.truncate(80 << 20)  # sparse: its size is refused before a byte is read
+    deep = h.write("deep.json", "[" * 100000 + "]" * 100000)
+    nul = h.write("nul.json", b'{"model_type": "llama"\x00, "hidden_size": 64}')
+    empty = h.write("empty.json", "")
+    multi = h.write("multi.yml", "micro_batch_size: 2\n---\nmicro_batch_size: 4\n")
+    os.mkdir(h.path("folder"))
+    targets = [fifo, "/dev/zero", "/dev/null", h.path("folder"), link, big, deep, nul, empty, multi,
+               "/nonexistent/x.json", h.path("recipe-dir/../fifo.json")]
+    for t in targets:
+        for args in (["estimate", "--model", t], ["estimate", "--from", t], ["compare", t],
+                     ["estimate", "--from-trace", t], ["timeline", "--model", t]):
+            h.run(f"{' '.join(args[:-1])} {os.path.basename(t)}", args)
+
+
+def flag_cases(h):
+    for flag in FLAGS:
+        for value in FLAG_VALUES:
+            h.run(f"estimate {flag} {value!r}", ["estimate", "--model", "llama-3.2-1b", flag, value, "--json"],
+                  out_json=True)
+
+
+def out_cases(h):
+    victim = h.write("victim.txt", "keep me\n")
+    for name, make in (("link", lambda p: os.symlink(victim, p)), ("fifo", os.mkfifo), ("folder", os.mkdir)):
+        target = h.path(f"out-{name}")
+        make(target)
+        for planted in ("", ".headroom-tmp"):
+            if planted:
+                os.symlink(victim, target + planted) if not os.path.lexists(target + planted) else None
+            h.run(f"export --out {name}{planted}", ["export", "--model", "llama-3.2-1b", "--format", "axolotl",
+                                                    "--out", target], victims=[victim] if name != "link" else [])
+    h.run("export --out /dev/null", ["export", "--model", "llama-3.2-1b", "--format", "axolotl", "--out", "/dev/null"],
+          victims=["/dev/null"])
+
+
+def main():
+    cli = sys.argv[1] if len(sys.argv) > 1 else "build/dev/app/headroom-cli"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update({"HF_HUB_OFFLINE": "1"})
+    os.environ.clear()
+    os.environ.update(env)
+    with tempfile.TemporaryDirectory() as root:
+        os.environ["HF_HUB_CACHE"] = os.path.join(root, "hub")
+        os.environ["XDG_CACHE_HOME"] = os.path.join(root, "cache")
+        h = Pass(cli, root)
+        for cases in (config_cases, yaml_cases, file_cases, flag_cases, out_cases):
+            cases(h)
+    for f in h.failures:
+        print(f)
+    print(f"hostile: {h.cases} cases, {len(h.failures)} broke a promise")
+    return 1 if h.failures or h.cases < 400 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
