@@ -10,7 +10,8 @@ docs/security.md:
 - an estimate it gives has no negative byte count;
 - a file planted where --out writes (a link's target, a FIFO, /dev/null) is left as it was.
 
-    scripts/hostile.py build/dev/app/headroom-cli      # prints one line per failure, then a count
+    scripts/hostile.py build/dev/app/headroom-cli [build/dev/app/gui/headroom]
+                        # prints one line per failure, then a count; with the explorer, its files too
 
 Exit 1 when any case breaks a promise. ctest runs it (`hostile`).
 """
@@ -34,6 +35,7 @@ YAML_KEYS = ["micro_batch_size", "sequence_len", "gradient_accumulation_steps", 
              "lora_dropout", "optimizer", "adapter", "learning_rate", "gradient_checkpointing", "\"\\e[2Jkey\""]
 YAML_VALUES = ["0", "-1", "1e15", "1e400", "abc", "null", "[1, 2]", "{a: 1}", "\"\\e[31mred\\nforged\"",
                "../../../../etc/passwd", "500_000", ""]
+QT_NOTICES = ("This plugin does not support propagateSizeHints()", "QStandardPaths: XDG_RUNTIME_DIR")
 FLAGS = ["--batch", "--seq", "--grad-accum", "--lora-rank", "--gpus", "--zero", "--reserve", "--lora-dropout",
          "--gpu", "--precision", "--optimizer", "--checkpoint-layers"]
 FLAG_VALUES = ["0", "-1", "1e9", "abc", "", "\x1b[2J", "99999999999999999999", "nan", "inf", "0x10"]
@@ -43,14 +45,17 @@ class Pass:
     def __init__(self, cli, root):
         self.cli, self.root, self.cases, self.failures = cli, root, 0, []
 
-    def run(self, name, args, out_json=False, victims=()):
+    def run(self, name, args, out_json=False, victims=(), exe=None, timeout=10, env=None):
         self.cases += 1
         before = {v: fingerprint(v) for v in victims}
         try:
-            p = subprocess.run([self.cli] + args, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+            p = subprocess.run([exe or self.cli] + args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                               env=env)
         except subprocess.TimeoutExpired:
-            return self.fail(name, "ran past 10 s")
+            return self.fail(name, f"ran past {timeout} s")
         out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        # Qt's own offscreen-platform notices are not Headroom's words.
+        err = "".join(l for l in err.splitlines(True) if not l.startswith(QT_NOTICES))
         if p.returncode not in (0, 1, 2):
             return self.fail(name, f"exit {p.returncode}: {err.strip()[-200:]}")
         for text, where in ((out, "stdout"), (err, "stderr")):
@@ -159,6 +164,30 @@ def out_cases(h):
           victims=["/dev/null"])
 
 
+def gui_cases(h, gui):
+    """The explorer's files (--model, --config, --measurement, --timeline), rendered offscreen: the
+    same kinds of not-a-file and hostile contents, each refused in one line or opened."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_RUNTIME_DIR=h.path("runtime"),
+               XDG_CONFIG_HOME=h.path("gui-config"))
+    os.makedirs(env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
+    shot = h.path("shot.png")
+    escape = "\u001b[2J\nheadroom: all good"
+    contents = {
+        "escaped-type.json": json.dumps(dict(BASE, model_type="\x1b[2J")).replace("\\x1b", "\\u001b"),
+        "sheet-bad.json": '{"schema_version": 1, "kind": "budget_sheet", "scenario": {"model": 5}}',
+        "sheet-escape.json": '{"schema_version": 1, "kind": "budget_sheet", "notes": "' + escape + '"}',
+        "result-escape.json": '{"schema_version": 1, "event": "result", "device_name": "' + escape + '", "phases": []}',
+        "timeline-huge.json": '{"schema_version": 1, "kind": "probe_timeline", "events": [[0, 1, 1e300]]}',
+        "not-json.json": "<img src='/etc/hosts'>",
+    }
+    files = [h.write(n, t) for n, t in contents.items()]
+    files += [h.path(n) for n in ("fifo.json", "link.json", "big.json", "deep.json", "nul.json", "empty.json", "folder")]
+    files += ["/dev/zero", "/nonexistent/x.json"]
+    for f in files:
+        for opt in ("--model", "--config", "--measurement", "--timeline"):
+            h.run(f"explorer {opt} {os.path.basename(f)}", [opt, f, "--screenshot", shot], exe=gui, timeout=30, env=env)
+
+
 def main():
     cli = sys.argv[1] if len(sys.argv) > 1 else "build/dev/app/headroom-cli"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
@@ -171,6 +200,8 @@ def main():
         h = Pass(cli, root)
         for cases in (config_cases, yaml_cases, file_cases, flag_cases, out_cases):
             cases(h)
+        if len(sys.argv) > 2:
+            gui_cases(h, sys.argv[2])
     for f in h.failures:
         print(f)
     print(f"hostile: {h.cases} cases, {len(h.failures)} broke a promise")
