@@ -10,8 +10,10 @@ docs/security.md:
 - an estimate it gives has no negative byte count;
 - a file planted where --out writes (a link's target, a FIFO, /dev/null) is left as it was.
 
-    scripts/hostile.py build/dev/app/headroom-cli [build/dev/app/gui/headroom]
-                        # prints one line per failure, then a count; with the explorer, its files too
+    scripts/hostile.py CLI [EXPLORER [PROBE]]
+        e.g. build/dev/app/headroom-cli build/dev/app/gui/headroom build/dev/probes/headroom-probe
+        prints one line per failure, then a count; with the explorer its files, with the probe its
+        requests (a valid one runs a real CPU step of a tiny model)
 
 Exit 1 when any case breaks a promise. ctest runs it (`hostile`).
 """
@@ -45,7 +47,7 @@ class Pass:
     def __init__(self, cli, root):
         self.cli, self.root, self.cases, self.failures = cli, root, 0, []
 
-    def run(self, name, args, out_json=False, victims=(), exe=None, timeout=10, env=None):
+    def run(self, name, args, out_json=False, victims=(), exe=None, timeout=10, env=None, codes=(0, 1, 2)):
         self.cases += 1
         before = {v: fingerprint(v) for v in victims}
         try:
@@ -53,16 +55,18 @@ class Pass:
                                env=env)
         except subprocess.TimeoutExpired:
             return self.fail(name, f"ran past {timeout} s")
+        except OSError as e:
+            return self.fail(name, f"cannot start {exe or self.cli}: {e.strerror}")
         out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
         # Qt's own offscreen-platform notices are not Headroom's words.
         err = "".join(l for l in err.splitlines(True) if not l.startswith(QT_NOTICES))
-        if p.returncode not in (0, 1, 2):
+        if p.returncode not in codes:
             return self.fail(name, f"exit {p.returncode}: {err.strip()[-200:]}")
         for text, where in ((out, "stdout"), (err, "stderr")):
             bad = [c for c in text if ord(c) < 32 and c not in "\n\t"]
             if bad:
                 return self.fail(name, f"a control character ({ord(bad[0]):#x}) on {where}")
-        if p.returncode == 2:
+        if p.returncode == 2 or (p.returncode not in (0, 1) and codes != (0, 1, 2)):
             lines = [l for l in err.split("\n") if l]
             if len(lines) != 1 or " = " not in lines[0]:
                 return self.fail(name, f"refusal is not one line naming a field: {err.strip()[:300]!r}")
@@ -188,6 +192,27 @@ def gui_cases(h, gui):
             h.run(f"explorer {opt} {os.path.basename(f)}", [opt, f, "--screenshot", shot], exe=gui, timeout=30, env=env)
 
 
+def probe_cases(h, probe):
+    """headroom-probe's --request: a tiny valid request with one field made hostile at a time, and
+    the not-a-file kinds. Exit 0, 2 (refused), 3 (out of memory) or 4 (no such device) only."""
+    base = {"schema_version": 1, "kind": "probe_request", "steps": 1, "device": "cpu",
+            "model": {"headroom": {"id": "tiny", "name": "tiny"}, "config": BASE},
+            "config": {"precision": "fp32", "optimizer": "adamw", "finetune": "full", "micro_batch": 1, "seq_len": 32}}
+    text = json.dumps(base)
+    fields = [("steps", json.dumps(1)), ("device", json.dumps("cpu")), ("micro_batch", json.dumps(1)),
+              ("seq_len", json.dumps(32)), ("precision", json.dumps("fp32")), ("hidden_size", json.dumps(64)),
+              ("kind", json.dumps("probe_request")), ("schema_version", json.dumps(1))]
+    values = ["0", "-1", "18446744073709551615", "1e400", "\"\u001b[2J\\nforged\"", "null", "[]", "\"gpu\""]
+    for field, current in fields:
+        for i, value in enumerate(values):
+            bad = text.replace(f'"{field}": {current}', f'"{field}": {value}', 1)
+            path = h.write(f"request-{field}-{i}.json", bad)
+            h.run(f"probe {field} = {value}", ["--request", path], exe=probe, timeout=30, codes=(0, 2, 3, 4))
+    for f in [h.path(n) for n in ("fifo.json", "link.json", "big.json", "deep.json", "nul.json", "empty.json",
+                                  "folder")] + ["/dev/zero", "/nonexistent/x.json"]:
+        h.run(f"probe --request {os.path.basename(f)}", ["--request", f], exe=probe, timeout=30, codes=(0, 2, 3, 4))
+
+
 def main():
     cli = sys.argv[1] if len(sys.argv) > 1 else "build/dev/app/headroom-cli"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
@@ -202,6 +227,8 @@ def main():
             cases(h)
         if len(sys.argv) > 2:
             gui_cases(h, sys.argv[2])
+        if len(sys.argv) > 3:
+            probe_cases(h, sys.argv[3])
     for f in h.failures:
         print(f)
     print(f"hostile: {h.cases} cases, {len(h.failures)} broke a promise")
