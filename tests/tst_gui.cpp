@@ -372,6 +372,19 @@ private Q_SLOTS:
         }
         const QString problem = t->openMeasured(evil);
         QVERIFY2(problem.contains(QStringLiteral("plain data only")), qPrintable(problem));
+        // Issue 32, row 15: plain data that is not laid out as PyTorch writes a snapshot (a size
+        // that is a string) is said in one line, not as a raw Python ValueError.
+        const QString odd = dir.filePath(QStringLiteral("odd.pickle"));
+        {
+            QFile f(odd);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QByteArray::fromHex("80027d7100580d0000006465766963655f74726163657371015d71025d71037d7104285806000000616374696f6e"
+                                        "71055805000000616c6c6f63710658040000006164647271074b01580400000073697a65710858030000006269"
+                                        "677109756161732e"));
+        }
+        const QString oddProblem = t->openMeasured(odd);
+        QVERIFY2(oddProblem.contains(QStringLiteral("not a PyTorch memory snapshot")) && !oddProblem.contains(QLatin1Char('\n')),
+                 qPrintable(oddProblem));
         // Issue 32, row 10: a FIFO named .pickle is refused before the converter starts (it held
         // the converter until its two-minute limit).
         const QString fifo = dir.filePath(QStringLiteral("fifo.pickle"));
