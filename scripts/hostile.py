@@ -251,6 +251,41 @@ def probe_cases(h, probe):
         h.run(f"probe --request {os.path.basename(f)}", ["--request", f], exe=probe, timeout=30, codes=(0, 2, 3, 4))
 
 
+def hub_cases(h):
+    """Hub ids against tests/hub_server.py on loopback, with a token set: redirects to another host,
+    loops, file:// targets, short bodies, a server that does not answer in time, odd ids. No request
+    that reached the redirect's target (another host) may carry the token; the cache keeps nothing
+    broken."""
+    server = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "hub_server.py")
+    log = h.path("hub.log")
+    proc = subprocess.Popen([sys.executable, server, "--log", log], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        port = int(proc.stdout.readline())
+        env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_TOKEN="hf_test_good",
+                   HF_HUB_CACHE=h.path("hub-cache"), HEADROOM_HUB_TIMEOUT="2")
+        env.pop("HF_HUB_OFFLINE", None)
+        model = "TinyLlama-1.1B-Chat-v1.0"
+        ids = [f"{org}/{model}" for org in ("elsewhere-org", "loop-org", "file-org", "short-org", "slow-org",
+                                            "old-name", "gated-org", "TinyLlama", "nosuch-org")]
+        ids += ["a--b/c", "a/b--c", "../etc/passwd", "org/..", "org/name\x1b[2J", "org/" + "n" * 300, "org/name.json"]
+        for i in ids:
+            h.run(f"hub {i[:60]}", ["estimate", "--model", i], env=env)
+        # The redirect's target is localhost (another host than 127.0.0.1) on the same server, whose
+        # log cannot tell the two apart: elsewhere-org runs alone, and its redirected requests (the
+        # /TinyLlama/ paths) must carry no token.
+        open(log, "w").close()
+        h.run("hub elsewhere-org (token)", ["estimate", "--model", f"elsewhere-org/{model}"],
+              env=dict(env, HF_HUB_CACHE=h.path("hub-cache-2")))
+        with open(log, encoding="utf-8") as f:
+            lines = [l.rstrip("\n") for l in f]
+        for line in lines:
+            if line.startswith("GET /TinyLlama/") and "Bearer" in line:
+                h.fail("hub elsewhere-org (token)", f"the token went to the redirect's other host: {line}")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=5)
+
+
 def main():
     cli = sys.argv[1] if len(sys.argv) > 1 else "build/dev/app/headroom-cli"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
@@ -261,7 +296,7 @@ def main():
         os.environ["HF_HUB_CACHE"] = os.path.join(root, "hub")
         os.environ["XDG_CACHE_HOME"] = os.path.join(root, "cache")
         h = Pass(cli, root)
-        for cases in (config_cases, yaml_cases, file_cases, flag_cases, out_cases):
+        for cases in (config_cases, yaml_cases, file_cases, flag_cases, out_cases, hub_cases):
             cases(h)
         if len(sys.argv) > 2:
             gui_cases(h, sys.argv[2])
