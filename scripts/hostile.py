@@ -142,8 +142,9 @@ def file_cases(h):
     nul = h.write("nul.json", b'{"model_type": "llama"\x00, "hidden_size": 64}')
     empty = h.write("empty.json", "")
     multi = h.write("multi.yml", "micro_batch_size: 2\n---\nmicro_batch_size: 4\n")
+    deep_yaml = h.write("deep.yml", "a:\n" + "".join("  " * (i + 1) + "b:\n" for i in range(300)))
     os.mkdir(h.path("folder"))
-    targets = [fifo, "/dev/zero", "/dev/null", h.path("folder"), link, big, deep, nul, empty, multi,
+    targets = [fifo, "/dev/zero", "/dev/null", h.path("folder"), link, big, deep, nul, empty, multi, deep_yaml,
                "/nonexistent/x.json", h.path("recipe-dir/../fifo.json")]
     for t in targets:
         for args in (["estimate", "--model", t], ["estimate", "--from", t], ["compare", t],
