@@ -171,6 +171,14 @@ def out_cases(h):
                                                     "--out", target], victims=[victim] if name != "link" else [])
     h.run("export --out /dev/null", ["export", "--model", "llama-3.2-1b", "--format", "axolotl", "--out", "/dev/null"],
           victims=["/dev/null"])
+    # A write that fails (the file-size limit at 0, as a full disk would): refused in one line, the
+    # old file kept, no temporary left beside it.
+    full = ["-c", "trap '' XFSZ; ulimit -f 0; exec \"$0\" \"$@\"", h.cli]
+    kept = h.write("kept.yml", "keep me\n")
+    h.run("export --out on a full disk", full + ["export", "--model", "llama-3.2-1b", "--format", "axolotl",
+                                                  "--out", kept], exe="/bin/sh", victims=[kept])
+    if any(n.startswith("kept.yml.") for n in os.listdir(h.root)):
+        h.fail("export --out on a full disk", "a temporary was left beside the file")
 
 
 def gui_cases(h, gui):
@@ -195,6 +203,10 @@ def gui_cases(h, gui):
     for f in files:
         for opt in ("--model", "--config", "--measurement", "--timeline"):
             h.run(f"explorer {opt} {os.path.basename(f)}", [opt, f, "--screenshot", shot], exe=gui, timeout=30, env=env)
+    kept = h.write("kept.png", "keep me\n")
+    h.run("explorer --screenshot on a full disk",
+          ["-c", "trap '' XFSZ; ulimit -f 0; exec \"$0\" \"$@\"", gui, "--model", "llama-3.2-1b", "--screenshot", kept],
+          exe="/bin/sh", timeout=30, env=env, victims=[kept])
     # Wrong types in a sheet's fields, one leaf at a time (a raw nlohmann type_error reached the
     # explorer once, issue 32 row 15): the sheets of tests/data/sheets, about eight leaves each.
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "sheets")
