@@ -31,11 +31,15 @@ std::string env(const char *name)
     return v ? std::string(v) : std::string();
 }
 
+std::string lowercase(std::string s)
+{
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+}
+
 bool truthy(const std::string &v)
 {
-    std::string l;
-    for (char c : v)
-        l.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    const std::string l = lowercase(v);
     return l == "1" || l == "true" || l == "yes" || l == "on";
 }
 
@@ -154,8 +158,7 @@ bool parseOrigin(const std::string &url, Origin &o)
     const size_t sep = url.find("://");
     if (sep == std::string::npos)
         return false;
-    o.scheme = url.substr(0, sep);
-    std::transform(o.scheme.begin(), o.scheme.end(), o.scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+    o.scheme = lowercase(url.substr(0, sep));
     if (o.scheme != "http" && o.scheme != "https")
         return false;
     const size_t start = sep + 3, slash = url.find_first_of("/?#", start);
@@ -171,7 +174,7 @@ bool parseOrigin(const std::string &url, Origin &o)
     } else {
         o.host = authority;
     }
-    std::transform(o.host.begin(), o.host.end(), o.host.begin(), [](unsigned char c) { return std::tolower(c); });
+    o.host = lowercase(o.host);
     if (o.port.empty())
         o.port = o.scheme == "https" ? "443" : "80";
     return !o.host.empty();
@@ -224,9 +227,7 @@ Response fetchFollowing(Request q, const Fetch &fetch, const std::string &field,
         if (!sameOrigin)
             q.headers.erase(std::remove_if(q.headers.begin(), q.headers.end(),
                                            [](const auto &h) {
-                                               std::string k = h.first;
-                                               std::transform(k.begin(), k.end(), k.begin(),
-                                                              [](unsigned char c) { return std::tolower(c); });
+                                               const std::string k = lowercase(h.first);
                                                return k == "authorization" || k == "cookie";
                                            }),
                             q.headers.end());
@@ -433,12 +434,8 @@ Resolved resolve(const std::string &id, const Settings &s, const Fetch &fetch, c
     Resolved out;
     // A built-in preset made from this id (resources/models/*.json keep the config.json verbatim):
     // no cache, no network.
-    auto lower = [](std::string t) {
-        std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
-        return t;
-    };
     for (const auto &p : modelPresets())
-        if (!p.source.empty() && lower(p.source) == lower(id)) {
+        if (!p.source.empty() && lowercase(p.source) == lowercase(id)) {
             out.model = p;
             out.source = "built-in preset " + p.id;
             out.fromCache = true;
