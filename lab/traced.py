@@ -26,15 +26,18 @@ def small_config(model_type):
     d = cfg.to_dict()
     text = d.get("text_config") if isinstance(d.get("text_config"), dict) else None
     target = text if text is not None else d
+    layers0 = target.get("num_hidden_layers")
     for k, v in SMALL.items():
         if k in target and target[k] is not None and not isinstance(target[k], (list, dict)):
             target[k] = v
     n = target.get("num_hidden_layers", 4)
-    for k in ("layer_types", "mlp_only_layers", "hybrid_override_pattern", "layers_block_type"):
-        if isinstance(target.get(k), list):
-            target[k] = target[k][:n]
-        elif isinstance(target.get(k), str):
-            target[k] = target[k][:n]
+    # Every per-layer list or pattern (layer_types, no_rope_layers, hybrid_override_pattern, ...):
+    # cut to the new depth, named or not.
+    for k, v in list(target.items()):
+        if k in ("layer_types", "mlp_only_layers", "hybrid_override_pattern", "layers_block_type") or (
+                isinstance(v, (list, str)) and layers0 and len(v) == layers0 and k != "model_type"):
+            if isinstance(v, (list, str)):
+                target[k] = v[:n]
     if text is not None:
         d = dict(text)
     d["model_type"] = d.get("model_type", model_type)
@@ -90,6 +93,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--only")
     ap.add_argument("--deadline-s", type=float, default=500)
+    # Real steps side by side: each process reads its own allocator's counters, which others on
+    # the same card do not touch (only the device total is shared, and it is not compared here).
+    ap.add_argument("--jobs", type=int, default=1)
     a = ap.parse_args()
     t_end = time.time() + a.deadline_s
     cases = []
@@ -104,28 +110,28 @@ def main():
             cases.append((f"{t}-lora", request(t, hf, {"finetune": "lora", "micro_batch": 4, "seq_len": 2048})))
         if os.environ.get("CKPT", "1") == "1":
             cases.append((f"{t}-ckpt", request(t, hf, {"grad_checkpointing": True, "micro_batch": 4})))
-    if a.only:
+    if a.only:  # names (granite-lora) or whole types (granite)
         keep = set(a.only.split(","))
-        cases = [c for c in cases if c[0] in keep]
+        cases = [c for c in cases if c[0] in keep or c[0].rsplit("-", 1)[0] in keep]
     l8b = json.load(open(os.path.join(ROOT, "resources", "models", "llama-3.1-8b.json")))
     speed = {"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda", "model": l8b,
              "config": request("llama", {}, {"finetune": "lora", "micro_batch": 4, "seq_len": 2048,
                                              "lora": {"rank": 16, "alpha": 32, "dropout": 0.0,
                                                       "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}})["config"]}
     res = open(os.path.join(a.out, "cases.jsonl"), "a")
-    for i in range(int(os.environ.get("SPEED_RUNS", "3"))):
-        r = case(a.out, f"speed-l8b-lora-b4s2048-{i}", speed, nogpu_only=True)
-        print(json.dumps(r), flush=True)
-        res.write(json.dumps(r) + "\n"); res.flush()
+    runs = [(f"speed-l8b-lora-b4s2048-{i}", speed, True) for i in range(int(os.environ.get("SPEED_RUNS", "3")))]
+    runs += [(name, req, False) for name, req in cases]
 
-    # the real runs one at a time (one GPU); each case's no-GPU trace alongside
-    for name, req in cases:
+    def one(item):
+        name, req, trace_only = item
         if time.time() > t_end:
-            print(f"{name}: skipped (deadline)", flush=True)
-            continue
-        r = case(a.out, name, req)
-        print(json.dumps(r), flush=True)
-        res.write(json.dumps(r) + "\n"); res.flush()
+            return {"name": name, "skipped": "deadline"}
+        return case(a.out, name, req, nogpu_only=trace_only)
+
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        for r in pool.map(one, runs):
+            print(json.dumps(r), flush=True)
+            res.write(json.dumps(r) + "\n"); res.flush()
 
 
 if __name__ == "__main__":
