@@ -38,6 +38,23 @@ def small_config(model_type):
                 isinstance(v, (list, str)) and layers0 and len(v) == layers0 and k != "model_type"):
             if isinstance(v, (list, str)):
                 target[k] = v[:n]
+    # Per-layer settings keyed by layer index (gemma4's per_layer_config): only the kept layers.
+    for k, v in list(target.items()):
+        if isinstance(v, dict) and v and all(str(i).isdigit() for i in v):
+            target[k] = {i: x for i, x in v.items() if int(i) < n}
+    # Token ids of the full vocabulary (smollm3's and glm4's pad_token_id) past the small one.
+    vocab = target.get("vocab_size") or 0
+    for k, v in list(target.items()):
+        if k.endswith("_token_id") and isinstance(v, int) and v >= vocab:
+            target[k] = 0
+        elif k.endswith("_token_id") and isinstance(v, list):
+            target[k] = [x if not isinstance(x, int) or x < vocab else 0 for x in v]
+    # MLA: the rotary tables are qk_rope_head_dim wide, and Transformers takes them from head_dim;
+    # every head has its own k and v.
+    if "qk_rope_head_dim" in target and "head_dim" in target:
+        target["head_dim"] = target["qk_rope_head_dim"]
+    if "kv_lora_rank" in target and "num_key_value_heads" in target:
+        target["num_key_value_heads"] = target.get("num_attention_heads")
     if text is not None:
         d = dict(text)
     d["model_type"] = d.get("model_type", model_type)
@@ -49,10 +66,16 @@ def small_config(model_type):
 ATTENTION = {"gpt_oss": "eager"}  # Transformers 5.17 refuses sdpa for these
 
 
+# LoRA targets where PEFT's all-linear does not run: Mamba's out_proj and conv1d are refused, and
+# phimoe's router (a Linear returning a tuple) breaks PEFT's forward.
+LORA_TARGETS = {"nemotron_h": ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj", "up_proj", "down_proj"],
+                "phimoe": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+
+
 def request(model_type, hf, train):
     c = {"attention": ATTENTION.get(model_type, "sdpa"), "precision": "bf16", "optimizer": "adamw", "optimizer_impl": "foreach", "finetune": "full",
          "micro_batch": 2, "seq_len": 1024, "grad_accum": 1, "grad_checkpointing": False,
-         "lora": {"rank": 16, "alpha": 32, "dropout": 0.0, "targets": ["all-linear"]}}
+         "lora": {"rank": 16, "alpha": 32, "dropout": 0.0, "targets": LORA_TARGETS.get(model_type, ["all-linear"])}}
     c.update(train)
     return {"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda",
             "model": {"headroom": {"id": model_type, "name": model_type}, "config": hf}, "config": c}

@@ -979,6 +979,50 @@ private Q_SLOTS:
         QCOMPARE(none.err.count(QLatin1Char('\n')), 1);
 #endif
     }
+    // A row that does not model a configuration the real stack runs (all-linear on OLMoE's stacked
+    // experts also puts LoRA on the router) is traced too, and says why; without PEFT the error
+    // names it, in one line after the note.
+    void anUnmodelledConfigurationIsTraced()
+    {
+#ifndef HEADROOM_PROBE
+        QSKIP("built without headroom-probe");
+#else
+        QProcess peft;
+        peft.start(QStringLiteral("/usr/bin/python3"), {QStringLiteral("-c"), QStringLiteral("import torch, peft")});
+        if (peft.waitForFinished(60000) && peft.exitCode() == 0)
+            QSKIP("/usr/bin/python3 has PEFT: the error below is for a Python without it");
+        QTemporaryDir dir;
+        const QString config = dir.filePath(QStringLiteral("config.json"));
+        {
+            std::ofstream(config.toStdString())
+                << R"({"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 256, "num_experts": 4,
+                       "num_experts_per_tok": 2})";
+        }
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("XDG_CACHE_HOME"), dir.filePath(QStringLiteral("cache")));
+        env.insert(QStringLiteral("HEADROOM_PYTHON"), QStringLiteral("/usr/bin/python3"));
+        env.insert(QStringLiteral("HEADROOM_PROBE"), QStringLiteral(HEADROOM_PROBE));
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), config, QStringLiteral("--finetune"),
+                           QStringLiteral("lora"), QStringLiteral("--lora-targets"), QStringLiteral("all-linear")},
+                          env);
+        QCOMPARE(r.code, 2);
+        const QStringList lines = r.err.trimmed().split(QLatin1Char('\n'));
+        QCOMPARE(lines.size(), 2);
+        QVERIFY2(lines[0].contains(QStringLiteral("lora.targets = all-linear")) &&
+                     lines[0].endsWith(QStringLiteral("traced with your own stack instead")),
+                 qPrintable(r.err));
+        QVERIFY2(lines[1].startsWith(QStringLiteral("headroom-cli: error: config.model_type = olmoe: is modelled, but not "
+                                                    "this configuration; tracing it needs")) &&
+                     lines[1].contains(QStringLiteral("peft")),
+                 qPrintable(r.err));
+        // Named modules stay modelled.
+        const Run named = cli({QStringLiteral("estimate"), QStringLiteral("--model"), config, QStringLiteral("--finetune"),
+                               QStringLiteral("lora"), QStringLiteral("--lora-targets"), QStringLiteral("q_proj,v_proj")},
+                              env);
+        QVERIFY2(named.code == 0 && named.err.isEmpty(), qPrintable(named.err));
+#endif
+    }
     void compareProbeResults()
     {
         const QString nccl = QFINDTESTDATA("data/h200/nccl-ws1/8b-nccl-z3.result.json");

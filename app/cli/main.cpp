@@ -11,6 +11,7 @@
 #include "headroom/measurement.h"
 #include "headroom/serialize.h"
 #include "headroom/sheet.h"
+#include "headroom/support.h"
 #include "headroom/timeline.h"
 #include "headroom/traced.h"
 #include "headroom/training_formats.h"
@@ -705,10 +706,21 @@ int runCli(int argc, char **argv)
             std::error_code ec;
             if (std::filesystem::is_regular_file(fe.model, ec)) {
                 const ModelArch probe = modelFromFileJsonLenient(readJsonFile(fe.model, "--model"), fe.model);
-                if (!probe.estimable) {
+                // A row that does not model this configuration, which the real stack runs: traced too.
+                std::optional<Refusal> unmodelled;
+                if (probe.estimable) {
+                    const auto r = estimateRefusal(probe, buildConfig(fe, false));
+                    if (r && traceAnswers(r->blocker))
+                        unmodelled = r;
+                }
+                if (!probe.estimable || unmodelled) {
                     TrainingConfig c = buildConfig(fe, false);
-                    if (fe.loraTargets.empty()) // no row: PEFT's own "all-linear"
+                    if (fe.loraTargets.empty() && !probe.estimable) // no row: PEFT's own "all-linear"
                         c.lora.targets = defaultLoraTargets(probe);
+                    if (unmodelled)
+                        cli::say(stderr, "headroom-cli: note: ",
+                                 unmodelled->field + " = " + unmodelled->value + ": " + unmodelled->reason +
+                                     "; traced with your own stack instead");
                     bool cached = false;
                     const TracedRun run = cli::traceForEstimate(probe, c, &cached);
                     if (cached)

@@ -104,6 +104,8 @@ std::string cacheDir()
 TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *cached)
 {
     const std::string field = "config.model_type";
+    // Traced for want of a row, or of a row that models this configuration (the caller said why).
+    const std::string what = m.estimable ? "is modelled, but not this configuration" : "has no modelled row";
     const char *env = std::getenv("HEADROOM_PYTHON");
     const std::string python = env && *env ? env : "python3";
     // The versions, read from the installed packages' metadata (nothing is imported: fast).
@@ -115,7 +117,7 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
                              4096);
     if (v.code != 0)
         throw InputError(field, m.modelType,
-                         "has no modelled row, and no Python to trace it with: '" + python +
+                         what + ", and no Python to trace it with: '" + python +
                              "' did not run (set HEADROOM_PYTHON to the interpreter your training uses)");
     auto version = [&](const std::string &pkg) {
         const size_t at = v.out.find(pkg + " ");
@@ -136,7 +138,7 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
         missing += (missing.empty() ? "" : " ") + std::string("peft");
     if (!missing.empty())
         throw InputError(field, m.modelType,
-                         "has no modelled row; tracing it needs " + missing + " in " + python +
+                         what + "; tracing it needs " + missing + " in " + python +
                              " (pip install " + missing + ", or set HEADROOM_PYTHON to the interpreter your training uses)");
 
     const json rj = toJson(traceRequest(m, c));
@@ -159,7 +161,7 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
     }
     const std::string probe = probePath();
     if (probe.empty())
-        throw InputError(field, m.modelType, "has no modelled row, and headroom-probe (which traces it) is not installed "
+        throw InputError(field, m.modelType, what + ", and headroom-probe (which traces it) is not installed "
                                              "next to headroom-cli (set HEADROOM_PROBE)");
     std::string work = (dir.empty() ? std::string("/tmp") : dir);
     fs::create_directories(work, ec);
@@ -183,7 +185,7 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
     } cleanup{requestPath, timelinePath};
     writeFileAtomically(requestPath, rj.dump(), "trace request");
     say(stderr, "headroom-cli: ",
-        m.modelType + " has no modelled row: tracing it with " + (ownModel ? "your model factory " : "your transformers ") +
+        m.modelType + " " + what + ": tracing it with " + (ownModel ? "your model factory " : "your transformers ") +
             (ownModel ? std::string(factory) : transformers) + " (torch " + torch + "; fake tensors, no GPU memory used)...");
     setenv("HEADROOM_PYTHON", python.c_str(), 1);
     const Output t = capture({probe, "--engine", "transformers", "--trace", "--request", requestPath, "--timeline",
@@ -204,7 +206,7 @@ TracedRun traceForEstimate(const ModelArch &m, const TrainingConfig &c, bool *ca
             } catch (const json::exception &) {
             }
         }
-        throw InputError(field, m.modelType, "has no modelled row and could not be traced: " + why);
+        throw InputError(field, m.modelType, what + " and could not be traced: " + why);
     }
     TracedRun r = readTracedRun(timelinePath);
     if (!path.empty() && std::rename(timelinePath.c_str(), path.c_str()) != 0)

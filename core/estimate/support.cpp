@@ -17,6 +17,11 @@ bool isSimulated(const TrainingConfig &cfg)
     return !cfg.offloadOptimizer && (cfg.zeroStage <= 1 || cfg.finetune != FineTune::QLoRA);
 }
 
+bool traceAnswers(Blocker blocker)
+{
+    return blocker == Blocker::ExpertsLoraAllLinear || blocker == Blocker::ExpertsLoraPrecision;
+}
+
 std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
 {
     // Learned absolute positions (GPT-2's wpe, an nn.Embedding of max_position_embeddings rows):
@@ -35,8 +40,8 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
             std::find(cfg.lora.targets.begin(), cfg.lora.targets.end(), "all-linear") != cfg.lora.targets.end();
         if (allLinear)
             return Refusal{Blocker::ExpertsLoraAllLinear, "lora.targets", "all-linear",
-                           "all-linear on " + model.modelType + " (stacked experts) was not measured; name the "
-                           "modules (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)"};
+                           "all-linear on " + model.modelType + " also puts LoRA on the router, which the rows do "
+                           "not model; name the modules (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)"};
         if (el.partial)
             return Refusal{Blocker::ExpertsLoraHalfGateUp, "lora.targets", "gate_proj/up_proj",
                            model.modelType + " fuses gate and up in one experts.gate_up_proj: name both or neither"};

@@ -32,6 +32,13 @@ public:
     bool has(const std::string &key) const { return m_c.contains(key) && !m_c.at(key).is_null(); }
     int64_t integer(const std::string &key) const; // required, positive
     int64_t integer(const std::string &key, int64_t fallback) const;
+    // Required, under either name: Transformers renames keys between versions while the Hub's
+    // files keep the old one (Qwen3-MoE's num_experts is num_local_experts in 5.x's to_dict).
+    // Absent under both, the error names the first.
+    int64_t integerEither(const std::string &key, const std::string &other) const
+    {
+        return !has(key) && has(other) ? integer(other) : integer(key);
+    }
     bool boolean(const std::string &key, bool fallback) const;
     double number(const std::string &key, double fallback) const;
     std::string string(const std::string &key, const std::string &fallback) const;

@@ -955,6 +955,22 @@ private:
         return window > 0 && s >= window;
     }
 
+    // SmolLM3's NoPE layers: config.no_rope_layers[layer] == 0, or without the list every
+    // no_rope_layer_interval-th layer (its configuration class's default, 4).
+    bool noRope(int64_t layer) const
+    {
+        const nlohmann::json &hc = m.hfConfig;
+        if (hc.contains("no_rope_layers") && hc.at("no_rope_layers").is_array()) {
+            const nlohmann::json &l = hc.at("no_rope_layers");
+            return layer < static_cast<int64_t>(l.size()) && l.at(static_cast<size_t>(layer)).is_number_integer() &&
+                   l.at(static_cast<size_t>(layer)).get<int64_t>() == 0;
+        }
+        int64_t every = 4;
+        if (hc.contains("no_rope_layer_interval") && hc.at("no_rope_layer_interval").is_number_integer())
+            every = hc.at("no_rope_layer_interval").get<int64_t>();
+        return every > 0 && (layer + 1) % every == 0;
+    }
+
     // config.layer_types ("sliding_attention" / "full_attention" per layer); without it Gemma 3's
     // configuration class derives it from sliding_window_pattern (every 6th layer global).
     bool slidingLayer(int64_t layer) const
@@ -1235,10 +1251,10 @@ private:
         Qkv p = project(L, hnorm);
         T qe, ke;
         const int64_t li = &L - layers.data();
-        if (ft.noRotaryOnFullLayers && hasSlidingWindow() && !slidingLayer(li)) {
+        if ((ft.noRotaryOnFullLayers && hasSlidingWindow() && !slidingLayer(li)) || (ft.noRopeLayersListed && noRope(li))) {
             qe = S.view(p.q);
             ke = S.view(p.k);
-        } else if (ft.rotaryInterleaved) {
+        } else if (ft.rotaryInterleaved && !ft.rotaryConcat) {
             ropeInterleaved(p.q, p.k, cos, sin, qe, ke);
         } else if (ft.rotaryConcat && ft.rotaryCatAfterPair && !m.learnedPositions) {
             // q_rot and k_rot turned by one apply_rotary_pos_emb, then each torch.cat with its
@@ -1251,8 +1267,21 @@ private:
             };
             T qr, qp, kr, kp;
             const int64_t qRot = part(p.q, qOut, qr, qp), kRot = part(p.k, kvOut, kr, kp);
-            T qt = rope(qr, cos, sin, qRot);
-            T kt = rope(kr, cos, sin, kRot);
+            // GLM 4: the interleaved tables (repeat_interleave of cos's and sin's first halves,
+            // in their dtype) made first and kept by the products' nodes; its interleaved
+            // rotate_half (a negated strided half, then a stack) allocates as rotate_half does.
+            T ci, si;
+            if (ft.rotaryInterleaved) {
+                const int64_t table = checkedMul(s, rotaryDim()) * cos.elem;
+                ci = S.make(table, cos.elem);
+                si = S.make(table, sin.elem);
+            }
+            T qt = rope(qr, ft.rotaryInterleaved ? ci : cos, ft.rotaryInterleaved ? si : sin, qRot);
+            T kt = rope(kr, ft.rotaryInterleaved ? ci : cos, ft.rotaryInterleaved ? si : sin, kRot);
+            if (ft.rotaryInterleaved) {
+                S.drop(ci);
+                S.drop(si);
+            }
             qe = O.cat({&qt, &qp}, checkedMul(tok, qOut), qt.elem);
             ke = O.cat({&kt, &kp}, checkedMul(tok, kvOut), kt.elem);
             // query_rot, query_pass, key_rot and key_pass are the forward's locals: they go when it

@@ -37,7 +37,10 @@ from .trace import build_timeline
 #    values, and transformers then builds the packed-sequence mask, which turns SDPA from flash
 #    to memory-efficient with a materialized mask (+40 MiB at Llama b2 x s1024, H200 trace vs
 #    real, tests/data/h200/traced-2026-12-03). The engine's batches are one sequence per row, so
-#    the trace answers "not packed" as the real run finds.
+#    the trace answers "not packed" as the real run finds, after running the function's own ops
+#    (the diff, the cumsum, the test of the last column: the small temporaries every real stream
+#    shows at the start of each forward, tests/data/h200/traced-2026-12-04) up to the point where
+#    it asks for a value.
 #  - grouped_mm_scratch: each aten::_grouped_mm (MoE experts, forward and the two backward
 #    products) takes the CUTLASS grouped GEMM's problem descriptors and workspace, 480 and 67,584
 #    bytes for 8 or 60 experts, after its output and gives them back before it returns (H200,
@@ -296,8 +299,25 @@ class _UnpackedBatches:
             except Exception:
                 self.mod = None
         self.old = getattr(self.mod, "find_packed_sequence_indices", None) if self.mod else None
+        self.old_tracing = getattr(self.mod, "is_tracing", None) if self.mod else None
         if self.old is not None:
-            self.mod.find_packed_sequence_indices = lambda position_ids: None
+            old, mod, old_tracing = self.old, self.mod, self.old_tracing
+
+            def not_packed(position_ids):
+                # Its ops on the fake position_ids, as the real run makes them; the data-dependent
+                # test at its end cannot be answered by a fake tensor and raises.
+                if old_tracing is not None:
+                    mod.is_tracing = lambda *a, **k: False
+                try:
+                    old(position_ids)
+                except Exception:
+                    pass
+                finally:
+                    if old_tracing is not None:
+                        mod.is_tracing = old_tracing
+                return None
+
+            self.mod.find_packed_sequence_indices = not_packed
         return self
 
     def __exit__(self, *a):

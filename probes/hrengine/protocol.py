@@ -63,6 +63,28 @@ def short(v, n=80):
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def json_safe(obj):
+    """obj with every non-finite float written as the string Python's json would have put bare
+    ("Infinity", "-Infinity", "NaN"): a config may hold one (Mamba's time_step_limit is (0, inf)),
+    and the protocol is strict JSON. Measured numbers are never non-finite; echoed configs can be."""
+    if isinstance(obj, float) and obj != obj:
+        return "NaN"
+    if isinstance(obj, float) and obj in (float("inf"), float("-inf")):
+        return "Infinity" if obj > 0 else "-Infinity"
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def dumps(obj, **kw):
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:
+        return json.dumps(json_safe(obj), allow_nan=False, **kw)
+
+
 class Output:
     """JSON lines on stdout; a line is written whole, with SIGTERM held back meanwhile."""
 
@@ -72,7 +94,7 @@ class Output:
     def emit(self, obj, force=False):
         if self.quiet and not force:
             return
-        line = json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n"
+        line = dumps(obj, separators=(",", ":")) + "\n"
         _critical[0] += 1
         try:
             sys.stdout.write(line)
@@ -86,8 +108,9 @@ def write_atomically(path, obj, indent=1):
     _critical[0] += 1
     try:
         try:
+            text = dumps(obj, indent=indent)
             with open(tmp, "w") as f:
-                json.dump(obj, f, indent=indent, allow_nan=False)
+                f.write(text)
                 f.write("\n")
                 f.flush()
                 os.fsync(f.fileno())

@@ -7,7 +7,7 @@ namespace headroom {
 namespace {
 void read(const ConfigFields &c, ModelArch &m)
 {
-    m.numExperts = c.integer("num_local_experts");
+    m.numExperts = c.integerEither("num_local_experts", "num_experts");
     m.expertsPerToken = c.integer("num_experts_per_tok");
     m.expertIntermediateSize = m.intermediateSize;
 }

@@ -7,7 +7,7 @@ namespace headroom {
 namespace {
 void read(const ConfigFields &c, ModelArch &m)
 {
-    m.numExperts = c.integer("num_experts");
+    m.numExperts = c.integerEither("num_experts", "num_local_experts");
     m.expertsPerToken = c.integer("num_experts_per_tok");
     m.expertIntermediateSize = c.integer("moe_intermediate_size");
     m.sharedExpertIntermediateSize = c.integer("shared_expert_intermediate_size", 0);

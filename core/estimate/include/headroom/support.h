@@ -21,6 +21,13 @@ bool isSimulated(const TrainingConfig &config);
 // Why estimate() cannot answer for a valid model and configuration; nullopt when it can.
 std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &config);
 
+// Whether the traced estimate (the user's own stack on fake tensors, headroom-probe --trace)
+// answers what this refusal leaves open: a configuration the rows do not model but the real stack
+// runs (all-linear on stacked experts, their LoRA in another precision). A refusal of what the
+// real stack itself fails on (QLoRA in fp32, past learned positions, targets PEFT cannot find)
+// stays a refusal.
+bool traceAnswers(Blocker blocker);
+
 // Why the LibTorch engine cannot measure this configuration the way the real stack runs it;
 // nullopt when it can. The LibTorch engine re-implements Llama-style modeling; checked against the
 // transformers engine on the H200 (tests/data/h200/final-2026-12-01): within 0.012% on Llama,

@@ -75,6 +75,9 @@ struct FamilyTraits
     // No rotary on the full-attention layers when config.sliding_window is set (EXAONE 4's
     // "global NoPE"): q and k go to attention as projected (and normalised).
     bool noRotaryOnFullLayers = false;
+    // Rotary only on the layers config.no_rope_layers marks 1; without the list, every
+    // no_rope_layer_interval-th layer (default 4) is NoPE (SmolLM3).
+    bool noRopeLayersListed = false;
     // Partial rotary whose torch.cat with the pass-through features comes after both q and k are
     // turned (StableLM, Phi), not inside apply_rotary_pos_emb per tensor (Phi-3, GPT-NeoX).
     bool rotaryCatAfterPair = false;
