@@ -14,20 +14,33 @@ SMALL = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 16,
          "num_local_experts": 8, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
          "first_k_dense_replace": 1, "kv_lora_rank": 128, "q_lora_rank": 256, "qk_rope_head_dim": 32,
          "qk_nope_head_dim": 64, "v_head_dim": 64, "num_kv_heads": 4, "linear_num_value_heads": 8,
-         "linear_num_key_heads": 4, "sliding_window": 512, "tie_word_embeddings": False}
+         "linear_num_key_heads": 4, "sliding_window": 512, "tie_word_embeddings": False, "n_group": 1,
+         "topk_group": 1}
 
 TYPES = ["granite", "smollm3", "glm4", "cohere2", "olmoe", "phimoe", "gpt_oss", "falcon", "exaone4", "ernie4_5",
          "arcee", "phi", "stablelm", "qwen3_5", "qwen3_5_moe", "gemma4", "nemotron_h", "deepseek_v3", "llama", "qwen3_moe"]
 
 
+# SIZE=alt: a second, larger shape (measured after the rows and the trace were written).
+ALT = {"hidden_size": 2048, "num_hidden_layers": 6, "num_attention_heads": 16, "num_key_value_heads": 8,
+       "head_dim": 128, "intermediate_size": 5632, "vocab_size": 49152, "max_position_embeddings": 8192,
+       "moe_intermediate_size": 768, "shared_expert_intermediate_size": 1536, "num_experts": 16,
+       "num_local_experts": 16, "n_routed_experts": 16, "num_experts_per_tok": 4, "n_shared_experts": 1,
+       "first_k_dense_replace": 1, "kv_lora_rank": 256, "q_lora_rank": 512, "qk_rope_head_dim": 64,
+       "qk_nope_head_dim": 128, "v_head_dim": 128, "num_kv_heads": 8, "linear_num_value_heads": 16,
+       "linear_num_key_heads": 8, "sliding_window": 1024, "tie_word_embeddings": True, "n_group": 1,
+       "topk_group": 1}
+
+
 def small_config(model_type):
     from transformers import AutoConfig
+    sizes = ALT if os.environ.get("SIZE") == "alt" else SMALL
     cfg = AutoConfig.for_model(model_type)
     d = cfg.to_dict()
     text = d.get("text_config") if isinstance(d.get("text_config"), dict) else None
     target = text if text is not None else d
     layers0 = target.get("num_hidden_layers")
-    for k, v in SMALL.items():
+    for k, v in sizes.items():
         if k in target and target[k] is not None and not isinstance(target[k], (list, dict)):
             target[k] = v
     n = target.get("num_hidden_layers", 4)
@@ -90,14 +103,14 @@ def sh(args, env=None, timeout=300):
         return -9, time.time() - t0, "timeout"
 
 
-def case(out, name, req, nogpu_only=False):
+def case(out, name, req, nogpu_only=False, prefix=()):
     rp = os.path.join(out, name + ".request.json")
     json.dump(req, open(rp, "w"))
     rec = {"name": name}
     # The trace needs the GPU visible (the autograd engine asks for the device; nothing is allocated
     # on it beyond a context), and runs alongside the real step.
     pool = ThreadPoolExecutor(2)
-    f3 = pool.submit(sh, [sys.executable, ENGINE, "--request", rp, "--trace", "--timeline",
+    f3 = pool.submit(sh, list(prefix) + [sys.executable, ENGINE, "--request", rp, "--trace", "--timeline",
                           os.path.join(out, name + ".trace-tl.json")], None)
     e1 = e2 = ""
     if not nogpu_only:  # the real step alongside: the trace uses no GPU
@@ -128,6 +141,13 @@ def main():
         except Exception as e:
             print(f"{t}: no config ({type(e).__name__}: {str(e)[:200]})", flush=True)
             continue
+        if os.environ.get("SIZE") == "alt":  # other batches and sequences too
+            cases.append((f"{t}-alt-full", request(t, hf, {"micro_batch": 1, "seq_len": 4096})))
+            if os.environ.get("LORA", "1") == "1":
+                cases.append((f"{t}-alt-lora", request(t, hf, {"finetune": "lora", "micro_batch": 2, "seq_len": 2048})))
+            if os.environ.get("CKPT", "1") == "1":
+                cases.append((f"{t}-alt-ckpt", request(t, hf, {"grad_checkpointing": True, "micro_batch": 2, "seq_len": 2048})))
+            continue
         cases.append((f"{t}-full", request(t, hf, {})))
         if os.environ.get("LORA", "1") == "1":
             cases.append((f"{t}-lora", request(t, hf, {"finetune": "lora", "micro_batch": 4, "seq_len": 2048})))
@@ -135,15 +155,14 @@ def main():
             cases.append((f"{t}-ckpt", request(t, hf, {"grad_checkpointing": True, "micro_batch": 4})))
     if a.only:  # names (granite-lora) or whole types (granite)
         keep = set(a.only.split(","))
-        cases = [c for c in cases if c[0] in keep or c[0].rsplit("-", 1)[0] in keep]
+        cases = [c for c in cases if c[0] in keep or c[0].split("-", 1)[0] in keep]
     l8b = json.load(open(os.path.join(ROOT, "resources", "models", "llama-3.1-8b.json")))
     speed = {"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda", "model": l8b,
              "config": request("llama", {}, {"finetune": "lora", "micro_batch": 4, "seq_len": 2048,
                                              "lora": {"rank": 16, "alpha": 32, "dropout": 0.0,
                                                       "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}})["config"]}
     res = open(os.path.join(a.out, "cases.jsonl"), "a")
-    runs = [(f"speed-l8b-lora-b4s2048-{i}", speed, True) for i in range(int(os.environ.get("SPEED_RUNS", "3")))]
-    runs += [(name, req, False) for name, req in cases]
+    runs = [(name, req, False) for name, req in cases]
 
     def one(item):
         name, req, trace_only = item
@@ -155,6 +174,15 @@ def main():
         for r in pool.map(one, runs):
             print(json.dumps(r), flush=True)
             res.write(json.dumps(r) + "\n"); res.flush()
+    # The 8B trace's time, alone on the machine once the cases are done; SPEED_CPUS=0,1 pins it to
+    # two cores (taskset), as on the 2-core development machine the issue names.
+    cpus = os.environ.get("SPEED_CPUS")
+    for i in range(int(os.environ.get("SPEED_RUNS", "3"))):
+        r = case(a.out, f"speed-l8b-lora-b4s2048-{i}", speed, nogpu_only=True,
+                 prefix=["taskset", "-c", cpus] if cpus else [])
+        r["cpus"] = cpus or "all"
+        print(json.dumps(r), flush=True)
+        res.write(json.dumps(r) + "\n"); res.flush()
 
 
 if __name__ == "__main__":

@@ -211,7 +211,9 @@ private Q_SLOTS:
     // (core/model/families/), against real steps of the types' own Transformers 5.17 defaults at
     // small sizes: tests/data/h200/traced-2026-12-03/real-results.jsonl (bf16, full fine-tuning,
     // AdamW, b2 x 1024), measured before the rows were written, and traced-2026-12-04 (the same
-    // types full, LoRA on all-linear at b4 x 2048, and checkpointed at b4 x 1024), measured after.
+    // types full, LoRA on all-linear at b4 x 2048, and checkpointed at b4 x 1024; then a second,
+    // larger shape, "-alt": hidden 2048, 6 layers, b1 x 4096 full, b2 x 2048 LoRA and
+    // checkpointed), measured after.
     // The targets, and every type named below keeps its row. A configuration a row
     // refuses for the trace to answer (all-linear on stacked experts) is counted apart.
     void familiesByDifferenceMatchTheRealStack()
@@ -220,7 +222,7 @@ private Q_SLOTS:
         std::set<std::string> modelled, tracedOnly, handedToTrace;
         std::string table = "| step | measured peak (GiB) | error | worst phase | measured reserved | error |\n"
                             "|---|---:|---:|---:|---:|---:|\n";
-        char row[300];
+        char row[600];
         for (const char *file : {"data/h200/traced-2026-12-03/real-results.jsonl",
                                  "data/h200/traced-2026-12-04/real-results.jsonl"}) {
             std::ifstream in(QFINDTESTDATA(file).toStdString());
@@ -256,12 +258,17 @@ private Q_SLOTS:
                 table += row;
                 modelled.insert(type);
                 alloc.push_back(err);
-                // An open under-estimate, held at its measured size so that a fix (or a change)
-                // shows here: phimoe checkpointed, peak reserved 4.68% under in the modelled row and
-                // in the trace alike (the real stream frees some tensors one event later; not
-                // found yet). Outside the summary until it is fixed.
-                if (label == "phimoe-ckpt") {
-                    QVERIFY2(std::abs(rerr + 0.04683) < 0.0005, (label + ": the known reserved gap moved").c_str());
+                // Open gaps in peak reserved, held at their measured size so that a fix (or a
+                // change) shows here, outside the summary until fixed. phimoe checkpointed: 4.68%
+                // under in the row and in the trace alike (the real step's SDPA runs the
+                // memory-efficient kernel where both run flash, and frees the projections later).
+                // granite b1 x 4096: 11.4% over, in the allocator model itself (the real stream
+                // replayed gives the same): best fit breaks ties between equal free blocks by
+                // address, and the driver does not lay segments out in the order the model does.
+                static const std::map<std::string, double> openReserved = {{"phimoe-ckpt", -0.04683},
+                                                                           {"granite-alt-full", 0.11424}};
+                if (const auto open = openReserved.find(label); open != openReserved.end()) {
+                    QVERIFY2(std::abs(rerr - open->second) < 0.0005, (label + ": the known reserved gap moved").c_str());
                     continue;
                 }
                 reserved.push_back(rerr);
@@ -282,12 +289,12 @@ private Q_SLOTS:
                       alloc.size(), modelled.size(), 100 * median, 100 * worst, 100 * rMedian, 100 * rWorst);
         table += row;
         table += "Refused by the row and traced instead: " + handed + ". Traced only (no row yet): " + traced +
-                 ". Open: phimoe-ckpt, peak reserved 4.68% under (outside the summary).\n";
+                 ". Open, outside the summary: phimoe-ckpt peak reserved 4.68% under, granite-alt-full 11.4% over.\n";
         std::printf("%s", table.c_str());
         std::ofstream(HEADROOM_DOCS_OUT "/accuracy_families.md") << table;
         QVERIFY(alloc.size() >= 40);
         for (const char *t : {"llama", "granite", "arcee", "ernie4_5", "exaone4", "olmoe", "stablelm", "phi", "cohere2",
-                              "phimoe", "qwen3_moe", "smollm3", "glm4"})
+                              "phimoe", "qwen3_moe", "smollm3", "glm4", "deepseek_v3"})
             QVERIFY2(modelled.count(t), (std::string(t) + " has a row and a real step to hold it to").c_str());
         QVERIFY2(median <= 0.005, "median |error| on peak allocated must be <= 0.5%");
         QVERIFY2(worst <= 0.02, "max |error| on peak allocated must be <= 2%");
@@ -304,7 +311,7 @@ private Q_SLOTS:
     void tracedStepsMatchTheRealStack()
     {
         QTemporaryDir dir;
-        for (const char *run : {"run1", "run2"}) {
+        for (const char *run : {"run1", "run2", "run4-alt"}) {
             QProcess tar;
             tar.setWorkingDirectory(dir.path());
             tar.start(QStringLiteral("tar"), {QStringLiteral("xJf"),
@@ -315,12 +322,16 @@ private Q_SLOTS:
         // Reserved: falcon-lora's SDPA math path (in the real stream _safe_softmax's mask
         // temporaries and no 1 GiB copy after it; in the trace the reverse), phimoe checkpointed
         // (as its row), gpt_oss full (eager attention with sinks).
-        const std::map<std::string, double> openReserved = {
-            {"falcon-lora", -0.10857}, {"phimoe-ckpt", -0.04683}, {"gpt_oss-full", 0.06918}};
+        const std::map<std::string, double> openReserved = {{"falcon-lora", -0.10857},     {"phimoe-ckpt", -0.04683},
+                                                            {"gpt_oss-full", 0.06918},     {"granite-alt-full", 0.11163},
+                                                            {"falcon-alt-full", -0.06095}, {"falcon-alt-ckpt", 0.06193}};
+        // Allocated: falcon's math path at b1 x 4096 (the same mechanism), under. The rule that
+        // follows CUDA there (fake.py CUDA_RULES safe_softmax) was written after these traces.
+        const std::map<std::string, double> openAllocated = {{"falcon-alt-full", -0.05385}, {"falcon-alt-ckpt", -0.07428}};
         std::vector<double> alloc, reserved;
         std::set<std::string> types;
         std::string table = "| step | measured peak (GiB) | traced | measured reserved | traced |\n|---|---:|---:|---:|---:|\n";
-        char row[300];
+        char row[600];
         std::vector<std::filesystem::path> files;
         for (const auto &entry : std::filesystem::directory_iterator(dir.path().toStdString()))
             files.push_back(entry.path());
@@ -346,8 +357,12 @@ private Q_SLOTS:
                           100 * rerr);
             table += row;
             types.insert(m.model.modelType);
-            alloc.push_back(err);
-            QVERIFY2(err >= -0.01, (name + ": traced peak allocated under by more than 1%").c_str());
+            if (const auto gap = openAllocated.find(name); gap != openAllocated.end()) {
+                QVERIFY2(std::abs(err - gap->second) < 0.0005, (name + ": the known allocated gap moved").c_str());
+            } else {
+                alloc.push_back(err);
+                QVERIFY2(err >= -0.01, (name + ": traced peak allocated under by more than 1%").c_str());
+            }
             const auto open = openReserved.find(name);
             if (open != openReserved.end()) {
                 QVERIFY2(std::abs(rerr - open->second) < 0.0005, (name + ": the known reserved gap moved").c_str());
@@ -359,16 +374,18 @@ private Q_SLOTS:
         const auto [rMedian, rWorst] = medianMax(reserved);
         std::snprintf(row, sizeof row,
                       "\n%zu traced steps of %zu types: peak allocated median |error| %.3f%%, max %.3f%%; peak reserved "
-                      "median %.3f%%, max %.3f%% (open, outside it: falcon-lora %.2f%%, phimoe-ckpt %.2f%%, gpt_oss-full "
-                      "%+.2f%%).\n",
+                      "median %.3f%%, max %.3f%%. Open, outside it: falcon's SDPA math path (falcon-lora reserved "
+                      "%.2f%%, falcon-alt-full allocated %.2f%%, falcon-alt-ckpt %.2f%%), phimoe-ckpt reserved %.2f%%, "
+                      "gpt_oss-full %+.2f%%, granite-alt-full %+.2f%% (the allocator model's address ties).\n",
                       alloc.size(), types.size(), 100 * median, 100 * worst, 100 * rMedian, 100 * rWorst,
-                      100 * openReserved.at("falcon-lora"), 100 * openReserved.at("phimoe-ckpt"),
-                      100 * openReserved.at("gpt_oss-full"));
+                      100 * openReserved.at("falcon-lora"), 100 * openAllocated.at("falcon-alt-full"),
+                      100 * openAllocated.at("falcon-alt-ckpt"), 100 * openReserved.at("phimoe-ckpt"),
+                      100 * openReserved.at("gpt_oss-full"), 100 * openReserved.at("granite-alt-full"));
         table += row;
         std::printf("%s", table.c_str());
         std::ofstream(HEADROOM_DOCS_OUT "/accuracy_traced.md") << table;
-        QVERIFY(alloc.size() >= 50);
-        QVERIFY(types.size() >= 18);
+        QVERIFY(alloc.size() >= 80);
+        QVERIFY(types.size() >= 19);
         QVERIFY2(median <= 0.005, "median |error| on traced peak allocated must be <= 0.5%");
         QVERIFY2(worst <= 0.02, "max |error| on traced peak allocated must be <= 2%");
         QVERIFY2(rMedian <= 0.01, "median |error| on traced peak reserved must be <= 1%");

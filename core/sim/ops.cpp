@@ -182,6 +182,24 @@ T Ops::add(const T &a, const T &b, int elem)
     return out;
 }
 
+T Ops::sub(const T &a, const T &b, int elem)
+{
+    const int e = elem ? elem : std::max(a.elem, b.elem);
+    T out = s.make(std::max(a.numel(), b.numel()) * e, e);
+    const int64_t outBytes = out.bytes;
+    s.record({&out}, {&a, &b}, {}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        std::vector<int> r(2, -1);
+        if (g[0] < 0)
+            return r;
+        if (needs[0])
+            r[0] = pass(s, g[0]);
+        if (needs[1])
+            r[1] = s.allocate(outBytes, Category::Temporaries); // -grad
+        return r;
+    });
+    return out;
+}
+
 T Ops::subRows(const T &a, const T &b)
 {
     T out = s.make(a.bytes, a.elem);

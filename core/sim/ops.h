@@ -30,6 +30,8 @@ public:
     T scale(const T &x, int elem = 0);
     // a + b (same shape): AddBackward0 hands the same gradient to both.
     T add(const T &a, const T &b, int elem = 0);
+    // a - b (same shape): SubBackward0 hands the gradient to a and -grad (a new tensor) to b.
+    T sub(const T &a, const T &b, int elem = 0);
     // a - b, b broadcast along a's last dimension (a per-row statistic): SubBackward0 hands the
     // gradient to a, and -grad, summed down to b's shape, to b.
     T subRows(const T &a, const T &b);

@@ -871,6 +871,35 @@ private:
         return out;
     }
 
+    // DeepSeek-V3's apply_rotary_pos_emb_interleave (Transformers 5.x): cos and sin cut to their
+    // first halves and x to its even and odd features (views, kept by the products' nodes), then
+    // cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin]); each pair of products goes once its sum is
+    // made (H200, tests/data/h200/traced-2026-12-04 deepseek_v3-alt-*: half-size products, no
+    // rotated copy kept).
+    T ropeHalves(const T &x, const T &cos, const T &sin, int64_t features)
+    {
+        S.setOp("apply_rotary_pos_emb_interleave");
+        const int64_t n = checkedMul(tok, features), half = n / 2;
+        const int e = std::max(x.elem, cos.elem);
+        T x1 = O.slice(x, half), x2 = O.slice(x, half);
+        T a = O.mul(x1, cos, half, e, true, false, 0);
+        T b = O.mul(x2, sin, half, e, true, false, 0);
+        T first = O.sub(a, b, e);
+        S.drop(a);
+        S.drop(b);
+        T c = O.mul(x2, cos, half, e, true, false, 0);
+        T d = O.mul(x1, sin, half, e, true, false, 0);
+        T second = O.add(c, d, e);
+        S.drop(c);
+        S.drop(d);
+        T out = O.cat({&first, &second}, n, e);
+        S.drop(first);
+        S.drop(second);
+        S.drop(x1);
+        S.drop(x2);
+        return out;
+    }
+
     // GLM-style apply_rotary_pos_emb (FamilyTraits::rotaryInterleaved): the interleaved cos and
     // sin (repeat_interleave of their first halves, kept by the products' nodes), then for q and
     // for k: x.float() * cos + rotate_half(x).float() * sin, rotate_half by torch.stack((-x2, x1)).
@@ -1069,8 +1098,12 @@ private:
             out = efficient ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
             // Heads-major q (Phi-3 and NeoX concatenate their rotary halves): flash's output then
             // needs the transpose(1, 2).contiguous() copy; the memory-efficient kernel writes
-            // (b, s, heads, d) whatever q's layout (measured, Phi-3 QLoRA's fp32 attention).
-            if (headsMajor && !efficient) {
+            // (b, s, heads, d) whatever q's layout (measured, Phi-3 QLoRA's fp32 attention) when
+            // q and v have one head size, and needs the copy too when MLA's v is narrower
+            // (measured: sdpa_attention.py's contiguous() copies the output of every DeepSeek-V3
+            // layer, Moonlight in the corpus and tests/data/h200/traced-2026-12-04
+            // deepseek_v3-alt-*; 1.1% of peak at b1 x 4096 without it).
+            if (headsMajor && (!efficient || a.dq != a.dv)) {
                 T cont = O.copy(out);
                 S.drop(out);
                 out = cont;
@@ -1224,9 +1257,8 @@ private:
             S.drop(xq);
             S.drop(xk);
         } else {
-            // apply_rotary_pos_emb_interleave: x * cos + rotate_half(x) * sin on the rotary part.
-            qr = rope(qpe, cos, sin, H * dr);
-            kr = rope(kpe, cos, sin, dr);
+            qr = ropeHalves(qpe, cos, sin, H * dr);
+            kr = ropeHalves(kpe, cos, sin, dr);
         }
         S.setOp("self_attn");
         T query = O.cat({&qnope, &qr}, checkedMul(tok, H * (dn + dr)), q.elem);

@@ -50,8 +50,14 @@ from .trace import build_timeline
 #    back before dq, dk, dv are made. Not followed yet (core/sim/ops.cpp sdpaEfficient has them):
 #    the delta staying alive while dq, dk, dv are made, and with a mask the gradient made
 #    contiguous first and the fp32 dq accumulator after.
+#  - safe_softmax: SDPA's math path (attention.cpp, _scaled_dot_product_attention_math) turns its
+#    scores with at::_safe_softmax. On CUDA its real stream is the softmax's output, then the
+#    -inf test of the scores (bool, their size), the all-masked rows (bool, a column) and a 4-byte
+#    scalar, given back in reverse, and no copy after (Falcon's multi-query attention, H200,
+#    tests/data/h200/traced-2026-12-04 falcon-*: the fake op made one more output of the scores'
+#    size instead, 5-7% under at b1 x 4096). The trace makes the softmax and those three.
 CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "grouped_mm_scratch", "flash_fwd_scratch", "flash_bwd_workspace",
-              "efficient_scratch", "efficient_bwd")
+              "efficient_scratch", "efficient_bwd", "safe_softmax")
 
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_scaled_mm"}  # cuBLAS; _grouped_mm is CUTLASS
 _FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "torch/nn/modules",
@@ -344,7 +350,11 @@ def make_mode(torch, rec):
             pre = rec.before(name, args, kwargs)
             if name == "_efficient_attention_backward" and rec.dev == "cuda":
                 _efficient_backward_before(torch, rec, args)
-            out = func(*args, **kwargs)
+            safe_softmax = name == "_safe_softmax" and rec.dev == "cuda"
+            if safe_softmax:
+                out = _softmax_of(torch, *args, **kwargs)
+            else:
+                out = func(*args, **kwargs)
             flat = out if isinstance(out, (list, tuple)) else (out,)
             for o in flat:
                 if isinstance(o, (list, tuple)):
@@ -354,10 +364,32 @@ def make_mode(torch, rec):
                     rec.adopt(o)
             if pre is not None and pre[0] == "blas":
                 rec._alloc(rec.blas_bytes, [{"filename": "cublas", "line": 0, "name": "workspace"}])
+            if safe_softmax:
+                _safe_softmax_scratch(rec, args[0], args[1] if len(args) > 1 else kwargs.get("dim", -1))
             rec.after(name, args, out)
             return out
 
     return Recording()
+
+
+def _softmax_of(torch, x, dim, dtype=None):
+    """See CUDA_RULES: safe_softmax. The output as at::softmax makes it."""
+    if dtype is not None and dtype != x.dtype:
+        x = x.to(dtype)
+    return torch.ops.aten._softmax.default(x, dim, False)
+
+
+def _safe_softmax_scratch(rec, x, dim):
+    """See CUDA_RULES: safe_softmax. The -inf test, the all-masked rows and the scalar, freed in
+    reverse, after the output."""
+    numel = x.numel()
+    rows = numel // max(1, x.shape[dim]) if x.dim() else numel
+    mask = rec._alloc(numel)
+    masked_rows = rec._alloc(rows)
+    scalar = rec._alloc(4)
+    rec._free(scalar, 4)
+    rec._free(masked_rows, rows)
+    rec._free(mask, numel)
 
 
 def _efficient_backward_before(torch, rec, args):
