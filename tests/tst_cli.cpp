@@ -782,6 +782,51 @@ private Q_SLOTS:
         QCOMPARE(peakOf(back), peakOf(direct));
     }
 
+    // Issue 28: a recipe reads as its authors' own tools read it. PyYAML (YAML 1.1, what Axolotl,
+    // LLaMA-Factory and TRL load with) takes 500_000 as a number and yes/no/on/off as booleans; an
+    // empty or null value is the tool's default, said once; OFT's adapters are a note, not an
+    // error; the estimate says which format each file was read as.
+    void recipesReadAsTheirToolsReadThem()
+    {
+        QTemporaryDir dir;
+        auto write = [&](const char *name, const char *text) {
+            QFile f(dir.filePath(QString::fromLatin1(name)));
+            f.open(QIODevice::WriteOnly);
+            f.write(text);
+            return f.fileName();
+        };
+        const QString axo = write("axo.yml", "base_model: Qwen/Qwen2.5-0.5B\nsequence_len: 2_048\nmicro_batch_size: 2\n"
+                                             "adapter: lora\nlora_r: 16\nlora_alpha:\nload_in_8bit: no\noptimizer: ~\n"
+                                             "gradient_checkpointing: yes\nbf16: on\n");
+        Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), axo, QStringLiteral("--json")});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const auto doc = nlohmann::json::parse(r.out.toStdString());
+        const auto &c = doc.at("config");
+        QCOMPARE(c.at("seq_len").get<int>(), 2048);
+        QCOMPARE(c.at("grad_checkpointing").get<bool>(), true);
+        QCOMPARE(c.at("precision").get<std::string>(), std::string("bf16"));
+        QCOMPARE(c.at("finetune").get<std::string>(), std::string("lora"));
+        QVERIFY2(r.err.contains(QStringLiteral("empty, so their defaults: lora_alpha, optimizer")), qPrintable(r.err));
+        QCOMPARE(doc.at("imported_from").get<std::string>(), QString(axo + QStringLiteral(" as Axolotl YAML (detected)")).toStdString());
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), axo});
+        QVERIFY2(r.out.startsWith(QStringLiteral("from ") + axo + QStringLiteral(" as Axolotl YAML (detected)\n")),
+                 qPrintable(r.out));
+        // 1_2_ is no number in YAML 1.1: named where it is wrong.
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--from"),
+                 write("under.yml", "base_model: Qwen/Qwen2.5-0.5B\nsequence_len: 1_2_\n")});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("sequence_len = 1_2_: must be a whole number")), qPrintable(r.err));
+        // LLaMA-Factory's OFT: estimated as LoRA on the same modules, and said so.
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"),
+                 write("oft.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: oft\n"
+                                   "cutoff_len: 1024\nper_device_train_batch_size: 1\n")});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("finetuning_type = oft: OFT's orthogonal adapters are not modelled")),
+                 qPrintable(r.err));
+        QCOMPARE(nlohmann::json::parse(r.out.toStdString()).at("config").at("finetune").get<std::string>(),
+                 std::string("lora"));
+    }
+
     // What an import could not use is said, not dropped; contradictions are named; bad values
     // and files are one line naming the file, the key and the value.
     void importSaysWhatItDidNotUse()

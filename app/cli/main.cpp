@@ -66,6 +66,7 @@ struct Flags
     bool json = false;
     std::string format = "markdown";
     std::vector<std::string> from; // training configs to start from (--from, repeatable)
+    std::string importedFrom;      // what withImports read them as ("a.yaml as Axolotl YAML (detected)")
     std::string fromFormat;        // their format, when detection is not wanted
     CLI::App *cmd = nullptr;       // the subcommand these flags belong to: which were given
 };
@@ -189,6 +190,11 @@ Flags withImports(Flags f)
         files.push_back(importTrainingConfigFile(path, format));
     const TrainingImport m = mergeImports(files);
     auto say = [](const std::string &what) { cli::say(stderr, "headroom-cli: note: ", what); };
+    // What each file was read as, for the estimate's header (stdout: an error stays one line).
+    f.importedFrom.clear();
+    for (size_t i = 0; i < files.size(); ++i)
+        f.importedFrom += (i ? "; " : "") + f.from[i] + " as " + std::string(describe(files[i].format)) +
+                          (format ? "" : " (detected)");
     if (!m.unknownKeys.empty()) {
         std::string keys;
         for (const auto &k : m.unknownKeys)
@@ -734,10 +740,16 @@ int runCli(int argc, char **argv)
             const EstimatorOptions opt = optionsFor(fe);
             const Estimate e = estimate(m, c, opt);
             const auto recs = recommend(m, c, gpu, reserve, opt);
-            if (f.json)
-                std::printf("%s\n", estimateDocument(m, c, e, gpu, reserve, recs, opt).dump(2).c_str());
-            else
+            if (f.json) {
+                nlohmann::json doc = estimateDocument(m, c, e, gpu, reserve, recs, opt);
+                if (!fe.importedFrom.empty())
+                    doc["imported_from"] = fe.importedFrom;
+                std::printf("%s\n", doc.dump(2).c_str());
+            } else {
+                if (!fe.importedFrom.empty())
+                    std::printf("from %s\n", fe.importedFrom.c_str());
                 printTable(m, c, e, gpu, reserve, recs, opt);
+            }
             if (check) {
                 const Verdict v = judge(m, c, e, gpu, reserve, opt);
                 if (v.fit == Fit::Tight)

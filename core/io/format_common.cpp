@@ -6,6 +6,7 @@
 #include "headroom/error.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -16,26 +17,51 @@ namespace headroom::formats {
 
 // ---------------------------------------------------------------- YAML, bounded, as JSON
 namespace {
+// The plain scalars as the tools that read these files see them: Axolotl, LLaMA-Factory and TRL
+// load their YAML with PyYAML, a YAML 1.1 reader, where yes/no/on/off are booleans and a number may
+// hold underscores (sequence_len: 500_000).
+std::string withoutDigitSeparators(const std::string &s)
+{
+    // [-+]?digits with single underscores between them, and an optional .digits / exponent part.
+    std::string out;
+    bool digitBefore = false, any = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        if (c == '_') {
+            if (!digitBefore || i + 1 >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i + 1])))
+                return s;
+            any = true;
+            continue;
+        }
+        digitBefore = std::isdigit(static_cast<unsigned char>(c)) != 0;
+        out += c;
+    }
+    return any ? out : s;
+}
+
 json scalarValue(const YAML::Node &n)
 {
-    const std::string &s = n.Scalar();
+    const std::string &raw = n.Scalar();
     if (n.Tag() == "!") // quoted: a string, whatever it looks like ('no', "1")
-        return s;
-    if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL")
+        return raw;
+    if (raw.empty() || raw == "~" || raw == "null" || raw == "Null" || raw == "NULL")
         return nullptr;
-    if (s == "true" || s == "True" || s == "TRUE")
+    static const std::set<std::string> yes = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+    static const std::set<std::string> no = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+    if (yes.count(raw))
         return true;
-    if (s == "false" || s == "False" || s == "FALSE")
+    if (no.count(raw))
         return false;
+    const std::string s = withoutDigitSeparators(raw);
     char *end = nullptr;
     errno = 0;
     const long long i = std::strtoll(s.c_str(), &end, 10);
     if (*end == '\0' && errno == 0)
         return static_cast<int64_t>(i);
     const double d = std::strtod(s.c_str(), &end);
-    if (*end == '\0' && std::isfinite(d))
+    if (*end == '\0' && std::isfinite(d) && s.find_first_of("xXnN") == std::string::npos) // not 0x1p3, nan, inf
         return d;
-    return s;
+    return raw;
 }
 
 json toJson(const YAML::Node &n, int depth, size_t &nodes, const std::string &name)
@@ -347,12 +373,21 @@ bool isBookkeeping(const std::string &k)
 
 void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers)
 {
+    // An empty or null value is "use the default" to the tools that read these files (Axolotl's
+    // and TRL's dataclasses, LLaMA-Factory's arguments): said once, never an error.
+    std::string empty;
     for (const auto &[k, v] : j.items()) {
+        if (v.is_null() && handlers.count(k)) {
+            empty += (empty.empty() ? "" : ", ") + k;
+            continue;
+        }
         if (const auto it = handlers.find(k); it != handlers.end())
             it->second(r, k, v);
         else if (!isBookkeeping(k))
             r.out.unknownKeys.push_back(k);
     }
+    if (!empty.empty())
+        r.note("empty, so their defaults: " + empty);
 }
 
 Handler setInt(std::optional<int64_t> TrainingSettings::*field, int64_t lo, int64_t hi)

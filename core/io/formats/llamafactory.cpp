@@ -37,8 +37,13 @@ void read(Reader &r, const json &j)
                }},
               {"finetuning_type", [&](Reader &r, const std::string &k, const json &v) {
                    type = r.text(k, v);
-                   if (type != "lora" && type != "full" && type != "freeze")
-                       r.bad(k, v, "must be lora, full or freeze");
+                   if (type == "oft") { // orthogonal adapters: a kind of adapter the estimate does not model
+                       r.note(k + " = oft: OFT's orthogonal adapters are not modelled; estimated as LoRA on the same "
+                                  "modules (the frozen base and the activations are the same)");
+                       type = "lora";
+                   } else if (type != "lora" && type != "full" && type != "freeze") {
+                       r.bad(k, v, "must be lora, oft, full or freeze");
+                   }
                }},
               {"lora_rank", [](Reader &r, const std::string &k, const json &v) {
                    r.out.settings.loraRank = static_cast<int>(r.integer(k, v, 1, 65536));
