@@ -816,6 +816,28 @@ private Q_SLOTS:
                  write("under.yml", "base_model: Qwen/Qwen2.5-0.5B\nsequence_len: 1_2_\n")});
         QCOMPARE(r.code, 2);
         QVERIFY2(r.err.contains(QStringLiteral("sequence_len = 1_2_: must be a whole number")), qPrintable(r.err));
+        // PEFT's target_modules grammar: one string is a regular expression over the full module
+        // names (here a vision-language recipe's, over its language model), list entries match
+        // as name suffixes; a regex inside a list, or one that matches no Linear, is refused.
+        auto targetsOf = [&](const char *name, const char *yaml) {
+            const Run t = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), write(name, yaml)});
+            if (t.code != 0)
+                return t.err.toStdString();
+            return nlohmann::json::parse(t.out.toStdString()).at("config").at("lora").at("targets").dump();
+        };
+        QCOMPARE(targetsOf("re.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: "
+                                     "'model.language_model.layers.[\\d]+.(mlp|self_attn).(up|down|gate|q|k|v|o)_proj'\n"),
+                 std::string(R"(["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"])"));
+        QCOMPARE(targetsOf("re2.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: '.*self_attn.(q|v)_proj'\n"),
+                 std::string(R"(["q_proj","v_proj"])"));
+        QCOMPARE(targetsOf("dotted.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules:\n"
+                                         "  - self_attn.q_proj\n  - mlp.down_proj\n"),
+                 std::string(R"(["q_proj","down_proj"])"));
+        const std::string inList = targetsOf("inlist.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules:\n"
+                                                           "  - q_proj\n  - '.*v_proj'\n");
+        QVERIFY2(inList.find("a regular expression must be the whole value") != std::string::npos, inList.c_str());
+        const std::string none = targetsOf("none.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: 'vision.*'\n");
+        QVERIFY2(none.find("matches none of a decoder layer's Linear modules") != std::string::npos, none.c_str());
         // LLaMA-Factory's OFT: estimated as LoRA on the same modules, and said so.
         r = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"),
                  write("oft.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: oft\n"

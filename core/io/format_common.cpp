@@ -6,6 +6,7 @@
 #include "headroom/error.h"
 
 #include <algorithm>
+#include <regex>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -305,10 +306,72 @@ void readLoraDropout(Reader &r, const std::string &k, const json &v)
 {
     r.out.settings.loraDropout = r.number(k, v, 0, 0.999999);
 }
+// PEFT's target_modules grammar (tuners_utils.check_target_module_exists): a single string is a
+// regular expression matched whole against each module's full name (re.fullmatch); each name of a
+// list matches a module whose name is it or ends with "." + it. Headroom's targets are the decoder
+// Linears' own names, so a dotted name keeps its last part, and a regular expression becomes the
+// names it matches among the decoder layers' Linears as Transformers names them (text models, and
+// the language model inside a vision-language one).
+namespace {
+const char *const kLinearPaths[] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "self_attn.qkv_proj",
+    "self_attn.dense", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "mlp.gate_up_proj", "mlp.fc1", "mlp.fc2",
+    "mlp.c_fc", "mlp.c_proj", "attn.c_attn", "attn.c_proj", "attention.query_key_value", "attention.dense",
+    "mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "self_attention.query_key_value", "self_attention.dense"};
+const char *const kLayerPrefixes[] = {"model.layers.", "model.language_model.layers.", "language_model.model.layers.",
+                                      "transformer.h.", "gpt_neox.layers.", "model.decoder.layers."};
+
+bool looksLikeRegex(const std::string &t)
+{
+    return t.find_first_of("[]()|*+?\\^$") != std::string::npos;
+}
+} // namespace
+
 void readLoraTargets(Reader &r, const std::string &k, const json &v)
 {
-    if (!v.is_null())
-        r.out.settings.loraTargets = r.list(k, v);
+    if (v.is_null())
+        return;
+    if (v.is_string() && looksLikeRegex(v.get<std::string>())) {
+        const std::string pattern = v.get<std::string>();
+        if (pattern.size() > 256) // std::regex compiles and matches recursively: a bounded pattern
+            r.bad(k, json(pattern.substr(0, 40) + "..."), "a regular expression of more than 256 characters");
+        std::regex re;
+        try {
+            re = std::regex(pattern, std::regex::ECMAScript);
+        } catch (const std::regex_error &) {
+            r.bad(k, v, "is not a regular expression Headroom can read (PEFT matches a single string as one)");
+        }
+        std::vector<std::string> names;
+        for (const char *path : kLinearPaths)
+            for (const char *prefix : kLayerPrefixes) {
+                const std::string full = std::string(prefix) + "0." + path;
+                if (!std::regex_match(full, re))
+                    continue;
+                const std::string name = std::string(path).substr(std::string(path).rfind('.') + 1);
+                if (std::find(names.begin(), names.end(), name) == names.end())
+                    names.push_back(name);
+            }
+        if (names.empty())
+            r.bad(k, v, "matches none of a decoder layer's Linear modules (PEFT matches the whole module name, "
+                        "e.g. model.layers.0.self_attn.q_proj)");
+        std::string list;
+        for (const auto &n : names)
+            list += (list.empty() ? "" : ", ") + n;
+        r.note(k + ": the regular expression matches " + list + " in every decoder layer (PEFT's re.fullmatch)");
+        r.out.settings.loraTargets = names;
+        return;
+    }
+    std::vector<std::string> targets;
+    for (std::string t : r.list(k, v)) {
+        if (looksLikeRegex(t))
+            r.bad(k, json(t), "a regular expression must be the whole value, not one of a list (PEFT matches list "
+                              "entries as names)");
+        if (const size_t dot = t.rfind('.'); dot != std::string::npos && dot + 1 < t.size())
+            t = t.substr(dot + 1); // PEFT: the module's name ends with "." + the entry
+        if (std::find(targets.begin(), targets.end(), t) == targets.end())
+            targets.push_back(t);
+    }
+    r.out.settings.loraTargets = targets;
 }
 
 // Liger's kernels (they include FusedLinearCrossEntropy) or Cut Cross-Entropy: no logits.

@@ -54,10 +54,9 @@ void read(Reader &r, const json &j)
                }},
               {"lora_dropout", [](Reader &r, const std::string &k, const json &v) { r.out.settings.loraDropout = r.number(k, v, 0, 0.999999); }},
               {"lora_target", [](Reader &r, const std::string &k, const json &v) {
-                   auto l = r.list(k, v);
-                   if (l == std::vector<std::string>{"all"})
-                       l = {"all-linear"};
-                   r.out.settings.loraTargets = l;
+                   readLoraTargets(r, k, v); // PEFT's grammar: names, dotted names, a regular expression
+                   if (r.out.settings.loraTargets == std::vector<std::string>{"all"})
+                       r.out.settings.loraTargets = std::vector<std::string>{"all-linear"};
                }},
               {"quantization_bit", [&](Reader &r, const std::string &k, const json &v) {
                    if (!v.is_null())
