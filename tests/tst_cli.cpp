@@ -838,6 +838,26 @@ private Q_SLOTS:
         QVERIFY2(inList.find("a regular expression must be the whole value") != std::string::npos, inList.c_str());
         const std::string none = targetsOf("none.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: 'vision.*'\n");
         QVERIFY2(none.find("matches none of a decoder layer's Linear modules") != std::string::npos, none.c_str());
+        // attn_implementation, at the top (Axolotl) or in TRL's model_init_kwargs: eager is eager,
+        // the flash kernels are estimated as SDPA's flash and said so.
+        auto configOf = [&](const char *name, const char *yaml, Run *out = nullptr) {
+            const Run t = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), write(name, yaml)});
+            if (out)
+                *out = t;
+            return t.code == 0 ? nlohmann::json::parse(t.out.toStdString()).at("config") : nlohmann::json();
+        };
+        QCOMPARE(configOf("eager.yml", "base_model: Qwen/Qwen2.5-0.5B\nattn_implementation: eager\n").at("attention").get<std::string>(),
+                 std::string("eager"));
+        Run trl;
+        const auto fa2 = configOf("trl.yaml",
+                                  "model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 2\n"
+                                  "model_init_kwargs:\n  attn_implementation: flash_attention_2\n  torch_dtype: bfloat16\n",
+                                  &trl);
+        QVERIFY2(trl.code == 0, qPrintable(trl.err));
+        QCOMPARE(fa2.at("attention").get<std::string>(), std::string("sdpa"));
+        QCOMPARE(fa2.at("precision").get<std::string>(), std::string("bf16"));
+        QVERIFY2(trl.err.contains(QStringLiteral("model_init_kwargs.attn_implementation = flash_attention_2: estimated as SDPA's flash kernel")),
+                 qPrintable(trl.err));
         // LLaMA-Factory's OFT: estimated as LoRA on the same modules, and said so.
         r = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"),
                  write("oft.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: oft\n"

@@ -124,6 +124,7 @@ void readLoraRank(Reader &r, const std::string &k, const json &v);
 void readLoraAlpha(Reader &r, const std::string &k, const json &v);
 void readLoraDropout(Reader &r, const std::string &k, const json &v);
 void readLoraTargets(Reader &r, const std::string &k, const json &v);
+void readAttnImplementation(Reader &r, const std::string &k, const json &v);
 void readFusedLoss(Reader &r, const std::string &key, const json &v);
 void readDeepSpeedPath(Reader &r, const std::string &key, const json &v);
 

@@ -69,6 +69,7 @@ void read(Reader &r, const json &j)
                    if (r.flag(k, v))
                        r.out.settings.attention = Attention::SDPA;
                }},
+              {"attn_implementation", readAttnImplementation},
               {"eager_attention", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
                        r.out.settings.attention = Attention::Eager;

@@ -36,9 +36,19 @@ void read(Reader &r, const json &j)
               {"fp16", [&](Reader &r, const std::string &k, const json &v) { fp16 = r.flag(k, v); }},
               {"torch_dtype", [&](Reader &r, const std::string &k, const json &v) { dtype = r.text(k, v); }},
               {"dtype", [&](Reader &r, const std::string &k, const json &v) { dtype = r.text(k, v); }},
-              {"attn_implementation", [](Reader &r, const std::string &k, const json &v) {
-                   const std::string s = r.text(k, v);
-                   r.out.settings.attention = s == "eager" ? Attention::Eager : Attention::SDPA;
+              {"attn_implementation", readAttnImplementation},
+              // TRL: the model's from_pretrained arguments, where its recipes put these two.
+              {"model_init_kwargs", [&](Reader &r, const std::string &k, const json &v) {
+                   if (!v.is_object())
+                       r.bad(k, v, "must be a mapping of from_pretrained's arguments");
+                   for (const auto &[key, value] : v.items()) {
+                       if (key == "attn_implementation")
+                           readAttnImplementation(r, k + "." + key, value);
+                       else if ((key == "torch_dtype" || key == "dtype") && !value.is_null())
+                           dtype = r.text(k + "." + key, value);
+                       else if (!value.is_null())
+                           r.out.unknownKeys.push_back(k + "." + key);
+                   }
                }},
               {"optim", readOptim},
               {"use_liger_kernel", readFusedLoss},
