@@ -807,10 +807,24 @@ private Q_SLOTS:
         QCOMPARE(c.at("precision").get<std::string>(), std::string("bf16"));
         QCOMPARE(c.at("finetune").get<std::string>(), std::string("lora"));
         QVERIFY2(r.err.contains(QStringLiteral("empty, so their defaults: lora_alpha, optimizer")), qPrintable(r.err));
-        QCOMPARE(doc.at("imported_from").get<std::string>(), QString(axo + QStringLiteral(" as Axolotl YAML (detected)")).toStdString());
-        r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), axo});
+        // What the file does not state is named with the defaults used; a model is never assumed.
+        QCOMPARE(doc.at("imported_from").get<std::string>(),
+                 QString(axo + QStringLiteral(" as Axolotl YAML (detected); not stated, so Headroom's defaults: 1 GPU"))
+                     .toStdString());
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), axo, QStringLiteral("--gpus"), QStringLiteral("2")});
         QVERIFY2(r.out.startsWith(QStringLiteral("from ") + axo + QStringLiteral(" as Axolotl YAML (detected)\n")),
                  qPrintable(r.out));
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--from"),
+                 QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/training-configs/deepspeed-ds_z3_config.json")});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("names no model (DeepSpeed JSON): give --model")), qPrintable(r.err));
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--model"), QStringLiteral("qwen2.5-0.5b"),
+                 QStringLiteral("--from"),
+                 QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/training-configs/deepspeed-ds_z3_config.json")});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QVERIFY2(nlohmann::json::parse(r.out.toStdString()).at("imported_from").get<std::string>().find(
+                     "not stated, so Headroom's defaults: micro batch 1, sequence 2048") != std::string::npos,
+                 r.out.toStdString().c_str());
         // 1_2_ is no number in YAML 1.1: named where it is wrong.
         r = cli({QStringLiteral("estimate"), QStringLiteral("--from"),
                  write("under.yml", "base_model: Qwen/Qwen2.5-0.5B\nsequence_len: 1_2_\n")});

@@ -278,6 +278,24 @@ Flags withImports(Flags f)
         f.activationOffload = *st.activationOffload;
     if (st.doubleQuant && !given("--no-double-quant"))
         f.noDoubleQuant = !*st.doubleQuant;
+    // What neither the files nor the command line state is Headroom's default, said; a model is
+    // never assumed (a DeepSpeed or accelerate file alone names none).
+    if (!st.model && !given("--model")) {
+        std::string kinds;
+        for (const auto &file : files)
+            kinds += (kinds.empty() ? "" : ", ") + std::string(describe(file.format));
+        throw InputError("--from", f.from.front(), "names no model (" + kinds + "): give --model");
+    }
+    std::string assumed;
+    auto assume = [&](bool stated, const char *flag, const std::string &what) {
+        if (!stated && !given(flag))
+            assumed += (assumed.empty() ? "" : ", ") + what;
+    };
+    assume(st.microBatch.has_value(), "--batch", "micro batch " + f.batch);
+    assume(st.seqLen.has_value(), "--seq", "sequence " + f.seq);
+    assume(st.worldSize.has_value() || m.shardsWithoutGpuCount, "--gpus", f.gpus + " GPU" + (f.gpus == "1" ? "" : "s"));
+    if (!assumed.empty()) // with the header, on stdout: an error after it stays one line
+        f.importedFrom += "; not stated, so Headroom's defaults: " + assumed;
     f.from.clear(); // applied: passing these flags on neither reads the files nor says the notes again
     return f;
 }
