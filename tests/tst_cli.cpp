@@ -29,6 +29,15 @@ int64_t peakOf(const Run &r)
     return nlohmann::json::parse(r.out.toStdString()).at("peak").at("allocated_bytes").get<int64_t>();
 }
 
+// `text` as the file `name` in `dir`; its path.
+QString writeIn(const QTemporaryDir &dir, const char *name, const char *text)
+{
+    QFile f(dir.filePath(QString::fromLatin1(name)));
+    f.open(QIODevice::WriteOnly);
+    f.write(text);
+    return f.fileName();
+}
+
 } // namespace
 
 class TestCli : public QObject
@@ -789,12 +798,7 @@ private Q_SLOTS:
     void recipesReadAsTheirToolsReadThem()
     {
         QTemporaryDir dir;
-        auto write = [&](const char *name, const char *text) {
-            QFile f(dir.filePath(QString::fromLatin1(name)));
-            f.open(QIODevice::WriteOnly);
-            f.write(text);
-            return f.fileName();
-        };
+        auto write = [&](const char *name, const char *text) { return writeIn(dir, name, text); };
         const QString axo = write("axo.yml", "base_model: Qwen/Qwen2.5-0.5B\nsequence_len: 2_048\nmicro_batch_size: 2\n"
                                              "adapter: lora\nlora_r: 16\nlora_alpha:\nload_in_8bit: no\noptimizer: ~\n"
                                              "gradient_checkpointing: yes\nbf16: on\n");
@@ -888,12 +892,7 @@ private Q_SLOTS:
     void importSaysWhatItDidNotUse()
     {
         QTemporaryDir dir;
-        auto write = [&](const char *name, const char *text) {
-            QFile f(dir.filePath(QString::fromLatin1(name)));
-            f.open(QIODevice::WriteOnly);
-            f.write(text);
-            return f.fileName();
-        };
+        auto write = [&](const char *name, const char *text) { return writeIn(dir, name, text); };
         const QString odd = write("odd.yml", "base_model: x/y\nadapter: lora\nload_in_4bit: true\nbf16: true\nfp16: true\n"
                                              "micro_batch_size: 2\nfancy_new_feature: 3\n");
         Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), odd, QStringLiteral("--model"),
