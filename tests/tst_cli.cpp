@@ -876,6 +876,20 @@ private Q_SLOTS:
         QCOMPARE(fa2.at("precision").get<std::string>(), std::string("bf16"));
         QVERIFY2(trl.err.contains(QStringLiteral("model_init_kwargs.attn_implementation = flash_attention_2: estimated as SDPA's flash kernel")),
                  qPrintable(trl.err));
+        // DeepSpeed's bf16 with the optimizer offloaded (ZeRO-Offload): the fp32 master stays on the
+        // CPU, so the GPU holds bf16 weights and gradients, not amp's fp32 ones.
+        Run ds;
+        const auto offload = configOf("ds.json", R"({"bf16": {"enabled": true}, "train_micro_batch_size_per_gpu": 1,
+                                                    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
+                                      &ds);
+        QVERIFY(ds.code != 0); // names no model
+        ds = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--model"), QStringLiteral("qwen2.5-7b"),
+                  QStringLiteral("--gpus"), QStringLiteral("8"), QStringLiteral("--from"), dir.filePath(QStringLiteral("ds.json"))});
+        QVERIFY2(ds.code == 0, qPrintable(ds.err));
+        const auto dsConfig = nlohmann::json::parse(ds.out.toStdString()).at("config");
+        QCOMPARE(dsConfig.at("precision").get<std::string>(), std::string("bf16"));
+        QCOMPARE(dsConfig.at("offload_optimizer").get<bool>(), true);
+        QVERIFY(offload.is_null());
         // LLaMA-Factory's OFT: estimated as LoRA on the same modules, and said so.
         r = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"),
                  write("oft.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: oft\n"
