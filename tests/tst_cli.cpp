@@ -856,6 +856,11 @@ private Q_SLOTS:
         QVERIFY2(inList.find("a regular expression must be the whole value") != std::string::npos, inList.c_str());
         const std::string none = targetsOf("none.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: 'vision.*'\n");
         QVERIFY2(none.find("matches none of a decoder layer's Linear modules") != std::string::npos, none.c_str());
+        // std::regex backtracks: repeated groups and long runs of repeats are refused, not run.
+        const std::string group = targetsOf("group.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: '(a+)+b'\n");
+        QVERIFY2(group.find("a repeated group") != std::string::npos, group.c_str());
+        const std::string many = targetsOf("many.yml", "base_model: Qwen/Qwen2.5-0.5B\nadapter: lora\nlora_target_modules: '.*a.*b.*c.*d'\n");
+        QVERIFY2(many.find("more than 3 repeats") != std::string::npos, many.c_str());
         // attn_implementation, at the top (Axolotl) or in TRL's model_init_kwargs: eager is eager,
         // the flash kernels are estimated as SDPA's flash and said so.
         auto configOf = [&](const char *name, const char *yaml, Run *out = nullptr) {

@@ -335,6 +335,31 @@ void readLoraTargets(Reader &r, const std::string &k, const json &v)
         const std::string pattern = v.get<std::string>();
         if (pattern.size() > 256) // std::regex compiles and matches recursively: a bounded pattern
             r.bad(k, json(pattern.substr(0, 40) + "..."), "a regular expression of more than 256 characters");
+        // std::regex backtracks: a repeated group, or many repeats in a row, can take exponential
+        // time on a hostile pattern. What recipes write has a few single repeats ([\d]+, .*).
+        int repeats = 0;
+        bool inClass = false;
+        for (size_t i = 0; i < pattern.size(); ++i) {
+            const char c = pattern[i];
+            if (c == '\\') {
+                ++i;
+                continue;
+            }
+            if (inClass) {
+                inClass = c != ']';
+                continue;
+            }
+            if (c == '[')
+                inClass = true;
+            else if (c == '*' || c == '+' || c == '{' || c == '?') {
+                if (c != '?')
+                    ++repeats;
+                if (c != '?' && i > 0 && pattern[i - 1] == ')')
+                    r.bad(k, v, "a repeated group in a regular expression is not read (name the modules instead)");
+            }
+        }
+        if (repeats > 3)
+            r.bad(k, v, "a regular expression with more than 3 repeats is not read (name the modules instead)");
         std::regex re;
         try {
             re = std::regex(pattern, std::regex::ECMAScript);
