@@ -145,7 +145,7 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
                                 : parseInteger("--batch", f.batch, 1, 1 << 20);
     c.seqLen = listsAllowed ? parseIntegerList("--seq", f.seq, 1, 1 << 24).front()
                             : parseInteger("--seq", f.seq, 1, 1 << 24);
-    c.gradAccum = parseInteger("--grad-accum", f.gradAccum, 1, 1 << 20);
+    c.gradAccum = parseInteger("--grad-accum", f.gradAccum, 1, kMaxGradAccum);
     c.gradCheckpointing = f.gradCheckpointing;
     c.checkpointLayers = parseInteger("--checkpoint-layers", f.checkpointLayers, 0, 1 << 20);
     if (c.checkpointLayers > 0)

@@ -56,7 +56,7 @@ TrainingConfig trainingConfigFromJson(const json &j)
     c.microBatch = requireInt64(j, "micro_batch", ctx, 1, 1 << 20);
     c.seqLen = requireInt64(j, "seq_len", ctx, 1, 1 << 24);
     if (j.contains("grad_accum"))
-        c.gradAccum = requireInt64(j, "grad_accum", ctx, 1, 1 << 20);
+        c.gradAccum = requireInt64(j, "grad_accum", ctx, 1, kMaxGradAccum);
     if (j.contains("grad_checkpointing")) {
         if (!j.at("grad_checkpointing").is_boolean())
             throw InputError(ctx + ".grad_checkpointing", showJson(j.at("grad_checkpointing")),

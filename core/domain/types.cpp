@@ -260,7 +260,7 @@ void TrainingConfig::validate() const
     };
     range("batch", microBatch, 1, 1 << 20);
     range("seq", seqLen, 1, 1 << 24);
-    range("grad_accum", gradAccum, 1, 1 << 20);
+    range("grad_accum", gradAccum, 1, kMaxGradAccum);
     range("gpus", worldSize, 1, 1 << 16);
     range("zero", zeroStage, 0, 3);
     range("checkpoint_layers", checkpointLayers, 0, 1 << 20);

@@ -89,7 +89,7 @@ def parse_config(c):
         "finetune": _choice(c, "finetune", ctx, FINETUNES),
         "micro_batch": _int(c, "micro_batch", ctx, 1, 1 << 20),
         "seq_len": _int(c, "seq_len", ctx, 1, 1 << 24),
-        "grad_accum": _int(c, "grad_accum", ctx, 1, 1 << 20, 1),
+        "grad_accum": _int(c, "grad_accum", ctx, 1, 1 << 16, 1),  # core's kMaxGradAccum
         "grad_checkpointing": _bool(c, "grad_checkpointing", ctx, False),
         "checkpoint_layers": _int(c, "checkpoint_layers", ctx, 0, 1 << 20, 0),
         "checkpoint_every": _int(c, "checkpoint_every", ctx, 0, 1 << 20, 0),

@@ -54,7 +54,7 @@ void read(Reader &r, const json &j)
                                r.note(key + ": offloaded parameters are not modelled; the estimate keeps them on the GPU (an over-estimate)");
                        } else if (dk == "gradient_accumulation_steps") {
                            if (!Reader::isAuto(dv))
-                               r.out.settings.gradAccum = r.integer(key, dv, 1, 1 << 20);
+                               r.out.settings.gradAccum = r.integer(key, dv, 1, kMaxGradAccum);
                        } else if (dk == "deepspeed_config_file")
                            readDeepSpeedPath(r, key, dv);
                        else if (dk != "zero3_init_flag" && dk != "zero3_save_16bit_model" && dk != "gradient_clipping" &&

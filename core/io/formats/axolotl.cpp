@@ -50,7 +50,7 @@ void read(Reader &r, const json &j)
                }},
               {"sequence_len", setInt(&TrainingSettings::seqLen, 1, 1 << 24)},
               {"micro_batch_size", setInt(&TrainingSettings::microBatch, 1, 1 << 20)},
-              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, 1 << 20)},
+              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, kMaxGradAccum)},
               {"optimizer", readOptim},
               {"bf16", [&](Reader &r, const std::string &k, const json &v) {
                    bf16 = Reader::isAuto(v) || r.flag(k, v);

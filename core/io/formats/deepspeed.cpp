@@ -24,7 +24,7 @@ void read(Reader &r, const json &j)
     std::optional<int64_t> total;
     readKeys(r, j,
              {{"train_micro_batch_size_per_gpu", setInt(&TrainingSettings::microBatch, 1, 1 << 20)},
-              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, 1 << 20)},
+              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, kMaxGradAccum)},
               {"train_batch_size", [&](Reader &r, const std::string &k, const json &v) {
                    if (!Reader::isAuto(v))
                        total = r.integer(k, v, 1, int64_t(1) << 40);

@@ -68,7 +68,7 @@ void read(Reader &r, const json &j)
                }},
               {"double_quantization", [](Reader &r, const std::string &k, const json &v) { r.out.settings.doubleQuant = r.flag(k, v); }},
               {"per_device_train_batch_size", setInt(&TrainingSettings::microBatch, 1, 1 << 20)},
-              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, 1 << 20)},
+              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, kMaxGradAccum)},
               {"cutoff_len", setInt(&TrainingSettings::seqLen, 1, 1 << 24)},
               {"bf16", [&](Reader &r, const std::string &k, const json &v) { bf16 = r.flag(k, v); }},
               {"fp16", [&](Reader &r, const std::string &k, const json &v) { fp16 = r.flag(k, v); }},

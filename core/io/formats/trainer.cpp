@@ -27,7 +27,7 @@ void read(Reader &r, const json &j)
     readKeys(r, j,
              {{"model_name_or_path", [](Reader &r, const std::string &k, const json &v) { r.out.settings.model = r.text(k, v); }},
               {"per_device_train_batch_size", setInt(&TrainingSettings::microBatch, 1, 1 << 20)},
-              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, 1 << 20)},
+              {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, kMaxGradAccum)},
               {"max_seq_length", setInt(&TrainingSettings::seqLen, 1, 1 << 24)},
               {"max_length", setInt(&TrainingSettings::seqLen, 1, 1 << 24)},
               {"gradient_checkpointing", [](Reader &r, const std::string &k, const json &v) { r.out.settings.gradCheckpointing = r.flag(k, v); }},

@@ -128,6 +128,12 @@ struct LoraConfig
     bool doubleQuant = true; // QLoRA only: bitsandbytes bnb_4bit_use_double_quant
 };
 
+// The most gradient-accumulation steps any input may ask for. The estimate allocates every
+// micro-batch's input_ids as the engine does (program.cpp), so its time grows with the count;
+// 65,536 answers in about a second on two cores (with the recommendations' variants), and no
+// recipe accumulates more (a larger value is a typo, or a total batch written as accumulation).
+constexpr int64_t kMaxGradAccum = int64_t(1) << 16;
+
 struct TrainingConfig
 {
     Precision precision = Precision::BF16;
