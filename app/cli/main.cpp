@@ -557,14 +557,14 @@ int runCli(int argc, char **argv)
             if (std::filesystem::is_regular_file(fe.model, ec)) {
                 const ModelArch probe = modelFromFileJsonLenient(readJsonFile(fe.model, "--model"), fe.model);
                 // A row that does not model this configuration, which the real stack runs: traced too.
+                TrainingConfig c = buildConfig(fe, false);
                 std::optional<Refusal> unmodelled;
                 if (probe.estimable) {
-                    const auto r = estimateRefusal(probe, buildConfig(fe, false));
+                    const auto r = estimateRefusal(probe, c);
                     if (r && traceAnswers(r->blocker))
                         unmodelled = r;
                 }
                 if (!probe.estimable || unmodelled) {
-                    TrainingConfig c = buildConfig(fe, false);
                     if (fe.loraTargets.empty() && !probe.estimable) // no row: PEFT's own "all-linear"
                         c.lora.targets = defaultLoraTargets(probe);
                     if (unmodelled)

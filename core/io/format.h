@@ -108,6 +108,7 @@ struct Reader
     void conflict(const std::string &s) { out.conflicts.push_back(s); }
 };
 
+// A key's reader. readKeys never hands one an empty (null) value: that is the default, said once.
 using Handler = std::function<void(Reader &, const std::string &, const json &)>;
 // Each key of `j` through its handler; keys with none are unknown, bookkeeping aside.
 void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers);

@@ -329,8 +329,6 @@ bool looksLikeRegex(const std::string &t)
 
 void readLoraTargets(Reader &r, const std::string &k, const json &v)
 {
-    if (v.is_null())
-        return;
     if (v.is_string() && looksLikeRegex(v.get<std::string>())) {
         const std::string pattern = v.get<std::string>();
         if (pattern.size() > 256) // std::regex compiles and matches recursively: a bounded pattern
@@ -405,8 +403,6 @@ void readLoraTargets(Reader &r, const std::string &k, const json &v)
 // estimated as SDPA's flash kernel, said so.
 void readAttnImplementation(Reader &r, const std::string &k, const json &v)
 {
-    if (v.is_null())
-        return;
     const std::string s = r.text(k, v);
     if (s == "eager") {
         r.out.settings.attention = Attention::Eager;
@@ -425,8 +421,7 @@ void readAttnImplementation(Reader &r, const std::string &k, const json &v)
 // Liger's kernels (they include FusedLinearCrossEntropy) or Cut Cross-Entropy: no logits.
 void readFusedLoss(Reader &r, const std::string &key, const json &v)
 {
-    if (!v.is_null())
-        r.out.settings.loss = r.flag(key, v) ? Loss::Fused : Loss::Standard;
+    r.out.settings.loss = r.flag(key, v) ? Loss::Fused : Loss::Standard;
 }
 
 // A DeepSpeed config named from another file: the stage from names like zero3.json, ds_z2_config.json.
@@ -504,7 +499,7 @@ void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &ha
 Handler setInt(std::optional<int64_t> TrainingSettings::*field, int64_t lo, int64_t hi)
 {
     return [field, lo, hi](Reader &r, const std::string &k, const json &v) {
-        if (!v.is_null() && !Reader::isAuto(v))
+        if (!Reader::isAuto(v))
             r.out.settings.*field = r.integer(k, v, lo, hi);
     };
 }

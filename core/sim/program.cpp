@@ -900,6 +900,15 @@ private:
         return out;
     }
 
+    // GLM's interleaved cos and sin: cos[..., :d/2].repeat_interleave(2, -1), sin the same, made
+    // per call in the tables' dtype (kept by the products' nodes that use them).
+    void interleavedTables(const T &cos, const T &sin, T &ci, T &si)
+    {
+        const int64_t table = checkedMul(s, rotaryDim()) * cos.elem;
+        ci = S.make(table, cos.elem);
+        si = S.make(table, sin.elem);
+    }
+
     // GLM-style apply_rotary_pos_emb (FamilyTraits::rotaryInterleaved): the interleaved cos and
     // sin (repeat_interleave of their first halves, kept by the products' nodes), then for q and
     // for k: x.float() * cos + rotate_half(x).float() * sin, rotate_half by torch.stack((-x2, x1)).
@@ -929,9 +938,8 @@ private:
                 S.drop(*t);
             return;
         }
-        const int64_t table = checkedMul(s, rotaryDim()) * cos.elem;
-        T ci = S.make(table, cos.elem);
-        T si = S.make(table, sin.elem);
+        T ci, si;
+        interleavedTables(cos, sin, ci, si);
         auto one = [&](const T &x, int64_t features) {
             const int64_t n = checkedMul(tok, features);
             T xf = O.to(x, 4);
@@ -1303,13 +1311,11 @@ private:
             // in their dtype) made first and kept by the products' nodes; its interleaved
             // rotate_half (a negated strided half, then a stack) allocates as rotate_half does.
             T ci, si;
-            if (ft.rotaryInterleaved) {
-                const int64_t table = checkedMul(s, rotaryDim()) * cos.elem;
-                ci = S.make(table, cos.elem);
-                si = S.make(table, sin.elem);
-            }
-            T qt = rope(qr, ft.rotaryInterleaved ? ci : cos, ft.rotaryInterleaved ? si : sin, qRot);
-            T kt = rope(kr, ft.rotaryInterleaved ? ci : cos, ft.rotaryInterleaved ? si : sin, kRot);
+            if (ft.rotaryInterleaved)
+                interleavedTables(cos, sin, ci, si);
+            const T &c1 = ft.rotaryInterleaved ? ci : cos, &s1 = ft.rotaryInterleaved ? si : sin;
+            T qt = rope(qr, c1, s1, qRot);
+            T kt = rope(kr, c1, s1, kRot);
             if (ft.rotaryInterleaved) {
                 S.drop(ci);
                 S.drop(si);

@@ -25,10 +25,7 @@ void read(Reader &r, const json &j)
     std::optional<std::string> adapter;
     readKeys(r, j,
              {{"base_model", [](Reader &r, const std::string &k, const json &v) { r.out.settings.model = r.text(k, v); }},
-              {"adapter", [&](Reader &r, const std::string &k, const json &v) {
-                   if (!v.is_null())
-                       adapter = r.text(k, v);
-               }},
+              {"adapter", [&](Reader &r, const std::string &k, const json &v) { adapter = r.text(k, v); }},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},
               {"load_in_8bit", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
@@ -43,7 +40,7 @@ void read(Reader &r, const json &j)
                        r.out.settings.loraTargets = std::vector<std::string>{"all-linear"};
                }},
               {"lora_modules_to_save", [](Reader &r, const std::string &k, const json &v) {
-                   if (!v.is_null() && !(v.is_array() && v.empty()))
+                   if (!(v.is_array() && v.empty()))
                        r.note(k + " = " + (v.is_array() ? r.list(k, v).front() + (v.size() > 1 ? ", ..." : "") : showJson(v)) +
                               ": modules trained in full next to the adapters are NOT in the estimate (an "
                               "under-estimate: add their weights' gradients and optimizer state)");
@@ -83,10 +80,7 @@ void read(Reader &r, const json &j)
               {"liger_glu_activation", ignoreKey},
               {"liger_layer_norm", ignoreKey},
               {"liger_cross_entropy", ignoreKey},
-              {"fsdp", [](Reader &r, const std::string &k, const json &v) {
-                   if (!v.is_null())
-                       readFsdpString(r, k, v);
-               }},
+              {"fsdp", readFsdpString},
               {"fsdp_config", [](Reader &r, const std::string &k, const json &v) {
                    if (v.is_object())
                        readFsdpConfig(r, k + ".", v);

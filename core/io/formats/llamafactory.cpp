@@ -49,8 +49,7 @@ void read(Reader &r, const json &j)
                    r.out.settings.loraRank = static_cast<int>(r.integer(k, v, 1, 65536));
                }},
               {"lora_alpha", [](Reader &r, const std::string &k, const json &v) {
-                   if (!v.is_null())
-                       r.out.settings.loraAlpha = r.number(k, v, 1e-9, 1e6);
+                   r.out.settings.loraAlpha = r.number(k, v, 1e-9, 1e6);
                }},
               {"lora_dropout", [](Reader &r, const std::string &k, const json &v) { r.out.settings.loraDropout = r.number(k, v, 0, 0.999999); }},
               {"lora_target", [](Reader &r, const std::string &k, const json &v) {
@@ -58,10 +57,7 @@ void read(Reader &r, const json &j)
                    if (r.out.settings.loraTargets == std::vector<std::string>{"all"})
                        r.out.settings.loraTargets = std::vector<std::string>{"all-linear"};
                }},
-              {"quantization_bit", [&](Reader &r, const std::string &k, const json &v) {
-                   if (!v.is_null())
-                       quant = r.integer(k, v, 2, 8);
-               }},
+              {"quantization_bit", [&](Reader &r, const std::string &k, const json &v) { quant = r.integer(k, v, 2, 8); }},
               {"quantization_method", [](Reader &r, const std::string &k, const json &v) {
                    if (r.text(k, v) != "bnb" && r.text(k, v) != "bitsandbytes")
                        r.note(k + " = " + v.get<std::string>() + ": estimated as bitsandbytes NF4");

@@ -42,11 +42,13 @@ void read(Reader &r, const json &j)
                    if (!v.is_object())
                        r.bad(k, v, "must be a mapping of from_pretrained's arguments");
                    for (const auto &[key, value] : v.items()) {
+                       if (value.is_null()) // the default, as at the top level
+                           continue;
                        if (key == "attn_implementation")
                            readAttnImplementation(r, k + "." + key, value);
-                       else if ((key == "torch_dtype" || key == "dtype") && !value.is_null())
+                       else if (key == "torch_dtype" || key == "dtype")
                            dtype = r.text(k + "." + key, value);
-                       else if (!value.is_null())
+                       else
                            r.out.unknownKeys.push_back(k + "." + key);
                    }
                }},
@@ -65,7 +67,7 @@ void read(Reader &r, const json &j)
               {"lora_dropout", readLoraDropout},
               {"lora_target_modules", readLoraTargets},
               {"fsdp", [](Reader &r, const std::string &k, const json &v) {
-                   if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty()))
+                   if (!(v.is_string() && v.get<std::string>().empty()))
                        readFsdpString(r, k, v);
                }},
               {"fsdp_config", [](Reader &r, const std::string &k, const json &v) {
