@@ -311,7 +311,10 @@ private Q_SLOTS:
     void tracedStepsMatchTheRealStack()
     {
         QTemporaryDir dir;
-        for (const char *run : {"run1", "run2", "run4-alt"}) {
+        // Later runs' files replace earlier ones of the same case: runs 7 and 8 re-traced falcon
+        // and gpt_oss (and llama at the second shape) after the softmax_bwd_tmp and
+        // math_mask_in_place rules (fake.py CUDA_RULES), each beside a new real step.
+        for (const char *run : {"run1", "run2", "run4-alt", "run7-softmax-bwd", "run8-alt-softmax-bwd"}) {
             QProcess tar;
             tar.setWorkingDirectory(dir.path());
             tar.start(QStringLiteral("tar"), {QStringLiteral("xJf"),
@@ -319,15 +322,17 @@ private Q_SLOTS:
                                                                 .arg(QLatin1String(run)))});
             QVERIFY(tar.waitForFinished(120000) && tar.exitCode() == 0);
         }
-        // Reserved: falcon-lora's SDPA math path (in the real stream _safe_softmax's mask
-        // temporaries and no 1 GiB copy after it; in the trace the reverse), phimoe checkpointed
-        // (as its row), gpt_oss full (eager attention with sinks).
-        const std::map<std::string, double> openReserved = {{"falcon-lora", -0.10857},     {"phimoe-ckpt", -0.04683},
-                                                            {"gpt_oss-full", 0.06918},     {"granite-alt-full", 0.11163},
-                                                            {"falcon-alt-full", -0.06095}, {"falcon-alt-ckpt", 0.06193}};
-        // Allocated: falcon's math path at b1 x 4096 (the same mechanism), under. The rule that
-        // follows CUDA there (fake.py CUDA_RULES safe_softmax) was written after these traces.
-        const std::map<std::string, double> openAllocated = {{"falcon-alt-full", -0.05385}, {"falcon-alt-ckpt", -0.07428}};
+        // Reserved, open: phimoe checkpointed (as its row), gpt_oss full (eager attention with
+        // sinks), granite-alt-full (the allocator model's address ties), and falcon-alt-ckpt,
+        // UNDER: its allocation stream is the real one but for backward formulas that PyTorch
+        // writes twice, in place for plain tensors and out of place for a tensor subclass, which
+        // a fake tensor is (index_backward's index_put, the autograd engine's gradient sums): the
+        // trace makes 18 MiB temporaries the real run does not, and the allocator
+        // model carves other segments from them (docs/accuracy.md).
+        const std::map<std::string, double> openReserved = {{"phimoe-ckpt", -0.04683},
+                                                            {"gpt_oss-full", 0.06918},
+                                                            {"granite-alt-full", 0.11163},
+                                                            {"falcon-alt-ckpt", -0.07013}};
         std::vector<double> alloc, reserved;
         std::set<std::string> types;
         std::string table = "| step | measured peak (GiB) | traced | measured reserved | traced |\n|---|---:|---:|---:|---:|\n";
@@ -357,12 +362,8 @@ private Q_SLOTS:
                           100 * rerr);
             table += row;
             types.insert(m.model.modelType);
-            if (const auto gap = openAllocated.find(name); gap != openAllocated.end()) {
-                QVERIFY2(std::abs(err - gap->second) < 0.0005, (name + ": the known allocated gap moved").c_str());
-            } else {
-                alloc.push_back(err);
-                QVERIFY2(err >= -0.01, (name + ": traced peak allocated under by more than 1%").c_str());
-            }
+            alloc.push_back(err);
+            QVERIFY2(err >= -0.01, (name + ": traced peak allocated under by more than 1%").c_str());
             const auto open = openReserved.find(name);
             if (open != openReserved.end()) {
                 QVERIFY2(std::abs(rerr - open->second) < 0.0005, (name + ": the known reserved gap moved").c_str());
@@ -374,12 +375,11 @@ private Q_SLOTS:
         const auto [rMedian, rWorst] = medianMax(reserved);
         std::snprintf(row, sizeof row,
                       "\n%zu traced steps of %zu types: peak allocated median |error| %.3f%%, max %.3f%%; peak reserved "
-                      "median %.3f%%, max %.3f%%. Open, outside it: falcon's SDPA math path (falcon-lora reserved "
-                      "%.2f%%, falcon-alt-full allocated %.2f%%, falcon-alt-ckpt %.2f%%), phimoe-ckpt reserved %.2f%%, "
-                      "gpt_oss-full %+.2f%%, granite-alt-full %+.2f%% (the allocator model's address ties).\n",
+                      "median %.3f%%, max %.3f%%. Open in reserved, outside it: falcon-alt-ckpt %+.2f%% (backward "
+                      "formulas written apart for tensor subclasses), phimoe-ckpt %+.2f%%, gpt_oss-full %+.2f%%, "
+                      "granite-alt-full %+.2f%% (the allocator model's address ties).\n",
                       alloc.size(), types.size(), 100 * median, 100 * worst, 100 * rMedian, 100 * rWorst,
-                      100 * openReserved.at("falcon-lora"), 100 * openAllocated.at("falcon-alt-full"),
-                      100 * openAllocated.at("falcon-alt-ckpt"), 100 * openReserved.at("phimoe-ckpt"),
+                      100 * openReserved.at("falcon-alt-ckpt"), 100 * openReserved.at("phimoe-ckpt"),
                       100 * openReserved.at("gpt_oss-full"), 100 * openReserved.at("granite-alt-full"));
         table += row;
         std::printf("%s", table.c_str());

@@ -55,9 +55,23 @@ from .trace import build_timeline
 #    -inf test of the scores (bool, their size), the all-masked rows (bool, a column) and a 4-byte
 #    scalar, given back in reverse, and no copy after (Falcon's multi-query attention, H200,
 #    tests/data/h200/traced-2026-12-04 falcon-*: the fake op made one more output of the scores'
-#    size instead, 5-7% under at b1 x 4096). The trace makes the softmax and those three.
+#    size instead). The trace makes the softmax and those three.
+#  - math_mask_in_place: the same math path adds the mask to the scores in place (attn.add_) for
+#    plain tensors and out of place (attn.add) for a tensor subclass (areAnyTensorSubclassLike),
+#    and a fake tensor is one: the fake run made one more scores-sized output there and freed the
+#    matmul's after it. The trace runs the math path as attention.cpp writes it
+#    (_scaled_dot_product_attention_math, PyTorch 2.5 and later: the fp32 upcast, the boolean
+#    mask made additive, the GQA expansion, the second output made and dropped after the first)
+#    from Python, where the add is in place on a fake tensor too: Falcon's forward stream is then
+#    the real one, op for op (H200, falcon-alt-full).
+#  - softmax_bwd_tmp: CUDA's softmax backward (SoftMax.cu softmax_backward_cuda_out) first makes
+#    `tmp = grad * output`, a temporary of the gradient's size, after its output and freed before
+#    it returns (H200 allocator history with C++ stacks, lab/mathsdpa.py: mul_Tensor under
+#    structured_softmax_backward_cuda_out). Every softmax in backward: SDPA's math path (one more
+#    fp32 scores-sized buffer per layer in Falcon's backward, the -5.4% / -7.4% allocated of
+#    falcon-alt-full / -ckpt, tests/data/h200/traced-2026-12-04) and eager attention.
 CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "grouped_mm_scratch", "flash_fwd_scratch", "flash_bwd_workspace",
-              "efficient_scratch", "efficient_bwd", "safe_softmax")
+              "efficient_scratch", "efficient_bwd", "safe_softmax", "math_mask_in_place", "softmax_bwd_tmp")
 
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_scaled_mm"}  # cuBLAS; _grouped_mm is CUTLASS
 _FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "torch/nn/modules",
@@ -253,6 +267,11 @@ class AllocTrace:
             q = args[1]
             b, h, s, d = q.shape
             self.transient(2 * b * s * h * d * 4 + b * h * s * 4 + 256)
+        elif name == "_softmax_backward_data":  # see CUDA_RULES: softmax_bwd_tmp
+            grad, output = args[0], args[1]
+            dt = self.t.promote_types(grad.dtype, output.dtype)
+            bits = self.t.finfo(dt).bits if dt.is_floating_point else self.t.iinfo(dt).bits
+            self.transient(grad.numel() * bits // 8)
         elif name == "_efficient_attention_forward" or name == "_scaled_dot_product_efficient_attention":
             bias = args[3] if len(args) > 3 else None
             if bias is not None or args[0].dtype != self.t.float32:
@@ -402,7 +421,17 @@ def _efficient_backward_before(torch, rec, args):
 
 
 def sdpa_choice(torch, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """See CUDA_RULES: sdpa_choice. Returns torch's SDPBackend value (math 0, flash 1, efficient 2)."""
+    """See CUDA_RULES: sdpa_choice. Returns torch's SDPBackend value (math 0, flash 1, efficient 2).
+    Both fused kernels need one batch size, and one head count for q, k and v unless enable_gqa
+    asks for grouped heads (sdp_utils check_batch_size_and_num_heads_dense): Falcon's multi-query
+    attention hands SDPA one key head for 16 query heads and runs the math path."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return 0
+    if not (q.shape[0] == k.shape[0] == v.shape[0]):
+        return 0
+    hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+    if not (hq == hk == hv or (enable_gqa and hk == hv and hk > 0 and hq % hk == 0)):
+        return 0
     half = q.dtype in (torch.float16, torch.bfloat16)
     d = q.shape[-1]
     same = k.shape[-1] == d and v.shape[-1] == d and k.dtype == q.dtype and v.dtype == q.dtype
@@ -411,6 +440,83 @@ def sdpa_choice(torch, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, 
     if (half and d % 8 == 0) or (q.dtype == torch.float32 and d % 4 == 0):
         return 2
     return 0
+
+
+class _MathMaskInPlace:
+    """See CUDA_RULES: math_mask_in_place. Replaces torch.nn.functional.scaled_dot_product_attention
+    while the trace runs; where the backend is the math path, runs it as attention.cpp does."""
+
+    def __init__(self, torch):
+        self.t = torch
+        self.old = None
+
+    def __enter__(self):
+        torch = self.t
+        F = torch.nn.functional
+        if not hasattr(torch.ops.aten, "_safe_softmax"):  # before PyTorch 2.5: another math path
+            return self
+        self.old = F.scaled_dot_product_attention
+        old = self.old
+
+        def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+            if query.device.type != "cuda" or query.is_nested or sdpa_choice(
+                    torch, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) != 0:
+                return old(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                           scale=scale, enable_gqa=enable_gqa)
+            return _sdpa_math(torch, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+        F.scaled_dot_product_attention = sdpa
+        return self
+
+    def __exit__(self, *a):
+        if self.old is not None:
+            self.t.nn.functional.scaled_dot_product_attention = self.old
+
+
+def _additive_mask(torch, mask, dtype):
+    """attention.cpp convert_boolean_attn_mask: a boolean mask as 0 / -inf in dtype."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.where(mask, 0.0, torch.scalar_tensor(float("-inf"), dtype=dtype, device=mask.device))
+
+
+def _sdpa_math(torch, query_, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """attention.cpp scaled_dot_product_attention's math case and _scaled_dot_product_attention_math,
+    op for op (PyTorch 2.11), with the mask added in place."""
+    import math
+    origin = query_.dtype
+    low = (torch.float16, torch.bfloat16)
+    allowed = getattr(torch.backends.cuda, "fp16_bf16_reduction_math_sdp_allowed", lambda: False)()
+    mask = _additive_mask(torch, attn_mask, query_.dtype)
+    query_acc = query_.to(torch.float32) if not allowed and query_.dtype in low else query_
+    key_acc = key.to(torch.float32) if not allowed and key.dtype in low else key
+    value_acc = value.to(torch.float32) if not allowed and value.dtype in low else value
+    negative = scale is not None and scale < 0.0
+    base = abs(scale) if negative else scale
+    if base is None:
+        base = 1.0 / math.sqrt(query_acc.shape[-1])
+    factor = math.sqrt(base)
+    query = query_acc * (0.0 - factor if negative else factor)
+    if is_causal:
+        L, S = query.shape[-2], key_acc.shape[-2]
+        mask = _additive_mask(torch, torch.ones((L, S), dtype=torch.bool, device=query.device).tril(), query.dtype)
+    key_e, value_e = key_acc, value_acc
+    if enable_gqa and query.shape[-3] != key_acc.shape[-3]:
+        key_e = key_acc.repeat_interleave(query.shape[-3] // key_acc.shape[-3], -3)
+        value_e = value_acc.repeat_interleave(query.shape[-3] // value_acc.shape[-3], -3)
+    attn = torch.matmul(query, key_e.transpose(-2, -1) * factor)
+    if mask is not None:
+        attn.add_(mask)
+    attn = torch.ops.aten._safe_softmax.default(attn, -1)
+    if dropout_p > 0.0:
+        attn = torch.dropout(attn, dropout_p, True)
+    # make_tuple's arguments, evaluated right to left as GCC does (the real stream: the
+    # probabilities' copy in the input dtype before the output's matmul; the tuple's second
+    # element is dropped by the caller, after the output is made)
+    probs = attn.to(origin)
+    out = torch.matmul(attn, value_e).to(origin)
+    del probs
+    return out
 
 
 def refuse_untraceable(cfg, world):
@@ -451,7 +557,7 @@ def trace(args, R, out, factory, torch, t_start):
     steps = 1  # a warm-up step (optimizer state appears at its step()) and one steady step
     out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})
     t0 = time.time()
-    with _ConvertInPlace(torch), \
+    with _ConvertInPlace(torch), _MathMaskInPlace(torch) if dev == "cuda" else _Null(), \
             _UnpackedBatches() if factory is None else _Null(), fake, mode:
         model = build_model(torch, R, device, factory, info)
         params = [p for p in model.parameters() if p.requires_grad]
