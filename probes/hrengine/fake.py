@@ -70,8 +70,17 @@ from .trace import build_timeline
 #    structured_softmax_backward_cuda_out). Every softmax in backward: SDPA's math path (one more
 #    fp32 scores-sized buffer per layer in Falcon's backward, the -5.4% / -7.4% allocated of
 #    falcon-alt-full / -ckpt, tests/data/h200/traced-2026-12-04) and eager attention.
+#  - plain_tensor_in_place: backward formulas that PyTorch writes twice, in place for plain
+#    tensors and out of place for a tensor subclass (areAnyTensorSubclassLike; a dispatch mode
+#    alone makes every tensor one), run in place as a CUDA step runs them. index_backward
+#    _index_put_impl_s into its zeros; a fake tensor index_puts into a copy: an 18 MiB temporary
+#    per layer for Falcon's fused_qkv[..., [-2], :], and reserved 7.0% under on falcon-alt-ckpt
+#    (tests/data/h200/traced-2026-12-04 run 8; +0.000% with the rule, run 10). Not followed:
+#    CUDA's index sort buffers (a few bytes each). The autograd engine's sum of two gradients
+#    (input_buffer.cpp accumulate) has the same two branches; no traced type has shown it.
 CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "grouped_mm_scratch", "flash_fwd_scratch", "flash_bwd_workspace",
-              "efficient_scratch", "efficient_bwd", "safe_softmax", "math_mask_in_place", "softmax_bwd_tmp")
+              "efficient_scratch", "efficient_bwd", "safe_softmax", "math_mask_in_place", "softmax_bwd_tmp",
+              "plain_tensor_in_place")
 
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_scaled_mm"}  # cuBLAS; _grouped_mm is CUTLASS
 _FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "torch/nn/modules",
@@ -114,6 +123,7 @@ class AllocTrace:
         self._expired = torch.UntypedStorage._expired
         self.ops = 0
         self.late = 0
+        self.in_place = {}    # op -> times run in place (CUDA_RULES: plain_tensor_in_place)
         self.pending = set()  # storages with no known live tensor: the ones sweep() asks
         self.nref = {}        # storage -> its known live tensors
         self.refs = {}        # weak reference -> (storage, id of the tensor)
@@ -370,8 +380,12 @@ def make_mode(torch, rec):
             if name == "_efficient_attention_backward" and rec.dev == "cuda":
                 _efficient_backward_before(torch, rec, args)
             safe_softmax = name == "_safe_softmax" and rec.dev == "cuda"
+            in_place = _plain_tensor_in_place(torch, rec, name, args, kwargs) if rec.backward else None
             if safe_softmax:
                 out = _softmax_of(torch, *args, **kwargs)
+            elif in_place is not None:
+                rec.in_place[name] = rec.in_place.get(name, 0) + 1
+                out = in_place()
             else:
                 out = func(*args, **kwargs)
             flat = out if isinstance(out, (list, tuple)) else (out,)
@@ -389,6 +403,18 @@ def make_mode(torch, rec):
             return out
 
     return Recording()
+
+
+def _plain_tensor_in_place(torch, rec, name, args, kwargs):
+    """See CUDA_RULES: plain_tensor_in_place. In backward: the in-place form of an op PyTorch
+    writes out of place for a tensor subclass, as a function to call instead, or None."""
+    if rec.dev != "cuda":
+        return None
+    if name == "index_put":
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        if accumulate and len(args) >= 3:
+            return lambda: torch.ops.aten._index_put_impl_.default(args[0], args[1], args[2], True, True)
+    return None
 
 
 def _softmax_of(torch, x, dim, dtype=None):
@@ -625,7 +651,7 @@ def trace(args, R, out, factory, torch, t_start):
                "config": cfg, "model_id": R["model_id"], "model_type": str(R.get("model_type") or ""), "step": steps, "model_layout": layout,
                "parameters": {"total": n_params, "trainable": n_train},
                "engine_info": info, "timing": {"build_s": round(t_build, 3), "trace_s": round(t_trace, 3),
-                                               "ops": rec.ops, "late_frees": rec.late, "wall_s": round(time.time() - t_start, 3)}})
+                                               "ops": rec.ops, "late_frees": rec.late, "in_place": rec.in_place, "wall_s": round(time.time() - t_start, 3)}})
     try:
         write_atomically(args.timeline, tl, indent=None)
     except OSError as e:
