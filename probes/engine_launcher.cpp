@@ -179,6 +179,8 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
         args.insert(args.end(), {"--timeline", o.timelinePath});
     if (o.trace)
         args.emplace_back("--trace");
+    if (o.traceByDepth)
+        args.emplace_back("--trace-by-depth");
     if (o.memoryCapBytes > 0)
         args.insert(args.end(), {"--memory-cap-bytes", std::to_string(o.memoryCapBytes)});
     if (!o.modelFactory.empty())

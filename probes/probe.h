@@ -107,6 +107,8 @@ struct EngineOptions
     // --trace: the step on fake tensors (no memory used), its allocations to timelinePath; the
     // engine prints progress and no result (core replays the timeline: headroom-cli estimate).
     bool trace = false;
+    // --trace-by-depth: three shallow depths traced and extrapolated (Note [Traced depth], experimental)
+    bool traceByDepth = false;
 };
 
 // Runs headroom_engine.py (one process, or one per rank under torchrun) and passes its

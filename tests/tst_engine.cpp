@@ -493,6 +493,46 @@ private Q_SLOTS:
         QVERIFY(e.notes.at(0).find("traced with your model factory") != std::string::npos);
     }
 
+    // Note [Traced depth] (probes/hrengine/depth.py): --trace-by-depth traces three shallow depths
+    // and extrapolates; the timeline must be the full trace's, event for event, mark for mark.
+    void traceByDepthIsTheFullTrace_data()
+    {
+        QTest::addColumn<int>("layers");
+        QTest::addColumn<int>("accumulation");
+        QTest::addColumn<QString>("precision");
+        QTest::addColumn<bool>("extrapolated");
+        QTest::newRow("8 layers") << 8 << 1 << QStringLiteral("fp32") << true;
+        QTest::newRow("13 layers, bf16") << 13 << 1 << QStringLiteral("bf16") << true;
+        QTest::newRow("8 layers, accumulation 2") << 8 << 2 << QStringLiteral("fp32") << true;
+        QTest::newRow("5 layers: too few to gain") << 5 << 1 << QStringLiteral("fp32") << false;
+    }
+    void traceByDepthIsTheFullTrace()
+    {
+        QFETCH(int, layers);
+        QFETCH(int, accumulation);
+        QFETCH(QString, precision);
+        QFETCH(bool, extrapolated);
+        json req = request({{"optimizer_impl", "for-loop"}, {"grad_accum", accumulation}, {"precision", precision.toStdString()}});
+        req["model"]["config"]["num_hidden_layers"] = layers;
+        QTemporaryDir dir;
+        const QString byDepth = dir.filePath(QStringLiteral("by-depth.json")), full = dir.filePath(QStringLiteral("full.json"));
+        const Run a = runEngine(req, {QStringLiteral("--trace"), QStringLiteral("--trace-by-depth"), QStringLiteral("--timeline"), byDepth});
+        QVERIFY2(a.code == 0, qPrintable(a.err));
+        const Run b = runEngine(req, {QStringLiteral("--trace"), QStringLiteral("--timeline"), full});
+        QVERIFY2(b.code == 0, qPrintable(b.err));
+        auto load = [](const QString &path) {
+            std::ifstream in(path.toStdString());
+            return json::parse(in);
+        };
+        const json x = load(byDepth), y = load(full);
+        const std::string how = x.at("engine_info").value("depth", "");
+        QVERIFY2((how.find("extrapolated to " + std::to_string(layers)) != std::string::npos) == extrapolated, how.c_str());
+        for (const char *key : {"events", "marks", "parameters", "model_layout", "frames"})
+            QVERIFY2(x.at(key) == y.at(key), key);
+        if (extrapolated) // fewer ops: the point of it
+            QVERIFY(x.at("timing").at("ops").get<int64_t>() < y.at("timing").at("ops").get<int64_t>());
+    }
+
     // What the trace cannot follow yet is refused in one line naming the field; --trace writes
     // its stream to --timeline, which it needs.
     void traceRefusesWhatItCannotFollow()

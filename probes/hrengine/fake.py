@@ -13,7 +13,8 @@ import time
 import weakref
 from itertools import compress
 
-from .build import build_model, describe_parameters
+from . import depth
+from .build import build_model, describe_parameters, find_layers
 from .optimizers import build_optimizer, state_tensors, untyped_storage
 from .parallel import _Null
 from .protocol import BadRequest, Missing, SCHEMA_VERSION, VERSION, check_stop, short, write_atomically
@@ -557,31 +558,17 @@ def refuse_untraceable(cfg, world):
             raise BadRequest(field, value, f"cannot be traced: {why} (measure it on a GPU instead)")
 
 
-def trace(args, R, out, factory, torch, t_start):
-    """Builds and steps the model on fake tensors; writes the probe_timeline to args.timeline."""
+def _trace_once(torch, R, factory, dev, info, progress):
+    """One traced step pair (a warm-up step and a steady one) of the request's model: the
+    allocator entries, the phase marks, and what categorises them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
     cfg = R["config"]
-    refuse_untraceable(cfg, cfg["world_size"])
-    if not args.timeline:
-        raise BadRequest("--timeline", "(missing)", "--trace writes the traced timeline there")
-    try:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-    except ImportError:
-        raise Missing(f"tracing needs PyTorch with fake tensors (2.0 or later); this interpreter has {torch.__version__}")
-    cuda_built = bool(getattr(torch.backends, "cuda", None) and torch.backends.cuda.is_built())
-    dev = "cuda" if cuda_built and R["device"] != "cpu" else "cpu"
-    info = {"engine_version": VERSION, "python": sys.version.split()[0], "torch": torch.__version__,
-            "traced_device": dev, "cuda_rules": list(CUDA_RULES) if dev == "cuda" else []}
-    if dev == "cuda" and not torch.cuda.is_available():
-        raise Missing("tracing a CUDA step needs PyTorch to see a CUDA device (any size: nothing is allocated on it), "
-                      "because the autograd engine asks the driver for it in backward; this machine has none. "
-                      "Trace on a machine with a GPU, or measure there")
     rec = AllocTrace(torch, dev)
     mode = make_mode(torch, rec)
     fake = FakeTensorMode()
     device = torch.device(dev)
     b, s, ga = cfg["micro_batch"], cfg["seq_len"], cfg["grad_accum"]
     steps = 1  # a warm-up step (optimizer state appears at its step()) and one steady step
-    out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})
     t0 = time.time()
     with _ConvertInPlace(torch), _MathMaskInPlace(torch) if dev == "cuda" else _Null(), \
             _UnpackedBatches() if factory is None else _Null(), fake, mode:
@@ -598,7 +585,6 @@ def trace(args, R, out, factory, torch, t_start):
         t_build = time.time() - t0
         rec.mark({"step": 0, "phase": "after_load", "micro_batch": 0})
         amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(cfg["precision"])
-        scaler = None
         if cfg["precision"] == "amp-fp16":
             raise BadRequest("config.precision", "amp-fp16", "cannot be traced yet (the GradScaler's inf checks read values)")
         for k in range(1 + steps):
@@ -613,8 +599,7 @@ def trace(args, R, out, factory, torch, t_start):
                 if ga > 1:
                     loss = loss / ga
                 rec.mark({"step": k, "phase": "backward", "micro_batch": m})
-                out.emit({"event": "progress", "step": k, "phase": "backward", "micro_batch": m,
-                          "fraction": round((k * (2 * ga + 1) + 2 * m + 1) / ((1 + steps) * (2 * ga + 1)), 4)})
+                progress(k, m, (k * (2 * ga + 1) + 2 * m + 1) / ((1 + steps) * (2 * ga + 1)))
                 rec.backward = True
                 try:
                     loss.backward()
@@ -638,26 +623,176 @@ def trace(args, R, out, factory, torch, t_start):
             a = rec.addr_of(v)
             if a is not None:
                 persistent[a] = "optimizer_state"
-        layout = describe_parameters(model)
-        n_params = sum(p.numel() for p in model.parameters())
-        n_train = sum(p.numel() for p in params)
+        layers = [depth.layer_signature(torch, layer) for layer in find_layers(model)]
+        return {"entries": rec.entries, "marks": rec.marks, "persistent": persistent, "grads": grad_addrs - {None},
+                "layout": describe_parameters(model), "total": sum(p.numel() for p in model.parameters()),
+                "trainable": sum(p.numel() for p in params), "vocab": vocab, "layers": layers,
+                "build_s": t_build, "ops": rec.ops, "late": rec.late, "in_place": dict(rec.in_place)}
+
+
+def _depth_plan(torch, R, factory, info):
+    """See Note [Traced depth] (depth.py): (L, k, P, the full model's layer signatures) for a
+    model whose layers repeat enough to trace it at k, k + P and k + 2P; None (info["depth"]
+    saying why) otherwise."""
+    cfg = R["config"]
+    L = R["hf_config"].get("num_hidden_layers")
+    if not isinstance(L, int) or isinstance(L, bool) or L < 4:
+        info["depth"] = "traced at full depth (no num_hidden_layers, or too few layers to repeat)"
+        return None
+    if cfg["checkpoint_layers"] > 0 or cfg["checkpoint_every"] > 1:
+        info["depth"] = "traced at full depth (selective checkpointing treats layers apart)"
+        return None
+    try:
+        sigs = _layer_signatures_on_meta(torch, R, factory)
+    except Exception as e:  # a model that cannot be built on the meta device is traced whole
+        info["depth"] = f"traced at full depth (its layers could not be read on the meta device: {short(str(e), 120)})"
+        return None
+    if len(sigs) != L:
+        info["depth"] = f"traced at full depth ({len(sigs)} layers found for num_hidden_layers {L})"
+        return None
+    fp = depth.period_of(sigs)
+    if fp is None:
+        info["depth"] = "traced at full depth (its layers do not repeat)"
+        return None
+    f, P = fp
+    k = f + P + (L - f) % P
+    if 3 * (k + P) >= L:  # the three shallow traces hold 3k + 3P layers
+        info["depth"] = "traced at full depth (too few repeats to gain)"
+        return None
+    return L, k, P, sigs
+
+
+def _layer_signatures_on_meta(torch, R, factory):
+    """The full model's decoder layers, built on the meta device (nothing allocated, no PEFT)."""
+    meta = torch.device("meta")
+    cfg = R["config"]
+    pdtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["precision"], torch.float32)
+    if factory is not None:
+        model = factory.build(dict(R["hf_config"]), pdtype, cfg["attention"], meta)
+    else:
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from .request import _DROP_KEYS
+        hf = {k: v for k, v in R["hf_config"].items() if k not in _DROP_KEYS}
+        config = AutoConfig.for_model(R["model_type"], **hf)
+        config.use_cache = False
+        with meta:
+            model = AutoModelForCausalLM.from_config(config, dtype=pdtype, attn_implementation=cfg["attention"])
+    return [depth.layer_signature(torch, layer) for layer in find_layers(model)]
+
+
+def _at_depth(R, k, L):
+    R2 = dict(R)
+    R2["hf_config"] = depth.cut_config(R["hf_config"], k, L)
+    return R2
+
+
+def _extrapolate(runs, L, k, P, sigs):
+    """The full-depth run from the traces at k, k + P, k + 2P (Note [Traced depth])."""
+    for d, run in zip((k, k + P, k + 2 * P), runs):
+        if run["layers"] != sigs[:d]:
+            raise depth.NotPeriodic(f"the model at depth {d} is not the full model's first {d} layers")
+    model = depth.learn(runs[0], runs[2])
+    one, _ = depth.build(model, 1)
+    if not depth.same_stream(one, runs[1]["entries"]):
+        raise depth.NotPeriodic(f"the stream at depth {k + P} is not the one its neighbours predict")
+    n = (L - k) // P
+    entries, origin = depth.build(model, n)
+    marks_at = depth.map_marks(runs[1], model, origin)
+    run3 = runs[2]
+    persistent, grads = {}, set()
+    for e, o in zip(entries, origin):
+        if e["action"] != "alloc":
+            continue
+        a3 = depth.run3_addr(model, o)
+        if a3 in run3["persistent"]:
+            persistent[e["addr"]] = run3["persistent"][a3]
+        if a3 in run3["grads"]:
+            grads.add(e["addr"])
+    live, marks, x, sizes = 0, [], 0, {}
+    for label, idx in marks_at:
+        while x < idx:
+            e = entries[x]
+            if e["action"] == "alloc":
+                sizes[e["addr"]] = int(e["size"])
+                live += int(e["size"])
+            else:
+                live -= sizes.pop(e["addr"], 0)
+            x += 1
+        marks.append((label, idx, live))
+    a, b = runs[0], runs[1]
+
+    def grow(x1, x2):
+        return x1 + n * (x2 - x1)
+    layout = dict(b["layout"])
+    counts1 = {p["name"]: p["count"] for p in a["layout"]["parameters"]}
+    layout["parameters"] = [dict(p, count=grow(counts1.get(p["name"], p["count"]), p["count"]))
+                            for p in b["layout"]["parameters"]]
+    return {"entries": entries, "marks": marks, "persistent": persistent, "grads": grads, "layout": layout,
+            "total": grow(a["total"], b["total"]), "trainable": grow(a["trainable"], b["trainable"]), "vocab": b["vocab"],
+            "build_s": sum(r["build_s"] for r in runs), "ops": sum(r["ops"] for r in runs),
+            "late": sum(r["late"] for r in runs), "in_place": b["in_place"]}
+
+
+def trace(args, R, out, factory, torch, t_start):
+    """Builds and steps the model on fake tensors; writes the probe_timeline to args.timeline."""
+    cfg = R["config"]
+    refuse_untraceable(cfg, cfg["world_size"])
+    if not args.timeline:
+        raise BadRequest("--timeline", "(missing)", "--trace writes the traced timeline there")
+    try:
+        __import__("torch._subclasses.fake_tensor")  # fake tensors: PyTorch 2.0 and later
+    except ImportError:
+        raise Missing(f"tracing needs PyTorch with fake tensors (2.0 or later); this interpreter has {torch.__version__}")
+    cuda_built = bool(getattr(torch.backends, "cuda", None) and torch.backends.cuda.is_built())
+    dev = "cuda" if cuda_built and R["device"] != "cpu" else "cpu"
+    info = {"engine_version": VERSION, "python": sys.version.split()[0], "torch": torch.__version__,
+            "traced_device": dev, "cuda_rules": list(CUDA_RULES) if dev == "cuda" else []}
+    if dev == "cuda" and not torch.cuda.is_available():
+        raise Missing("tracing a CUDA step needs PyTorch to see a CUDA device (any size: nothing is allocated on it), "
+                      "because the autograd engine asks the driver for it in backward; this machine has none. "
+                      "Trace on a machine with a GPU, or measure there")
+    b, s = cfg["micro_batch"], cfg["seq_len"]
+    steps = 1
+    out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})
+    t0 = time.time()
+    plan = _depth_plan(torch, R, factory, info) if getattr(args, "trace_by_depth", False) else None
+    run = None
+    if plan is not None:
+        L, k, P, sigs = plan
+        depths = (k, k + P, k + 2 * P)
+        runs = []
+        for i, d in enumerate(depths):
+            def progress(step, m, frac, i=i):
+                out.emit({"event": "progress", "step": step, "phase": "backward", "micro_batch": m,
+                          "fraction": round((i + frac) / len(depths), 4)})
+            runs.append(_trace_once(torch, _at_depth(R, d, L), factory, dev, info, progress))
+        try:
+            run = _extrapolate(runs, L, k, P, sigs)
+            info["depth"] = f"traced at depths {k}, {k + P} and {k + 2 * P}, extrapolated to {L} (its layers repeat every {P})"
+        except depth.NotPeriodic as e:
+            info["depth"] = f"traced at full depth ({e})"
+    if run is None:
+        def progress(step, m, frac):
+            out.emit({"event": "progress", "step": step, "phase": "backward", "micro_batch": m, "fraction": round(frac, 4)})
+        run = _trace_once(torch, R, factory, dev, info, progress)
     t_trace = time.time() - t0
-    tl = build_timeline(rec.entries, rec.marks, persistent, grad_addrs - {None}, b * s * vocab)
+    tl = build_timeline(run["entries"], run["marks"], run["persistent"], run["grads"], b * s * run["vocab"])
     for name in ("transformers", "peft"):
         mod = sys.modules.get(name)
         if mod is not None:
             info[name] = getattr(mod, "__version__", "?")
     tl.update({"schema_version": SCHEMA_VERSION, "kind": "probe_timeline", "engine": "trace", "device": dev,
-               "config": cfg, "model_id": R["model_id"], "model_type": str(R.get("model_type") or ""), "step": steps, "model_layout": layout,
-               "parameters": {"total": n_params, "trainable": n_train},
-               "engine_info": info, "timing": {"build_s": round(t_build, 3), "trace_s": round(t_trace, 3),
-                                               "ops": rec.ops, "late_frees": rec.late, "in_place": rec.in_place, "wall_s": round(time.time() - t_start, 3)}})
+               "config": cfg, "model_id": R["model_id"], "model_type": str(R.get("model_type") or ""), "step": steps,
+               "model_layout": run["layout"], "parameters": {"total": run["total"], "trainable": run["trainable"]},
+               "engine_info": info, "timing": {"build_s": round(run["build_s"], 3), "trace_s": round(t_trace, 3),
+                                               "ops": run["ops"], "late_frees": run["late"], "in_place": run["in_place"],
+                                               "wall_s": round(time.time() - t_start, 3)}})
     try:
         write_atomically(args.timeline, tl, indent=None)
     except OSError as e:
         raise BadRequest("--timeline", args.timeline, f"cannot write the file ({e.strerror})")
     out.emit({"event": "progress", "step": steps, "phase": "optimizer", "fraction": 1.0})
-    print(f"headroom-engine: traced {len(rec.entries)} allocator events from {rec.ops} ops in {t_trace:.2f} s "
+    print(f"headroom-engine: traced {len(run['entries'])} allocator events from {run['ops']} ops in {t_trace:.2f} s "
           f"({dev}, torch {torch.__version__}{', transformers ' + info['transformers'] if 'transformers' in info else ''})",
           file=sys.stderr)
     return 0

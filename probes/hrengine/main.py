@@ -53,6 +53,9 @@ def main(argv=None):
     ap.add_argument("--no-attribution", action="store_true")
     ap.add_argument("--trace", action="store_true",
                     help="run the step on fake tensors (no GPU, nothing allocated) and write its allocations to --timeline")
+    ap.add_argument("--trace-by-depth", action="store_true",
+                    help="with --trace: trace three shallow depths and extrapolate to the model's (Note [Traced depth]; "
+                         "experimental: checked on the CPU tiny model, not yet against a full trace on the GPU stack)")
     ap.add_argument("--convert-snapshot", metavar="SNAPSHOT.pickle",
                     help="convert a torch.cuda.memory._dump_snapshot file into a probe_timeline at --out, then exit")
     ap.add_argument("--torchrun", type=int, default=0,
