@@ -970,6 +970,72 @@ private Q_SLOTS:
         QVERIFY2(all.contains(mentions), qPrintable(all));
     }
 
+    // Issue 31 row 10: --help and --version need no display; without one the explorer says so
+    // in one line instead of Qt's abort.
+    void commandLineWithoutADisplay_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<int>("code");
+        QTest::addColumn<QString>("mentions");
+        QTest::addRow("--help") << QStringList{QStringLiteral("--help")} << 0 << QStringLiteral("Usage:");
+        QTest::addRow("--version") << QStringList{QStringLiteral("--version")} << 0 << QStringLiteral("headroom ");
+        QTest::addRow("the window") << QStringList{} << 2 << QStringLiteral("headroom: no display: DISPLAY and WAYLAND_DISPLAY are unset");
+    }
+    void commandLineWithoutADisplay()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(int, code);
+        QFETCH(QString, mentions);
+        QProcess p;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        for (const char *name : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
+            env.remove(QLatin1String(name));
+        p.setProcessEnvironment(env);
+        p.start(QStringLiteral(HEADROOM_GUI), args);
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), code);
+        const QString all = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
+        QVERIFY2(all.contains(mentions), qPrintable(all));
+    }
+
+    // Issue 31 row 1: a first start opens within the screen (it was always 1400x900, and on a
+    // 1280x800 screen the legend, Apply/Undo and the status bar were off it); the window's least
+    // size fits 1280x800; where it was closed, with its splitters and tab, is where it opens.
+    void windowFitsTheScreenAndRemembersItsLayout()
+    {
+        const QSize least = [] {
+            Session s;
+            MainWindow w(&s);
+            return w.minimumSizeHint();
+        }();
+        QVERIFY2(least.width() <= 1240 && least.height() <= 740,
+                 qPrintable(QStringLiteral("least size %1x%2").arg(least.width()).arg(least.height())));
+        for (const QRect &screen : {QRect(0, 0, 1280, 800), QRect(0, 0, 1920, 1080), QRect(1920, 0, 1366, 768)}) {
+            const QRect r = MainWindow::initialGeometry(screen, least);
+            QVERIFY2(screen.contains(r), qPrintable(QStringLiteral("%1,%2 %3x%4").arg(r.x()).arg(r.y()).arg(r.width()).arg(r.height())));
+            QVERIFY(r.width() >= least.width() && r.height() >= least.height());
+        }
+        QCOMPARE(MainWindow::initialGeometry(QRect(0, 0, 1920, 1080), least).size(), QSize(1400, 900));
+
+        QByteArray layout;
+        {
+            Session s;
+            MainWindow w(&s);
+            w.showTab(MainWindow::Tab::Timeline);
+            layout = w.saveLayout();
+            w.close(); // closeEvent keeps it in the settings
+        }
+        Session s;
+        MainWindow w(&s);
+        QCOMPARE(w.currentTab(), MainWindow::Tab::Breakdown);
+        w.restoreWindow();
+        QCOMPARE(w.currentTab(), MainWindow::Tab::Timeline);
+        QVERIFY(!w.restoreLayout(QByteArray("not a layout")));
+        QCOMPARE(w.currentTab(), MainWindow::Tab::Timeline);
+        QVERIFY(w.restoreLayout(layout));
+    }
+
     void screenshot_data()
     {
         QTest::addColumn<QStringList>("args");

@@ -36,10 +36,20 @@ int fail(const QString &message)
 
 int main(int argc, char **argv)
 {
-    // A screenshot needs no display; choose the offscreen platform before Qt picks one.
+    // A screenshot, --help and --version need no display; choose the offscreen platform before Qt
+    // picks one. Without one, a window cannot open: say so in one line (Qt would abort).
+    bool needsDisplay = true;
     for (int i = 1; i < argc; ++i)
-        if (std::strcmp(argv[i], "--screenshot") == 0 && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        for (const char *flag : {"--screenshot", "--help", "-h", "--help-all", "--version", "-v"})
+            if (std::strcmp(argv[i], flag) == 0)
+                needsDisplay = false;
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
+        if (!needsDisplay)
             qputenv("QT_QPA_PLATFORM", "offscreen");
+        else if (qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY"))
+            return fail(QStringLiteral("no display: DISPLAY and WAYLAND_DISPLAY are unset; run it in a desktop session "
+                                       "(or over ssh -X), or use headroom-cli"));
+    }
 
     QApplication app(argc, argv);
     QApplication::setOrganizationName(QStringLiteral("Headroom"));
@@ -141,6 +151,12 @@ int main(int argc, char **argv)
             return fail(QStringLiteral("--screenshot = %1: %2").arg(parser.value(screenshot), problem));
         return 0;
     }
+    window.restoreWindow();
+    if (parser.isSet(tab)) // asked for on the command line: over the remembered one
+        window.showTab(tabName == QLatin1String("scaling")        ? MainWindow::Tab::Scaling
+                       : tabName == QLatin1String("measurements") ? MainWindow::Tab::Measurements
+                       : tabName == QLatin1String("timeline")     ? MainWindow::Tab::Timeline
+                                                                  : MainWindow::Tab::Breakdown);
     window.show();
     return QApplication::exec();
 }

@@ -22,6 +22,9 @@
 
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDataStream>
+#include <QGuiApplication>
+#include <QScreen>
 #include <QDir>
 #include <QDragEnterEvent>
 #include <QFileDialog>
@@ -70,7 +73,7 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     scroll->setMinimumWidth(std::max(340, m_config->minimumSizeHint().width() +
                                               scroll->verticalScrollBar()->sizeHint().width() + 2 * scroll->frameWidth()));
 
-    auto *breakdown = new QSplitter(Qt::Vertical, this);
+    auto *breakdown = m_breakdownSplit = new QSplitter(Qt::Vertical, this);
     auto *top = new QWidget(breakdown);
     auto *topLayout = new QVBoxLayout(top);
     topLayout->setContentsMargins(0, 0, 0, 0);
@@ -90,7 +93,7 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     auto *rightLayout = new QVBoxLayout(right);
     rightLayout->addWidget(m_verdict);
     rightLayout->addWidget(m_tabs, 1);
-    auto *split = new QSplitter(Qt::Horizontal, this);
+    auto *split = m_mainSplit = new QSplitter(Qt::Horizontal, this);
     split->addWidget(scroll);
     split->addWidget(right);
     split->setStretchFactor(1, 1);
@@ -106,8 +109,61 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     connect(session, &Session::reportReady, this, &MainWindow::updateTitle);
     buildMenus();
     statusBar()->showMessage(tr("Drop a config.json, a probe result or a sheet anywhere in the window."));
-    resize(1400, 900);
+    resize(1400, 900); // a window on screen is placed by restoreWindow(); this is for offscreen use
     updateTitle();
+}
+
+QRect MainWindow::initialGeometry(const QRect &available, const QSize &minimum)
+{
+    // a margin for the frame and the desktop's panels that availableGeometry may not count
+    const int w = std::max(minimum.width(), std::min(1400, available.width() - 40));
+    const int h = std::max(minimum.height(), std::min(900, available.height() - 60));
+    QRect r(0, 0, w, h);
+    r.moveCenter(available.center());
+    r.moveTop(std::max(available.top(), r.top()));
+    r.moveLeft(std::max(available.left(), r.left()));
+    return r;
+}
+
+MainWindow::Tab MainWindow::currentTab() const
+{
+    return static_cast<Tab>(std::clamp(m_tabs->currentIndex(), 0, static_cast<int>(Tab::Timeline)));
+}
+
+QByteArray MainWindow::saveLayout() const
+{
+    QByteArray out;
+    QDataStream ds(&out, QIODevice::WriteOnly);
+    ds << quint32(0x48524c31) << m_mainSplit->saveState() << m_breakdownSplit->saveState() << qint32(m_tabs->currentIndex());
+    return out;
+}
+
+bool MainWindow::restoreLayout(const QByteArray &layout)
+{
+    QDataStream ds(layout);
+    quint32 magic = 0;
+    QByteArray main, breakdown;
+    qint32 tab = 0;
+    ds >> magic >> main >> breakdown >> tab;
+    if (ds.status() != QDataStream::Ok || magic != 0x48524c31 || tab < 0 || tab >= m_tabs->count())
+        return false;
+    if (!m_mainSplit->restoreState(main) || !m_breakdownSplit->restoreState(breakdown))
+        return false;
+    m_tabs->setCurrentIndex(tab);
+    return true;
+}
+
+void MainWindow::restoreWindow()
+{
+    const Settings settings;
+    const QByteArray geometry = settings.windowGeometry();
+    // restoreGeometry moves a window that would be off every screen back onto one
+    if (geometry.isEmpty() || !restoreGeometry(geometry)) {
+        if (const QScreen *screen = QGuiApplication::primaryScreen())
+            setGeometry(initialGeometry(screen->availableGeometry(), minimumSizeHint()));
+    }
+    if (const QByteArray layout = settings.windowLayout(); !layout.isEmpty())
+        restoreLayout(layout);
 }
 
 void MainWindow::buildMenus()
@@ -359,6 +415,8 @@ void MainWindow::closeEvent(QCloseEvent *e)
     if (!s.saveSession(m_session->toSheet()))
         std::fprintf(stderr, "headroom: the session could not be kept in %s\n", qPrintable(Settings::sessionPath()));
     s.setUnits(m_session->units());
+    s.setWindowGeometry(saveGeometry());
+    s.setWindowLayout(saveLayout());
     m_measure->cancel();
     QMainWindow::closeEvent(e);
 }

@@ -33,6 +33,18 @@ public:
     QString importTrainingConfig(const QString &path);
     QString exportTrainingConfig(const QString &path, headroom::TrainingFormat format);
     void showTab(Tab t);
+    Tab currentTab() const;
+
+    // Issue 31: the size a first start opens at, within the screen's available area: 1400x900
+    // where it fits, else as much of the screen as leaves a margin, never below `minimum`.
+    static QRect initialGeometry(const QRect &available, const QSize &minimum);
+    // Opens where the window was closed (its geometry, splitters and tab, from Settings) if that
+    // still lies on a screen, else at initialGeometry on the primary screen. Not for screenshots.
+    void restoreWindow();
+    // The splitters' states and the open tab, for Settings (restoreLayout takes it back; false
+    // for bytes that are not a layout: then nothing changes).
+    QByteArray saveLayout() const;
+    bool restoreLayout(const QByteArray &layout);
 
     ChartPanel *chartPanel() { return m_chart; }
     ConfigPanel *configPanel() { return m_config; }
@@ -64,5 +76,7 @@ private:
     TimelinePanel *m_timeline;
     MeasurementsPanel *m_measurements;
     QTabWidget *m_tabs;
+    class QSplitter *m_mainSplit = nullptr;
+    class QSplitter *m_breakdownSplit = nullptr;
     QString m_sheetPath;
 };

@@ -165,3 +165,23 @@ void Settings::setLastScenario(const Scenario &s)
         // a scenario that cannot be estimated is not worth restoring
     }
 }
+
+QByteArray Settings::windowGeometry() const
+{
+    return m_settings.value(QLatin1String(kWindowGeometry)).toByteArray();
+}
+
+void Settings::setWindowGeometry(const QByteArray &g)
+{
+    m_settings.setValue(QLatin1String(kWindowGeometry), g);
+}
+
+QByteArray Settings::windowLayout() const
+{
+    return m_settings.value(QLatin1String(kWindowLayout)).toByteArray();
+}
+
+void Settings::setWindowLayout(const QByteArray &l)
+{
+    m_settings.setValue(QLatin1String(kWindowLayout), l);
+}

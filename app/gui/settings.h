@@ -22,6 +22,8 @@ public:
     static constexpr const char *kProbeShareGpu = "probe/share_gpu";
     static constexpr const char *kUnits = "ui/units";
     static constexpr const char *kLastScenario = "session/last_scenario";
+    static constexpr const char *kWindowGeometry = "ui/window_geometry";
+    static constexpr const char *kWindowLayout = "ui/window_layout"; // splitters and the open tab
 
     QString probePath() const;      // empty: find it (see ProbeRunner::locateProbe)
     void setProbePath(const QString &path);
@@ -43,6 +45,13 @@ public:
     void setProbePython(const QString &python);
     bool probeShareGpu() const; // several ranks on one GPU (Gloo) with the transformers engine
     void setProbeShareGpu(bool share);
+
+    // The window as it was closed (QWidget::saveGeometry), and its splitters and tab
+    // (MainWindow::saveLayout); empty when never saved.
+    QByteArray windowGeometry() const;
+    void setWindowGeometry(const QByteArray &g);
+    QByteArray windowLayout() const;
+    void setWindowLayout(const QByteArray &l);
 
     headroom::Unit units() const;
     void setUnits(headroom::Unit u);
