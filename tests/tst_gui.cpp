@@ -17,6 +17,7 @@
 #include "verdictbanner.h"
 
 #include "headroom/catalog.h"
+#include "headroom/config_json.h"
 #include "headroom/serialize.h"
 #include "headroom/training_formats.h"
 
@@ -968,6 +969,50 @@ private Q_SLOTS:
         QCOMPARE(p.exitCode(), code);
         const QString all = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
         QVERIFY2(all.contains(mentions), qPrintable(all));
+    }
+
+    // Issue 31 row 8: Ctrl+Z undoes a spin box's change while it has focus (its line edit's own
+    // undo took the key); Apply applies the selected row only, and Enter applies it too.
+    void undoFromASpinBoxAndApplyWhatIsSelected()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QApplication::setActiveWindow(&w);
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        QVERIFY(settle(s));
+        auto *batch = child<QSpinBox>(w, "microBatch");
+        const int before = int(s.scenario().config.microBatch);
+        batch->setFocus();
+        batch->setValue(before * 2);
+        QVERIFY(settle(s));
+        QCOMPARE(int(s.scenario().config.microBatch), before * 2);
+        QTest::keyClick(batch, Qt::Key_Z, Qt::ControlModifier);
+        QCOMPARE(int(s.scenario().config.microBatch), before);
+        QCOMPARE(batch->value(), before);
+        QVERIFY(settle(s));
+
+        auto *apply = child<QPushButton>(w, "applyRecommendation");
+        auto *view = child<QTableView>(w, "recommendations");
+        QVERIFY(view->model()->rowCount() > 2);
+        view->clearSelection();
+        QVERIFY(!apply->isEnabled());
+        const std::string untouched = toJson(s.scenario().config).dump();
+        apply->click(); // disabled: nothing happens
+        QCOMPARE(toJson(s.scenario().config).dump(), untouched);
+        view->selectRow(1);
+        QVERIFY(apply->isEnabled());
+        const std::string second = toJson(s.report().recommendations.at(1).config).dump();
+        apply->click();
+        QCOMPARE(toJson(s.scenario().config).dump(), second);
+        QVERIFY(settle(s));
+        s.undoStack()->undo();
+        QVERIFY(settle(s));
+        view->setFocus();
+        view->selectRow(2);
+        const std::string third = toJson(s.report().recommendations.at(2).config).dump();
+        QTest::keyClick(view, Qt::Key_Return);
+        QCOMPARE(toJson(s.scenario().config).dump(), third);
     }
 
     // Issue 31 row 10: --help and --version need no display; without one the explorer says so

@@ -24,6 +24,9 @@
 #include <QCloseEvent>
 #include <QDataStream>
 #include <QGuiApplication>
+#include <QKeyEvent>
+#include <QLineEdit>
+#include <QAbstractSpinBox>
 #include <QScreen>
 #include <QDir>
 #include <QDragEnterEvent>
@@ -108,6 +111,13 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     });
     connect(session, &Session::reportReady, this, &MainWindow::updateTitle);
     buildMenus();
+    // Every spin box's edit is a session change, undone by the session: its own line edit's text
+    // undo would take Ctrl+Z first and do nothing visible (issue 31 row 8).
+    for (QAbstractSpinBox *box : findChildren<QAbstractSpinBox *>()) {
+        box->installEventFilter(this);
+        for (QLineEdit *edit : box->findChildren<QLineEdit *>())
+            edit->installEventFilter(this);
+    }
     statusBar()->showMessage(tr("Drop a config.json, a probe result or a sheet anywhere in the window."));
     resize(1400, 900); // a window on screen is placed by restoreWindow(); this is for offscreen use
     updateTitle();
@@ -406,6 +416,18 @@ void MainWindow::dropEvent(QDropEvent *e)
     for (const QUrl &url : e->mimeData()->urls())
         if (url.isLocalFile())
             reportProblem(openFile(url.toLocalFile()));
+}
+
+bool MainWindow::eventFilter(QObject *watched, QEvent *event)
+{
+    if (event->type() == QEvent::ShortcutOverride) {
+        auto *key = static_cast<QKeyEvent *>(event);
+        if (key->matches(QKeySequence::Undo) || key->matches(QKeySequence::Redo)) {
+            event->ignore(); // not the edit's: the window's Undo / Redo shortcut takes it
+            return true;
+        }
+    }
+    return QMainWindow::eventFilter(watched, event);
 }
 
 void MainWindow::closeEvent(QCloseEvent *e)

@@ -8,6 +8,7 @@
 #include <QLabel>
 #include <QPushButton>
 #include <QTableView>
+#include <QShortcut>
 #include <QVBoxLayout>
 
 RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
@@ -42,10 +43,23 @@ RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
     layout->addWidget(m_view);
 
     connect(m_view, &QTableView::doubleClicked, this, [this](const QModelIndex &i) { apply(i.row()); });
-    connect(applyButton, &QPushButton::clicked, this, [this] {
+    // Apply applies the selected row, and only that (issue 31: with none selected it applied row 1)
+    const auto selected = [this] {
         const auto rows = m_view->selectionModel()->selectedRows();
-        apply(rows.isEmpty() ? 0 : rows.first().row());
+        return rows.isEmpty() ? -1 : rows.first().row();
+    };
+    connect(applyButton, &QPushButton::clicked, this, [this, selected] {
+        if (const int row = selected(); row >= 0)
+            apply(row);
     });
+    // Enter on a selected row applies it
+    auto *enter = new QShortcut(QKeySequence(Qt::Key_Return), m_view, nullptr, nullptr, Qt::WidgetShortcut);
+    auto *enterPad = new QShortcut(QKeySequence(Qt::Key_Enter), m_view, nullptr, nullptr, Qt::WidgetShortcut);
+    for (QShortcut *sc : {enter, enterPad})
+        connect(sc, &QShortcut::activated, this, [this, selected] {
+            if (const int row = selected(); row >= 0)
+                apply(row);
+        });
     connect(undoButton, &QPushButton::clicked, session->undoStack(), &QUndoStack::undo);
     connect(session->undoStack(), &QUndoStack::canUndoChanged, undoButton, &QPushButton::setEnabled);
     const auto refresh = [this, title, applyButton] {
@@ -55,12 +69,18 @@ RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
         // greyed out, and not applicable (applying would bring the old configuration back).
         const bool stale = m_session->adviceIsStale();
         m_view->setEnabled(!stale);
-        applyButton->setEnabled(!stale);
+        applyButton->setEnabled(!stale && m_view->selectionModel()->hasSelection());
         const bool traced = !m_session->scenario().model.estimable;
         title->setText(stale    ? tr("<b>What to change</b> — updating…")
                        : traced ? tr("<b>What to change</b> — none yet for a traced model (change a control: it is traced)")
                                 : tr("<b>What to change</b> — dynamic peak first, then the static base, then sharding"));
     };
+    connect(m_view->selectionModel(), &QItemSelectionModel::selectionChanged, applyButton, [this, applyButton] {
+        applyButton->setEnabled(!m_session->adviceIsStale() && m_view->selectionModel()->hasSelection());
+    });
+    connect(&m_model, &QAbstractItemModel::modelReset, applyButton, [this, applyButton] {
+        applyButton->setEnabled(!m_session->adviceIsStale() && m_view->selectionModel()->hasSelection());
+    });
     connect(session, &Session::reportReady, this, refresh);
     connect(session, &Session::unitsChanged, this, refresh);
     refresh();
