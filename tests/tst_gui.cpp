@@ -36,6 +36,7 @@
 #include <QScrollBar>
 #include <QSignalSpy>
 
+#include <cmath>
 #include <functional>
 
 using namespace headroom;
@@ -969,6 +970,38 @@ private Q_SLOTS:
         QCOMPARE(p.exitCode(), code);
         const QString all = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
         QVERIFY2(all.contains(mentions), qPrintable(all));
+    }
+
+    // Issue 31 row 7: the y axis is the configuration's, not the history's (0-150 fresh and 0-200
+    // after a larger configuration, for the same one).
+    void yAxisDependsOnTheConfigurationAlone()
+    {
+        const auto axisOf = [](MainWindow &w) {
+            BreakdownChart *c = w.chartPanel()->chart();
+            return std::make_tuple(c->yRange().first, c->yRange().second, c->yTickCount());
+        };
+        Session fresh;
+        MainWindow a(&fresh);
+        QVERIFY(settle(fresh));
+        const auto first = axisOf(a);
+        QCOMPARE(std::get<0>(first), 0.0);
+        QVERIFY(std::get<1>(first) > 0);
+        Session s;
+        MainWindow w(&s);
+        QVERIFY(settle(s));
+        auto *batch = child<QSpinBox>(w, "microBatch");
+        const int before = batch->value();
+        for (int b : {before * 8, before * 2, before}) {
+            batch->setValue(b);
+            QVERIFY(settle(s));
+        }
+        QCOMPARE(axisOf(w), first);
+        // every range is 0 to a step of 1, 2, 2.5 or 5 x 10^k times at most six intervals
+        const double top = std::get<1>(first), step = top / (std::get<2>(first) - 1);
+        const double mant = step / std::pow(10.0, std::floor(std::log10(step)));
+        QVERIFY2(std::abs(mant - 1) < 1e-9 || std::abs(mant - 2) < 1e-9 || std::abs(mant - 2.5) < 1e-9 || std::abs(mant - 5) < 1e-9,
+                 qPrintable(QString::number(step)));
+        QVERIFY(std::get<2>(first) - 1 <= 6);
     }
 
     // Issue 31 row 8: Ctrl+Z undoes a spin box's change while it has focus (its line edit's own

@@ -67,6 +67,23 @@ double niceCeiling(double v)
     return 10 * p;
 }
 
+// The top of a y axis from 0 that holds `v`, and its tick count: the smallest step of 1, 2, 2.5
+// or 5 x 10^k with at most six intervals.
+std::pair<double, int> niceAxis(double v)
+{
+    if (!(v > 0))
+        return {1.0, 6};
+    const double p = std::pow(10.0, std::floor(std::log10(v / 6)));
+    for (double scale : {1.0, 10.0})
+        for (double m : {1.0, 2.0, 2.5, 5.0}) {
+            const double step = m * p * scale;
+            const int intervals = static_cast<int>(std::ceil(v / step - 1e-9));
+            if (intervals <= 6)
+                return {intervals * step, intervals + 1};
+        }
+    return {v, 2};
+}
+
 // Every series and axis off the chart, before it is drawn anew.
 void clearChart(QChart *chart)
 {
@@ -258,17 +275,31 @@ void BreakdownChart::refresh()
                                       .arg(m_gpuName, QString::fromStdString(formatBytes(m_capacityBytes, u, 1)))
                                 : tr("%1 capacity").arg(m_gpuName));
     top = fitData ? tallest * 1.15 : std::max(top, tallest);
-    m_axisY->setRange(0, std::max(top, 1.0) * 1.05);
-    m_axisY->applyNiceNumbers();
+    // A nice range from the data alone (QValueAxis::applyNiceNumbers starts from the axis's
+    // current tick count, so the same configuration got 0-150 fresh and 0-200 after a larger
+    // one: issue 31 row 7): a step of 1, 2, 2.5 or 5 x 10^k giving four to six intervals.
+    const auto [yMax, ticks] = niceAxis(std::max(top, 1.0) * 1.05);
+    m_axisY->setRange(0, yMax);
+    m_axisY->setTickCount(ticks);
     m_axisY->setTitleText(QString::fromLatin1(u == Unit::GiB ? "GiB" : "GB"));
     // Whole numbers unless the ticks are closer than one (a small model): never two equal labels.
-    const double tick = (m_axisY->max() - m_axisY->min()) / std::max(1, m_axisY->tickCount() - 1);
+    const double tick = yMax / std::max(1, ticks - 1);
     m_axisY->setLabelFormat(tick < 1.0 ? QStringLiteral("%.1f") : QStringLiteral("%.0f"));
     const double lo = -0.5, hi = std::max(columns, 1) - 0.5;
     m_axisLineX->setRange(lo, hi);
     const double cap = toUnit(m_capacityBytes, u), usable = toUnit(m_usableBytes, u);
     m_capacity->replace(QList<QPointF>{{lo, cap}, {hi, cap}});
     m_usable->replace(QList<QPointF>{{lo, usable}, {hi, usable}});
+}
+
+QPair<qreal, qreal> BreakdownChart::yRange() const
+{
+    return {m_axisY->min(), m_axisY->max()};
+}
+
+int BreakdownChart::yTickCount() const
+{
+    return m_axisY->tickCount();
 }
 
 QList<qreal> BreakdownChart::values(int row) const

@@ -33,6 +33,8 @@ public:
     QList<qreal> values(int row) const;
     QStringList barLabels() const;
     qreal capacityLine() const; // in units
+    QPair<qreal, qreal> yRange() const;
+    int yTickCount() const;
     QPixmap toPixmap(const QSize &size = {}) const;
 
 private:
