@@ -972,6 +972,35 @@ private Q_SLOTS:
         QVERIFY2(all.contains(mentions), qPrintable(all));
     }
 
+    // Issue 31 row 6: by phase, the bars are named whole ("After load" read "After") and the
+    // chart says which bar the legend's numbers are (beside the optimizer's bar of allocator slack
+    // the legend read the peak phase's).
+    void phaseBarsAreNamedAndTheLegendSaysWhichBar()
+    {
+        Session s;
+        MainWindow w(&s);
+        QVERIFY(settle(s));
+        BreakdownChart *chart = w.chartPanel()->chart();
+        QCOMPARE(chart->title(), QString()); // one bar: nothing to say
+        w.chartPanel()->setView(BreakdownModel::View::Phases);
+        QVERIFY(settle(s));
+        QCOMPARE(chart->barLabels(), (QStringList{QStringLiteral("After load"), QStringLiteral("Forward"), QStringLiteral("Backward"),
+                                                  QStringLiteral("Optimizer")}));
+        const Estimate &e = s.report().estimate;
+        Phase top = Phase::AfterLoad;
+        int64_t most = -1;
+        for (Phase p : kAllPhases) { // the tallest bar: tensors, the allocator's slack and the context
+            const int64_t h = std::max(e.phase(p).atPeak.allocated(), e.phase(p).peakReservedBytes);
+            if (h > most) {
+                most = h;
+                top = p;
+            }
+        }
+        QString name = QString::fromStdString(std::string(label(top)));
+        name.chop(name.endsWith(QLatin1String(" peak")) ? 5 : 0);
+        QVERIFY2(chart->title().contains(QStringLiteral("at %1,").arg(name)), qPrintable(chart->title()));
+    }
+
     // Issue 31 row 7: the y axis is the configuration's, not the history's (0-150 fresh and 0-200
     // after a larger configuration, for the same one).
     void yAxisDependsOnTheConfigurationAlone()

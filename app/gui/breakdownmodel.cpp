@@ -48,7 +48,12 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
             for (Phase p : kAllPhases) {
                 const auto mp = measured ? measured->steady(p) : std::nullopt;
                 const bool pair = mp.has_value();
-                const QString name = pair ? QLatin1String(shortNames[static_cast<int>(p)]) : qs(label(p)).section(QLatin1Char(' '), 0, 0);
+                // the phase's name without " peak" ("After load", not "After": issue 31 row 6); short
+                // beside a measured twin
+                QString whole = qs(label(p));
+                if (whole.endsWith(QLatin1String(" peak")))
+                    whole.chop(5);
+                const QString name = pair ? QLatin1String(shortNames[static_cast<int>(p)]) : whole;
                 Breakdown b = e.phase(p).atPeak;
                 // As for the measured bar: what the allocator holds in the phase beyond the tensors
                 // (the replayed reserved pool; the ledger path has none per phase).

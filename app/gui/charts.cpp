@@ -241,6 +241,15 @@ void BreakdownChart::refresh()
             peakCol = c;
     if (peakCol >= 0 && peakCol + 1 < columns && isMeasured(peakCol + 1))
         measuredCol = peakCol + 1;
+    // With several bars (by phase) the legend's numbers are one bar's: say which (issue 31 row 6:
+    // beside the optimizer's bar of allocator slack the legend read the peak phase's 7 GiB).
+    const QString legendOf = columns > 2 && peakCol >= 0
+                                 ? tr("Legend: each category's bytes at %1, the highest estimated bar%2")
+                                       .arg(m_model->headerData(peakCol, Qt::Horizontal).toString(),
+                                            measuredCol >= 0 ? tr(" (and its measured twin)") : QString())
+                                 : QString();
+    if (m_chart->title() != legendOf)
+        m_chart->setTitle(legendOf);
     // A measurement without a split by category (an older probe result) is one grey bar: the
     // categories then carry the estimate's number only, and the grey entry the measured total.
     const bool measuredUnsplit =
@@ -295,6 +304,11 @@ void BreakdownChart::refresh()
 QPair<qreal, qreal> BreakdownChart::yRange() const
 {
     return {m_axisY->min(), m_axisY->max()};
+}
+
+QString BreakdownChart::title() const
+{
+    return m_chart->title();
 }
 
 int BreakdownChart::yTickCount() const

@@ -34,6 +34,7 @@ public:
     QStringList barLabels() const;
     qreal capacityLine() const; // in units
     QPair<qreal, qreal> yRange() const;
+    QString title() const; // what the legend's numbers are, with several bars
     int yTickCount() const;
     QPixmap toPixmap(const QSize &size = {}) const;
 
