@@ -11,6 +11,7 @@
 #include "proberunner.h"
 #include "measurementsmodel.h"
 #include "recommendationspanel.h"
+#include "scalingpanel.h"
 #include "settings.h"
 #include "timelinepanel.h"
 #include "sheetio.h"
@@ -999,6 +1000,25 @@ private Q_SLOTS:
         QString name = QString::fromStdString(std::string(label(top)));
         name.chop(name.endsWith(QLatin1String(" peak")) ? 5 : 0);
         QVERIFY2(chart->title().contains(QStringLiteral("at %1,").arg(name)), qPrintable(chart->title()));
+    }
+
+    // Issue 31 row 3: half a 1280-pixel window wide, the scaling charts' legend read
+    // "checkpointi…" twice and the x ticks "1… 2… 5…": short curve names, at most seven ticks.
+    void scalingChartsFitHalfA1280Window()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.resize(1280, 800);
+        w.show();
+        w.showTab(MainWindow::Tab::Scaling); // the curves are made for a visible tab
+        QVERIFY(settle(s));
+        QTRY_VERIFY_WITH_TIMEOUT(w.scalingPanel()->seqChart()->seriesCount() > 0, 60000);
+        const QStringList names = w.scalingPanel()->seqChart()->seriesNames();
+        QVERIFY2(names.contains(QStringLiteral("plain")) && names.contains(QStringLiteral("checkpointed")),
+                 qPrintable(names.join(QLatin1Char(','))));
+        const QStringList ticks = w.scalingPanel()->seqChart()->xLabels();
+        QVERIFY2(ticks.size() >= 3 && ticks.size() <= 7, qPrintable(ticks.join(QLatin1Char(','))));
+        QCOMPARE(ticks.first(), QStringLiteral("128"));
     }
 
     // Issue 31 row 7: the y axis is the configuration's, not the history's (0-150 fresh and 0-200

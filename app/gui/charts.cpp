@@ -397,8 +397,17 @@ void ScalingChart::setContent(const std::vector<ScalingCurve> &curves, int64_t c
     }
     if (xmin == 0)
         return;
+    // every power of two up to seven labels, else every other one: ten in half a 1280-pixel
+    // window were elided to "1… 2… 5…" (issue 31 row 3)
+    int labels = 0;
     for (int64_t v = xmin; v <= xmax; v *= 2)
-        x->append(shortCount(v), log2d(v));
+        ++labels;
+    const int every = labels > 7 ? 2 : 1;
+    x->setStartValue(log2d(xmin) - every);
+    int i = 0;
+    for (int64_t v = xmin; v <= xmax; v *= 2, ++i)
+        if (i % every == 0)
+            x->append(shortCount(v), log2d(v));
     const double cap = toUnit(capacityBytes, units);
     auto *capLine = new QLineSeries;
     capLine->setName(tr("capacity"));
@@ -425,6 +434,22 @@ void ScalingChart::setContent(const std::vector<ScalingCurve> &curves, int64_t c
     x->setRange(log2d(xmin), log2d(xmax));
     // Clip at twice the card so the capacity line stays readable; what is above does not fit.
     y->setRange(0, niceCeiling(cap * 2.0));
+}
+
+QStringList ScalingChart::seriesNames() const
+{
+    QStringList out;
+    for (const QAbstractSeries *series : m_chart->series())
+        out << series->name();
+    return out;
+}
+
+QStringList ScalingChart::xLabels() const
+{
+    for (QAbstractAxis *axis : m_chart->axes(Qt::Horizontal))
+        if (auto *c = qobject_cast<QCategoryAxis *>(axis))
+            return c->categoriesLabels();
+    return {};
 }
 
 int ScalingChart::seriesCount() const

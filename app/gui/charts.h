@@ -94,6 +94,8 @@ public:
     void setContent(const std::vector<ScalingCurve> &curves, int64_t current, int64_t capacityBytes,
                     headroom::Unit units);
     int seriesCount() const;
+    QStringList seriesNames() const; // as the legend shows them
+    QStringList xLabels() const;     // the x axis's tick labels
     QPixmap toPixmap(const QSize &size = {}) const;
 
 private:
