@@ -22,6 +22,9 @@
 #include "headroom/serialize.h"
 #include "headroom/training_formats.h"
 
+#include <QTemporaryDir>
+#include <QAction>
+#include <QFileInfo>
 #include <QCheckBox>
 #include <QHeaderView>
 #include <QTabWidget>
@@ -1051,6 +1054,48 @@ private Q_SLOTS:
         QVERIFY2(std::abs(mant - 1) < 1e-9 || std::abs(mant - 2) < 1e-9 || std::abs(mant - 2.5) < 1e-9 || std::abs(mant - 5) < 1e-9,
                  qPrintable(QString::number(step)));
         QVERIFY(std::get<2>(first) - 1 <= 6);
+    }
+
+    // Issue 31, what users expect: Save As, Open recent and the sheet's name in the title;
+    // Ctrl+1..4 for the tabs, F1 for the help; a hint in the empty Measurements tab.
+    void savesAsRemembersFilesAndHasShortcuts()
+    {
+        Session s;
+        MainWindow w(&s);
+        QTemporaryDir dir;
+        auto *hint = w.findChild<QLabel *>(QStringLiteral("measurementsHint"));
+        QVERIFY(hint);
+        QVERIFY(!hint->isHidden());
+        QVERIFY(hint->text().contains(QStringLiteral("Measure now")));
+        QVERIFY(!w.windowTitle().contains(QStringLiteral(".json")));
+        const QString first = dir.filePath(QStringLiteral("team-budget.json"));
+        QCOMPARE(w.exportTo(first), QString());
+        QCOMPARE(w.sheetPath(), first);
+        QVERIFY2(w.windowTitle().startsWith(QStringLiteral("team-budget.json (")), qPrintable(w.windowTitle()));
+        QCOMPARE(w.exportTo(dir.filePath(QStringLiteral("budget.pdf"))), QString()); // an export is not the sheet
+        QCOMPARE(w.sheetPath(), first);
+        QCOMPARE(w.openFile(testData("h200/llama8b-lora16-b4s2048.result.json")), QString());
+        QVERIFY(hint->isHidden());
+        const QStringList recent = Settings().recentFiles();
+        QVERIFY(recent.size() >= 2);
+        QCOMPARE(QFileInfo(recent.at(0)).fileName(), QStringLiteral("llama8b-lora16-b4s2048.result.json"));
+        QCOMPARE(recent.at(1), QFileInfo(first).absoluteFilePath());
+        for (int i = 0; i < 12; ++i) // bounded
+            Settings().addRecentFile(dir.filePath(QStringLiteral("f%1.json").arg(i)));
+        QCOMPARE(Settings().recentFiles().size(), Settings::kMaxRecentFiles);
+        QStringList shortcuts;
+        for (QAction *a : w.findChildren<QAction *>())
+            if (!a->shortcut().isEmpty())
+                shortcuts << a->shortcut().toString();
+        for (const char *k : {"Ctrl+1", "Ctrl+2", "Ctrl+3", "Ctrl+4", "F1", "Ctrl+Shift+S"})
+            QVERIFY2(shortcuts.contains(QLatin1String(k)), k);
+        w.show();
+        QApplication::setActiveWindow(&w);
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        QTest::keyClick(&w, Qt::Key_4, Qt::ControlModifier);
+        QCOMPARE(w.currentTab(), MainWindow::Tab::Timeline);
+        QTest::keyClick(&w, Qt::Key_2, Qt::ControlModifier);
+        QCOMPARE(w.currentTab(), MainWindow::Tab::Scaling);
     }
 
     // Issue 31 row 8: Ctrl+Z undoes a spin box's change while it has focus (its line edit's own

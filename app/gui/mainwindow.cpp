@@ -182,14 +182,16 @@ void MainWindow::buildMenus()
     file->addAction(tr("&Open…"), QKeySequence::Open, this, [this] {
         openInteractively(tr("Open a sheet, a probe result or a config.json"), tr("JSON (*.json *.jsonl);;All files (*)"));
     });
+    m_recentMenu = file->addMenu(tr("Open &recent"));
+    connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
+    fillRecentMenu();
     file->addAction(tr("&Save sheet"), QKeySequence::Save, this, [this] {
-        QString path = m_sheetPath;
-        if (path.isEmpty())
-            path = QFileDialog::getSaveFileName(this, tr("Save budget sheet"), QStringLiteral("budget.json"),
-                                                tr("JSON sheet (*.json)"));
-        if (!path.isEmpty())
-            reportProblem(exportTo(path));
+        if (m_sheetPath.isEmpty())
+            saveAs();
+        else
+            reportProblem(exportTo(m_sheetPath));
     });
+    file->addAction(tr("Save sheet &as…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S), this, &MainWindow::saveAs);
     file->addAction(tr("&Export…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export budget sheet"), QStringLiteral("budget.pdf"),
                                                           sheetio::filterString());
@@ -242,8 +244,14 @@ void MainWindow::buildMenus()
     measure->addSeparator();
     measure->addAction(tr("&Settings…"), this, [this] { SettingsDialog(this).exec(); });
 
+    QMenu *view = menuBar()->addMenu(tr("&View"));
+    const std::pair<Tab, QString> tabs[] = {{Tab::Breakdown, tr("&Breakdown")}, {Tab::Scaling, tr("&Scaling")},
+                                            {Tab::Measurements, tr("&Measurements")}, {Tab::Timeline, tr("&Timeline")}};
+    for (const auto &[t, name] : tabs) // Ctrl+1 ... Ctrl+4
+        view->addAction(name, QKeySequence(Qt::CTRL | (Qt::Key_1 + static_cast<int>(t))), this, [this, t = t] { showTab(t); });
+
     QMenu *help = menuBar()->addMenu(tr("&Help"));
-    help->addAction(tr("How Headroom &budgets memory"), this, [this] {
+    help->addAction(tr("How Headroom &budgets memory"), QKeySequence(Qt::Key_F1), this, [this] {
         QMessageBox box(QMessageBox::Information, tr("How Headroom budgets memory"),
                         tr("<b>Budget the peak, not the average.</b> Within one training step memory rises through "
                            "the forward pass (activations pile up), again in backward (gradients), changes at the "
@@ -270,6 +278,33 @@ void MainWindow::buildMenus()
                               "measured by a real step.")
                                .arg(QStringLiteral(HEADROOM_VERSION)));
     });
+}
+
+void MainWindow::saveAs()
+{
+    const QString start = m_sheetPath.isEmpty() ? QStringLiteral("budget.json") : m_sheetPath;
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save budget sheet as"), start, tr("JSON sheet (*.json)"));
+    if (!path.isEmpty())
+        reportProblem(exportTo(path));
+}
+
+void MainWindow::remember(const QString &path)
+{
+    Settings().addRecentFile(QFileInfo(path).absoluteFilePath());
+}
+
+void MainWindow::fillRecentMenu()
+{
+    m_recentMenu->clear();
+    const QStringList files = Settings().recentFiles();
+    for (const QString &path : files) {
+        QAction *a = m_recentMenu->addAction(QFileInfo(path).fileName(), this, [this, path] { reportProblem(openFile(path)); });
+        a->setToolTip(path);
+        a->setStatusTip(path);
+        a->setEnabled(QFileInfo::exists(path)); // moved or deleted since: shown, not openable
+    }
+    if (files.isEmpty())
+        m_recentMenu->addAction(tr("(none yet)"))->setEnabled(false);
 }
 
 void MainWindow::openInteractively(const QString &caption, const QString &filter)
@@ -309,6 +344,8 @@ QString MainWindow::openFile(const QString &path)
     } catch (const std::exception &e) {
         return tr("Cannot open %1: %2").arg(QFileInfo(path).fileName(), qs(e.what()));
     }
+    remember(path);
+    updateTitle();
     statusBar()->showMessage(tr("Opened %1").arg(QFileInfo(path).fileName()), 5000);
     return {};
 }
@@ -322,8 +359,11 @@ QString MainWindow::exportTo(const QString &path)
     const QString problem = sheetio::exportSheet(path, *format, m_session->toSheet(), m_chart->chart()->toPixmap(QSize(900, 520)),
                                                  m_timeline->picture(QSize(900, 460)));
     if (problem.isEmpty()) {
-        if (*format == sheetio::Format::Json)
+        if (*format == sheetio::Format::Json) {
             m_sheetPath = path;
+            remember(path);
+            updateTitle();
+        }
         statusBar()->showMessage(tr("Saved %1").arg(QFileInfo(path).fileName()), 5000);
     }
     return problem;
@@ -401,7 +441,10 @@ void MainWindow::showTab(Tab t)
 
 void MainWindow::updateTitle()
 {
-    setWindowTitle(tr("%1 — Headroom").arg(qs(m_session->scenario().model.name)));
+    // the sheet's file name first where there is one, as desktop applications do
+    const QString model = qs(m_session->scenario().model.name);
+    setWindowTitle(m_sheetPath.isEmpty() ? tr("%1 — Headroom").arg(model)
+                                         : tr("%1 (%2) — Headroom").arg(QFileInfo(m_sheetPath).fileName(), model));
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent *e)

@@ -34,6 +34,7 @@ public:
     QString exportTrainingConfig(const QString &path, headroom::TrainingFormat format);
     void showTab(Tab t);
     Tab currentTab() const;
+    QString sheetPath() const { return m_sheetPath; } // the sheet this window saves to; empty: none yet
 
     // Issue 31: the size a first start opens at, within the screen's available area: 1400x900
     // where it fits, else as much of the screen as leaves a margin, never below `minimum`.
@@ -66,6 +67,9 @@ private:
     void openInteractively(const QString &caption, const QString &filter);
     void reportProblem(const QString &problem);
     void updateTitle();
+    void remember(const QString &path); // in File > Open recent
+    void fillRecentMenu();
+    void saveAs();
 
     Session *m_session;
     ConfigPanel *m_config;
@@ -80,4 +84,5 @@ private:
     class QSplitter *m_mainSplit = nullptr;
     class QSplitter *m_breakdownSplit = nullptr;
     QString m_sheetPath;
+    class QMenu *m_recentMenu = nullptr;
 };

@@ -46,6 +46,26 @@ MeasurementsPanel::MeasurementsPanel(Session *session, QWidget *parent)
     m_view->horizontalHeader()->setStretchLastSection(true);
     m_view->setAlternatingRowColors(true);
     layout->addWidget(m_view);
+    // An empty tab says how to fill it (issue 31)
+    auto *hint = new QLabel(tr("<p><b>No measurements yet.</b></p>"
+                               "<p><b>Measure now</b> (Ctrl+M, under the chart) runs one real training step of this "
+                               "configuration on this machine and lists it here, overlaid on the estimate.</p>"
+                               "<p>Or import a probe result from another machine: "
+                               "<tt>headroom-probe --request request.json --out result.json</tt> there, then "
+                               "<i>Import measurement…</i> here, or drop the file on the window.</p>"),
+                            this);
+    hint->setObjectName(QStringLiteral("measurementsHint"));
+    hint->setWordWrap(true);
+    hint->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+    hint->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(hint, 1);
+    const auto showHint = [this, hint] {
+        const bool none = m_session->measurements().empty();
+        hint->setVisible(none);
+        m_view->setVisible(!none);
+    };
+    connect(session, &Session::measurementsChanged, this, showHint);
+    showHint();
 
     connect(importButton, &QPushButton::clicked, this, &MeasurementsPanel::importRequested);
     connect(useButton, &QPushButton::clicked, this, [this] { m_session->useMeasurementConfiguration(m_session->selectedIndex()); });

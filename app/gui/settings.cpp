@@ -185,3 +185,22 @@ void Settings::setWindowLayout(const QByteArray &l)
 {
     m_settings.setValue(QLatin1String(kWindowLayout), l);
 }
+
+QStringList Settings::recentFiles() const
+{
+    QStringList out;
+    for (const QString &p : m_settings.value(QLatin1String(kRecentFiles)).toStringList())
+        if (!p.isEmpty() && !out.contains(p) && out.size() < kMaxRecentFiles)
+            out << p;
+    return out;
+}
+
+void Settings::addRecentFile(const QString &path)
+{
+    QStringList list = recentFiles();
+    list.removeAll(path);
+    list.prepend(path);
+    while (list.size() > kMaxRecentFiles)
+        list.removeLast();
+    m_settings.setValue(QLatin1String(kRecentFiles), list);
+}

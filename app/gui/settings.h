@@ -24,6 +24,8 @@ public:
     static constexpr const char *kLastScenario = "session/last_scenario";
     static constexpr const char *kWindowGeometry = "ui/window_geometry";
     static constexpr const char *kWindowLayout = "ui/window_layout"; // splitters and the open tab
+    static constexpr const char *kRecentFiles = "ui/recent_files";
+    static constexpr int kMaxRecentFiles = 8;
 
     QString probePath() const;      // empty: find it (see ProbeRunner::locateProbe)
     void setProbePath(const QString &path);
@@ -52,6 +54,10 @@ public:
     void setWindowGeometry(const QByteArray &g);
     QByteArray windowLayout() const;
     void setWindowLayout(const QByteArray &l);
+
+    // Sheets, results and configs opened or saved, the latest first, at most kMaxRecentFiles.
+    QStringList recentFiles() const;
+    void addRecentFile(const QString &path);
 
     headroom::Unit units() const;
     void setUnits(headroom::Unit u);
