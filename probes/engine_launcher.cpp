@@ -133,13 +133,15 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
         for (const auto &s : searched)
             where += (where.empty() ? "" : ", ") + s;
         return fail(NoDevice, "the transformers engine (headroom_engine.py) is not installed; looked in " + where +
-                                  " (set HEADROOM_ENGINE_SCRIPT)");
+                                  " (set HEADROOM_ENGINE_SCRIPT)",
+                    "package");
     }
     const std::string python = locatePython(o.python);
     if (python.empty())
         return fail(NoDevice, "no Python interpreter for the transformers engine: '" +
                                   (o.python.empty() ? std::string("python3") : o.python) +
-                                  "' not found (set --python, HEADROOM_PYTHON or Settings)");
+                                  "' not found (set --python, HEADROOM_PYTHON or Settings)",
+                    "package");
 
     // The request for the engine, and a folder for the ranks' results.
     char dirTemplate[] = "/tmp/headroom-engine-XXXXXX";

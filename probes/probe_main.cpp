@@ -579,7 +579,7 @@ int probeMain(int argc, char **argv)
         std::_Exit(written || code != 0 ? code : Internal);
     }
     if (std::string why; !probe::libtorchAvailable(&why))
-        return fail(probe::NoDevice, why + ": use --engine transformers");
+        return fail(probe::NoDevice, why + ": use --engine transformers", "package");
 
     const bool several = nproc != -1 || request.config.worldSize > 1;
     if (several && rank < 0) {
@@ -628,7 +628,7 @@ int probeMain(int argc, char **argv)
     if (out.stopped)
         return stopped();
     if (out.code != probe::Ok && out.code != probe::OutOfMemory)
-        return fail(out.code, out.message);
+        return fail(out.code, out.message, out.code == probe::NoDevice ? "device" : "");
     if (!publish(toJson(out.measurement), outPath))
         return probe::Internal;
     if (!snapshotPath.empty() && !out.snapshot.is_null() && !writeAtomically(snapshotPath, out.snapshot))

@@ -3,7 +3,10 @@
 #include "guitestutil.h"
 #include "mainwindow.h"
 #include "measurebar.h"
+#include "readiness.h"
 #include "settings.h"
+
+#include "headroom/catalog.h"
 
 #include <QApplication>
 #include <QComboBox>
@@ -241,7 +244,7 @@ private Q_SLOTS:
         auto *cpu = w.findChild<QPushButton *>(QStringLiteral("cpuInstead"));
         QVERIFY(cpu->isVisibleTo(&w));
         w.findChild<QSpinBox *>(QStringLiteral("microBatch"))->setValue(4);
-        QVERIFY(w.measureBar()->statusText().isEmpty());
+        QVERIFY(!w.measureBar()->statusText().contains(QStringLiteral("No usable GPU"))); // back to what it can do here
         QVERIFY(!cpu->isVisibleTo(&w));
         useProbe(QStringLiteral(HEADROOM_PROBE));
         QVERIFY(waitIdle(w.measureBar(), 5000));
@@ -255,6 +258,10 @@ private Q_SLOTS:
         QTest::addRow("crash") << testData("fake_probes/crash.sh") << QStringLiteral("crashed") << false;
         QTest::addRow("garbage") << testData("fake_probes/garbage.sh") << QStringLiteral("not the Headroom protocol") << false;
         QTest::addRow("no gpu") << testData("fake_probes/nogpu.sh") << QStringLiteral("No usable GPU") << true;
+        // issue 31 row 5: software this machine lacks is named, and the CPU (which would fail the
+        // same way) is not offered
+        QTest::addRow("no torch") << testData("fake_probes/nopackage.sh")
+                                  << QStringLiteral("Cannot measure here: the transformers engine needs PyTorch") << false;
     }
     void misbehavingProbes()
     {
@@ -278,6 +285,50 @@ private Q_SLOTS:
         QVERIFY(added.wait(120000));
         QCOMPARE(s.measurements().size(), size_t(1));
         QVERIFY(waitIdle(w.measureBar(), 5000));
+    }
+
+    // Issue 31 item 5: before it is pressed, Measure now says what it will do here, or what stops
+    // it and what to install: the probe, its engines, a GPU, the Python packages, found on this
+    // machine (a real interpreter and the real probe).
+    void measureNowSaysWhatItCanDoHere()
+    {
+        const QString probe = QStringLiteral(HEADROOM_PROBE);
+        const ModelArch llama = findModelPreset("llama-3.2-1b");
+        const ModelArch gpt2 = findModelPreset("gpt2");
+        TrainingConfig full;
+        full.finetune = FineTune::Full;
+        // no interpreter at all
+        const ProbeReadiness none = ProbeReadiness::check(probe, QStringLiteral("/nonexistent/python9"));
+        QVERIFY(!none.pythonError.isEmpty());
+        const auto p0 = none.plan(gpt2, full, QStringLiteral("libtorch"), QStringLiteral("cpu"));
+        QVERIFY2(p0.blocker.contains(QStringLiteral("needs the transformers engine")) &&
+                     p0.blocker.contains(QStringLiteral("/nonexistent/python9 not found")),
+                 qPrintable(p0.blocker));
+        // Debian's python3: torch, no Transformers
+        const ProbeReadiness deb = ProbeReadiness::check(probe, QStringLiteral("/usr/bin/python3"));
+        QVERIFY2(deb.pythonError.isEmpty() && !deb.torch.isEmpty(), qPrintable(deb.pythonError));
+        const auto p1 = deb.plan(gpt2, full, QStringLiteral("libtorch"), QStringLiteral("auto"));
+        if (deb.transformers.isEmpty())
+            QVERIFY2(p1.blocker.contains(QStringLiteral("has no transformers: pip install transformers")), qPrintable(p1.blocker));
+        if (deb.libtorch) { // a Llama on the LibTorch engine needs no Python
+            const auto p2 = deb.plan(llama, full, QStringLiteral("libtorch"), QStringLiteral("auto"));
+            QVERIFY2(p2.blocker.isEmpty() && p2.summary.contains(QStringLiteral("LibTorch engine")), qPrintable(p2.summary));
+        }
+        if (!deb.gpu) {
+            const auto p3 = deb.plan(llama, full, QStringLiteral("libtorch"), QStringLiteral("cuda"));
+            QVERIFY2(p3.blocker.contains(QStringLiteral("no NVIDIA GPU")), qPrintable(p3.blocker));
+        }
+        // and the bar says it, without a press
+        useProbe(probe);
+        qputenv("HEADROOM_PYTHON", "/usr/bin/python3");
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        tinyScenario(s, w);
+        QTRY_VERIFY_WITH_TIMEOUT(w.measureBar()->statusText().startsWith(QStringLiteral("Measure now")) ||
+                                     w.measureBar()->statusText().startsWith(QStringLiteral("Cannot measure here")),
+                                 20000);
+        qunsetenv("HEADROOM_PYTHON");
     }
 
     void outOfMemoryIsAResult()

@@ -12,6 +12,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
 
 using namespace headroom;
 
@@ -62,17 +63,25 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     connect(m_measure, &QPushButton::clicked, this, &MeasureBar::measure);
     connect(m_cancel, &QPushButton::clicked, this, &MeasureBar::cancel);
     connect(m_cpuInstead, &QPushButton::clicked, this, [this] { measureOn(QStringLiteral("cpu")); });
-    connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this,
-            [this](int) { Settings().setProbeDevice(m_device->currentData().toString()); });
+    connect(m_device, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int) {
+        Settings().setProbeDevice(m_device->currentData().toString());
+        showPlan();
+    });
+    connect(&m_readinessWatch, &QFutureWatcher<ProbeReadiness>::finished, this, [this] {
+        m_readiness = m_readinessWatch.result();
+        showPlan();
+    });
+    checkReadiness();
 
     // A failure belongs to the configuration it was for ("no usable GPU", a refused request): a
     // change of configuration clears it, and the "Run on the CPU instead" offer with it.
     connect(session, &Session::scenarioChanged, this, [this] {
-        if (m_runner.isRunning() || !m_failed)
+        if (m_runner.isRunning())
             return;
         m_failed = false;
+        m_answered = false;
         m_cpuInstead->hide();
-        showStatus(QString(), nullptr);
+        showPlan();
     });
     connect(&m_runner, &ProbeRunner::progress, this, [this](double f, const QString &what) {
         m_progress->setValue(static_cast<int>(f * 1000));
@@ -94,17 +103,50 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
                            .arg(m.wallSeconds, 0, 'f', 1)
                            .arg(qs(formatBytes(m.peakAllocatedBytes, u, 2)), qs(toString(m.peakPhase))),
                        "#14532d");
+        m_answered = true;
         m_session->addMeasurement(m);
     });
     connect(&m_runner, &ProbeRunner::failed, this, [this](const QString &message, int code) {
         setRunning(false);
         showFailure(message);
-        m_cpuInstead->setVisible(code == protocol::NoDevice); // no usable GPU: CPU mode still measures the step
+        // no usable GPU: CPU mode still measures the step; missing software (no torch, no engine): it
+        // cannot, and offering it only fails again (issue 31 row 5)
+        m_cpuInstead->setVisible(code == protocol::NoDevice && m_runner.lastErrorField() != QLatin1String("package"));
     });
     connect(&m_runner, &ProbeRunner::stopped, this, [this] {
         setRunning(false);
+        m_answered = true;
         showStatus(tr("Stopped."), nullptr);
     });
+}
+
+void MeasureBar::checkReadiness()
+{
+    const Settings settings;
+    if (!settings.probePrefix().isEmpty() || m_readinessWatch.isRunning())
+        return; // a remote probe: this machine's packages say nothing about that one's
+    const QString probe = ProbeRunner::locateProbe(settings.probePath());
+    m_readinessWatch.setFuture(QtConcurrent::run(&ProbeReadiness::check, probe, settings.probePython()));
+}
+
+void MeasureBar::showPlan()
+{
+    if (m_runner.isRunning() || m_failed || m_answered)
+        return;
+    const Settings settings;
+    if (!settings.probePrefix().isEmpty()) {
+        const QString where = settings.probePrefix().join(QLatin1Char(' '));
+        m_measure->setToolTip(tr("Runs one real training step of this configuration through %1").arg(where));
+        showStatus(tr("Measure now runs the probe through %1.").arg(where), "#555555");
+        return;
+    }
+    const auto plan = m_readiness.plan(m_session->scenario().model, m_session->scenario().config, settings.probeEngine(),
+                                       m_device->currentData().toString());
+    const QString text = plan.blocker.isEmpty() ? plan.summary : tr("Cannot measure here: %1.").arg(plan.blocker);
+    m_measure->setToolTip(tr("Run one real training step of this configuration with headroom-probe and overlay the "
+                             "result.\n%1")
+                              .arg(text));
+    showStatus(text, plan.blocker.isEmpty() ? "#555555" : "#8a5300");
 }
 
 QString MeasureBar::statusText() const

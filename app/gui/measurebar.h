@@ -1,8 +1,10 @@
 #pragma once
 
 #include "proberunner.h"
+#include "readiness.h"
 #include "session.h"
 
+#include <QFutureWatcher>
 #include <QWidget>
 
 class QComboBox;
@@ -29,6 +31,10 @@ private:
     void setRunning(bool running);
     void showStatus(const QString &text, const char *color);
     void showFailure(const QString &text);
+    // Issue 31 item 5: while idle, what Measure now would do here (the engine, the device, the
+    // versions found), or the one thing that stops it and what to install.
+    void showPlan();
+    void checkReadiness();
 
     Session *m_session;
     ProbeRunner m_runner;
@@ -40,4 +46,7 @@ private:
     QPushButton *m_cpuInstead;
     QString m_requestedDevice; // what the last run asked for: "auto", "cuda" or "cpu"
     bool m_failed = false;     // the status shows a failure of the last run
+    bool m_answered = false;   // the status shows the last run's result (kept until a change)
+    ProbeReadiness m_readiness;
+    QFutureWatcher<ProbeReadiness> m_readinessWatch;
 };

@@ -125,6 +125,7 @@ bool ProbeRunner::start(const ProbeRequest &request, const Options &options)
     m_stderr.clear();
     m_result.reset();
     m_errorMessage.clear();
+    m_errorField.clear();
     m_garbage.clear();
     m_cancelled = m_timedOut = false;
     m_timeoutSeconds = options.timeoutSeconds;
@@ -193,7 +194,10 @@ void ProbeRunner::handleLine(const QByteArray &line)
     switch (l.kind) {
     case K::Progress: emit progress(l.progress.fraction, qs(protocol::describe(l.progress))); break;
     case K::Result: m_result = l.result; break;
-    case K::Error: m_errorMessage = qs(l.error.message); break;
+    case K::Error:
+        m_errorMessage = qs(l.error.message);
+        m_errorField = qs(l.error.field);
+        break;
     case K::Malformed: m_errorMessage = tr("The probe's output is malformed: %1").arg(qs(l.problem)); break;
     case K::Stopped:
     case K::Rendezvous: break;
@@ -245,7 +249,11 @@ void ProbeRunner::onFinished(int exitCode, QProcess::ExitStatus status)
     switch (exitCode) {
     case protocol::BadRequest: emit failed(tr("The probe refused the request: %1").arg(detail), exitCode); return;
     case protocol::NoDevice:
-        emit failed(tr("No usable GPU or package for the probe: %1").arg(detail), exitCode);
+        // the one reason: a device, or software this machine lacks (then the CPU cannot help)
+        if (m_errorField == QLatin1String("package"))
+            emit failed(tr("Cannot measure here: %1").arg(detail), exitCode);
+        else
+            emit failed(tr("No usable GPU or package for the probe: %1").arg(detail), exitCode);
         return;
     case protocol::Internal: emit failed(tr("The probe hit an internal error: %1").arg(detail), exitCode); return;
     default: break;

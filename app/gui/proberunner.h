@@ -36,6 +36,9 @@ public:
     // $HEADROOM_PROBE, then the configured path, then next to this executable (installed or in
     // the build tree), then PATH. Empty if none; `searched` lists where it looked.
     static QString locateProbe(const QString &configured, QStringList *searched = nullptr);
+    // The last failure's field: for exit 4, "device" (no usable GPU: the CPU can still measure)
+    // or "package" (software this machine lacks: it cannot).
+    QString lastErrorField() const { return m_errorField; }
     // The program and arguments that start() runs, for display and tests.
     static QStringList commandLine(const Options &o);
 
@@ -64,6 +67,7 @@ private:
     std::optional<headroom::Measurement> m_result;
     QString m_traceTimeline;
     QString m_errorMessage;
+    QString m_errorField; // the error event's field: for exit 4, "device" or "package"
     QString m_garbage; // the first line that was not protocol
     bool m_cancelled = false;
     bool m_timedOut = false;

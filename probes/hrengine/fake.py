@@ -750,7 +750,7 @@ def trace(args, R, out, factory, torch, t_start):
     if dev == "cuda" and not torch.cuda.is_available():
         raise Missing("tracing a CUDA step needs PyTorch to see a CUDA device (any size: nothing is allocated on it), "
                       "because the autograd engine asks the driver for it in backward; this machine has none. "
-                      "Trace on a machine with a GPU, or measure there")
+                      "Trace on a machine with a GPU, or measure there", "device")
     b, s = cfg["micro_batch"], cfg["seq_len"]
     steps = 1
     out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})

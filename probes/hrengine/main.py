@@ -126,7 +126,7 @@ def main(argv=None):
     except BadRequest as e:
         return fail(EXIT_BAD_REQUEST, str(e), e.field)
     except Missing as e:
-        return fail(EXIT_NO_DEVICE, str(e))
+        return fail(EXIT_NO_DEVICE, str(e), getattr(e, "what", "package"))
     except Stopped:
         return stopped()
     except KeyboardInterrupt:
@@ -160,7 +160,7 @@ def run(args, R, out, t_start, rank):
     want_cuda = R["device"] != "cpu"
     cuda = want_cuda and torch.cuda.is_available()
     if R["device"] == "cuda" and not cuda:
-        raise Missing("no CUDA device is usable (driver missing or no GPU)")
+        raise Missing("no CUDA device is usable (driver missing or no GPU)", "device")
     if D.enabled and cfg["world_size"] not in (1, D.world):
         raise BadRequest("config.world_size", cfg["world_size"], f"differs from the {D.world} ranks started")
     if D.enabled:
@@ -174,7 +174,7 @@ def run(args, R, out, t_start, rank):
     if cuda:
         if D.device_index() >= torch.cuda.device_count():
             raise Missing(f"no CUDA device {D.device_index()} for rank {D.rank} (one GPU per rank: "
-                          f"{D.world} ranks need {D.world} GPUs; --share-gpu puts them on one)")
+                          f"{D.world} ranks need {D.world} GPUs; --share-gpu puts them on one)", "device")
         torch.cuda.set_device(D.device_index())
         torch.cuda.init()
     device = torch.device("cuda", D.device_index()) if cuda else torch.device("cpu")

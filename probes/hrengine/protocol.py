@@ -28,7 +28,12 @@ class BadRequest(Exception):
 
 
 class Missing(Exception):
-    """A device or package the request needs is not there: exit 4."""
+    """A device or package the request needs is not there: exit 4. `what` is "device" or
+    "package", the error event's field: the explorer offers the CPU for a missing device only."""
+
+    def __init__(self, message, what="package"):
+        super().__init__(message)
+        self.what = what
 
 
 class Stopped(BaseException):
