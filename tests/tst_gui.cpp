@@ -10,6 +10,7 @@
 #include "mainwindow.h"
 #include "proberunner.h"
 #include "measurementsmodel.h"
+#include "recommendationmodel.h"
 #include "recommendationspanel.h"
 #include "scalingpanel.h"
 #include "settings.h"
@@ -900,8 +901,24 @@ private Q_SLOTS:
         }());
         m.peakAllocatedBytes = static_cast<int64_t>(double(r.estimate.peakAllocatedBytes) * 1.08);
         const QString t = VerdictBanner::compose(r, &m, Unit::GiB, r.scenario);
-        QVERIFY2(t.contains(QStringLiteral("the estimate is 7.4% under it")), qPrintable(t)); // 1/1.08 - 1
+        // the peaks compared are named: allocated, the estimate's own number beside the measured one
+        const QString estimated = QString::fromStdString(formatBytes(r.estimate.peakAllocatedBytes, Unit::GiB, 2));
+        QVERIFY2(t.contains(QStringLiteral("peak allocated")) &&
+                     t.contains(QStringLiteral("the estimate's, %1, is 7.4% under it").arg(estimated)),
+                 qPrintable(t)); // 1/1.08 - 1
+        QVERIFY(!t.contains(QStringLiteral("a CPU step")));
         QCOMPARE(relativeError(100, 108), 100.0 / 108.0 - 1.0); // one convention: negative is under
+        // Issue 31 row 9: a CPU measurement's bar has no context or slack, and the banner says so
+        m.device = "cpu";
+        const QString cpu = VerdictBanner::compose(r, &m, Unit::GiB, r.scenario);
+        QVERIFY2(cpu.contains(QStringLiteral("a CPU step: tensors only, no CUDA context or allocator slack")), qPrintable(cpu));
+        // and a change that grows the run says how much more it needs, not a total ("uses 81.1 GiB")
+        RecommendationModel model;
+        Recommendation grow;
+        grow.title = "Increase micro-batch to 8";
+        grow.savingBytes = -(int64_t(3) << 30);
+        model.setContent({grow}, Unit::GiB);
+        QCOMPARE(model.data(model.index(0, RecommendationModel::Saves), Qt::DisplayRole).toString(), QStringLiteral("+3.0 GiB more"));
     }
 
     // A configuration Headroom refuses offers the nearest one it can estimate, one click away

@@ -48,9 +48,10 @@ QVariant RecommendationModel::data(const QModelIndex &index, int role) const
                    : r.group == RecommendationGroup::Static   ? tr("2 · static")
                    : r.group == RecommendationGroup::Sharding ? tr("3 · sharding")
                                                               : tr("more");
-        case Saves: // the column says "Saves": no sign; a row that grows the run says what it uses
+        case Saves: // the column says "Saves": no sign; a row that grows the run says how much more it
+            // needs ("uses 81.1 GiB" on a 78.6 GiB card read as its total: issue 31 row 9)
             return r.savingBytes >= 0 ? qs(formatBytes(r.savingBytes, m_units, 1))
-                                      : tr("uses %1").arg(qs(formatBytes(-r.savingBytes, m_units, 1)));
+                                      : tr("+%1 more").arg(qs(formatBytes(-r.savingBytes, m_units, 1)));
         case Cost: return qs(r.cost);
         case FitsAfter: return r.fitsAfter ? tr("fits") : tr("not yet");
         }
@@ -58,8 +59,9 @@ QVariant RecommendationModel::data(const QModelIndex &index, int role) const
         return orderExplained();
     } else if (role == Qt::ToolTipRole) {
         return tr("%1\n%2 %3 per GPU; cost: %4.\nDouble-click or press Apply to use it; Undo restores.")
-            .arg(qs(r.title), r.savingBytes >= 0 ? tr("Saves") : tr("Uses"),
-                 qs(formatBytes(std::abs(r.savingBytes), m_units, 2)), qs(r.cost));
+            .arg(qs(r.title), r.savingBytes >= 0 ? tr("Saves") : tr("Needs"),
+                 qs(formatBytes(std::abs(r.savingBytes), m_units, 2)) + (r.savingBytes >= 0 ? QString() : tr(" more")),
+                 qs(r.cost));
     } else if (role == Qt::ForegroundRole && index.column() == FitsAfter) {
         return r.fitsAfter ? QColor(0x1b, 0x7f, 0x3b) : QColor(0x80, 0x80, 0x80);
     } else if (role == Qt::UserRole && index.column() == Saves) {

@@ -68,18 +68,25 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
             const double err = same ? estimateError(*m, r.estimate) : 0.0;
             t += tr("<br>Measured on %1: peak allocated %2").arg(qs(m->deviceName).toHtmlEscaped(),
                                                                    qs(formatBytes(m->peakAllocatedBytes, u, 2)));
+            // The comparison is of peak allocated, and says so: the bars are device totals, and a
+            // CPU step has no CUDA context or allocator slack in its (issue 31 row 9)
+            const QString estimated = qs(formatBytes(r.estimate.peakAllocatedBytes, u, 2));
             if (!same)
                 t += tr(" — for %1, not the current configuration.").arg(qs(summarize(m->config)).toHtmlEscaped());
             else if (std::abs(err) > 0.05)
-                t += tr(" — <b>the estimate is %1% %2 it</b>.")
+                t += tr(" — <b>the estimate's, %1, is %2% %3 it</b>.")
+                         .arg(estimated)
                          .arg(std::abs(err) * 100.0, 0, 'f', 1)
                          .arg(err < 0 ? tr("under") : tr("over"));
             else if (std::abs(err) < 0.0005)
-                t += tr(", the estimate within 0.05% of it.");
+                t += tr(", the estimate's within 0.05% of it.");
             else
-                t += tr(", the estimate %1% %2 it.")
+                t += tr(", the estimate's, %1, %2% %3 it.")
+                         .arg(estimated)
                          .arg(std::abs(err) * 100.0, 0, 'f', 1)
                          .arg(err < 0 ? tr("under") : tr("over"));
+            if (m->device == "cpu")
+                t += tr(" <small>(a CPU step: tensors only, no CUDA context or allocator slack in its bar)</small>");
             if (m->ranks.size() > 1) {
                 const double spread = rankSpread(*m);
                 t += tr(" Busiest of %1 ranks (%2)").arg(m->ranks.size()).arg(qs(m->backend));
