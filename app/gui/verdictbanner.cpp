@@ -79,7 +79,7 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
                          .arg(std::abs(err) * 100.0, 0, 'f', 1)
                          .arg(err < 0 ? tr("under") : tr("over"));
             else if (std::abs(err) < 0.0005)
-                t += tr(", the estimate's within 0.05% of it.");
+                t += tr(", the estimate within 0.05% of it.");
             else
                 t += tr(", the estimate's, %1, %2% %3 it.")
                          .arg(estimated)
