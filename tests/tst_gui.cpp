@@ -26,6 +26,7 @@
 #include <QTemporaryDir>
 #include <QAction>
 #include <QFileInfo>
+#include <QRegularExpression>
 #include <QCheckBox>
 #include <QHeaderView>
 #include <QTabWidget>
@@ -1113,6 +1114,25 @@ private Q_SLOTS:
         QCOMPARE(w.currentTab(), MainWindow::Tab::Timeline);
         QTest::keyClick(&w, Qt::Key_2, Qt::ControlModifier);
         QCOMPARE(w.currentTab(), MainWindow::Tab::Scaling);
+    }
+
+    // Issue 31: the model list is sorted by size and says each preset's parameter count.
+    void modelListIsSortedBySize()
+    {
+        Session s;
+        MainWindow w(&s);
+        auto *box = child<QComboBox>(w, "model");
+        const auto &presets = modelPresets();
+        QVERIFY(box->count() >= int(presets.size()));
+        int64_t last = 0;
+        for (int i = 0; i < int(presets.size()); ++i) {
+            const ModelArch &m = presets.at(size_t(box->itemData(i).toInt()));
+            const int64_t n = parameterCount(m);
+            QVERIFY2(n >= last, qPrintable(box->itemText(i)));
+            last = n;
+            static const QRegularExpression count(QStringLiteral(" · [0-9.]+[MB]$"));
+            QVERIFY2(box->itemText(i).contains(count), qPrintable(box->itemText(i)));
+        }
     }
 
     // Issue 31 row 8: Ctrl+Z undoes a spin box's change while it has focus (its line edit's own

@@ -6,6 +6,9 @@
 #include "qtutil.h"
 
 #include "headroom/catalog.h"
+
+#include <algorithm>
+#include <cmath>
 #include "headroom/error.h"
 #include "headroom/hub.h"
 
@@ -75,6 +78,17 @@ void setComboData(QComboBox *c, int value)
 
 } // namespace
 
+namespace {
+// 124M, 1.24B, 70.6B: a preset's size in the model list
+QString parameterLabel(int64_t n)
+{
+    const double b = double(n) / 1e9;
+    if (b < 1.0)
+        return QStringLiteral("%1M").arg(std::lround(double(n) / 1e6));
+    return QStringLiteral("%1B").arg(b, 0, 'f', b < 10 ? 2 : 1);
+}
+} // namespace
+
 ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     : QWidget(parent)
     , m_session(session)
@@ -93,8 +107,13 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_model->completer()->setCompletionMode(QCompleter::PopupCompletion);
     m_model->setToolTip(tr("Type to search the presets, type a Hugging Face id (org/name: the local cache, then the Hub), "
                             "or import a config.json (also by drag and drop)"));
+    // The presets by size, each with its parameter count (issue 31: users pick by size)
+    std::vector<std::pair<int64_t, size_t>> bySize;
     for (size_t i = 0; i < m_models.size(); ++i)
-        m_model->addItem(qs(m_models[i].name), static_cast<int>(i));
+        bySize.emplace_back(parameterCount(m_models[i]), i);
+    std::stable_sort(bySize.begin(), bySize.end());
+    for (const auto &[count, i] : bySize)
+        m_model->addItem(tr("%1 · %2").arg(qs(m_models[i].name), parameterLabel(count)), static_cast<int>(i));
     auto *importButton = new QPushButton(tr("Import config.json…"), modelBox);
     importButton->setObjectName(QStringLiteral("importConfig"));
     connect(importButton, &QPushButton::clicked, this, &ConfigPanel::importConfigRequested);

@@ -145,7 +145,7 @@ void MeasureBar::showPlan()
     const QString text = plan.blocker.isEmpty() ? plan.summary : tr("Cannot measure here: %1.").arg(plan.blocker);
     m_measure->setToolTip(tr("Run one real training step of this configuration with headroom-probe and overlay the "
                              "result.\n%1")
-                              .arg(text));
+                              .arg(plan.blocker.isEmpty() && !plan.detail.isEmpty() ? plan.detail : text));
     showStatus(text, plan.blocker.isEmpty() ? "#555555" : "#8a5300");
 }
 

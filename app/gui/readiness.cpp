@@ -76,9 +76,8 @@ ProbeReadiness::Plan ProbeReadiness::plan(const ModelArch &model, const Training
     }
     const QString where = device == QLatin1String("cpu") ? QStringLiteral("on the CPU")
                           : gpu                          ? QStringLiteral("on the GPU")
-                          : device == QLatin1String("cuda")
-                              ? QString()
-                              : QStringLiteral("on the CPU (no NVIDIA GPU found: the whole model in this machine's memory)");
+                          : device == QLatin1String("cuda") ? QString()
+                                                            : QStringLiteral("on the CPU (no NVIDIA GPU found)");
     if (device == QLatin1String("cuda") && !gpu) {
         p.blocker = QStringLiteral("no NVIDIA GPU found on this machine (no driver loaded): choose CPU, or measure on a machine with one");
         return p;
@@ -103,13 +102,14 @@ ProbeReadiness::Plan ProbeReadiness::plan(const ModelArch &model, const Training
                                  missing.join(QStringLiteral(", ")), missing.join(QLatin1Char(' ')));
             return p;
         }
-        p.summary = QStringLiteral("Measure now: the transformers engine %1 (%2: torch %3, transformers %4%5)")
-                        .arg(where, python, torch, transformers,
-                             peft.isEmpty() ? QString() : QStringLiteral(", peft %1").arg(peft));
-        if (!why.isEmpty())
-            p.summary += QStringLiteral("; %1").arg(why);
+        // one line in the bar; why this engine is in the detail (the button's tooltip)
+        p.summary = QStringLiteral("transformers engine, %1 (torch %2, transformers %3%4)")
+                        .arg(where, torch, transformers, peft.isEmpty() ? QString() : QStringLiteral(", peft %1").arg(peft));
+        p.detail = QStringLiteral("Measure now uses the %1, with %2%3.")
+                       .arg(p.summary, python, why.isEmpty() ? QString() : QStringLiteral("; %1").arg(why));
     } else {
-        p.summary = QStringLiteral("Measure now: the LibTorch engine %1 (a few seconds)").arg(where);
+        p.summary = QStringLiteral("LibTorch engine, %1").arg(where);
+        p.detail = QStringLiteral("Measure now uses the %1: Headroom's own step, which answers in seconds.").arg(p.summary);
     }
     return p;
 }

@@ -30,6 +30,7 @@ struct ProbeReadiness
         QString engine;
         QString blocker;
         QString summary; // one line for the bar: the engine, the device, the versions
+        QString detail;  // with the interpreter and why this engine, for the tooltip
     };
     Plan plan(const headroom::ModelArch &model, const headroom::TrainingConfig &config, const QString &engineSetting,
               const QString &device) const;
