@@ -1135,6 +1135,49 @@ private Q_SLOTS:
         }
     }
 
+    // Issue 31 row 2: a chart written to a file is laid out at the file's size first: the
+    // timeline's picture was a 360x260 thumbnail with its legend cut before the tab was visited,
+    // and had two sets of axes after. Before and after a visit, the pictures are the same.
+    void exportedChartsAreLaidOutAtTheirSize()
+    {
+        Session s;
+        MainWindow w(&s);
+        QVERIFY(settle(s));
+        const QSize size(900, 460);
+        const QImage before = w.timelinePanel()->picture(size).toImage();
+        const QImage breakdownBefore = w.chartPanel()->chart()->toPixmap(QSize(900, 520)).toImage();
+        QCOMPARE(before.size(), size);
+        w.resize(1280, 800);
+        w.show();
+        w.showTab(MainWindow::Tab::Timeline);
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTest::qWait(50);
+        const QImage after = w.timelinePanel()->picture(size).toImage();
+        const QImage breakdownAfter = w.chartPanel()->chart()->toPixmap(QSize(900, 520)).toImage();
+        if (qEnvironmentVariableIsSet("HEADROOM_TEST_DUMP")) {
+            before.save(QStringLiteral("/tmp/tl-before.png"));
+            after.save(QStringLiteral("/tmp/tl-after.png"));
+            breakdownBefore.save(QStringLiteral("/tmp/bd-before.png"));
+        }
+        auto differing = [](const QImage &a, const QImage &b) {
+            if (a.size() != b.size())
+                return 1.0;
+            int64_t n = 0;
+            for (int y = 0; y < a.height(); ++y)
+                for (int x = 0; x < a.width(); ++x)
+                    n += a.pixel(x, y) != b.pixel(x, y);
+            return double(n) / double(a.width() * a.height());
+        };
+        QVERIFY2(differing(before, after) < 0.001, qPrintable(QString::number(differing(before, after))));
+        QVERIFY2(differing(breakdownBefore, breakdownAfter) < 0.001, qPrintable(QString::number(differing(breakdownBefore, breakdownAfter))));
+        // and it is a chart, not a blank: a good part of it is drawn
+        int64_t ink = 0;
+        for (int y = 0; y < after.height(); ++y)
+            for (int x = 0; x < after.width(); ++x)
+                ink += after.pixel(x, y) != qRgb(255, 255, 255);
+        QVERIFY(ink > after.width() * after.height() / 20);
+    }
+
     // Issue 31 row 8: Ctrl+Z undoes a spin box's change while it has focus (its line edit's own
     // undo took the key); Apply applies the selected row only, and Enter applies it too.
     void undoFromASpinBoxAndApplyWhatIsSelected()

@@ -1,4 +1,7 @@
 #include "charts.h"
+#include <QGraphicsScene>
+#include <QGraphicsLayout>
+#include <QPainter>
 
 #include <QAreaSeries>
 #include <QBarCategoryAxis>
@@ -95,14 +98,29 @@ void clearChart(QChart *chart)
     }
 }
 
+// A chart at `size` for a file, laid out at that size first (issue 31 row 2): the view's grab
+// after a resize drew a never-shown chart at its default 360x260 (legend cut) and a shown one
+// with its old layout's axes under the new. The chart item is resized and its layout run now,
+// the scene rendered, and the old geometry put back.
 QPixmap renderView(QChartView *view, const QSize &size)
 {
-    if (!size.isValid())
+    QChart *chart = view->chart();
+    if (!size.isValid() || !chart || !chart->scene())
         return view->grab();
-    const QSize old = view->size();
-    view->resize(size);
-    QPixmap p = view->grab();
-    view->resize(old);
+    const QRectF old = chart->geometry();
+    chart->setGeometry(QRectF(QPointF(0, 0), QSizeF(size)));
+    if (chart->layout())
+        chart->layout()->activate();
+    QPixmap p(size);
+    p.fill(Qt::white);
+    {
+        QPainter painter(&p);
+        painter.setRenderHint(QPainter::Antialiasing);
+        chart->scene()->render(&painter, QRectF(QPointF(0, 0), QSizeF(size)), chart->sceneBoundingRect());
+    }
+    chart->setGeometry(old);
+    if (chart->layout())
+        chart->layout()->activate();
     return p;
 }
 
