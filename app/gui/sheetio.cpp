@@ -147,20 +147,12 @@ QString exportSheet(const QString &path, Format format, const Sheet &sheet, cons
         case Format::Png: bytes = titledPng(chart, sheet); break;
         case Format::Pdf: {
             QTextDocument doc;
-            const QUrl chartUrl(QStringLiteral("headroom-chart.png"));
-            if (!chart.isNull())
-                doc.addResource(QTextDocument::ImageResource, chartUrl, chart.toImage());
-            if (!timeline.isNull())
-                doc.addResource(QTextDocument::ImageResource, QUrl(QStringLiteral("headroom-timeline.png")), timeline.toImage());
-            doc.setHtml(QString::fromStdString(sheetHtml(sheet, chart.isNull() ? std::string() : "headroom-chart.png",
-                                                         timeline.isNull() ? std::string() : "headroom-timeline.png")));
             QBuffer buffer(&bytes);
             buffer.open(QIODevice::WriteOnly);
             QPdfWriter writer(&buffer);
             writer.setTitle(QStringLiteral("GPU memory budget: ") + QString::fromStdString(sheet.scenario.model.name));
             writer.setCreator(QStringLiteral("Headroom"));
-            writer.setPageSize(QPageSize(QPageSize::A4));
-            writer.setPageMargins(QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter);
+            pdfDocument(sheet, chart, timeline, doc, writer);
             doc.print(&writer);
             break;
         }
@@ -171,6 +163,33 @@ QString exportSheet(const QString &path, Format format, const Sheet &sheet, cons
     if (bytes.isEmpty())
         return QObject::tr("Nothing to write to %1").arg(path);
     return writeAtomic(path, bytes);
+}
+
+void pdfDocument(const Sheet &sheet, const QPixmap &chart, const QPixmap &timeline, QTextDocument &doc, QPdfWriter &writer)
+{
+    // A4 with 15 mm margins, laid out in CSS pixels (96 per inch): the sheet's 640-pixel pictures
+    // and its full-width tables then fit the printable width (issue 31 row 4: at the writer's own
+    // 1200 dpi the document was laid out at another width, the charts ran past the right margin,
+    // the tables took half the page and one configuration took five pages)
+    writer.setPageSize(QPageSize(QPageSize::A4));
+    writer.setPageMargins(QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter);
+    writer.setResolution(96);
+    const QUrl chartUrl(QStringLiteral("headroom-chart.png"));
+    if (!chart.isNull())
+        doc.addResource(QTextDocument::ImageResource, chartUrl, chart.toImage());
+    if (!timeline.isNull())
+        doc.addResource(QTextDocument::ImageResource, QUrl(QStringLiteral("headroom-timeline.png")), timeline.toImage());
+    QFont font = doc.defaultFont();
+    font.setPointSizeF(8);
+    doc.setDefaultFont(font);
+    doc.setDocumentMargin(0);
+    QString html = QString::fromStdString(sheetHtml(sheet, chart.isNull() ? std::string() : "headroom-chart.png",
+                                                    timeline.isNull() ? std::string() : "headroom-timeline.png"));
+    // the page has its own margins: the screen's (2em around a 60em column) would push the
+    // 640-pixel pictures past the printable width
+    html.replace(QStringLiteral("max-width:60em;margin:2em auto"), QStringLiteral("margin:0"));
+    doc.setHtml(html);
+    doc.setPageSize(writer.pageLayout().paintRectPixels(writer.resolution()).size());
 }
 
 FileKind sniff(const QString &path)

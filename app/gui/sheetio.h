@@ -5,6 +5,9 @@
 #include <QPixmap>
 #include <QString>
 
+class QPdfWriter;
+class QTextDocument;
+
 // Files in and out. Writes are atomic (QSaveFile); reads refuse oversized, malformed or hostile
 // files with an InputError that names the problem.
 namespace sheetio {
@@ -19,6 +22,10 @@ QString writeAtomic(const QString &path, const QByteArray &bytes);
 // `timeline` (the Timeline tab's chart) goes into HTML and PDF after the breakdown; may be null.
 QString exportSheet(const QString &path, Format format, const headroom::Sheet &sheet, const QPixmap &chart,
                     const QPixmap &timeline = {});
+
+// The PDF's document, laid out for `writer`'s printable A4 area (the export prints it).
+void pdfDocument(const headroom::Sheet &sheet, const QPixmap &chart, const QPixmap &timeline, QTextDocument &doc,
+                 QPdfWriter &writer);
 
 enum class FileKind { Sheet, Measurement, ModelConfig, TrainingConfig };
 // What a dropped or opened JSON file is: a budget sheet, a probe result, or a HF config.json.

@@ -445,7 +445,7 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     int i = 1;
     for (const auto &rec : r.recommendations)
         recs.rows.push_back({std::to_string(i++), rec.title, std::string(toString(rec.group)),
-                             rec.savingBytes >= 0 ? fmt(rec.savingBytes) : "uses " + fmt(-rec.savingBytes),
+                             rec.savingBytes >= 0 ? fmt(rec.savingBytes) : "+" + fmt(-rec.savingBytes) + " more",
                              rec.cost, rec.fitsAfter ? "yes" : "no"});
     t.push_back(recs);
     if (!r.notes.empty()) {
@@ -559,7 +559,7 @@ std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc, const st
         o << "<h2>Memory over one steady step</h2>\n<p><img alt=\"timeline\" width=\"640\" src=\""
           << escapeHtml(timelineImageSrc) << "\"></p>\n";
     for (const Table &t : sheetTables(s, r)) {
-        o << "<h2>" << escapeHtml(t.title) << "</h2>\n<table cellspacing=\"0\" cellpadding=\"3\" border=\"1\"><tr>";
+        o << "<h2>" << escapeHtml(t.title) << "</h2>\n<table width=\"100%\" cellspacing=\"0\" cellpadding=\"3\" border=\"1\"><tr>";
         for (const auto &h : t.header)
             o << "<th>" << escapeHtml(h) << "</th>";
         o << "</tr>\n";
