@@ -114,14 +114,16 @@ int main(int argc, char **argv)
         if (const QString problem = window.timelinePanel()->openMeasured(parser.value(timeline)); !problem.isEmpty())
             return fail(QStringLiteral("--timeline: %1").arg(problem));
     const QString tabName = parser.value(tab);
+    MainWindow::Tab shownTab = MainWindow::Tab::Breakdown;
     if (tabName == QLatin1String("scaling"))
-        window.showTab(MainWindow::Tab::Scaling);
+        shownTab = MainWindow::Tab::Scaling;
     else if (tabName == QLatin1String("measurements"))
-        window.showTab(MainWindow::Tab::Measurements);
+        shownTab = MainWindow::Tab::Measurements;
     else if (tabName == QLatin1String("timeline"))
-        window.showTab(MainWindow::Tab::Timeline);
+        shownTab = MainWindow::Tab::Timeline;
     else if (tabName != QLatin1String("breakdown"))
         return fail(QStringLiteral("--tab = %1: must be breakdown, scaling, measurements or timeline").arg(tabName));
+    window.showTab(shownTab);
     if (parser.value(view) == QLatin1String("phases"))
         window.chartPanel()->setView(BreakdownModel::View::Phases);
     else if (parser.value(view) != QLatin1String("step"))
@@ -153,10 +155,7 @@ int main(int argc, char **argv)
     }
     window.restoreWindow();
     if (parser.isSet(tab)) // asked for on the command line: over the remembered one
-        window.showTab(tabName == QLatin1String("scaling")        ? MainWindow::Tab::Scaling
-                       : tabName == QLatin1String("measurements") ? MainWindow::Tab::Measurements
-                       : tabName == QLatin1String("timeline")     ? MainWindow::Tab::Timeline
-                                                                  : MainWindow::Tab::Breakdown);
+        window.showTab(shownTab);
     window.show();
     return QApplication::exec();
 }

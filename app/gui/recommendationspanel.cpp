@@ -44,43 +44,36 @@ RecommendationsPanel::RecommendationsPanel(Session *session, QWidget *parent)
 
     connect(m_view, &QTableView::doubleClicked, this, [this](const QModelIndex &i) { apply(i.row()); });
     // Apply applies the selected row, and only that (issue 31: with none selected it applied row 1)
-    const auto selected = [this] {
-        const auto rows = m_view->selectionModel()->selectedRows();
-        return rows.isEmpty() ? -1 : rows.first().row();
+    const auto applySelected = [this] {
+        if (const auto rows = m_view->selectionModel()->selectedRows(); !rows.isEmpty())
+            apply(rows.first().row());
     };
-    connect(applyButton, &QPushButton::clicked, this, [this, selected] {
-        if (const int row = selected(); row >= 0)
-            apply(row);
-    });
+    connect(applyButton, &QPushButton::clicked, this, applySelected);
     // Enter on a selected row applies it
-    auto *enter = new QShortcut(QKeySequence(Qt::Key_Return), m_view, nullptr, nullptr, Qt::WidgetShortcut);
-    auto *enterPad = new QShortcut(QKeySequence(Qt::Key_Enter), m_view, nullptr, nullptr, Qt::WidgetShortcut);
-    for (QShortcut *sc : {enter, enterPad})
-        connect(sc, &QShortcut::activated, this, [this, selected] {
-            if (const int row = selected(); row >= 0)
-                apply(row);
-        });
+    for (Qt::Key key : {Qt::Key_Return, Qt::Key_Enter})
+        connect(new QShortcut(QKeySequence(key), m_view, nullptr, nullptr, Qt::WidgetShortcut), &QShortcut::activated,
+                this, applySelected);
+    // Apply is there for a selected row of current advice
+    const auto enableApply = [this, applyButton] {
+        applyButton->setEnabled(!m_session->adviceIsStale() && m_view->selectionModel()->hasSelection());
+    };
     connect(undoButton, &QPushButton::clicked, session->undoStack(), &QUndoStack::undo);
     connect(session->undoStack(), &QUndoStack::canUndoChanged, undoButton, &QPushButton::setEnabled);
-    const auto refresh = [this, title, applyButton] {
+    const auto refresh = [this, title, enableApply] {
         m_model.setContent(m_session->report().recommendations, m_session->units());
         m_view->scrollToTop(); // new advice starts at its first row, not where the old list was scrolled
         // Until the advice for the new scenario lands, the shown rows are the previous one's:
         // greyed out, and not applicable (applying would bring the old configuration back).
         const bool stale = m_session->adviceIsStale();
         m_view->setEnabled(!stale);
-        applyButton->setEnabled(!stale && m_view->selectionModel()->hasSelection());
+        enableApply();
         const bool traced = !m_session->scenario().model.estimable;
         title->setText(stale    ? tr("<b>What to change</b> — updating…")
                        : traced ? tr("<b>What to change</b> — none yet for a traced model (change a control: it is traced)")
                                 : tr("<b>What to change</b> — dynamic peak first, then the static base, then sharding"));
     };
-    connect(m_view->selectionModel(), &QItemSelectionModel::selectionChanged, applyButton, [this, applyButton] {
-        applyButton->setEnabled(!m_session->adviceIsStale() && m_view->selectionModel()->hasSelection());
-    });
-    connect(&m_model, &QAbstractItemModel::modelReset, applyButton, [this, applyButton] {
-        applyButton->setEnabled(!m_session->adviceIsStale() && m_view->selectionModel()->hasSelection());
-    });
+    connect(m_view->selectionModel(), &QItemSelectionModel::selectionChanged, applyButton, enableApply);
+    connect(&m_model, &QAbstractItemModel::modelReset, applyButton, enableApply);
     connect(session, &Session::reportReady, this, refresh);
     connect(session, &Session::unitsChanged, this, refresh);
     refresh();

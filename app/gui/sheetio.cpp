@@ -183,12 +183,10 @@ void pdfDocument(const Sheet &sheet, const QPixmap &chart, const QPixmap &timeli
     font.setPointSizeF(8);
     doc.setDefaultFont(font);
     doc.setDocumentMargin(0);
-    QString html = QString::fromStdString(sheetHtml(sheet, chart.isNull() ? std::string() : "headroom-chart.png",
-                                                    timeline.isNull() ? std::string() : "headroom-timeline.png"));
     // the page has its own margins: the screen's (2em around a 60em column) would push the
     // 640-pixel pictures past the printable width
-    html.replace(QStringLiteral("max-width:60em;margin:2em auto"), QStringLiteral("margin:0"));
-    doc.setHtml(html);
+    doc.setHtml(QString::fromStdString(sheetHtml(sheet, chart.isNull() ? std::string() : "headroom-chart.png",
+                                                 timeline.isNull() ? std::string() : "headroom-timeline.png", true)));
     doc.setPageSize(writer.pageLayout().paintRectPixels(writer.resolution()).size());
 }
 

@@ -69,7 +69,7 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
             t += tr("<br>Measured on %1: peak allocated %2").arg(qs(m->deviceName).toHtmlEscaped(),
                                                                    qs(formatBytes(m->peakAllocatedBytes, u, 2)));
             // The comparison is of peak allocated, and says so: the bars are device totals, and a
-            // CPU step has no CUDA context or allocator slack in its (issue 31 row 9)
+            // CPU step has no CUDA context or allocator slack in its bar (issue 31 row 9)
             const QString estimated = qs(formatBytes(r.estimate.peakAllocatedBytes, u, 2));
             if (!same)
                 t += tr(" — for %1, not the current configuration.").arg(qs(summarize(m->config)).toHtmlEscaped());

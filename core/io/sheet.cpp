@@ -542,14 +542,15 @@ std::string sheetMarkdown(const Sheet &s)
     return o.str();
 }
 
-std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc, const std::string &timelineImageSrc)
+std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc, const std::string &timelineImageSrc, bool forPage)
 {
     const Report r = reportOrThrow(s.scenario);
     std::ostringstream o;
     const char *color = fitColor(r.verdict.fit);
     o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>GPU memory budget: "
-      << escapeHtml(s.scenario.model.name) << "</title>\n<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
-         "table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px}"
+      << escapeHtml(s.scenario.model.name) << "</title>\n<style>body{font-family:sans-serif;"
+      << (forPage ? "margin:0}" : "max-width:60em;margin:2em auto}")
+      << "table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px}"
          "td.n{text-align:right}th{background:#eee}</style></head><body>\n"
       << "<h1>GPU memory budget: " << escapeHtml(s.scenario.model.name) << "</h1>\n<p style=\"color:" << color
       << ";font-weight:bold\">" << escapeHtml(verdictLine(s, r)) << "</p>\n";

@@ -81,7 +81,9 @@ def apply_fused_loss(model, info):
                                         rope=False, rms_norm=False)
 
 
-def build_model(torch, R, device, factory, info):
+def build_base(torch, R, device, factory, info):
+    """The request's model as Transformers (or the factory) builds it on `device`, before PEFT,
+    checkpointing, quantization or the fused loss."""
     cfg = R["config"]
     prec = cfg["precision"]
     pdtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -127,6 +129,12 @@ def build_model(torch, R, device, factory, info):
             model = model.to(device)
         info["model_class"] = type(model).__name__
         info["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+    return model
+
+
+def build_model(torch, R, device, factory, info):
+    cfg = R["config"]
+    model = build_base(torch, R, device, factory, info)
     check_stop()
     if cfg["loss"] == "fused":
         apply_fused_loss(model, info)

@@ -96,6 +96,15 @@ def cut_config(hf, k, L):
     return out
 
 
+FIRST_ADDRESS = 1 << 20  # the trace's first block
+
+
+def address_step(size):
+    """How far the trace's next address moves past a block of `size` bytes (fake.AllocTrace and
+    the extrapolated stream alike, so that the two give the same addresses)."""
+    return max(512, (int(size) + 511) // 512 * 512)
+
+
 def _tokens(entries):
     return [(e["action"], int(e["size"]), _frame(e)) for e in entries]
 
@@ -266,12 +275,12 @@ def build(model, n):
     origin, ("C", i) or ("B", j, c, t)."""
     common, blocks, rules, crule = model["common"], model["blocks"], model["rules"], model["common_rule"]
     out, origin = [], []
-    next_addr = [1 << 20]
+    next_addr = [FIRST_ADDRESS]
     addr = {}  # origin label -> new address of that allocation
 
     def fresh(size):
         a = next_addr[0]
-        next_addr[0] += max(512, (int(size) + 511) // 512 * 512)
+        next_addr[0] += address_step(size)
         return a
 
     def emit_common(i):

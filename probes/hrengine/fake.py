@@ -14,7 +14,7 @@ import weakref
 from itertools import compress
 
 from . import depth
-from .build import build_model, describe_parameters, find_layers
+from .build import build_base, build_model, describe_parameters, find_layers
 from .optimizers import build_optimizer, state_tensors, untyped_storage
 from .parallel import _Null
 from .protocol import BadRequest, Missing, SCHEMA_VERSION, VERSION, check_stop, short, write_atomically
@@ -113,7 +113,7 @@ class AllocTrace:
         self.dev = device_type
         self.entries = []      # {"action", "addr", "size", "time_us", "frames"}
         self.live = {}         # storage cdata -> (addr, size, weak ref)
-        self.next_addr = 1 << 20
+        self.next_addr = depth.FIRST_ADDRESS
         self.allocated = 0
         self.backward = False  # inside loss.backward(): the autograd engine's thread
         self.handles = set()   # cuBLAS handles whose workspace exists
@@ -143,7 +143,7 @@ class AllocTrace:
 
     def _alloc(self, size, frames=None):
         addr = self.next_addr
-        self.next_addr += max(512, (size + 511) // 512 * 512)
+        self.next_addr += depth.address_step(size)
         self.allocated += size
         self.entries.append({"action": "alloc", "addr": addr, "size": size, "time_us": len(self.entries),
                              "frames": frames if frames is not None else self._frames()})
@@ -558,9 +558,10 @@ def refuse_untraceable(cfg, world):
             raise BadRequest(field, value, f"cannot be traced: {why} (measure it on a GPU instead)")
 
 
-def _trace_once(torch, R, factory, dev, info, progress):
+def _trace_once(torch, R, factory, dev, info, progress, signatures=False):
     """One traced step pair (a warm-up step and a steady one) of the request's model: the
-    allocator entries, the phase marks, and what categorises them."""
+    allocator entries, the phase marks, and what categorises them; with `signatures`, its
+    layers' (Note [Traced depth])."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     cfg = R["config"]
     rec = AllocTrace(torch, dev)
@@ -623,7 +624,7 @@ def _trace_once(torch, R, factory, dev, info, progress):
             a = rec.addr_of(v)
             if a is not None:
                 persistent[a] = "optimizer_state"
-        layers = [depth.layer_signature(torch, layer) for layer in find_layers(model)]
+        layers = [depth.layer_signature(torch, layer) for layer in find_layers(model)] if signatures else None
         return {"entries": rec.entries, "marks": rec.marks, "persistent": persistent, "grads": grad_addrs - {None},
                 "layout": describe_parameters(model), "total": sum(p.numel() for p in model.parameters()),
                 "trainable": sum(p.numel() for p in params), "vocab": vocab, "layers": layers,
@@ -664,19 +665,7 @@ def _depth_plan(torch, R, factory, info):
 
 def _layer_signatures_on_meta(torch, R, factory):
     """The full model's decoder layers, built on the meta device (nothing allocated, no PEFT)."""
-    meta = torch.device("meta")
-    cfg = R["config"]
-    pdtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["precision"], torch.float32)
-    if factory is not None:
-        model = factory.build(dict(R["hf_config"]), pdtype, cfg["attention"], meta)
-    else:
-        from transformers import AutoConfig, AutoModelForCausalLM
-        from .request import _DROP_KEYS
-        hf = {k: v for k, v in R["hf_config"].items() if k not in _DROP_KEYS}
-        config = AutoConfig.for_model(R["model_type"], **hf)
-        config.use_cache = False
-        with meta:
-            model = AutoModelForCausalLM.from_config(config, dtype=pdtype, attn_implementation=cfg["attention"])
+    model = build_base(torch, R, torch.device("meta"), factory, {})
     return [depth.layer_signature(torch, layer) for layer in find_layers(model)]
 
 
@@ -765,7 +754,7 @@ def trace(args, R, out, factory, torch, t_start):
             def progress(step, m, frac, i=i):
                 out.emit({"event": "progress", "step": step, "phase": "backward", "micro_batch": m,
                           "fraction": round((i + frac) / len(depths), 4)})
-            runs.append(_trace_once(torch, _at_depth(R, d, L), factory, dev, info, progress))
+            runs.append(_trace_once(torch, _at_depth(R, d, L), factory, dev, info, progress, signatures=True))
         try:
             run = _extrapolate(runs, L, k, P, sigs)
             info["depth"] = f"traced at depths {k}, {k + P} and {k + 2 * P}, extrapolated to {L} (its layers repeat every {P})"

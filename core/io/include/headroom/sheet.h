@@ -86,7 +86,9 @@ Headline sheetHeadline(const Sheet &s);
 // The colour a verdict is written in: green fits, amber tight, red out of memory.
 const char *fitColor(Fit f);
 std::string sheetCsv(const Sheet &s);
-std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {}, const std::string &timelineImageSrc = {});
+// For a printed page (`forPage`), no screen margins around the column: the page has its own.
+std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {}, const std::string &timelineImageSrc = {},
+                      bool forPage = false);
 
 // The estimate's error on peak allocated against a measurement, by relativeError's convention.
 double estimateError(const Measurement &m, const Estimate &e);
