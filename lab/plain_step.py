@@ -12,14 +12,21 @@ accumulation: the five configurations it is run on.
 """
 import argparse
 import json
+import sys
 
 import torch
+
+if "--imports-first" in sys.argv:  # as a user's script does: every import at the top, before CUDA starts
+    import peft  # noqa: F401
+    from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--request", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--imports-first", action="store_true",
+                    help="import Transformers and PEFT at the top, before CUDA (default: where first needed)")
     a = ap.parse_args()
     req = json.load(open(a.request))
     c = req["config"]

@@ -124,6 +124,26 @@ std::string oneLine(const std::string &s, size_t n = 300) { return oneLineValue(
 
 } // namespace
 
+int serveTransformersEngine(const std::string &pythonOption, const std::string &socketPath, int idleSeconds)
+{
+    std::vector<std::string> searched;
+    const std::string script = locateScript(searched);
+    if (script.empty())
+        return fail(NoDevice, "the transformers engine (headroom_engine.py) is not installed (set HEADROOM_ENGINE_SCRIPT)",
+                    "package");
+    const std::string python = locatePython(pythonOption);
+    if (python.empty())
+        return fail(NoDevice, "no Python interpreter for the transformers engine: '" +
+                                  (pythonOption.empty() ? std::string("python3") : pythonOption) + "' not found",
+                    "package");
+    setenv("PYTHONUNBUFFERED", "1", 1);
+    const std::string idle = std::to_string(idleSeconds);
+    std::vector<const char *> argv = {python.c_str(), script.c_str(), "--serve", socketPath.c_str(), "--idle-s",
+                                      idle.c_str(), nullptr};
+    execv(python.c_str(), const_cast<char *const *>(argv.data()));
+    return fail(Internal, "cannot start " + python + ": " + std::strerror(errno));
+}
+
 int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
 {
     std::vector<std::string> searched;

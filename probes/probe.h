@@ -115,4 +115,9 @@ struct EngineOptions
 // protocol on, every line checked by core's reader. Returns the exit code.
 int runTransformersEngine(const ProbeRequest &request, const EngineOptions &options);
 
+// --serve SOCKET: becomes the transformers engine's warm worker on that Unix socket (the same
+// interpreter and script a run would use; docs/estimator.md Note [Warm worker]). Returns only on
+// failure, with the exit code.
+int serveTransformersEngine(const std::string &python, const std::string &socketPath, int idleSeconds);
+
 } // namespace headroom::probe

@@ -425,6 +425,13 @@ int probeMain(int argc, char **argv)
     app.add_flag("--share-gpu", shareGpu, "transformers engine: all ranks on one GPU (Gloo), for per-rank peaks");
     app.add_option("--sharding", sharding, "transformers engine, ZeRO >= 1: fsdp (PyTorch) | deepspeed");
     app.add_option("--python", python, "transformers engine: the Python interpreter (default: $HEADROOM_PYTHON, python3)");
+    std::string serveSocket;
+    int idleSeconds = 900;
+    app.add_option("--serve", serveSocket,
+                   "transformers engine: be a warm worker on this Unix socket; runs with HEADROOM_ENGINE_WORKER set "
+                   "to it skip the imports (docs/estimator.md Note [Warm worker])");
+    app.add_option("--idle-s", idleSeconds, "with --serve: exit after this many idle seconds")
+        ->check(CLI::Range(1, 86400));
     app.add_option("--model-factory", factory,
                    "transformers engine: build the model with build() from this Python file instead of Transformers");
     // Set by the launcher for each rank it starts (docs/probe-protocol.md).
@@ -447,6 +454,11 @@ int probeMain(int argc, char **argv)
     sigaction(SIGINT, &sa, nullptr);
     if (!allocConf.empty())
         setenv("PYTORCH_CUDA_ALLOC_CONF", allocConf.c_str(), 1); // before CUDA initialises
+    if (!serveSocket.empty()) {
+        if (!engineName.empty() && engineName != "transformers")
+            return fail(probe::BadRequest, "--serve = " + serveSocket + ": only the transformers engine has a worker");
+        return serveTransformersEngine(python, serveSocket, idleSeconds);
+    }
 
     ProbeRequest request;
     protocol::Engine engine = protocol::Engine::LibTorch;

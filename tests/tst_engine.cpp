@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <algorithm>
 #include <fstream>
+#include <map>
 
 using namespace headroom;
 using nlohmann::json;
@@ -361,6 +363,142 @@ private Q_SLOTS:
         QCOMPARE(p.exitCode(), 143);
         QVERIFY(seen.contains("\"event\":\"stopped\""));
         QVERIFY2(!seen.contains("\"step\":999"), seen.right(300).constData());
+    }
+
+    // Note [Warm worker]: headroom-probe --serve keeps the engine's imports; a run handed to it
+    // through HEADROOM_ENGINE_WORKER is a forked child that writes to the caller's own streams and
+    // measures what a fresh process measures, phase for phase to the byte; the result names the
+    // worker. A stop reaches the child; a socket with no worker behind it leaves the run fresh.
+    void aWarmWorkerMeasuresWhatAFreshProcessDoes()
+    {
+        QTemporaryDir dir(QStringLiteral("/tmp/hr-worker-test-XXXXXX"));
+        QVERIFY(dir.isValid());
+        const QString sock = dir.filePath(QStringLiteral("w.sock"));
+        QProcess worker;
+        worker.start(QStringLiteral(HEADROOM_PROBE),
+                     {QStringLiteral("--engine"), QStringLiteral("transformers"), QStringLiteral("--serve"), sock,
+                      QStringLiteral("--idle-s"), QStringLiteral("300"), QStringLiteral("--python"), pythonWithTorch()});
+        QVERIFY(worker.waitForStarted());
+        QByteArray said;
+        QDeadlineTimer deadline(120000);
+        auto readyLine = [&said] { return said.indexOf('\n', std::max<qsizetype>(0, said.indexOf("worker_ready"))) > 0 &&
+                                          said.contains("worker_ready"); };
+        while (!readyLine() && !deadline.hasExpired() && worker.state() == QProcess::Running) {
+            worker.waitForReadyRead(200);
+            said += worker.readAllStandardOutput();
+        }
+        QVERIFY2(said.contains("worker_ready"), worker.readAllStandardError().right(500).constData());
+        const qsizetype at = said.indexOf("{\"event\": \"worker_ready\"");
+        QVERIFY2(at >= 0, said.constData());
+        const qsizetype end = said.indexOf('\n', at);
+        const json ready = json::parse(said.mid(at, end < 0 ? -1 : end - at).toStdString(), nullptr, false);
+        QVERIFY2(ready.is_object() && ready.contains("pid"), said.constData());
+
+        const json req = request({{"micro_batch", 2}, {"seq_len", 64}});
+        const Run fresh = runEngine(req);
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("HEADROOM_ENGINE_WORKER"), sock);
+        const Run warm = runEngine(req, {}, pythonWithTorch(), 180000, env);
+        QCOMPARE(fresh.code, 0);
+        QCOMPARE(warm.code, 0);
+        const json *fr = nullptr, *wr = nullptr;
+        for (const auto &e : fresh.events)
+            if (e.value("event", "") == "result")
+                fr = &e;
+        for (const auto &e : warm.events)
+            if (e.value("event", "") == "result")
+                wr = &e;
+        QVERIFY(fr && wr);
+        QVERIFY2(!fr->at("engine_info").contains("worker"), "a fresh run names no worker");
+        QCOMPARE(wr->at("engine_info").at("worker").at("pid").get<int64_t>(), ready.at("pid").get<int64_t>());
+        const auto &fp = fr->at("phases"), &wp = wr->at("phases");
+        QCOMPARE(wp.size(), fp.size());
+        for (size_t i = 0; i < fp.size(); ++i) {
+            QCOMPARE(wp[i].at("phase"), fp[i].at("phase"));
+            QCOMPARE(wp[i].at("peak_allocated_bytes").get<int64_t>(), fp[i].at("peak_allocated_bytes").get<int64_t>());
+        }
+
+        // A stop of the caller reaches the forked child: the stopped event, 128 + SIGTERM.
+        const auto f = requestFile(request({{"micro_batch", 8}, {"seq_len", 512}}));
+        QProcess p;
+        env.insert(QStringLiteral("HEADROOM_PYTHON"), pythonWithTorch());
+        p.setProcessEnvironment(env);
+        p.start(QStringLiteral(HEADROOM_PROBE),
+                {QStringLiteral("--engine"), QStringLiteral("transformers"), QStringLiteral("--request"), f->fileName(),
+                 QStringLiteral("--model-factory"), kFactory, QStringLiteral("--steps"), QStringLiteral("1000")});
+        QVERIFY(p.waitForStarted());
+        QByteArray seen;
+        auto stepOneStarted = [&seen] { return seen.contains("\"step\":1}") || seen.contains("\"step\":1,"); };
+        QDeadlineTimer d2(120000);
+        while (!stepOneStarted() && !d2.hasExpired() && p.state() == QProcess::Running) {
+            p.waitForReadyRead(200);
+            seen += p.readAllStandardOutput();
+        }
+        QVERIFY2(stepOneStarted(), seen.right(300).constData());
+        ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
+        QVERIFY(p.waitForFinished(120000));
+        seen += p.readAllStandardOutput();
+        QCOMPARE(p.exitCode(), 143);
+        QVERIFY(seen.contains("\"event\":\"stopped\""));
+
+        // The worker stops on SIGTERM and takes its socket with it; a run then starts fresh.
+        worker.terminate();
+        QVERIFY(worker.waitForFinished(30000));
+        QVERIFY(!QFileInfo::exists(sock));
+        const Run after = runEngine(req, {}, pythonWithTorch(), 180000, env);
+        QCOMPARE(after.code, 0);
+        QVERIFY(after.result().has_value());
+    }
+
+    // Issue 27 on the H200 (tests/data/h200/warmworker-2026-12-04, lab/warmworker.sh): through
+    // headroom-probe, every fresh run, every run through the warm worker and the plain script with
+    // its imports first peak alike in every phase to the byte; the plain script that imports
+    // Transformers where first needed holds 512 bytes more (a module-level tensor of
+    // transformers/audio_utils.py, made on the GPU under from_config's device context). Warm, the
+    // issue's three configurations answer within its targets, launch to result line: 8B LoRA on all
+    // seven projections b4 x 2048 in 6 s, Gemma-2 and Qwen3-MoE in 8 s (medians of three).
+    void warmWorkerOnTheH200IsTheFreshRun()
+    {
+        std::ifstream in(QFINDTESTDATA("data/h200/warmworker-2026-12-04/warm.jsonl").toStdString());
+        QVERIFY(in);
+        std::map<std::string, json> fresh;
+        std::map<std::string, std::vector<double>> warm;
+        std::map<std::string, int> same, plainDiff;
+        std::string line;
+        std::vector<json> rows;
+        while (std::getline(in, line)) {
+            rows.push_back(json::parse(line));
+            const json &r = rows.back();
+            QCOMPARE(r.at("rc").get<int>(), 0);
+            if (r.at("mode") == "fresh" && !fresh.count(r.at("name")))
+                fresh[r.at("name")] = r.at("peaks");
+        }
+        for (const json &r : rows) {
+            const std::string name = r.at("name"), mode = r.at("mode");
+            const json &ref = fresh.at(name);
+            QCOMPARE(r.at("peaks").size(), ref.size());
+            if (mode == "plain") { // the lazy import's 512 bytes, allocated from load on
+                for (size_t i = 0; i < ref.size(); ++i)
+                    QCOMPARE(r.at("peaks")[i][2].get<int64_t>() - ref[i][2].get<int64_t>(), int64_t(512));
+                ++plainDiff[name];
+                continue;
+            }
+            QVERIFY2(r.at("peaks") == ref, (name + " " + mode).c_str());
+            ++same[name];
+            if (mode == "warm") {
+                QVERIFY(r.at("worker").is_object());
+                warm[name].push_back(r.at("to_result_s").get<double>());
+            }
+        }
+        QCOMPARE(int(warm.size()), 3);
+        for (auto &[name, t] : warm) {
+            QCOMPARE(int(t.size()), 3);
+            QCOMPARE(same[name], 6); // two fresh, three warm, the plain script with its imports first
+            QCOMPARE(plainDiff[name], 1);
+            std::sort(t.begin(), t.end());
+            const double target = name.rfind("l8b", 0) == 0 ? 6.0 : 8.0;
+            QVERIFY2(t[1] <= target, name.c_str());
+        }
     }
 
     // Issue 33: the local multi-rank launch needs no name service. Every Python process of the run

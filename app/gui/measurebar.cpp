@@ -70,6 +70,7 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     connect(&m_readinessWatch, &QFutureWatcher<ProbeReadiness>::finished, this, [this] {
         m_readiness = m_readinessWatch.result();
         showPlan();
+        warmWorker();
     });
     checkReadiness();
 
@@ -118,6 +119,18 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
         m_answered = true;
         showStatus(tr("Stopped."), nullptr);
     });
+}
+
+void MeasureBar::warmWorker()
+{
+    const Settings settings;
+    if (!settings.probeWarmWorker() || !settings.probePrefix().isEmpty()) {
+        m_worker.stop();
+        return;
+    }
+    if (m_readiness.probe.isEmpty() || m_readiness.torch.isEmpty() || m_readiness.transformers.isEmpty())
+        return;
+    m_worker.start(m_readiness.probe, settings.probePython());
 }
 
 void MeasureBar::checkReadiness()
@@ -232,7 +245,10 @@ void MeasureBar::measureOn(const QString &device)
         }
     }
     request.engine = o.engine.toStdString();
+    if (o.engine == QLatin1String("transformers") && o.python == settings.probePython())
+        o.workerSocket = m_worker.socket();
     if (m_runner.start(request, o)) {
+        warmWorker(); // one that went idle starts again, for the next run
         setRunning(true);
         showStatus((device == QLatin1String("cpu")
                         ? tr("Measuring on the CPU (the whole model runs in this machine's memory)")

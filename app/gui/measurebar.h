@@ -1,5 +1,6 @@
 #pragma once
 
+#include "engineworker.h"
 #include "proberunner.h"
 #include "readiness.h"
 #include "session.h"
@@ -49,4 +50,8 @@ private:
     bool m_answered = false;   // the status shows the last run's result (kept until a change)
     ProbeReadiness m_readiness;
     QFutureWatcher<ProbeReadiness> m_readinessWatch;
+    EngineWorker m_worker;
+    // Starts the warm worker when Settings asks for it and this machine's Python has the
+    // transformers engine's packages (the readiness check found them).
+    void warmWorker();
 };

@@ -152,6 +152,12 @@ bool ProbeRunner::start(const ProbeRequest &request, const Options &options)
         m_timeout.stop();
         emit failed(tr("Could not start the probe (%1): %2").arg(program, why), -1);
     });
+    if (!options.workerSocket.isEmpty() && options.prefix.isEmpty() &&
+        options.engine == QLatin1String("transformers")) {
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("HEADROOM_ENGINE_WORKER"), options.workerSocket);
+        m_process->setProcessEnvironment(env);
+    }
     m_process->start(program, cmd);
     if (!m_process)
         return false; // failed to start, already reported

@@ -28,6 +28,9 @@ public:
         // transformers engine: trace the step on fake tensors into this file instead of running it
         // (docs/estimator.md Note [Traced step]); success is traced(), not finished().
         QString traceTimeline;
+        // transformers engine on this machine: a warm worker's socket (EngineWorker), handed to
+        // the engine as HEADROOM_ENGINE_WORKER; empty: a fresh process imports everything itself.
+        QString workerSocket;
     };
 
     explicit ProbeRunner(QObject *parent = nullptr);

@@ -97,6 +97,16 @@ bool Settings::probeShareGpu() const
     return m_settings.value(QLatin1String(kProbeShareGpu), false).toBool();
 }
 
+bool Settings::probeWarmWorker() const
+{
+    return m_settings.value(QLatin1String(kProbeWarmWorker), true).toBool();
+}
+
+void Settings::setProbeWarmWorker(bool warm)
+{
+    m_settings.setValue(QLatin1String(kProbeWarmWorker), warm);
+}
+
 void Settings::setProbeShareGpu(bool share)
 {
     m_settings.setValue(QLatin1String(kProbeShareGpu), share);

@@ -20,6 +20,7 @@ public:
     static constexpr const char *kProbeEngine = "probe/engine";
     static constexpr const char *kProbePython = "probe/python";
     static constexpr const char *kProbeShareGpu = "probe/share_gpu";
+    static constexpr const char *kProbeWarmWorker = "probe/warm_worker";
     static constexpr const char *kUnits = "ui/units";
     static constexpr const char *kLastScenario = "session/last_scenario";
     static constexpr const char *kWindowGeometry = "ui/window_geometry";
@@ -47,6 +48,10 @@ public:
     void setProbePython(const QString &python);
     bool probeShareGpu() const; // several ranks on one GPU (Gloo) with the transformers engine
     void setProbeShareGpu(bool share);
+    // A warm transformers-engine worker (Note [Warm worker]): imports once, each run still a
+    // fresh process of its own. Default on.
+    bool probeWarmWorker() const;
+    void setProbeWarmWorker(bool warm);
 
     // The window as it was closed (QWidget::saveGeometry), and its splitters and tab
     // (MainWindow::saveLayout); empty when never saved.

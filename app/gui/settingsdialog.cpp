@@ -26,6 +26,9 @@ SettingsDialog::SettingsDialog(QWidget *parent)
     , m_engine(new QComboBox(this))
     , m_python(new QLineEdit(this))
     , m_shareGpu(new QCheckBox(tr("Ranks share one GPU (Gloo), for per-rank peaks on a single card"), this))
+    , m_warmWorker(new QCheckBox(tr("Keep the transformers engine's imports warm (each measurement still runs in a "
+                                    "fresh process)"),
+                                 this))
 {
     setWindowTitle(tr("Headroom settings"));
     const Settings s;
@@ -55,6 +58,11 @@ SettingsDialog::SettingsDialog(QWidget *parent)
     form->addRow(tr("Python interpreter"), m_python);
     m_shareGpu->setChecked(s.probeShareGpu());
     form->addRow(QString(), m_shareGpu);
+    m_warmWorker->setChecked(s.probeWarmWorker());
+    m_warmWorker->setToolTip(tr("A background Python that has imported PyTorch, Transformers and PEFT, and never "
+                                "touched the GPU, forks each measurement: the same peaks to the byte, several "
+                                "seconds sooner. Only for a probe on this machine."));
+    form->addRow(QString(), m_warmWorker);
     auto enableTransformers = [this] {
         const bool t = m_engine->currentData().toString() == QLatin1String("transformers");
         m_python->setEnabled(t);
@@ -98,5 +106,6 @@ void SettingsDialog::accept()
     s.setProbeEngine(m_engine->currentData().toString());
     s.setProbePython(m_python->text().trimmed());
     s.setProbeShareGpu(m_shareGpu->isChecked());
+    s.setProbeWarmWorker(m_warmWorker->isChecked());
     QDialog::accept();
 }

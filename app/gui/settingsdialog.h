@@ -25,4 +25,5 @@ private:
     QComboBox *m_engine;
     QLineEdit *m_python;
     QCheckBox *m_shareGpu;
+    QCheckBox *m_warmWorker;
 };

@@ -3,6 +3,7 @@ adapters, bitsandbytes' 4-bit base, Liger's fused loss."""
 import gc
 import re
 import sys
+import time
 
 from .protocol import BadRequest, Missing, check_stop, short
 from .request import _DROP_KEYS
@@ -81,6 +82,11 @@ def apply_fused_loss(model, info):
                                         rope=False, rms_norm=False)
 
 
+def lap(info, what, t0):
+    """Seconds since t0 under engine_info.timing[what] (the engine's time budget, issue 27)."""
+    info.setdefault("timing", {})[what] = round(time.perf_counter() - t0, 4)
+
+
 def build_base(torch, R, device, factory, info):
     """The request's model as Transformers (or the factory) builds it on `device`, before PEFT,
     checkpointing, quantization or the fused loss."""
@@ -96,8 +102,10 @@ def build_base(torch, R, device, factory, info):
         model = factory.build(dict(R["hf_config"]), pdtype, cfg["attention"], device)
         info["model_class"] = type(model).__name__
     else:
+        t0 = time.perf_counter()
         transformers = require("transformers", "the transformers engine")
         info["transformers"] = transformers.__version__
+        lap(info, "import_transformers", t0)
         from transformers import AutoConfig, AutoModelForCausalLM
         try:
             config = AutoConfig.for_model(R["model_type"], **hf)
@@ -107,6 +115,7 @@ def build_base(torch, R, device, factory, info):
         except TypeError as e:
             raise BadRequest("model.config", R["model_type"], f"not a valid config ({short(str(e), 160)})")
         config.use_cache = False
+        t0 = time.perf_counter()
         old = torch.get_default_dtype()
         torch.set_default_dtype(pdtype)
         try:
@@ -125,8 +134,12 @@ def build_base(torch, R, device, factory, info):
                     ctx.__exit__(None, None, None)
         finally:
             torch.set_default_dtype(old)
+        lap(info, "from_config", t0)
+        info["built_on"] = sorted({p.device.type for p in model.parameters()})
         if any(p.device.type != torch.device(device).type for p in model.parameters()):
+            t0 = time.perf_counter()
             model = model.to(device)
+            lap(info, "to_device", t0)
         info["model_class"] = type(model).__name__
         info["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
     return model
@@ -152,6 +165,7 @@ def build_model(torch, R, device, factory, info):
                     layer.gradient_checkpointing = False
             info["checkpoint_every"] = cfg["checkpoint_every"]
     if cfg["finetune"] in ("lora", "qlora"):
+        t0 = time.perf_counter()
         peft = require("peft", "LoRA")
         info["peft"] = peft.__version__
         lc = peft.LoraConfig(r=cfg["lora"]["rank"], lora_alpha=cfg["lora"]["alpha"],
@@ -164,6 +178,7 @@ def build_model(torch, R, device, factory, info):
         except ValueError as e:
             raise BadRequest("config.lora.targets", cfg["lora"]["targets"], f"PEFT refused them ({short(str(e), 160)})")
         info["lora_modules"] = sum(1 for n, _ in model.named_modules() if n.endswith(".lora_A"))
+        lap(info, "peft", t0)
     model.train()
     return model
 

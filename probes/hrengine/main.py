@@ -34,9 +34,18 @@ from .protocol import BadRequest, EXIT_BAD_REQUEST, EXIT_INTERNAL, EXIT_NO_DEVIC
 from .request import parse_request, read_request
 from .step import measure
 from .trace import convert_snapshot
+from .worker import preload
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    worker = os.environ.get("HEADROOM_ENGINE_WORKER")
+    if worker and "RANK" not in os.environ and not any(a.split("=")[0] in ("--serve", "--torchrun", "--convert-snapshot")
+                                                        for a in argv):
+        from .worker import delegate
+        code = delegate(worker, argv)
+        if code is not None:
+            return code
     ap = argparse.ArgumentParser(prog="headroom_engine", description=__doc__.split("\n\n")[0])
     ap.add_argument("--request", default="-")
     ap.add_argument("--out")
@@ -58,6 +67,9 @@ def main(argv=None):
                          "experimental: checked on the CPU tiny model, not yet against a full trace on the GPU stack)")
     ap.add_argument("--convert-snapshot", metavar="SNAPSHOT.pickle",
                     help="convert a torch.cuda.memory._dump_snapshot file into a probe_timeline at --out, then exit")
+    ap.add_argument("--serve", metavar="SOCKET",
+                    help="be a warm worker on this Unix socket: import once, fork a child per run (Note [Warm worker])")
+    ap.add_argument("--idle-s", type=int, default=900, help="with --serve: exit after this many idle seconds")
     ap.add_argument("--torchrun", type=int, default=0,
                     help="start N ranks of this engine through torch.distributed.run (torchrun)")
     try:
@@ -82,8 +94,14 @@ def main(argv=None):
             print(f"headroom-engine: snapshot = {args.convert_snapshot}: not a PyTorch memory snapshot "
                   f"({type(e).__name__}: {short(str(e), 200)})", file=sys.stderr)
             return EXIT_BAD_REQUEST
+    if args.serve:
+        if args.idle_s < 1:
+            print(f"headroom-engine: --idle-s = {args.idle_s}: must be at least 1", file=sys.stderr)
+            return EXIT_BAD_REQUEST
+        from .worker import serve
+        return serve(args.serve, args.idle_s)
     if args.torchrun:
-        return torchrun(args.torchrun, [a for a in (argv if argv is not None else sys.argv[1:])])
+        return torchrun(args.torchrun, argv)
     rank = int(os.environ.get("RANK", "0"))
     out = Output(quiet=rank != 0)
     signal.signal(signal.SIGTERM, _on_signal)
@@ -146,6 +164,7 @@ def run(args, R, out, t_start, rank):
     except ImportError as e:
         raise Missing(f"the transformers engine needs PyTorch, which this interpreter ({sys.executable}) "
                       f"cannot import: {short(str(e), 120)}")
+    preload()  # before CUDA starts, as the warm worker does (Note [Warm worker])
     factory_path = args.model_factory or os.environ.get("HEADROOM_MODEL_FACTORY") or None
     try:
         factory = load_factory(factory_path) if factory_path else None

@@ -32,7 +32,9 @@ class CudaMeter:
         self.t.cuda.reset_peak_memory_stats()
 
     def allocated_now(self):
-        return self.t.cuda.memory_allocated()
+        # The nested statistics straight from C++: memory_allocated() flattens every statistic in
+        # Python first, 0.3 ms a call, and attribution samples thousands of times.
+        return self.t.cuda.memory_stats_as_nested_dict()["allocated_bytes"]["all"]["current"]
 
     def read(self):
         s = self.t.cuda.memory_stats()

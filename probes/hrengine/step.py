@@ -6,16 +6,17 @@ import sys
 import time
 
 from .attribution import attribute, finalize, rank_peak
-from .build import build_model, find_layers, model_info
+from .build import build_model, find_layers, lap, model_info
 from .meters import cpu_name, is_oom, oom_requested_bytes, vm_bytes
 from .optimizers import build_optimizer, storage_bytes
 from .parallel import _Null, gradient_sync_control, parameters_sum, wrap_parallel
 from .protocol import BadRequest, EXIT_OK, EXIT_OUT_OF_MEMORY, Missing, SCHEMA_VERSION, Stopped, VERSION, _stop, check_stop, short, write_atomically
 from .trace import Recorder, finish_trace
+from .worker import run_info
 
 
 def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
-    info = {"engine_version": VERSION, "python": sys.version.split()[0], "torch": torch.__version__}
+    info = {"engine_version": VERSION, "python": sys.version.split()[0], "torch": torch.__version__, **run_info()}
     t_init = time.time() - t_start
     D.init(cuda)
     if args.memory_cap_bytes and cuda:
@@ -77,7 +78,9 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise BadRequest("config.finetune", cfg["finetune"], "leaves no trainable parameter")
+        t1 = time.perf_counter()
         opt = build_optimizer(torch, cfg, params, info, zero1=D.enabled and D.zero == 1 and D.sharding != "deepspeed")
+        lap(info, "optimizer_build", t1)
         scaler = None
         if cfg["precision"] == "amp-fp16" and cuda:
             scaler = torch.amp.GradScaler("cuda") if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler") \
@@ -145,6 +148,7 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
 
         t_steps0 = time.time()
         for k in range(1 + R["steps"]):
+            t1 = time.perf_counter()
             for m in range(ga):
                 with sync_ctx(m == ga - 1):
                     state.update(step=k, phase="forward", micro=m)
@@ -159,16 +163,21 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
                              for p in model.parameters() if p.grad is not None}
             timed_phase(meter, progress, recorder, record_phase, k, "optimizer", 0, optimizer_step)
             opt.zero_grad(set_to_none=True)
+            lap(info, f"step{k}", t1)
         t_steps = time.time() - t_steps0
         if recorder:
+            t1 = time.perf_counter()
             meter.sync()
             recorder.mark({"step": last_step, "phase": "end", "micro_batch": 0}, meter.allocated_now())
             finish_trace(args, recorder.stop(), recorder.marks, model, opt, grad_ptrs, R, last_step, cfg)
             recorder = None
+            lap(info, "timeline", t1)
         for h in hooks:
             h.remove()
         if not args.no_attribution:
+            t1 = time.perf_counter()
             A = attribute(torch, model, opt, meter, vocab, forward, backward, optimizer_step, ga, batches, sync_ctx, D)
+            lap(info, "attribution", t1)
         progress.done()
     except (Stopped, BadRequest, Missing):
         raise
