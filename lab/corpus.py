@@ -36,8 +36,10 @@ def preset(model_id):
 
 def spec(name, model, precision="bf16", optimizer="adamw", impl="foreach", finetune="full", batch=4, seq=1024,
          ga=1, ckpt=False, attention="sdpa", rank=16, targets=None, dropout=0.0, layers=None, budget_gib=None,
-         alloc_conf=None, steps=2, timeline=True, attribution=True, offload=False, every=0):
-    return dict(name=name, model=model, precision=precision, optimizer=optimizer, impl=impl, finetune=finetune,
+         alloc_conf=None, steps=2, timeline=True, attribution=True, offload=False, every=0, hf=None, as_model=None):
+    """hf: keys of the preset's config.json replaced (a real checkpoint's values the preset leaves
+    out, or another size of the family); as_model: (id, name) the result is filed under then."""
+    return dict(hf=hf, as_model=as_model, name=name, model=model, precision=precision, optimizer=optimizer, impl=impl, finetune=finetune,
                 batch=batch, seq=seq, ga=ga, ckpt=ckpt, attention=attention, rank=rank, targets=targets or ALL,
                 dropout=dropout, layers=layers, budget_gib=budget_gib, alloc_conf=alloc_conf, steps=steps,
                 timeline=timeline, attribution=attribution and not offload, offload=offload, every=every)
@@ -243,6 +245,33 @@ def specs():
     a(spec("nemo-bf16-qlora16-b1s2048-ckpt", "mistral-nemo-12b", finetune="qlora", batch=1, seq=2048, ckpt=True,
            budget_gib=40))
     a(spec("phi4m-bf16-qlora16-b2s1024", "phi-4-mini", finetune="qlora", batch=2, budget_gib=35))
+    # Issue 27 (2026-12-04, seventh session): the cases a new user found off, each a mechanism.
+    sc2_drop = {"attention_dropout": 0.1, "residual_dropout": 0.1, "embedding_dropout": 0.1}  # the real config.json
+    sc2_t = ["q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"]
+    sc2_as = ("starcoder2-7b-dropout", "StarCoder2 7B (config.json dropout 0.1)")
+    a(spec("sc2-7b-drop-bf16-lora16am-b2s4096-ckpt-ga2", "starcoder2-7b", finetune="lora", batch=2, seq=4096,
+           ga=2, ckpt=True, targets=sc2_t, hf=sc2_drop, as_model=sc2_as, budget_gib=40))
+    a(spec("sc2-7b-drop-bf16-lora16am-b2s4096-ckpt", "starcoder2-7b", finetune="lora", batch=2, seq=4096,
+           ckpt=True, targets=sc2_t, hf=sc2_drop, as_model=sc2_as, budget_gib=40))
+    a(spec("sc2-7b-drop-bf16-lora16am-b1s2048", "starcoder2-7b", finetune="lora", batch=1, seq=2048,
+           targets=sc2_t, hf=sc2_drop, as_model=sc2_as, budget_gib=40))
+    gpt2l = {"n_embd": 1280, "n_layer": 36, "n_head": 20}
+    a(spec("gpt2l-ampbf16-full-adamw-b4s1024-ckpt", "gpt2", precision="amp-bf16", ckpt=True, hf=gpt2l,
+           as_model=("gpt2-large", "GPT-2 Large (774M)"), budget_gib=30))
+    a(spec("l2-7b-ampbf16-lora16qkvo-b2s1024", "llama-2-7b", precision="amp-bf16", finetune="lora", batch=2,
+           targets=["q_proj", "k_proj", "v_proj", "o_proj"], budget_gib=50))
+    a(spec("l2-7b-bf16-full-adamw-b4s2048-ckpt", "llama-2-7b", seq=2048, ckpt=True, budget_gib=75))
+    a(spec("l2-7b-bf16-full-adamw-b1s2048-eager", "llama-2-7b", batch=1, seq=2048, attention="eager",
+           budget_gib=75))
+    a(spec("q7b-bf16-full-adamw-b1s2048-eager", "qwen2.5-7b", batch=1, seq=2048, attention="eager",
+           budget_gib=90))
+    a(spec("qmoe-bf16-full-adamw-b4s1024-l8", "qwen1.5-moe-a2.7b", layers=8, budget_gib=50))
+    a(spec("g2-9b-bf16-lora16-b2s2048-eager", "gemma-2-9b", finetune="lora", batch=2, seq=2048,
+           attention="eager", budget_gib=60))
+    a(spec("dsv2l-bf16-lora16mla-b1s2048", "deepseek-v2-lite", finetune="lora", batch=1, seq=2048, budget_gib=50,
+           targets=["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]))
+    a(spec("dsv2l-bf16-lora16all-b1s1024-l4", "deepseek-v2-lite", finetune="lora", batch=1, layers=4,
+           budget_gib=30, targets=["all-linear"]))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
@@ -278,6 +307,11 @@ def _request_of(s):
     p = preset(s["model"])
     cfg = dict(p["config"])
     meta = dict(p["headroom"])
+    if s.get("hf"):
+        cfg.update(s["hf"])
+    if s.get("as_model"):
+        meta["id"], meta["name"] = s["as_model"]
+        meta.pop("published_params", None)
     if s["layers"]:
         cfg["num_hidden_layers"] = s["layers"]
         if "layer_types" in cfg:

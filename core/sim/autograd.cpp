@@ -65,6 +65,8 @@ int Sim::allocate(int64_t bytes, Category category)
     m_sto.push_back(s);
     m_live = checkedAdd(m_live, s.bytes);
     emit(MemEvent::Alloc, s);
+    if (m_recompute >= 0 && !m_inMake)
+        m_recomputeRaw.push_back(static_cast<int>(m_sto.size() - 1));
     return static_cast<int>(m_sto.size() - 1);
 }
 
@@ -190,7 +192,9 @@ int64_t Sim::bytesOf(int sto) const
 T Sim::make(int64_t bytes, int elem, Category category)
 {
     T t;
+    m_inMake = true;
     t.sto = allocate(bytes, category);
+    m_inMake = false;
     t.bytes = bytes;
     t.elem = elem;
     m_sto[static_cast<size_t>(t.sto)].pyRefs = 1;
@@ -266,6 +270,7 @@ void Sim::recompute(int region)
     m_recompute = region;
     m_cursor = 0;
     m_recomputeMade.clear();
+    m_recomputeRaw.clear();
     // Inputs packed to the host come back for the recomputation (unpack_from_cpu: new device
     // tensors) and are held by its argument list until it ends; the recomputed forward's own
     // saves keep what they need longer.
@@ -285,6 +290,7 @@ void Sim::recompute(int region)
         emit(MemEvent::Alloc, st);
         copies.push_back(sto);
     }
+    m_recomputeRaw.clear(); // the copies above are the recomputation's arguments, not an op's locals
     try {
         r.recompute();
     } catch (const RecomputeDone &) {
@@ -296,8 +302,21 @@ void Sim::recompute(int region)
                 unref(sto);
             }
         }
+        // Note [Checkpoint stop]: the op that stopped it unwinds too, its C++ locals with it.
+        for (int sto : m_recomputeRaw) {
+            const Storage &st = m_sto[static_cast<size_t>(sto)];
+            if (!st.live)
+                continue;
+            int held = 0; // what the region's nodes saved of it
+            for (int idx : r.nodes)
+                for (int sv : m_nodes[static_cast<size_t>(idx)].saved)
+                    held += sv == sto;
+            while (m_sto[static_cast<size_t>(sto)].live && m_sto[static_cast<size_t>(sto)].refs > held)
+                unref(sto);
+        }
     }
     m_recomputeMade.clear();
+    m_recomputeRaw.clear();
     for (int sto : copies)
         unref(sto);
     m_recompute = -1;
@@ -316,9 +335,54 @@ T Sim::parameter(int64_t bytes, int elem, bool requiresGrad, Category category)
     return t;
 }
 
+T Sim::inputLeaf(const T &x)
+{
+    if (x.sto < 0 || !m_gradEnabled)
+        return x;
+    T t = x;
+    Param p;
+    p.sto = x.sto;
+    p.requiresGrad = true;
+    p.graphLeaf = true;
+    ref(x.sto); // the AccumulateGrad node's variable
+    m_params.push_back(p);
+    t.param = static_cast<int>(m_params.size() - 1);
+    t.node = -1;
+    t.requiresGrad = true;
+    return t;
+}
+
 int Sim::gradOf(int param) const
 {
     return param >= 0 ? m_params[static_cast<size_t>(param)].grad : -1;
+}
+
+void Sim::releaseGraph()
+{
+    // Input leaves (Note [Input require grads]) go with the graph, their .grad first.
+    for (Param &p : m_params)
+        if (p.graphLeaf && p.sto >= 0) {
+            unref(p.grad);
+            unref(p.sto);
+            p.grad = p.sto = -1;
+            p.requiresGrad = false;
+        }
+    // Nodes that never ran (not reachable) keep nothing alive once the graph is freed.
+    for (Region &r : m_regions) {
+        for (int sto : r.inputs)
+            unref(sto);
+        r.inputs.clear();
+    }
+    m_regions.clear();
+    for (Node &n : m_nodes) {
+        for (int s : n.saved)
+            unref(s);
+        n.saved.clear();
+        for (int &b : n.buffer) {
+            unref(b);
+            b = -1;
+        }
+    }
 }
 
 int Sim::paramStorage(int param) const
@@ -497,10 +561,11 @@ void Sim::backward(const T &root, int64_t seedBytes)
                 // AccumulateGrad runs at once: the first gradient becomes .grad (stolen, no copy),
                 // later ones are added in place and freed.
                 Param &p = m_params[static_cast<size_t>(e.param)];
-                m_ready.push_back(e.param);
+                if (!p.graphLeaf)
+                    m_ready.push_back(e.param);
                 if (p.grad < 0) {
                     p.grad = buf;
-                    recategorize(buf, Category::Gradients);
+                    recategorize(buf, p.graphLeaf ? Category::Temporaries : Category::Gradients);
                 } else {
                     unref(buf);
                 }
@@ -563,22 +628,7 @@ void Sim::backward(const T &root, int64_t seedBytes)
         }
         n.fn = nullptr;
     }
-    // Nodes that never ran (not reachable) keep nothing alive once the graph is freed.
-    for (Region &r : m_regions) {
-        for (int sto : r.inputs)
-            unref(sto);
-        r.inputs.clear();
-    }
-    m_regions.clear();
-    for (Node &n : m_nodes) {
-        for (int s : n.saved)
-            unref(s);
-        n.saved.clear();
-        for (int &b : n.buffer) {
-            unref(b);
-            b = -1;
-        }
-    }
+    releaseGraph();
     m_nodes.clear();
 }
 

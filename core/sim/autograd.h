@@ -88,6 +88,9 @@ public:
 
     // Parameters (leaves): weights are stored once; gradients are accumulated into .grad.
     T parameter(int64_t bytes, int elem, bool requiresGrad, Category category = Category::Weights);
+    // x.requires_grad_(True) on a tensor no node made (Note [Input require grads]): a leaf whose
+    // AccumulateGrad keeps it, and the .grad backward gives it, until the graph is freed.
+    T inputLeaf(const T &x);
     int gradOf(int param) const;
     void zeroGrad(); // optimizer.zero_grad(set_to_none=True)
     // Takes a parameter's .grad away (the caller holds its reference): FSDP2 frees the unsharded
@@ -196,12 +199,16 @@ private:
         int sto = -1;
         int grad = -1;
         bool requiresGrad = false;
+        bool graphLeaf = false; // an input leaf (inputLeaf): it and its .grad go with the graph
     };
 
     void emit(MemEvent::Kind kind, const Storage &s);
     void deliver(const Edge &e, int gradSto, std::vector<int> &ready);
 
     void recompute(int region);
+    // The graph freed after backward: input leaves and their .grad, then what unreached nodes and
+    // regions still hold.
+    void releaseGraph();
 
     Timeline &m_out;
     std::vector<Region> m_regions;
@@ -209,6 +216,8 @@ private:
     int m_recompute = -1;       // recomputing this region
     size_t m_cursor = 0;        // next node of the region to receive saved tensors
     std::vector<int> m_recomputeMade; // storages made during a recompute (Python refs to drop on stop)
+    std::vector<int> m_recomputeRaw;  // raw allocations during a recompute (an op's C++ locals; Note [Checkpoint stop])
+    bool m_inMake = false;
     std::vector<Storage> m_sto;
     std::vector<Node> m_nodes;
     std::vector<Param> m_params;

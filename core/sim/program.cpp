@@ -91,6 +91,7 @@ public:
             expertsWrapped = expertsLora(m, c.lora.targets);
         }
         qlora = c.finetune == FineTune::QLoRA;
+        inputRequiresGrad = c.finetune == FineTune::LoRA && c.gradCheckpointing;
         if (par->replacesAutocast(amp)) { // FSDP2's mixed-precision policy: a pure bf16 step
             amp = false;
             ce = re = 2;
@@ -166,7 +167,7 @@ private:
     const FamilyTraits &ft;
     std::unique_ptr<sim::ParallelStrategy> par; // single GPU, DDP, ZeRO-1 or FSDP2 (sim/parallel/)
     int64_t b = 1, s = 1, tok = 1, h = 1, heads = 1, kvHeads = 1, hd = 1, qOut = 1, kvOut = 1, V = 1;
-    bool amp = false, full = true, qlora = false;
+    bool amp = false, full = true, qlora = false, inputRequiresGrad = false;
     int pe = 2, ce = 2, re = 2;
     int qe = 2; // QLoRA: Linear4bit's compute dtype
     std::array<bool, kLinearModuleCount> loraMask{};
@@ -1839,6 +1840,11 @@ private:
         par->rootForward();
         S.setOp("embedding");
         T x = O.embedding(embed, ids, tok, V, h);
+        // Note [Input require grads]: PEFT's LoRA on a model with gradient checkpointing on makes
+        // the input embedding module's output require grad (enable_input_require_grads's hook);
+        // Gemma's module scales inside, Granite's model multiplies after it.
+        if (inputRequiresGrad && !ft.scaledEmbedding)
+            x = S.inputLeaf(x);
         if (ft.scaledEmbedding) {
             // GemmaTextScaledWordEmbedding: embedding * embed_scale (a 0-dim buffer cast to the
             // weight's dtype): MulBackward0 keeps only the scalar.
@@ -1848,7 +1854,7 @@ private:
             if (scale.valid())
                 S.drop(scale);
             S.drop(x);
-            x = xs;
+            x = inputRequiresGrad ? S.inputLeaf(xs) : xs; // the same tensor, now a leaf
         } else if (ft.embeddingTimesScalar) {
             // Granite: `inputs_embeds = inputs_embeds * self.embedding_multiplier` rebinds the name,
             // so the embedding's output goes at once.
