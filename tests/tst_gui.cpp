@@ -41,6 +41,7 @@
 #include <QSpinBox>
 #include <QScrollBar>
 #include <QSignalSpy>
+#include <QStatusBar>
 
 #include <cmath>
 #include <functional>
@@ -466,6 +467,75 @@ private Q_SLOTS:
         qunsetenv("HF_HOME");
     }
 
+    // Issue 28, the explorer's three import defects: an import is applied whole or not at all.
+    // A full fine-tune after a LoRA one turns LoRA off and takes the default rank and sequence
+    // (listed); a model that cannot be resolved changes nothing and says the CLI's words; the
+    // screenshot path waits for the model of a --config recipe (main.cpp, importPending).
+    void importIsWholeOrNothing()
+    {
+        QTemporaryDir dir;
+        QVERIFY(QDir(dir.path()).mkdir(QStringLiteral("tiny-model")));
+        QVERIFY(QFile::copy(testData("configs/tinyllama_1.1b.json"), dir.filePath(QStringLiteral("tiny-model/config.json"))));
+        auto write = [&](const char *name, const char *text) {
+            QFile f(dir.filePath(QString::fromLatin1(name)));
+            if (!f.open(QIODevice::WriteOnly))
+                return QString();
+            f.write(text);
+            return f.fileName();
+        };
+        const QString lora = write("lora.yml", "base_model: tiny-model\nadapter: lora\nlora_r: 32\nlora_target_linear: true\n"
+                                               "sequence_len: 4096\nmicro_batch_size: 4\ngradient_checkpointing: true\n");
+        const QString full = write("full.yml", "base_model: tiny-model\nmicro_batch_size: 2\n");
+        const QString missing = write("missing.yml", "base_model: no-such-org/no-such-model\nadapter: lora\nmicro_batch_size: 8\n");
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        QSignalSpy finished(&w, &MainWindow::importFinished);
+        QCOMPARE(w.importTrainingConfig(lora), QString());
+        QVERIFY(settle(s));
+        QVERIFY(s.scenario().config.finetune == FineTune::LoRA);
+        QCOMPARE(s.scenario().config.lora.rank, 32);
+        QCOMPARE(s.scenario().config.seqLen, int64_t(4096));
+        QVERIFY(s.scenario().config.gradCheckpointing);
+
+        QCOMPARE(w.importTrainingConfig(full), QString());
+        QVERIFY(settle(s));
+        const TrainingConfig c = s.scenario().config;
+        QVERIFY(c.finetune == FineTune::Full); // not LoRA still on (Axolotl: no adapter is full fine-tuning)
+        QCOMPARE(c.lora.rank, TrainingConfig{}.lora.rank); // not the old rank
+        QCOMPARE(c.seqLen, TrainingConfig{}.seqLen);
+        QCOMPARE(c.microBatch, int64_t(2));
+        QVERIFY(!c.gradCheckpointing);
+        auto *notes = child<QLabel>(w, "configNotes");
+        QVERIFY2(notes->text().contains(QStringLiteral("Not in the file, so Headroom's default")) &&
+                     notes->text().contains(QStringLiteral("sequence 2048")) &&
+                     notes->text().contains(QStringLiteral("checkpointing off")),
+                 qPrintable(notes->text()));
+
+        // A Hub id that resolves nowhere (offline, an empty cache): nothing changes.
+        QTemporaryDir home;
+        qputenv("HF_HOME", home.path().toUtf8());
+        qputenv("HF_HUB_OFFLINE", "1");
+        const Scenario before = s.scenario();
+        const int steps = s.undoStack()->count();
+        finished.clear();
+        QCOMPARE(w.importTrainingConfig(missing), QString()); // looked up off the GUI thread
+        QVERIFY(w.importPending());
+        QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 15000);
+        qunsetenv("HF_HUB_OFFLINE");
+        qunsetenv("HF_HOME");
+        const QString problem = finished.first().first().toString();
+        QVERIFY2(problem.contains(QStringLiteral("no-such-org/no-such-model")), qPrintable(problem));
+        QVERIFY(!w.importPending());
+        QVERIFY(settle(s));
+        QCOMPARE(s.undoStack()->count(), steps);
+        QCOMPARE(s.scenario().model.id, before.model.id);
+        QCOMPARE(toJson(s.scenario().config), toJson(before.config));
+        QVERIFY2(notes->text().contains(QStringLiteral("no-such-org/no-such-model")), qPrintable(notes->text()));
+        QVERIFY(!w.statusBar()->currentMessage().startsWith(QStringLiteral("Imported")));
+    }
+
     // Issue 14: File → Import training config applies an Axolotl YAML (undoably), its base_model
     // selects the preset made from that Hub id offline; Export writes each format, and importing
     // that again gives the same configuration.
@@ -548,15 +618,18 @@ private Q_SLOTS:
             QVERIFY(f.open(QIODevice::WriteOnly));
             f.write("base_model: self.yml\nmicro_batch_size: 2\n");
         }
-        QCOMPARE(w.importTrainingConfig(self), QString());
-        QVERIFY2(notes->text().contains(QStringLiteral("was not loaded")), qPrintable(notes->text()));
-        s.undoStack()->undo();
-        s.undoStack()->undo();
-        // Undo takes the import back.
+        // Not a model: the import stops there and changes nothing (issue 28: whole or not at all).
+        const int steps = s.undoStack()->count();
+        const QString notModel = w.importTrainingConfig(self);
+        QVERIFY2(notModel.contains(QStringLiteral("was not loaded")), qPrintable(notModel));
+        QCOMPARE(s.undoStack()->count(), steps);
+        QCOMPARE(s.scenario().model.hiddenSize, int64_t(2048));
+        // Undo takes each import back, one step each.
         s.undoStack()->undo();
         s.undoStack()->undo();
         QVERIFY(settle(s));
         QCOMPARE(s.scenario().config.microBatch, before.microBatch);
+        QVERIFY(s.scenario().config.finetune == before.finetune);
     }
 
     // Issue 13: a measurement belongs to its configuration: "Use its configuration" loads it

@@ -22,6 +22,9 @@ public:
 
     // Adds an imported model to the list and selects it (undoable).
     void addImportedModel(const headroom::ModelArch &m);
+    // Adds a model to the list without selecting it (a training config's import selects it with
+    // the rest of the scenario, in one undo step).
+    void rememberModel(const headroom::ModelArch &m) { modelIndex(m); }
     // A Hugging Face id (typed, or named by an imported training config): looked up off the GUI
     // thread (a preset, the cache, then the Hub), then selected like an imported config.json.
     void lookUpHubModel(const QString &id);

@@ -107,9 +107,22 @@ int main(int argc, char **argv)
     } catch (const std::exception &e) {
         return fail(QString::fromUtf8(e.what()));
     }
-    for (const QString &path : parser.values(config) + parser.values(measurement))
+    QString importProblem;
+    QObject::connect(&window, &MainWindow::importFinished, &window, [&](const QString &p) { importProblem = p; });
+    for (const QString &path : parser.values(config) + parser.values(measurement)) {
         if (const QString problem = window.openFile(path); !problem.isEmpty())
             return fail(problem);
+        // A training config naming a Hub id is applied once its model is found (issue 28: the
+        // picture never shows one model's name with another's numbers); two minutes at most.
+        QElapsedTimer looking;
+        looking.start();
+        while (window.importPending() && looking.elapsed() < 120000)
+            QCoreApplication::processEvents(QEventLoop::AllEvents | QEventLoop::WaitForMoreEvents, 100);
+        if (window.importPending())
+            return fail(QStringLiteral("%1: its model was not found within two minutes").arg(path));
+        if (!importProblem.isEmpty())
+            return fail(importProblem);
+    }
     if (parser.isSet(timeline))
         if (const QString problem = window.timelinePanel()->openMeasured(parser.value(timeline)); !problem.isEmpty())
             return fail(QStringLiteral("--timeline: %1").arg(problem));

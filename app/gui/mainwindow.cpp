@@ -16,6 +16,7 @@
 
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "hubfetch.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -32,6 +33,8 @@
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFutureWatcher>
+#include <QtConcurrent/QtConcurrentRun>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
@@ -369,52 +372,158 @@ QString MainWindow::exportTo(const QString &path)
     return problem;
 }
 
+namespace {
+// What the file left unstated and the import set back to Headroom's default, where that differs
+// from the scenario before it (issue 28: an import is whole; nothing of the old state stays).
+QStringList defaultsTaken(const TrainingSettings &st, const TrainingConfig &before, const TrainingConfig &after)
+{
+    QStringList out;
+    auto add = [&](bool stated, bool changed, const QString &what) {
+        if (!stated && changed)
+            out << what;
+    };
+    add(st.finetune.has_value(), before.finetune != after.finetune,
+        QObject::tr("fine-tuning %1").arg(qs(std::string(toString(after.finetune)))));
+    add(st.precision.has_value(), before.precision != after.precision,
+        QObject::tr("precision %1").arg(qs(std::string(toString(after.precision)))));
+    add(st.optimizer.has_value(), before.optimizer != after.optimizer,
+        QObject::tr("optimizer %1").arg(qs(std::string(toString(after.optimizer)))));
+    if (after.finetune != FineTune::Full)
+        add(st.loraRank.has_value(), before.lora.rank != after.lora.rank, QObject::tr("LoRA rank %1").arg(after.lora.rank));
+    add(st.microBatch.has_value(), before.microBatch != after.microBatch,
+        QObject::tr("micro batch %1").arg(after.microBatch));
+    add(st.seqLen.has_value(), before.seqLen != after.seqLen, QObject::tr("sequence %1").arg(after.seqLen));
+    add(st.gradAccum.has_value(), before.gradAccum != after.gradAccum,
+        QObject::tr("gradient accumulation %1").arg(after.gradAccum));
+    add(st.gradCheckpointing.has_value(), before.gradCheckpointing != after.gradCheckpointing,
+        after.gradCheckpointing ? QObject::tr("checkpointing on") : QObject::tr("checkpointing off"));
+    add(st.attention.has_value(), before.attention != after.attention,
+        QObject::tr("attention %1").arg(qs(std::string(toString(after.attention)))));
+    add(st.worldSize.has_value(), before.worldSize != after.worldSize, QObject::tr("%n GPU(s)", nullptr, after.worldSize));
+    add(st.zeroStage.has_value(), before.zeroStage != after.zeroStage, QObject::tr("ZeRO %1").arg(after.zeroStage));
+    add(st.offloadOptimizer.has_value(), before.offloadOptimizer != after.offloadOptimizer,
+        after.offloadOptimizer ? QObject::tr("optimizer offload on") : QObject::tr("optimizer offload off"));
+    add(st.activationOffload.has_value(), before.activationOffload != after.activationOffload,
+        after.activationOffload ? QObject::tr("activation offload on") : QObject::tr("activation offload off"));
+    add(st.loss.has_value(), before.loss != after.loss, QObject::tr("loss %1").arg(qs(std::string(toString(after.loss)))));
+    return out;
+}
+} // namespace
+
 QString MainWindow::importTrainingConfig(const QString &path)
 {
+    const QString name = QFileInfo(path).fileName();
     TrainingImport in;
     try {
         in = headroom::importTrainingConfigFile(path.toStdString());
-        Scenario s = m_session->scenario();
-        in.settings.applyTo(s.config);
-        s.config.validate();
-        m_session->applyScenario(s, tr("Import %1").arg(QFileInfo(path).fileName()));
     } catch (const std::exception &e) {
-        return tr("Cannot import %1: %2").arg(QFileInfo(path).fileName(), qs(e.what()));
+        return tr("Cannot import %1: %2").arg(name, qs(e.what()));
     }
     QStringList notes;
+    if (!in.settings.model) {
+        // A DeepSpeed or accelerate file alone: its settings with the model on screen, said.
+        notes << tr("%1 names no model: estimated for %2, the model on screen.").arg(name, qs(m_session->scenario().model.name));
+        const QString problem = applyImport(in, m_session->scenario().model, path, notes);
+        emit importFinished(problem);
+        return problem;
+    }
+    // A local model is a folder with a config.json, or the file, next to the training config or
+    // under the working folder; anything else is a Hub id (or says why it is not).
+    const QString model = qs(*in.settings.model);
+    QString local;
+    for (const QFileInfo &at : {QFileInfo(QFileInfo(path).dir(), model), QFileInfo(model)})
+        if (local.isEmpty() && (at.exists() || at.isSymLink()))
+            local = at.absoluteFilePath();
+    if (!local.isEmpty()) {
+        QString problem;
+        try { // a model folder or config.json only (issue 32, row 9): never another file, nor a FIFO
+            const std::string config = recipeModelConfigPath(local.toStdString(), "base_model");
+            problem = applyImport(in, sheetio::readModelConfig(qs(config)), path, notes);
+        } catch (const std::exception &e) {
+            problem = tr("Cannot import %1: the model %2 was not loaded: %3").arg(name, model, qs(e.what()));
+        }
+        emit importFinished(problem);
+        return problem;
+    }
+    // A Hub id: a preset, the cache, then the Hub, off the GUI thread; nothing changes until it
+    // is known, and nothing at all if it cannot be.
+    m_importing = path;
+    statusBar()->showMessage(tr("Importing %1: looking up %2…").arg(name, model));
+    struct Found
+    {
+        std::optional<ModelArch> model;
+        std::vector<std::string> notes;
+        QString error;
+    };
+    auto *watcher = new QFutureWatcher<Found>(this);
+    connect(watcher, &QFutureWatcher<Found>::finished, this, [this, watcher, in, path, name, notes]() mutable {
+        watcher->deleteLater();
+        if (m_importing != path)
+            return; // another import since
+        m_importing.clear();
+        const Found f = watcher->result();
+        QString problem;
+        if (!f.model) {
+            problem = tr("Cannot import %1: %2").arg(name, f.error);
+        } else {
+            for (const auto &n : f.notes)
+                notes << qs(n);
+            problem = applyImport(in, *f.model, path, notes);
+        }
+        if (!problem.isEmpty()) { // said where the import was asked for, without a modal box
+            m_config->showNotes({problem});
+            statusBar()->showMessage(problem, 15000);
+        }
+        emit importFinished(problem);
+    });
+    // Nothing escapes the worker: QFutureWatcher would rethrow it on the GUI thread.
+    watcher->setFuture(QtConcurrent::run([text = model.toStdString()] {
+        Found f;
+        try {
+            f.model = resolveModelText(text, "base_model", &f.notes);
+        } catch (const std::exception &e) {
+            f.error = QString::fromUtf8(e.what());
+        }
+        return f;
+    }));
+    return {};
+}
+
+QString MainWindow::applyImport(const TrainingImport &in, const ModelArch &model, const QString &path, QStringList notes)
+{
+    const QString name = QFileInfo(path).fileName();
+    const Scenario before = m_session->scenario();
+    Scenario s = before; // the card, its reserve and the units are the user's, not the recipe's
+    s.model = model;
+    TrainingConfig c; // Headroom's defaults, then what the file states
+    c.lora.targets = defaultLoraTargets(model);
+    in.settings.applyTo(c);
+    if (!in.settings.seqLen)
+        c.seqLen = seqLenFor(model, c.seqLen);
+    try {
+        c.validate();
+    } catch (const std::exception &e) {
+        return tr("Cannot import %1: %2").arg(name, qs(e.what()));
+    }
+    s.config = c;
+    m_config->rememberModel(model);
+    m_session->applyScenario(s, tr("Import %1").arg(name));
     if (!in.unknownKeys.empty()) {
         QStringList keys;
         for (const auto &k : in.unknownKeys)
             keys << qs(k);
         notes << tr("Not understood, so not used: %1").arg(keys.join(QStringLiteral(", ")));
     }
-    for (const auto &c : in.conflicts)
-        notes << tr("Conflict: %1").arg(qs(c));
+    for (const auto &c2 : in.conflicts)
+        notes << tr("Conflict: %1").arg(qs(c2));
     for (const auto &n : in.notes)
         notes << qs(n);
     if (in.shardsWithoutGpuCount)
         notes << tr("The file shards but does not say over how many GPUs: set the GPU count.");
-    if (in.settings.model) {
-        // A local model is a folder with a config.json, or the file, next to the training config
-        // or under the working folder; anything else is a Hub id (or says why it is not).
-        const QString model = qs(*in.settings.model);
-        QString local;
-        for (const QFileInfo &at : {QFileInfo(QFileInfo(path).dir(), model), QFileInfo(model)})
-            if (local.isEmpty() && (at.exists() || at.isSymLink()))
-                local = at.absoluteFilePath();
-        if (local.isEmpty()) {
-            m_config->lookUpHubModel(model); // hides the notes while it looks
-        } else {
-            try { // a model folder or config.json only (issue 32, row 9): never another file, nor a FIFO
-                const std::string config = recipeModelConfigPath(local.toStdString(), "base_model");
-                m_config->addImportedModel(sheetio::readModelConfig(qs(config)));
-            } catch (const std::exception &e) {
-                notes << tr("The model %1 was not loaded: %2").arg(model, qs(e.what()));
-            }
-        }
-    }
+    if (const QStringList taken = defaultsTaken(in.settings, before.config, c); !taken.isEmpty())
+        notes << tr("Not in the file, so Headroom's default: %1").arg(taken.join(QStringLiteral(", ")));
     m_config->showNotes(notes);
-    statusBar()->showMessage(tr("Imported %1 (%2)").arg(QFileInfo(path).fileName(), qs(std::string(describe(in.format)))), 8000);
+    statusBar()->showMessage(tr("Imported %1 (%2)").arg(name, qs(std::string(describe(in.format)))), 8000);
     return {};
 }
 

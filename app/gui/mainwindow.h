@@ -28,10 +28,15 @@ public:
     // problem, or an empty string.
     QString openFile(const QString &path);
     QString exportTo(const QString &path); // format by extension
-    // A training config (Axolotl, LLaMA-Factory, Trainer, DeepSpeed, accelerate) onto the scenario,
-    // undoable; its model is looked up like a typed Hub id. Returns a problem, or empty.
+    // A training config (Axolotl, LLaMA-Factory, Trainer, DeepSpeed, accelerate) as the scenario,
+    // whole or not at all (issue 28): its model (a local folder or config.json at once; a Hub id
+    // looked up off the GUI thread, then applied), and every setting it states; what it does not
+    // state is Headroom's default, not the previous scenario's, and the notes list what that
+    // changed. One undo step. Returns a problem found at once, or empty; importFinished() says
+    // when it was applied or refused (a Hub lookup's refusal is reported there too).
     QString importTrainingConfig(const QString &path);
     QString exportTrainingConfig(const QString &path, headroom::TrainingFormat format);
+    bool importPending() const { return !m_importing.isEmpty(); }
     void showTab(Tab t);
     Tab currentTab() const;
     QString sheetPath() const { return m_sheetPath; } // the sheet this window saves to; empty: none yet
@@ -56,6 +61,10 @@ public:
     MeasurementsPanel *measurementsPanel() { return m_measurements; }
     VerdictBanner *verdictBanner() { return m_verdict; }
 
+signals:
+    // A training config's import ended: applied (problem empty) or refused, nothing changed.
+    void importFinished(const QString &problem);
+
 protected:
     void dragEnterEvent(QDragEnterEvent *e) override;
     void dropEvent(QDropEvent *e) override;
@@ -70,6 +79,10 @@ private:
     void remember(const QString &path); // in File > Open recent
     void fillRecentMenu();
     void saveAs();
+    // The import's second half, once its model is known: the scenario built from Headroom's
+    // defaults and the file's settings, applied in one step. Returns a problem, or empty.
+    QString applyImport(const headroom::TrainingImport &in, const headroom::ModelArch &model, const QString &path,
+                        QStringList notes);
 
     Session *m_session;
     ConfigPanel *m_config;
@@ -84,5 +97,6 @@ private:
     class QSplitter *m_mainSplit = nullptr;
     class QSplitter *m_breakdownSplit = nullptr;
     QString m_sheetPath;
+    QString m_importing; // a training config whose model is being looked up
     class QMenu *m_recentMenu = nullptr;
 };
