@@ -709,6 +709,13 @@ private Q_SLOTS:
                                        "grad_checkpointing":true,"attention":"sdpa"})"
                                  << "";
         QTest::addRow("deepspeed z3") << "deepspeed-ds_z3_config.json" << R"({"zero_stage":3})" << "set --gpus";
+        QTest::addRow("llama-factory v1 qlora") << "llamafactory-v1-qlora.yaml"
+                                                << R"({"finetune":"qlora","lora":{"rank":16,"alpha":32.0,"targets":["all-linear"]},
+                                                      "seq_len":2048,"micro_batch":1,"zero_stage":3})"
+                                                << "set --gpus";
+        QTest::addRow("llama-factory v1 deepspeed") << "llamafactory-v1-full-deepspeed.yaml"
+                                                    << R"({"finetune":"full","seq_len":2048,"micro_batch":1,"zero_stage":3})"
+                                                    << "ZeRO-3 read from the file name";
         QTest::addRow("accelerate fsdp") << "accelerate-fsdp_config.yaml"
                                          << R"({"zero_stage":3,"world_size":2,"precision":"amp-fp16"})"
                                          << "fsdp_offload_params";
@@ -736,6 +743,44 @@ private Q_SLOTS:
             QVERIFY2(r.err.contains(stderrMentions), qPrintable(r.err));
         // Nothing in the published files goes unrecognised.
         QVERIFY2(!r.err.contains(QStringLiteral("not understood")), qPrintable(r.err));
+    }
+
+    // Issue 28: LLaMA-Factory's v1 format (model:, peft_config, dist_config, cutoff_len) is read as
+    // itself, not as Axolotl's (which shares micro_batch_size), and its model is the one estimated;
+    // the format read is said. Its export reads back to the same scenario where v1 has the keys.
+    void llamaFactoryV1IsReadAsItself()
+    {
+        QTemporaryDir home;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("HF_HUB_OFFLINE"), QStringLiteral("1"));
+        env.insert(QStringLiteral("HF_HOME"), home.path());
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"),
+                           QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/training-configs/llamafactory-v1-qlora.yaml"),
+                           QStringLiteral("--json")},
+                          env);
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const auto j = nlohmann::json::parse(r.out.toStdString());
+        QCOMPARE(QString::fromStdString(j.at("model").at("id").get<std::string>()), QStringLiteral("qwen3-0.6b"));
+        QVERIFY2(QString::fromStdString(j.at("imported_from").get<std::string>()).contains(QStringLiteral("LLaMA-Factory v1 YAML")),
+                 j.at("imported_from").dump().c_str());
+        QVERIFY2(!r.err.contains(QStringLiteral("not understood")), qPrintable(r.err));
+
+        QTemporaryDir dir;
+        const QString out = dir.filePath(QStringLiteral("v1.yaml"));
+        const Run ex = cli({QStringLiteral("export"), QStringLiteral("--format"), QStringLiteral("llamafactory-v1"),
+                            QStringLiteral("--model"), QStringLiteral("qwen3-8b"), QStringLiteral("--finetune"),
+                            QStringLiteral("lora"), QStringLiteral("--lora-rank"), QStringLiteral("32"), QStringLiteral("--batch"),
+                            QStringLiteral("4"), QStringLiteral("--seq"), QStringLiteral("4096"), QStringLiteral("--zero"),
+                            QStringLiteral("3"), QStringLiteral("--out"), out});
+        QVERIFY2(ex.code == 0, qPrintable(ex.err));
+        const Run back = cli({QStringLiteral("estimate"), QStringLiteral("--from"), out, QStringLiteral("--json")}, env);
+        QVERIFY2(back.code == 0, qPrintable(back.err));
+        const auto c = nlohmann::json::parse(back.out.toStdString()).at("config");
+        QCOMPARE(c.at("finetune").get<std::string>(), std::string("lora"));
+        QCOMPARE(c.at("lora").at("rank").get<int>(), 32);
+        QCOMPARE(c.at("micro_batch").get<int>(), 4);
+        QCOMPARE(c.at("seq_len").get<int>(), 4096);
+        QCOMPARE(c.at("zero_stage").get<int>(), 3);
     }
 
     // Export in every format, import again: the same estimate to the byte (the fields a format

@@ -479,7 +479,7 @@ int runCli(int argc, char **argv)
                                             "Trainer/TRL, DeepSpeed or accelerate");
     addTrainingFlags(ex, fx, false);
     std::string exportFormat, exportOut;
-    ex->add_option("--format", exportFormat, "axolotl | llamafactory | trainer | deepspeed | accelerate")->required();
+    ex->add_option("--format", exportFormat, "axolotl | llamafactory | llamafactory-v1 | trainer | deepspeed | accelerate")->required();
     ex->add_option("--out", exportOut, "Write to this file instead of stdout (an earlier file survives a failed write)");
 
     try {

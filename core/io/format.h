@@ -111,7 +111,8 @@ struct Reader
 // A key's reader. readKeys never hands one an empty (null) value: that is the default, said once.
 using Handler = std::function<void(Reader &, const std::string &, const json &)>;
 // Each key of `j` through its handler; keys with none are unknown, bookkeeping aside.
-void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers);
+// prefix: a block's keys are named "block.key" in errors and in what is not understood.
+void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers, const std::string &prefix = "");
 Handler setInt(std::optional<int64_t> TrainingSettings::*field, int64_t lo, int64_t hi);
 bool isBookkeeping(const std::string &k);
 

@@ -477,20 +477,20 @@ bool isBookkeeping(const std::string &k)
 
 // ---------------------------------------------------------------- the formats
 
-void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers)
+void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers, const std::string &prefix)
 {
     // An empty or null value is "use the default" to the tools that read these files (Axolotl's
     // and TRL's dataclasses, LLaMA-Factory's arguments): said once, never an error.
     std::string empty;
     for (const auto &[k, v] : j.items()) {
         if (v.is_null() && handlers.count(k)) {
-            empty += (empty.empty() ? "" : ", ") + k;
+            empty += (empty.empty() ? "" : ", ") + prefix + k;
             continue;
         }
         if (const auto it = handlers.find(k); it != handlers.end())
-            it->second(r, k, v);
+            it->second(r, prefix + k, v);
         else if (!isBookkeeping(k))
-            r.out.unknownKeys.push_back(k);
+            r.out.unknownKeys.push_back(prefix + k);
     }
     if (!empty.empty())
         r.note("empty, so their defaults: " + empty);

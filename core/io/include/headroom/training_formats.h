@@ -13,11 +13,11 @@
 
 namespace headroom {
 
-enum class TrainingFormat { Axolotl, LlamaFactory, Trainer, DeepSpeed, Accelerate };
+enum class TrainingFormat { Axolotl, LlamaFactory, Trainer, DeepSpeed, Accelerate, LlamaFactoryV1 };
 inline constexpr TrainingFormat kAllTrainingFormats[] = {TrainingFormat::Axolotl, TrainingFormat::LlamaFactory,
                                                          TrainingFormat::Trainer, TrainingFormat::DeepSpeed,
-                                                         TrainingFormat::Accelerate};
-std::string_view toString(TrainingFormat f);                    // axolotl, llamafactory, trainer, deepspeed, accelerate
+                                                         TrainingFormat::Accelerate, TrainingFormat::LlamaFactoryV1};
+std::string_view toString(TrainingFormat f);                    // axolotl, llamafactory, llamafactory-v1, trainer, deepspeed, accelerate
 std::string_view describe(TrainingFormat f);                    // "Axolotl YAML", ...
 TrainingFormat parseTrainingFormat(std::string_view s, const std::string &field);
 
