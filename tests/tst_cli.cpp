@@ -745,6 +745,78 @@ private Q_SLOTS:
         QVERIFY2(!r.err.contains(QStringLiteral("not understood")), qPrintable(r.err));
     }
 
+    // Issue 28: the keys the issue lists as changing memory are read, each said with the way the
+    // estimate errs (never "not understood"): Axolotl's LoRA kernels, use_kernels, torchao's 4-bit
+    // AdamW, dp_shard_size as the GPU count, tensor parallelism; accelerate's parallelism_config;
+    // DeepSpeed's ZeRO-3 limits; LLaMA-Factory's image bounds (an UNDER-estimate, said so). And the
+    // tools' inference, merge and predict-only files are refused as such.
+    void memoryKeysAreReadAndSaid()
+    {
+        QTemporaryDir dir;
+        auto write = [&](const char *name, const char *text) {
+            QFile f(dir.filePath(QString::fromLatin1(name)));
+            if (!f.open(QIODevice::WriteOnly))
+                return QString();
+            f.write(text);
+            return f.fileName();
+        };
+        struct Case
+        {
+            QString file;
+            const char *expect; // config fields
+            QStringList said;
+        };
+        const std::vector<Case> cases = {
+            {write("ax.yml", "base_model: x/y\nadapter: lora\nlora_mlp_kernel: true\nlora_qkv_kernel: true\n"
+                             "lora_o_kernel: true\nmicro_batch_size: 1\nsequence_len: 2048\ndp_shard_size: 4\n"
+                             "tensor_parallel_size: 2\noptimizer: adamw_torch_4bit\nuse_kernels: true\nfsdp_version: 2\n"
+                             "quantize_moe_experts: true\ngptq: true\n"),
+             R"({"world_size":4,"optimizer":"adamw-8bit","finetune":"lora"})",
+             {QStringLiteral("lora_mlp_kernel"), QStringLiteral("adamw_torch_4bit"), QStringLiteral("tensor_parallel_size"),
+              QStringLiteral("use_kernels"), QStringLiteral("quantize_moe_experts"), QStringLiteral("gptq")}},
+            {write("acc.yml", "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 8\n"
+                              "parallelism_config:\n  parallelism_config_dp_shard_size: 4\n"
+                              "  parallelism_config_dp_replicate_size: 2\n  parallelism_config_tp_size: 1\n"
+                              "  parallelism_config_cp_size: 1\n"),
+             R"({"world_size":4})", {QStringLiteral("parallelism_config_dp_replicate_size")}},
+            {write("ds.json", R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3,
+                                  "stage3_max_live_parameters": 1e9, "stage3_prefetch_bucket_size": 5e8,
+                                  "stage3_param_persistence_threshold": 1e6, "reduce_bucket_size": 5e8}})"),
+             R"({"zero_stage":3,"micro_batch":2})", {QStringLiteral("stage3_max_live_parameters")}},
+            {write("lf.yaml", "model_name_or_path: x/y\nstage: sft\nfinetuning_type: lora\ncutoff_len: 2048\n"
+                              "image_max_pixels: 262144\nvideo_max_pixels: 16384\n"),
+             R"({"seq_len":2048})", {QStringLiteral("UNDER-estimate")}},
+        };
+        // The same tools' other files are refused as what they are, in one line.
+        for (const auto &[file, says] : std::vector<std::pair<QString, QString>>{
+                 {write("infer.yaml", "model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\ntemplate: llama3\n"
+                                      "infer_backend: huggingface\n"),
+                  QStringLiteral("an inference config")},
+                 {write("merge.yaml", "model_name_or_path: x/y\nadapter_name_or_path: saves/lora\ntemplate: llama3\n"
+                                      "finetuning_type: lora\nexport_dir: output/merged\nexport_size: 5\n"),
+                  QStringLiteral("a merge/export config")},
+                 {write("predict.yaml", "model_name_or_path: x/y\nstage: sft\ndo_predict: true\nfinetuning_type: lora\n"
+                                        "cutoff_len: 1024\npredict_with_generate: true\n"),
+                  QStringLiteral("a predict-only config")}}) {
+            const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), file, QStringLiteral("--model"),
+                               QStringLiteral("llama-3.1-8b")});
+            QCOMPARE(r.code, 2);
+            QVERIFY2(r.err.contains(says) && r.err.trimmed().count(QLatin1Char('\n')) == 0, qPrintable(r.err));
+        }
+        for (const Case &c : cases) {
+            const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), c.file, QStringLiteral("--model"),
+                               QStringLiteral("llama-3.1-8b"), QStringLiteral("--json")});
+            QVERIFY2(r.code == 0, qPrintable(c.file + QStringLiteral(": ") + r.err));
+            QVERIFY2(!r.err.contains(QStringLiteral("not understood")), qPrintable(c.file + QStringLiteral(": ") + r.err));
+            const auto config = nlohmann::json::parse(r.out.toStdString()).at("config");
+            const auto expect = nlohmann::json::parse(c.expect);
+            for (const auto &[k, v] : expect.items())
+                QVERIFY2(config.at(k) == v, qPrintable(c.file + QStringLiteral(": ") + QString::fromStdString(k + " = " + config.at(k).dump())));
+            for (const QString &word : c.said)
+                QVERIFY2(r.err.contains(word), qPrintable(c.file + QStringLiteral(" does not say ") + word + QStringLiteral(": ") + r.err));
+        }
+    }
+
     // Issue 28: LLaMA-Factory's v1 format (model:, peft_config, dist_config, cutoff_len) is read as
     // itself, not as Axolotl's (which shares micro_batch_size), and its model is the one estimated;
     // the format read is said. Its export reads back to the same scenario where v1 has the keys.

@@ -129,6 +129,11 @@ void readLoraTargets(Reader &r, const std::string &k, const json &v);
 void readAttnImplementation(Reader &r, const std::string &k, const json &v);
 void readFusedLoss(Reader &r, const std::string &key, const json &v);
 void readDeepSpeedPath(Reader &r, const std::string &key, const json &v);
+// Keys that change memory in a way the estimate does not model, said with which way it errs.
+void readLoraKernel(Reader &r, const std::string &key, const json &v);   // Axolotl's fused LoRA kernels
+void readHubKernels(Reader &r, const std::string &key, const json &v);   // use_kernels (the Hub's kernels)
+void readUnmodelledParallel(Reader &r, const std::string &key, const json &v); // tensor / context parallel sizes
+void readVisionInputs(Reader &r, const std::string &key, const json &v); // image/video pixel bounds
 
 // Writing: the Hugging Face optim name (with a note where it is not exact), targets joined with
 // commas, whether they are all-linear, and the two kinds of documents.

@@ -182,8 +182,16 @@ void readOptim(Reader &r, const std::string &key, const json &v)
         if (found)
             break;
     }
+    if (!found && (s == "adamw_torch_4bit" || s == "adamw_torch_8bit")) {
+        // torchao's low-bit AdamW (block-wise quantized moments): estimated as bitsandbytes'
+        // 8-bit AdamW, the same layout at 8 bits (for 4 bits, twice its moments: an over-estimate).
+        st.optimizer = Optimizer::AdamW8bit;
+        r.note(key + " = " + s + ": torchao's quantized AdamW, estimated as bitsandbytes' 8-bit AdamW" +
+               (s == "adamw_torch_4bit" ? " (its 4-bit moments are half that: an over-estimate)" : ""));
+        return;
+    }
     if (!found) {
-        r.out.unknownKeys.push_back(key + " = " + s + " (optimizer not modelled; the current one is kept)");
+        r.out.unknownKeys.push_back(key + " = " + s + " (optimizer not modelled; estimated with Headroom's default, AdamW)");
         return;
     }
     st.optimizer = found->id;
@@ -204,7 +212,7 @@ void readActivationOffload(Reader &r, const std::string &key, const json &v)
     if (v.is_string()) {
         const std::string s = r.text(key, v);
         if (s == "disk") {
-            r.out.unknownKeys.push_back(key + " = disk (offload to disk is not modelled; the current setting is kept)");
+            r.out.unknownKeys.push_back(key + " = disk (offload to disk is not modelled; estimated without offload)");
             return;
         }
         r.out.settings.activationOffload = true;
@@ -444,6 +452,34 @@ void readDeepSpeedPath(Reader &r, const std::string &key, const json &v)
         }
     }
     r.note(key + " = " + p + ": the DeepSpeed settings are in that file; import it too (--from)");
+}
+
+void readLoraKernel(Reader &r, const std::string &key, const json &v)
+{
+    if (r.flag(key, v))
+        r.note(key + ": Axolotl's fused LoRA kernel keeps fewer activations than PEFT's LoRA, which is what is "
+                     "estimated (an over-estimate)");
+}
+
+void readHubKernels(Reader &r, const std::string &key, const json &v)
+{
+    if (r.flag(key, v))
+        r.note(key + ": the Hub's kernels replace some layers' ops; estimated with PyTorch's own (usually an "
+                     "over-estimate)");
+}
+
+void readUnmodelledParallel(Reader &r, const std::string &key, const json &v)
+{
+    if (!Reader::isAuto(v) && r.integer(key, v, 1, 65536) > 1)
+        r.note(key + ": this parallelism splits layers or sequences across GPUs, which is not modelled; estimated "
+                     "without it (an over-estimate per GPU)");
+}
+
+void readVisionInputs(Reader &r, const std::string &key, const json &v)
+{
+    if (!v.is_null())
+        r.note(key + ": images and video are not in the estimate yet, only the text model (an UNDER-estimate "
+                     "for a vision-language run)");
 }
 
 // Keys every format shares that cannot change the step's memory: data, logging, saving, schedules.

@@ -96,9 +96,36 @@ void TrainingSettings::applyTo(TrainingConfig &c) const
     if (activationOffload) c.activationOffload = *activationOffload;
 }
 
+namespace {
+// The same tools' other files (issue 28): LLaMA-Factory's inference, merge/export and predict-only
+// configs. Refused as what they are, in one line, never
+// estimated as a training step.
+void refuseNonTraining(const formats::json &j, const std::string &name)
+{
+    if (!j.is_object())
+        return;
+    auto truthy = [&](const char *k) {
+        if (!j.contains(k))
+            return false;
+        const auto &v = j.at(k);
+        return (v.is_boolean() && v.get<bool>()) || (v.is_string() && (v == "true" || v == "True"));
+    };
+    auto refuse = [&](const char *key, const std::string &what) {
+        throw InputError(name + ": " + key, showJson(j.at(key)), what + ", not a training run: nothing to estimate");
+    };
+    if (j.contains("export_dir"))
+        refuse("export_dir", "a merge/export config");
+    if (j.contains("infer_backend"))
+        refuse("infer_backend", "an inference config");
+    if (truthy("do_predict") && !truthy("do_train"))
+        refuse("do_predict", "a predict-only config");
+}
+} // namespace
+
 TrainingImport importTrainingConfig(const std::string &text, const std::string &name, std::optional<TrainingFormat> format)
 {
     const formats::json j = formats::parseText(text, name);
+    refuseNonTraining(j, name);
     if (!format)
         format = formats::detect(j);
     if (!format)

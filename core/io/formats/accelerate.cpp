@@ -62,6 +62,24 @@ void read(Reader &r, const json &j)
                            r.out.unknownKeys.push_back(key);
                    }
                }},
+              {"parallelism_config", [](Reader &r, const std::string &k, const json &v) {
+                   if (!v.is_object())
+                       return;
+                   // accelerate's ParallelismConfig: FSDP shards over dp_shard_size GPUs.
+                   for (const auto &[pk, pv] : v.items()) {
+                       const std::string key = k + "." + pk;
+                       const std::string bare = pk.rfind("parallelism_config_", 0) == 0 ? pk.substr(19) : pk;
+                       if (bare == "dp_shard_size")
+                           r.out.settings.worldSize = static_cast<int>(r.integer(key, pv, 1, 65536));
+                       else if (bare == "tp_size" || bare == "cp_size")
+                           readUnmodelledParallel(r, key, pv);
+                       else if (bare == "dp_replicate_size") {
+                           if (r.integer(key, pv, 1, 65536) > 1)
+                               r.note(key + ": replicas each hold a full set of shards; the estimate is one replica's GPUs");
+                       } else if (bare != "cp_handler" && bare != "cp_backend")
+                           r.out.unknownKeys.push_back(key);
+                   }
+               }},
               {"compute_environment", ignoreKey},
               {"downcast_bf16", ignoreKey},
               {"machine_rank", ignoreKey},
@@ -77,7 +95,7 @@ void read(Reader &r, const json &j)
               {"main_process_port", ignoreKey},
               {"enable_cpu_affinity", ignoreKey},
               {"dynamo_config", ignoreKey}});
-    if (processes > 0)
+    if (processes > 0 && !st.worldSize) // parallelism_config's dp_shard_size, when given, is the sharding degree
         st.worldSize = static_cast<int>(std::min<int64_t>(65536, processes)); // num_processes counts every GPU
     if (type == "NO" || type == "MULTI_GPU") {
         if (!st.zeroStage)

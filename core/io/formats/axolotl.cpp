@@ -80,6 +80,31 @@ void read(Reader &r, const json &j)
               {"liger_glu_activation", ignoreKey},
               {"liger_layer_norm", ignoreKey},
               {"liger_cross_entropy", ignoreKey},
+              {"lora_mlp_kernel", readLoraKernel},
+              {"lora_qkv_kernel", readLoraKernel},
+              {"lora_o_kernel", readLoraKernel},
+              {"use_kernels", readHubKernels},
+              {"gptq", [](Reader &r, const std::string &k, const json &v) {
+                   if (r.flag(k, v))
+                       r.note(k + ": a GPTQ-quantized base is estimated in 16 bits (an over-estimate)");
+               }},
+              {"quantize_moe_experts", [](Reader &r, const std::string &k, const json &v) {
+                   if (r.flag(k, v))
+                       r.note(k + ": quantized MoE experts are estimated in 16 bits (an over-estimate)");
+               }},
+              // Axolotl's N-D parallelism: FSDP shards over dp_shard_size GPUs (each replica group
+              // holds its own shards); tensor and context parallelism are not modelled.
+              {"dp_shard_size", [](Reader &r, const std::string &k, const json &v) {
+                   if (!Reader::isAuto(v))
+                       r.out.settings.worldSize = static_cast<int>(r.integer(k, v, 1, 65536));
+               }},
+              {"dp_replicate_size", [](Reader &r, const std::string &k, const json &v) {
+                   if (r.integer(k, v, 1, 65536) > 1)
+                       r.note(k + ": replicas each hold a full set of shards; the estimate is one replica's GPUs "
+                                  "(dp_shard_size)");
+               }},
+              {"tensor_parallel_size", readUnmodelledParallel},
+              {"context_parallel_size", readUnmodelledParallel},
               {"fsdp", readFsdpString},
               {"fsdp_config", [](Reader &r, const std::string &k, const json &v) {
                    if (v.is_object())

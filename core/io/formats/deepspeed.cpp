@@ -44,11 +44,12 @@ void read(Reader &r, const json &j)
                    if (t == "AdamW" || t == "Adam" || t == "adamw" || t == "adam")
                        r.out.settings.optimizer = Optimizer::AdamW;
                    else
-                       r.out.unknownKeys.push_back(k + ".type = " + t + " (optimizer not modelled; the current one is kept)");
+                       r.out.unknownKeys.push_back(k + ".type = " + t + " (optimizer not modelled; estimated with Headroom's default, AdamW)");
                }},
               {"zero_optimization", [](Reader &r, const std::string &k, const json &v) {
                    if (!v.is_object())
                        r.bad(k, v, "must be an object");
+                   std::string limits;
                    for (const auto &[zk, zv] : v.items()) {
                        const std::string key = k + "." + zk;
                        if (zk == "stage")
@@ -61,12 +62,18 @@ void read(Reader &r, const json &j)
                            if (dev != "none")
                                r.note(key + " = " + dev + ": offloaded parameters are not modelled; the estimate keeps "
                                                           "them on the GPU (an over-estimate)");
-                       } else if (zk != "overlap_comm" && zk != "contiguous_gradients" && zk != "sub_group_size" &&
-                                  zk != "reduce_bucket_size" && zk != "allgather_bucket_size" && zk != "allgather_partitions" &&
+                       } else if (zk == "stage3_max_live_parameters" || zk == "stage3_max_reuse_distance" ||
+                                  zk == "stage3_prefetch_bucket_size" || zk == "stage3_param_persistence_threshold" ||
+                                  zk == "reduce_bucket_size" || zk == "allgather_bucket_size" || zk == "sub_group_size") {
+                           limits += (limits.empty() ? "" : ", ") + zk;
+                       } else if (zk != "overlap_comm" && zk != "contiguous_gradients" && zk != "allgather_partitions" &&
                                   zk != "reduce_scatter" && zk != "round_robin_gradients" && zk.rfind("stage3_", 0) != 0) {
                            r.out.unknownKeys.push_back(key);
                        }
                    }
+                   if (!limits.empty())
+                       r.note(k + ": " + limits + " read; DeepSpeed's own buckets and live-parameter limits are not "
+                                  "modelled: ZeRO is estimated as PyTorch's (DDP buckets, FSDP2's per-layer gathers)");
                }},
               {"zero_allow_untested_optimizer", ignoreKey},
               {"comms_config", ignoreKey},

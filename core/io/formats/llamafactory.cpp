@@ -81,7 +81,14 @@ void read(Reader &r, const json &j)
                }},
               {"optim", readOptim},
               {"enable_liger_kernel", readFusedLoss},
-              {"deepspeed", readDeepSpeedPath}});
+              {"deepspeed", readDeepSpeedPath},
+              {"image_max_pixels", readVisionInputs},
+              {"image_min_pixels", readVisionInputs},
+              {"video_max_pixels", readVisionInputs},
+              {"video_min_pixels", readVisionInputs},
+              {"video_fps", readVisionInputs},
+              {"video_maxlen", readVisionInputs},
+              {"use_kernels", readHubKernels}});
     if (type == "freeze") {
         st.finetune = FineTune::Full;
         r.note("finetuning_type = freeze: only the last layers train; estimated as full fine-tuning (an over-estimate)");

@@ -54,6 +54,7 @@ void read(Reader &r, const json &j)
                }},
               {"optim", readOptim},
               {"use_liger_kernel", readFusedLoss},
+              {"use_kernels", readHubKernels},
               {"use_peft", [&](Reader &r, const std::string &k, const json &v) { peft = r.flag(k, v); }},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},
               {"load_in_8bit", [](Reader &r, const std::string &k, const json &v) {
