@@ -1,4 +1,6 @@
 // headroom-cli as a user runs it: real process, real files.
+#include <QDirIterator>
+#include <map>
 #include <QtTest>
 
 #include "hubserver.h"
@@ -815,6 +817,91 @@ private Q_SLOTS:
             for (const QString &word : c.said)
                 QVERIFY2(r.err.contains(word), qPrintable(c.file + QStringLiteral(" does not say ") + word + QStringLiteral(": ") + r.err));
         }
+    }
+
+    // Issue 28: the public recipes of Axolotl, LLaMA-Factory, TRL, alignment-handbook and open-r1
+    // (tests/data/recipes/, as published) import as tests/data/recipes/expected.tsv holds: each
+    // an estimate (its format, model and mode) or a one-line refusal of a known class, offline.
+    // Never a crash, never two lines. HEADROOM_RECIPES_WRITE=1 writes the expectations anew;
+    // sanitizer builds take every HEADROOM_RECIPES_STRIDE-th file.
+    void recipesImportAsTheirAuthorsMeant()
+    {
+        const QString root = QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/recipes/");
+        QStringList files;
+        QDirIterator it(root, {QStringLiteral("*.yaml"), QStringLiteral("*.yml"), QStringLiteral("*.json")}, QDir::Files,
+                        QDirIterator::Subdirectories);
+        while (it.hasNext())
+            files << it.next().mid(root.size());
+        files.sort();
+        QVERIFY2(files.size() >= 400, "the recipe corpus holds every published example (404)");
+        QTemporaryDir home;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("HF_HUB_OFFLINE"), QStringLiteral("1"));
+        env.insert(QStringLiteral("HF_HOME"), home.path());
+        env.remove(QStringLiteral("HF_HUB_CACHE"));
+        const bool writing = qEnvironmentVariableIsSet("HEADROOM_RECIPES_WRITE");
+        const int stride = writing ? 1 : std::max(1, qEnvironmentVariableIntValue("HEADROOM_RECIPES_STRIDE"));
+        std::map<QString, QString> expected;
+        {
+            QFile f(root + QStringLiteral("expected.tsv"));
+            if (f.open(QIODevice::ReadOnly))
+                for (const QByteArray &line : f.readAll().split('\n'))
+                    if (const int tab = line.indexOf('\t'); tab > 0)
+                        expected[QString::fromUtf8(line.left(tab))] = QString::fromUtf8(line.mid(tab + 1));
+        }
+        std::map<QString, int> classes;
+        QString written;
+        for (int i = 0; i < files.size(); i += stride) {
+            const QString &file = files[i];
+            const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--from"), root + file, QStringLiteral("--json")}, env);
+            QVERIFY2(r.code == 0 || r.code == 2, qPrintable(file + QStringLiteral(": exit ") + QString::number(r.code)));
+            QString outcome;
+            if (r.code == 0) {
+                const auto j = nlohmann::json::parse(r.out.toStdString());
+                const QString from = QString::fromStdString(j.at("imported_from").get<std::string>());
+                const int as = from.indexOf(QStringLiteral(" as ")), paren = from.indexOf(QStringLiteral(" ("), as);
+                outcome = QStringLiteral("estimate\t%1\t%2\t%3")
+                              .arg(as >= 0 ? from.mid(as + 4, paren - as - 4) : from,
+                                   QString::fromStdString(j.at("model").at("id").get<std::string>()),
+                                   QString::fromStdString(j.at("config").at("finetune").get<std::string>()));
+            } else {
+                const QStringList errors = r.err.split(QLatin1Char('\n')).filter(QStringLiteral("error:"));
+                QVERIFY2(errors.size() == 1, qPrintable(file + QStringLiteral(": ") + r.err));
+                const QString e = errors.first();
+                if (e.contains(QStringLiteral("HF_HUB_OFFLINE")) || e.contains(QStringLiteral("Hugging Face cache")))
+                    outcome = QStringLiteral("model-unavailable");
+                else if (e.contains(QStringLiteral("names no model")))
+                    outcome = QStringLiteral("names-no-model");
+                else if (e.contains(QStringLiteral("not a training run")))
+                    outcome = QStringLiteral("not-training");
+                else if (e.contains(QStringLiteral("not a training config Headroom knows")))
+                    outcome = QStringLiteral("unknown-format");
+                else if (e.contains(QStringLiteral("never estimates it as one"))) // DPO, KTO, GRPO...: issue 29
+                    outcome = QStringLiteral("post-training\t") + e.section(QStringLiteral(": "), 3, 3).left(60);
+                else // the refusal itself, past the file name (the words a user reads)
+                    outcome = QStringLiteral("refused\t") + e.mid(e.indexOf(QStringLiteral("error: ")) + 7).left(160);
+            }
+            ++classes[outcome.section(QLatin1Char('\t'), 0, 0)];
+            written += file + QLatin1Char('\t') + outcome + QLatin1Char('\n');
+            if (!writing)
+                QVERIFY2(expected.count(file) && expected[file] == outcome,
+                         qPrintable(file + QStringLiteral(": now '") + outcome + QStringLiteral("', expected '") +
+                                    (expected.count(file) ? expected[file] : QStringLiteral("(none)")) + QStringLiteral("'")));
+        }
+        if (writing) {
+            QFile f(root + QStringLiteral("expected.tsv"));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(written.toUtf8());
+        }
+        // Of the training recipes whose model resolves offline, the share with an estimate.
+        const int estimates = classes[QStringLiteral("estimate")], refused = classes[QStringLiteral("refused")];
+        std::printf("recipes: %d estimated, %d refused (one line each), %d post-training modes refused by name, %d name a "
+                    "model not available offline, %d name no model, %d not training runs, %d not training configs\n",
+                    estimates, refused, classes[QStringLiteral("post-training")], classes[QStringLiteral("model-unavailable")],
+                    classes[QStringLiteral("names-no-model")], classes[QStringLiteral("not-training")],
+                    classes[QStringLiteral("unknown-format")]);
+        if (stride == 1)
+            QVERIFY2(estimates >= 54 && refused <= 4, "the recipes that estimate today keep estimating");
     }
 
     // Issue 28: LLaMA-Factory's v1 format (model:, peft_config, dist_config, cutoff_len) is read as

@@ -129,6 +129,9 @@ void readLoraTargets(Reader &r, const std::string &k, const json &v);
 void readAttnImplementation(Reader &r, const std::string &k, const json &v);
 void readFusedLoss(Reader &r, const std::string &key, const json &v);
 void readDeepSpeedPath(Reader &r, const std::string &key, const json &v);
+// Preference optimisation, reward modelling and RL (DPO, KTO, ORPO, GRPO, ...): refused in one line
+// naming the mode, never estimated as supervised fine-tuning (issue 29 models them).
+[[noreturn]] void refusePostTraining(Reader &r, const std::string &key, const json &v, const std::string &mode);
 // Keys that change memory in a way the estimate does not model, said with which way it errs.
 void readLoraKernel(Reader &r, const std::string &key, const json &v);   // Axolotl's fused LoRA kernels
 void readHubKernels(Reader &r, const std::string &key, const json &v);   // use_kernels (the Hub's kernels)

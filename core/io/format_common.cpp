@@ -416,13 +416,14 @@ void readAttnImplementation(Reader &r, const std::string &k, const json &v)
         r.out.settings.attention = Attention::Eager;
     } else if (s == "sdpa") {
         r.out.settings.attention = Attention::SDPA;
-    } else if (s == "flash_attention_2" || s == "flash_attention_3" || s == "flex_attention" ||
+    } else if (s == "flash_attention_2" || s == "flash_attention_3" || s == "flex_attention" || s == "xformers" ||
                s.rfind("kernels-community/", 0) == 0) {
         r.out.settings.attention = Attention::SDPA;
         r.note(k + " = " + s + ": estimated as SDPA's flash kernel, which like it keeps no s x s matrix "
                                "(its own buffers are not measured)");
     } else {
-        r.bad(k, v, "must be eager, sdpa, flash_attention_2, flash_attention_3, flex_attention or a kernels-community kernel");
+        r.bad(k, v, "must be eager, sdpa, flash_attention_2, flash_attention_3, flex_attention, xformers or a "
+                    "kernels-community kernel");
     }
 }
 
@@ -452,6 +453,13 @@ void readDeepSpeedPath(Reader &r, const std::string &key, const json &v)
         }
     }
     r.note(key + " = " + p + ": the DeepSpeed settings are in that file; import it too (--from)");
+}
+
+void refusePostTraining(Reader &r, const std::string &key, const json &v, const std::string &mode)
+{
+    r.bad(key, v,
+          mode + " is not modelled yet: its reference model, paired or generated sequences are not in a supervised "
+                 "fine-tuning estimate, and Headroom never estimates it as one");
 }
 
 void readLoraKernel(Reader &r, const std::string &key, const json &v)

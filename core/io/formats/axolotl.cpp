@@ -6,6 +6,7 @@
 #include "headroom/error.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -80,6 +81,12 @@ void read(Reader &r, const json &j)
               {"liger_glu_activation", ignoreKey},
               {"liger_layer_norm", ignoreKey},
               {"liger_cross_entropy", ignoreKey},
+              {"rl", [](Reader &r, const std::string &k, const json &v) {
+                   std::string mode = r.text(k, v);
+                   for (char &c : mode)
+                       c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+                   refusePostTraining(r, k, v, mode + " training");
+               }},
               {"lora_mlp_kernel", readLoraKernel},
               {"lora_qkv_kernel", readLoraKernel},
               {"lora_o_kernel", readLoraKernel},

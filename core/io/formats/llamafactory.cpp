@@ -30,10 +30,11 @@ void read(Reader &r, const json &j)
               {"stage", [](Reader &r, const std::string &k, const json &v) {
                    const std::string s = r.text(k, v);
                    if (s == "dpo" || s == "kto" || s == "ppo")
-                       r.note(k + " = " + s + ": the reference model" + (s == "ppo" ? " and the value and reward models" : "") +
-                              " are NOT in the estimate (an under-estimate)");
+                       refusePostTraining(r, k, v, s == "dpo" ? "DPO training" : s == "kto" ? "KTO training" : "PPO training");
                    else if (s == "rm")
-                       r.note(k + " = rm: a value head replaces the LM head; estimated with the LM head");
+                       refusePostTraining(r, k, v, "reward modelling");
+                   else if (s != "sft" && s != "pt")
+                       r.bad(k, v, "must be sft, pt, rm, dpo, kto or ppo");
                }},
               {"finetuning_type", [&](Reader &r, const std::string &k, const json &v) {
                    type = r.text(k, v);

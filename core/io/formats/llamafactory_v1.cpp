@@ -92,13 +92,16 @@ void read(Reader &r, const json &j)
               if (v.is_null())
                   return;
               const std::string name = nameOf(r, k, v);
-              if (name == "fsdp2" || name == "fsdp") {
+              if (name == "fsdp2" || name == "fsdp" || name == "fsdpturbo") {
                   r.out.settings.zeroStage = 3;
+                  if (name == "fsdpturbo")
+                      r.note(k + ".name = fsdpturbo: estimated as FSDP2 full sharding (its expert parallelism is not "
+                                 "modelled: an over-estimate per GPU for MoE experts)");
               } else if (name == "deepspeed") {
                   if (v.contains("config_file"))
                       readDeepSpeedPath(r, k + ".config_file", v.at("config_file"));
               } else {
-                  r.bad(k + ".name", v.at("name"), "must be fsdp2 or deepspeed");
+                  r.bad(k + ".name", v.at("name"), "must be fsdp2, fsdpturbo or deepspeed");
               }
               r.out.shardsWithoutGpuCount = true; // the GPU count is the launcher's, never in the file
           }},

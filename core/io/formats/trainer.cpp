@@ -56,6 +56,18 @@ void read(Reader &r, const json &j)
               {"use_liger_kernel", readFusedLoss},
               {"use_kernels", readHubKernels},
               {"use_peft", [&](Reader &r, const std::string &k, const json &v) { peft = r.flag(k, v); }},
+              // TRL's preference and RL configs (DPOConfig, ORPOConfig, KTOConfig, GRPOConfig) by their keys.
+              {"beta", [&j](Reader &r, const std::string &k, const json &v) {
+                   const bool grpo = j.contains("num_generations") || j.contains("reward_funcs");
+                   refusePostTraining(r, k, v, grpo ? "GRPO (generation in the training step)"
+                                                    : "preference optimisation (TRL's DPO/ORPO/KTO family)");
+               }},
+              {"num_generations", [](Reader &r, const std::string &k, const json &v) {
+                   refusePostTraining(r, k, v, "GRPO (generation in the training step)");
+               }},
+              {"reward_funcs", [](Reader &r, const std::string &k, const json &v) {
+                   refusePostTraining(r, k, v, "GRPO (generation in the training step)");
+               }},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},
               {"load_in_8bit", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
