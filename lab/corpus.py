@@ -272,6 +272,14 @@ def specs():
            targets=["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]))
     a(spec("dsv2l-bf16-lora16all-b1s1024-l4", "deepseek-v2-lite", finetune="lora", batch=1, layers=4,
            budget_gib=30, targets=["all-linear"]))
+    # Held out for Note [Checkpoint stop] and Note [Input require grads] (2026-12-04, after the
+    # change): other families and shapes with dropout under checkpointing, LoRA with checkpointing.
+    a(spec("sc2-3b-drop-bf16-lora16am-b2s2048-ckpt-ga2", "starcoder2-3b", finetune="lora", batch=2, seq=2048, ga=2,
+           ckpt=True, targets=sc2_t, hf=sc2_drop, as_model=("starcoder2-3b-dropout", "StarCoder2 3B (dropout 0.1)"),
+           budget_gib=30))
+    a(spec("gpt2-ampbf16-full-adamw-b8s1024-ckpt", "gpt2", precision="amp-bf16", batch=8, ckpt=True, budget_gib=15))
+    a(spec("l1b-bf16-lora16drop-b4s2048-ckpt", l1, finetune="lora", seq=2048, ckpt=True, dropout=0.05, budget_gib=25))
+    a(spec("q05b-bf16-lora16-b8s1024-ckpt-every2", q05, finetune="lora", batch=8, ckpt=True, every=2, budget_gib=20))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
