@@ -455,19 +455,10 @@ void ConfigPanel::lookUpHubModel(const QString &id)
     m_hubLookup = id;
     m_notes->hide();
     m_modelInfo->setText(tr("Looking up %1 in the Hugging Face cache, then on the Hub…").arg(id));
-    struct Found
-    {
-        std::optional<ModelArch> model;
-        std::vector<std::string> notes;
-        QString error;
-    };
-    auto *watcher = new QFutureWatcher<Found>(this);
-    connect(watcher, &QFutureWatcher<Found>::finished, this, [this, watcher, id] {
-        watcher->deleteLater();
+    lookUpModel(this, id.toStdString(), "model", [this, id](const ModelLookup &f) {
         if (m_hubLookup != id)
             return; // another id was typed since
         m_hubLookup.clear();
-        const Found f = watcher->result();
         if (!f.model) {
             m_model->lineEdit()->setText(m_model->itemText(m_model->currentIndex()));
             syncFromSession();
@@ -482,16 +473,6 @@ void ConfigPanel::lookUpHubModel(const QString &id)
         if (!notes.isEmpty())
             showNotes(notes);
     });
-    // Nothing escapes the worker: QFutureWatcher would rethrow it on the GUI thread.
-    watcher->setFuture(QtConcurrent::run([text = id.toStdString()] {
-        Found f;
-        try {
-            f.model = resolveModelText(text, "model", &f.notes);
-        } catch (const std::exception &e) {
-            f.error = QString::fromUtf8(e.what());
-        }
-        return f;
-    }));
 }
 
 void ConfigPanel::showNotes(const QStringList &notes)

@@ -6,6 +6,8 @@
 #include "headroom/catalog.h"
 
 #include <QEventLoop>
+#include <QFutureWatcher>
+#include <QtConcurrent/QtConcurrentRun>
 #include <QFileInfo>
 #include <QNetworkAccessManager>
 #include <QNetworkReply>
@@ -85,6 +87,26 @@ ModelArch resolveModelText(const std::string &text, const std::string &field, st
         }
     }
     return resolveModel(text, field);
+}
+
+void lookUpModel(QObject *receiver, const std::string &text, const std::string &field,
+                 std::function<void(const ModelLookup &)> done)
+{
+    auto *watcher = new QFutureWatcher<ModelLookup>(receiver);
+    QObject::connect(watcher, &QFutureWatcher<ModelLookup>::finished, receiver, [watcher, done = std::move(done)] {
+        watcher->deleteLater();
+        done(watcher->result());
+    });
+    // Nothing escapes the worker: QFutureWatcher would rethrow it on the GUI thread.
+    watcher->setFuture(QtConcurrent::run([text, field] {
+        ModelLookup f;
+        try {
+            f.model = resolveModelText(text, field, &f.notes);
+        } catch (const std::exception &e) {
+            f.error = QString::fromUtf8(e.what());
+        }
+        return f;
+    }));
 }
 
 } // namespace headroom

@@ -33,8 +33,6 @@
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
-#include <QFutureWatcher>
-#include <QtConcurrent/QtConcurrentRun>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
@@ -449,19 +447,10 @@ QString MainWindow::importTrainingConfig(const QString &path)
     // is known, and nothing at all if it cannot be.
     m_importing = path;
     statusBar()->showMessage(tr("Importing %1: looking up %2…").arg(name, model));
-    struct Found
-    {
-        std::optional<ModelArch> model;
-        std::vector<std::string> notes;
-        QString error;
-    };
-    auto *watcher = new QFutureWatcher<Found>(this);
-    connect(watcher, &QFutureWatcher<Found>::finished, this, [this, watcher, in, path, name, notes]() mutable {
-        watcher->deleteLater();
+    lookUpModel(this, model.toStdString(), "base_model", [this, in, path, name, notes](const ModelLookup &f) mutable {
         if (m_importing != path)
             return; // another import since
         m_importing.clear();
-        const Found f = watcher->result();
         QString problem;
         if (!f.model) {
             problem = tr("Cannot import %1: %2").arg(name, f.error);
@@ -476,16 +465,6 @@ QString MainWindow::importTrainingConfig(const QString &path)
         }
         emit importFinished(problem);
     });
-    // Nothing escapes the worker: QFutureWatcher would rethrow it on the GUI thread.
-    watcher->setFuture(QtConcurrent::run([text = model.toStdString()] {
-        Found f;
-        try {
-            f.model = resolveModelText(text, "base_model", &f.notes);
-        } catch (const std::exception &e) {
-            f.error = QString::fromUtf8(e.what());
-        }
-        return f;
-    }));
     return {};
 }
 
