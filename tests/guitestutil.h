@@ -3,6 +3,7 @@
 
 #include "session.h"
 
+#include <QFileInfo>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QtTest>
@@ -11,7 +12,10 @@ inline void isolateSettings()
 {
     QStandardPaths::setTestModeEnabled(true); // QSettings go to ~/.qttest, never the user's
     QCoreApplication::setOrganizationName(QStringLiteral("HeadroomTests"));
-    QCoreApplication::setApplicationName(QStringLiteral("headroom-tests"));
+    // One settings file per test program: ctest runs two at once (tst_gui and tst_sheets both
+    // remember files; sharing one file, each saw the other's recent files).
+    QCoreApplication::setApplicationName(QStringLiteral("headroom-tests-") +
+                                         QFileInfo(QCoreApplication::applicationFilePath()).completeBaseName());
     QSettings().clear();
 }
 
