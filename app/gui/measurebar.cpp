@@ -58,6 +58,12 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     row->addWidget(m_cancel);
     row->addWidget(m_status, 1);
     row->addWidget(m_cpuInstead);
+    // The controls keep their place when the status text wraps to a second line (a longer status
+    // while measuring grew the row and moved Cancel down under the pointer, centred as it was).
+    for (QWidget *wgt : {static_cast<QWidget *>(m_measure), static_cast<QWidget *>(m_device),
+                         static_cast<QWidget *>(m_progress), static_cast<QWidget *>(m_cancel),
+                         static_cast<QWidget *>(m_cpuInstead)})
+        row->setAlignment(wgt, Qt::AlignTop);
     setRunning(false);
 
     connect(m_measure, &QPushButton::clicked, this, &MeasureBar::measure);
