@@ -14,10 +14,10 @@ ENGINE = os.path.join(ROOT, "probes", "headroom_engine.py")
 DEFAULT = ["l8b-bf16-lora16-b4s2048", "g2-9b-bf16-lora16-b1s2048", "q3moe-bf16-lora16-b1s2048"]
 
 
-def one(req_path, env, extra=(), prefix=()):
+def timed(cmd, env):
+    """Run cmd; (exit code, seconds to its result line, seconds to exit, the result, stderr)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(list(prefix) + [sys.executable] + list(extra) + [ENGINE, "--request", req_path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     t_result, result = None, None
     for line in p.stdout:
         if '"event":"result"' in line:
@@ -25,8 +25,11 @@ def one(req_path, env, extra=(), prefix=()):
             result = json.loads(line)
     err = p.stderr.read()
     rc = p.wait()
-    t_exit = time.perf_counter() - t0
-    return rc, t_result, t_exit, result, err
+    return rc, t_result, time.perf_counter() - t0, result, err
+
+
+def one(req_path, env, extra=()):
+    return timed([sys.executable] + list(extra) + [ENGINE, "--request", req_path], env)
 
 
 def main():

@@ -8,23 +8,15 @@ import sys
 import tempfile
 import time
 
+from enginetime import timed  # lab/ is the script's folder, first on sys.path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT, PROBE, NAMES = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3].split(",")
 plan = json.load(open(os.path.join(ROOT, "lab", "corpus-plan.json")))
 
 
 def probe(req, env):
-    t0 = time.perf_counter()
-    p = subprocess.Popen([PROBE, "--engine", "transformers", "--request", req], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
-    t_result, result = None, None
-    for line in p.stdout:
-        if '"event":"result"' in line:
-            t_result = time.perf_counter() - t0
-            result = json.loads(line)
-    err = p.stderr.read()
-    rc = p.wait()
-    return rc, t_result, time.perf_counter() - t0, result, err
+    return timed([PROBE, "--engine", "transformers", "--request", req], env)
 
 
 def peaks_of(phases):

@@ -124,18 +124,36 @@ std::string oneLine(const std::string &s, size_t n = 300) { return oneLineValue(
 
 } // namespace
 
-int serveTransformersEngine(const std::string &pythonOption, const std::string &socketPath, int idleSeconds)
+namespace {
+// The engine's script and interpreter, or the exit code of the one-line error that says which is
+// missing (a run and a warm worker start the same two).
+int locateEngine(const std::string &pythonOption, std::string &script, std::string &python)
 {
     std::vector<std::string> searched;
-    const std::string script = locateScript(searched);
-    if (script.empty())
-        return fail(NoDevice, "the transformers engine (headroom_engine.py) is not installed (set HEADROOM_ENGINE_SCRIPT)",
+    script = locateScript(searched);
+    if (script.empty()) {
+        std::string where;
+        for (const auto &s : searched)
+            where += (where.empty() ? "" : ", ") + s;
+        return fail(NoDevice, "the transformers engine (headroom_engine.py) is not installed; looked in " + where +
+                                  " (set HEADROOM_ENGINE_SCRIPT)",
                     "package");
-    const std::string python = locatePython(pythonOption);
+    }
+    python = locatePython(pythonOption);
     if (python.empty())
         return fail(NoDevice, "no Python interpreter for the transformers engine: '" +
-                                  (pythonOption.empty() ? std::string("python3") : pythonOption) + "' not found",
+                                  (pythonOption.empty() ? std::string("python3") : pythonOption) +
+                                  "' not found (set --python, HEADROOM_PYTHON or Settings)",
                     "package");
+    return 0;
+}
+} // namespace
+
+int serveTransformersEngine(const std::string &pythonOption, const std::string &socketPath, int idleSeconds)
+{
+    std::string script, python;
+    if (const int code = locateEngine(pythonOption, script, python); code != 0)
+        return code;
     setenv("PYTHONUNBUFFERED", "1", 1);
     const std::string idle = std::to_string(idleSeconds);
     std::vector<const char *> argv = {python.c_str(), script.c_str(), "--serve", socketPath.c_str(), "--idle-s",
@@ -146,22 +164,9 @@ int serveTransformersEngine(const std::string &pythonOption, const std::string &
 
 int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
 {
-    std::vector<std::string> searched;
-    const std::string script = locateScript(searched);
-    if (script.empty()) {
-        std::string where;
-        for (const auto &s : searched)
-            where += (where.empty() ? "" : ", ") + s;
-        return fail(NoDevice, "the transformers engine (headroom_engine.py) is not installed; looked in " + where +
-                                  " (set HEADROOM_ENGINE_SCRIPT)",
-                    "package");
-    }
-    const std::string python = locatePython(o.python);
-    if (python.empty())
-        return fail(NoDevice, "no Python interpreter for the transformers engine: '" +
-                                  (o.python.empty() ? std::string("python3") : o.python) +
-                                  "' not found (set --python, HEADROOM_PYTHON or Settings)",
-                    "package");
+    std::string script, python;
+    if (const int code = locateEngine(o.python, script, python); code != 0)
+        return code;
 
     // The request for the engine, and a folder for the ranks' results.
     char dirTemplate[] = "/tmp/headroom-engine-XXXXXX";

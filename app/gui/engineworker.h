@@ -8,7 +8,7 @@
 
 // The transformers engine's warm worker (docs/estimator.md Note [Warm worker]): headroom-probe
 // --serve on a socket in a private temporary folder, owned by the explorer and stopped with it.
-// A run is handed to it by HEADROOM_ENGINE_WORKER=socket(); a worker that is not ready, or has
+// A run is handed to it by HEADROOM_ENGINE_WORKER=socketFor(); a worker that is not ready, or has
 // gone, leaves runs to start fresh, so it only ever saves time.
 class EngineWorker : public QObject
 {
@@ -20,8 +20,9 @@ public:
     // Starts the worker unless one runs already (a no-op then). python: empty for the probe's default.
     void start(const QString &probe, const QString &python);
     void stop();
-    // The socket once the worker said it is ready and while it runs; empty otherwise.
-    QString socket() const { return m_ready ? m_socket : QString(); }
+    // The socket once the worker said it is ready and while it runs, for a run with the same
+    // interpreter (python: empty for the probe's default); empty otherwise.
+    QString socketFor(const QString &python) const { return m_ready && python == m_python ? m_socket : QString(); }
     bool isRunning() const { return m_process != nullptr; }
 
 signals:

@@ -251,8 +251,8 @@ void MeasureBar::measureOn(const QString &device)
         }
     }
     request.engine = o.engine.toStdString();
-    if (o.engine == QLatin1String("transformers") && o.python == settings.probePython())
-        o.workerSocket = m_worker.socket();
+    if (o.engine == QLatin1String("transformers"))
+        o.workerSocket = m_worker.socketFor(o.python);
     if (m_runner.start(request, o)) {
         warmWorker(); // one that went idle starts again, for the next run
         setRunning(true);

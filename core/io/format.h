@@ -136,6 +136,7 @@ void readDeepSpeedPath(Reader &r, const std::string &key, const json &v);
 void readLoraKernel(Reader &r, const std::string &key, const json &v);   // Axolotl's fused LoRA kernels
 void readHubKernels(Reader &r, const std::string &key, const json &v);   // use_kernels (the Hub's kernels)
 void readUnmodelledParallel(Reader &r, const std::string &key, const json &v); // tensor / context parallel sizes
+void readReplicas(Reader &r, const std::string &key, const json &v);           // data-parallel replicas of the shards
 void readVisionInputs(Reader &r, const std::string &key, const json &v); // image/video pixel bounds
 
 // Writing: the Hugging Face optim name (with a note where it is not exact), targets joined with

@@ -483,6 +483,12 @@ void readUnmodelledParallel(Reader &r, const std::string &key, const json &v)
                      "without it (an over-estimate per GPU)");
 }
 
+void readReplicas(Reader &r, const std::string &key, const json &v)
+{
+    if (!Reader::isAuto(v) && r.integer(key, v, 1, 65536) > 1)
+        r.note(key + ": replicas each hold a full set of shards; the estimate is one replica's GPUs (the shard size)");
+}
+
 void readVisionInputs(Reader &r, const std::string &key, const json &v)
 {
     if (!v.is_null())

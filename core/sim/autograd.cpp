@@ -270,7 +270,6 @@ void Sim::recompute(int region)
     m_recompute = region;
     m_cursor = 0;
     m_recomputeMade.clear();
-    m_recomputeRaw.clear();
     // Inputs packed to the host come back for the recomputation (unpack_from_cpu: new device
     // tensors) and are held by its argument list until it ends; the recomputed forward's own
     // saves keep what they need longer.

@@ -102,10 +102,8 @@ def build_base(torch, R, device, factory, info):
         model = factory.build(dict(R["hf_config"]), pdtype, cfg["attention"], device)
         info["model_class"] = type(model).__name__
     else:
-        t0 = time.perf_counter()
-        transformers = require("transformers", "the transformers engine")
+        transformers = require("transformers", "the transformers engine")  # imported already (worker.preload)
         info["transformers"] = transformers.__version__
-        lap(info, "import_transformers", t0)
         from transformers import AutoConfig, AutoModelForCausalLM
         try:
             config = AutoConfig.for_model(R["model_type"], **hf)
@@ -135,8 +133,9 @@ def build_base(torch, R, device, factory, info):
         finally:
             torch.set_default_dtype(old)
         lap(info, "from_config", t0)
-        info["built_on"] = sorted({p.device.type for p in model.parameters()})
-        if any(p.device.type != torch.device(device).type for p in model.parameters()):
+        built_on = {p.device.type for p in model.parameters()}
+        info["built_on"] = sorted(built_on)
+        if built_on - {torch.device(device).type}:
             t0 = time.perf_counter()
             model = model.to(device)
             lap(info, "to_device", t0)

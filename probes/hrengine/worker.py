@@ -13,6 +13,8 @@ import struct
 import sys
 import time
 
+from .protocol import EXIT_INTERNAL
+
 MAX_HEADER = 4 << 20
 
 
@@ -87,6 +89,24 @@ def _recv(conn):
     return None if body is None else json.loads(body)
 
 
+def _recv_request(conn):
+    """The caller's request and its three file descriptors (they come with the first bytes), or
+    (None, fds) when it is cut short or longer than MAX_HEADER."""
+    msg, fds, _, _ = socket.recv_fds(conn, MAX_HEADER, 3)
+    if len(msg) < 4:
+        return None, fds
+    n = struct.unpack("!I", msg[:4])[0]
+    if n > MAX_HEADER:
+        return None, fds
+    body = msg[4:]
+    if len(body) < n:
+        rest = _recv_exact(conn, n - len(body))
+        if rest is None:
+            return None, fds
+        body += rest
+    return json.loads(body), fds
+
+
 def _recv_exact(conn, n):
     buf = b""
     while len(buf) < n:
@@ -105,7 +125,7 @@ def serve(path, idle_s=900):
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if torch.cuda.is_initialized():
         print("headroom-engine: --serve: CUDA was initialised by an import; a worker cannot be honest", file=sys.stderr)
-        return 5
+        return EXIT_INTERNAL
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, mode=0o700, exist_ok=True)
     try:
@@ -148,20 +168,12 @@ def _cleanup(srv, path):
 def _one(conn, me, stamp):
     import torch
     try:
-        msg, fds, _, _ = socket.recv_fds(conn, MAX_HEADER, 3)
-        if len(msg) < 4:
-            return
-        n = struct.unpack("!I", msg[:4])[0]
-        body = msg[4:]
-        while len(body) < n:
-            more = conn.recv(n - len(body))
-            if not more:
-                return
-            body += more
-        req = json.loads(body)
+        req, fds = _recv_request(conn)
     except (OSError, ValueError):
         return
     try:
+        if req is None:
+            return
         if len(fds) != 3:
             _send(conn, {"refused": "the caller's three streams did not arrive"})
             return
@@ -173,7 +185,7 @@ def _one(conn, me, stamp):
             return
         pid = os.fork()
         if pid == 0:
-            code = 5
+            code = EXIT_INTERNAL
             try:
                 os.setsid()
                 for i, fd in enumerate(fds):
@@ -189,7 +201,7 @@ def _one(conn, me, stamp):
                 from .main import main
                 code = main(list(req["argv"]))
             except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 5
+                code = e.code if isinstance(e.code, int) else EXIT_INTERNAL
             except BaseException as e:  # the protocol's internal error, on the caller's stderr
                 try:
                     print(f"headroom-engine: internal error in the warm worker's child: {type(e).__name__}: {e}",
@@ -202,7 +214,7 @@ def _one(conn, me, stamp):
                     sys.stderr.flush()
                 except Exception:
                     pass
-                os._exit(code if isinstance(code, int) else 5)
+                os._exit(code if isinstance(code, int) else EXIT_INTERNAL)
         _send(conn, {"pid": pid})
         _send(conn, {"exit": _wait_child(conn, pid)})
     except OSError:
@@ -217,8 +229,8 @@ def _one(conn, me, stamp):
 
 def _wait_child(conn, pid):
     """The child's exit status. A caller that goes away (killed, its connection closed) takes its
-    run with it: SIGTERM to the child, then SIGKILL after the probe's grace, so that no measurement
-    outlives the process that asked for it."""
+    run with it: SIGTERM to the child, then SIGKILL after 10 s, so that no measurement outlives the
+    process that asked for it."""
     import select
     gone_at = None
     while True:
@@ -278,6 +290,6 @@ def delegate(path, argv):
         conn.close()
     if not last or "exit" not in last:
         print("headroom-engine: the warm worker went away during the run", file=sys.stderr)
-        return 5
+        return EXIT_INTERNAL
     code = last["exit"]
     return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + N

@@ -73,10 +73,9 @@ void read(Reader &r, const json &j)
                            r.out.settings.worldSize = static_cast<int>(r.integer(key, pv, 1, 65536));
                        else if (bare == "tp_size" || bare == "cp_size")
                            readUnmodelledParallel(r, key, pv);
-                       else if (bare == "dp_replicate_size") {
-                           if (r.integer(key, pv, 1, 65536) > 1)
-                               r.note(key + ": replicas each hold a full set of shards; the estimate is one replica's GPUs");
-                       } else if (bare != "cp_handler" && bare != "cp_backend")
+                       else if (bare == "dp_replicate_size")
+                           readReplicas(r, key, pv);
+                       else if (bare != "cp_handler" && bare != "cp_backend")
                            r.out.unknownKeys.push_back(key);
                    }
                }},

@@ -105,11 +105,7 @@ void read(Reader &r, const json &j)
                    if (!Reader::isAuto(v))
                        r.out.settings.worldSize = static_cast<int>(r.integer(k, v, 1, 65536));
                }},
-              {"dp_replicate_size", [](Reader &r, const std::string &k, const json &v) {
-                   if (r.integer(k, v, 1, 65536) > 1)
-                       r.note(k + ": replicas each hold a full set of shards; the estimate is one replica's GPUs "
-                                  "(dp_shard_size)");
-               }},
+              {"dp_replicate_size", readReplicas},
               {"tensor_parallel_size", readUnmodelledParallel},
               {"context_parallel_size", readUnmodelledParallel},
               {"fsdp", readFsdpString},

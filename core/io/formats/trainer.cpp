@@ -24,6 +24,12 @@ void read(Reader &r, const json &j)
     auto &st = r.out.settings;
     bool bf16 = false, fp16 = false, peft = false, fourBit = false;
     std::optional<std::string> dtype;
+    // TRL's preference and RL configs, by their keys: GRPO where it generates, else the DPO family.
+    const Handler refuseTrl = [&j](Reader &r, const std::string &k, const json &v) {
+        const bool grpo = j.contains("num_generations") || j.contains("reward_funcs");
+        refusePostTraining(r, k, v, grpo ? "GRPO (generation in the training step)"
+                                         : "preference optimisation (TRL's DPO/ORPO/KTO family)");
+    };
     readKeys(r, j,
              {{"model_name_or_path", [](Reader &r, const std::string &k, const json &v) { r.out.settings.model = r.text(k, v); }},
               {"per_device_train_batch_size", setInt(&TrainingSettings::microBatch, 1, 1 << 20)},
@@ -56,18 +62,9 @@ void read(Reader &r, const json &j)
               {"use_liger_kernel", readFusedLoss},
               {"use_kernels", readHubKernels},
               {"use_peft", [&](Reader &r, const std::string &k, const json &v) { peft = r.flag(k, v); }},
-              // TRL's preference and RL configs (DPOConfig, ORPOConfig, KTOConfig, GRPOConfig) by their keys.
-              {"beta", [&j](Reader &r, const std::string &k, const json &v) {
-                   const bool grpo = j.contains("num_generations") || j.contains("reward_funcs");
-                   refusePostTraining(r, k, v, grpo ? "GRPO (generation in the training step)"
-                                                    : "preference optimisation (TRL's DPO/ORPO/KTO family)");
-               }},
-              {"num_generations", [](Reader &r, const std::string &k, const json &v) {
-                   refusePostTraining(r, k, v, "GRPO (generation in the training step)");
-               }},
-              {"reward_funcs", [](Reader &r, const std::string &k, const json &v) {
-                   refusePostTraining(r, k, v, "GRPO (generation in the training step)");
-               }},
+              {"beta", refuseTrl}, // DPOConfig, ORPOConfig, KTOConfig, GRPOConfig
+              {"num_generations", refuseTrl},
+              {"reward_funcs", refuseTrl},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},
               {"load_in_8bit", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
