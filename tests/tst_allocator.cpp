@@ -7,6 +7,9 @@
 #include "headroom/measurement.h"
 #include "headroom/serialize.h"
 #include "headroom/timeline.h"
+#include "headroom/catalog.h"
+#include "headroom/estimator.h"
+#include "headroom/layers.h"
 
 #include <QtTest>
 
@@ -504,6 +507,98 @@ private Q_SLOTS:
     // Issue 32, row 11: a timeline's numbers are checked at their full width. 200 allocations of
     // 2^56 bytes (each within its limit) would wrap the replay's int64 total; an event kind of
     // 2^32 is not kind 0, and a step of 2^32 + 1 is not step 1. Each is refused, naming the event.
+    // Issue 31's per-layer view: the kind of op each allocation's name says, estimate or recorded.
+    void opKindsFromNames()
+    {
+        QCOMPARE(opKindOf("q_proj"), OpKind::Attention);
+        QCOMPARE(opKindOf("apply_rotary_pos_emb"), OpKind::Attention);
+        QCOMPARE(opKindOf("post_attention_layernorm"), OpKind::Norm); // a norm, though named after attention
+        QCOMPARE(opKindOf("shared_expert.up_proj"), OpKind::Mlp);
+        QCOMPARE(opKindOf("experts.gate_up_proj"), OpKind::Mlp);
+        QCOMPARE(opKindOf("down_proj"), OpKind::Mlp);
+        QCOMPARE(opKindOf("lora_A"), OpKind::Lora);
+        QCOMPARE(opKindOf("lm_head"), OpKind::Logits);
+        QCOMPARE(opKindOf("embed_tokens"), OpKind::Embedding);
+        QCOMPARE(opKindOf("residual"), OpKind::Other);
+        // a recorded run's code lines
+        QCOMPARE(opKindOf("integrations/sdpa_attention.py:158 sdpa_attention_forward"), OpKind::Attention);
+        QCOMPARE(opKindOf("transformers/activations.py:66 forward"), OpKind::Mlp);
+        QCOMPARE(opKindOf("loss/loss_utils.py:59 ForCausalLMLoss"), OpKind::Logits);
+        QCOMPARE(opKindOf("peft/tuners/lora/layer.py:771 forward"), OpKind::Lora);
+        QCOMPARE(opKindOf("gpt2/modeling_gpt2.py:282 forward"), OpKind::Other); // names no kind
+        // ... and with the class the engine reads off the source (Note [Layer and op labels])
+        QCOMPARE(opKindOf("llama/modeling_llama.py:64 LlamaRMSNorm.forward"), OpKind::Norm);
+        QCOMPARE(opKindOf("llama/modeling_llama.py:175 LlamaMLP.forward"), OpKind::Mlp);
+        QCOMPARE(opKindOf("llama/modeling_llama.py:122 LlamaRotaryEmbedding.forward"), OpKind::Attention);
+        QCOMPARE(opKindOf("tuners/tuners_utils.py:2235 BaseTunerLayer._cast_input_dtype"), OpKind::Lora);
+        QCOMPARE(opKindOf("llama/modeling_llama.py:317 LlamaDecoderLayer.forward"), OpKind::Other); // the residual adds
+    }
+
+    // What the view shows at the step's peak is the estimate's peak, split by layer and kind: at
+    // stepPeakEvent the allocator model holds the estimate's peak allocated, which is the tensors
+    // alive then plus, per tensor, at most the remainder of a block the allocator did not split
+    // (under 1 MiB); the dynamic ones are all in the layers' bars; every layer holds its
+    // activations, and checkpointing leaves each layer only its input at the end of forward.
+    void liveByLayerAtThePeak()
+    {
+        const ModelArch m = findModelPreset("llama-3.2-1b");
+        TrainingConfig c;
+        c.finetune = FineTune::LoRA;
+        c.lora.targets = defaultLoraTargets(m);
+        c.microBatch = 2;
+        c.seqLen = 512;
+        const Estimate e = estimate(m, c);
+        const Timeline t = estimateTimeline(m, c);
+        const size_t peak = stepPeakEvent(t, t.steadyStep);
+        int64_t live = t.startupBytes, dynamic = 0;
+        const auto alive = largestLiveAt(t, peak, size_t(1) << 30);
+        for (const LiveTensor &x : alive) {
+            live += x.bytes;
+            if (x.category == Category::Activations || x.category == Category::Logits || x.category == Category::Temporaries)
+                dynamic += x.bytes;
+        }
+        QVERIFY(live <= e.peakAllocatedBytes);
+        QVERIFY(e.peakAllocatedBytes - live < static_cast<int64_t>(alive.size()) * MiB);
+        bool inPeakPhase = false;
+        for (const PhaseSpan &p : stepPhases(t, t.steadyStep))
+            inPeakPhase |= p.phase == e.peakPhase && peak > p.first && peak <= p.end;
+        QVERIFY(inPeakPhase);
+        const std::vector<LayerUse> use = liveByLayer(t, peak);
+        QCOMPARE(use.front().layer, -1);
+        QCOMPARE(static_cast<int64_t>(use.size()), m.numLayers + 1);
+        int64_t sum = 0, lora = 0;
+        for (const LayerUse &u : use) {
+            sum += u.total();
+            lora += u.bytes[static_cast<size_t>(OpKind::Lora)];
+        }
+        QCOMPARE(sum, dynamic);
+        QVERIFY(lora > 0);
+
+        TrainingConfig ck = c;
+        ck.gradCheckpointing = true;
+        ck.loss = Loss::Fused; // no logits: the recomputation is the peak
+        const Timeline tc = estimateTimeline(m, ck);
+        const auto plain = liveByLayer(t, forwardEndEvent(t, t.steadyStep));
+        const auto kept = liveByLayer(tc, forwardEndEvent(tc, tc.steadyStep));
+        const auto layer = [](const std::vector<LayerUse> &u, int l) {
+            const auto it = std::find_if(u.begin(), u.end(), [l](const LayerUse &x) { return x.layer == l; });
+            return it == u.end() ? int64_t(0) : it->total();
+        };
+        QVERIFY(layer(plain, 4) > 0);
+        // Checkpointed, the peak is in backward inside one layer's recomputation: its tensors are
+        // that layer's (the region's), far above every other layer's kept input.
+        const auto atPeak = liveByLayer(tc, stepPeakEvent(tc, tc.steadyStep));
+        std::vector<int64_t> totals;
+        for (const LayerUse &u : atPeak)
+            if (u.layer >= 0)
+                totals.push_back(u.total());
+        std::sort(totals.begin(), totals.end());
+        QVERIFY(totals.size() > 2);
+        QVERIFY2(totals.back() > 10 * totals[totals.size() / 2],
+                 qPrintable(QStringLiteral("%1 vs median %2").arg(totals.back()).arg(totals[totals.size() / 2])));
+        QVERIFY2(layer(kept, 4) * 8 < layer(plain, 4), qPrintable(QStringLiteral("%1 vs %2").arg(layer(kept, 4)).arg(layer(plain, 4))));
+    }
+
     void timelinesRefuseWidthOverflow_data()
     {
         QTest::addColumn<QByteArray>("what");

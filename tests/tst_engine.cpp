@@ -5,7 +5,11 @@
 #include "headroom/serialize.h"
 #include "headroom/traced.h"
 
+#include "headroom/layers.h"
+
 #include <QtTest>
+
+#include <set>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -619,6 +623,17 @@ private Q_SLOTS:
         QVERIFY2(e.peakAllocatedBytes >= top && e.peakAllocatedBytes <= top + top / 20,
                  qPrintable(QStringLiteral("%1 vs %2").arg(e.peakAllocatedBytes).arg(top)));
         QVERIFY(e.notes.at(0).find("traced with your model factory") != std::string::npos);
+        // Its frames name the module's class (Note [Layer and op labels]): the per-layer view
+        // reads attention, the MLP and the norms off a recorded run's code lines.
+        std::set<OpKind> kinds;
+        bool named = false;
+        for (const std::string &op : tl.ops) {
+            kinds.insert(opKindOf(op));
+            named |= op.find("RMSNorm.forward") != std::string::npos;
+        }
+        QVERIFY(named);
+        for (OpKind k : {OpKind::Attention, OpKind::Mlp, OpKind::Norm, OpKind::Logits})
+            QVERIFY2(kinds.count(k), std::string(label(k)).c_str());
     }
 
     // Note [Traced depth] (probes/hrengine/depth.py): --trace-by-depth traces three shallow depths

@@ -3,6 +3,7 @@
 #include "headroom/error.h"
 #include "headroom/measurement.h"
 #include "headroom/serialize.h"
+#include "headroom/sheet.h"
 
 #include <QtTest>
 
@@ -225,6 +226,48 @@ private Q_SLOTS:
             QVERIFY2(QString::fromUtf8(e.what()).contains(mentions), e.what());
         }
     }
+    // Issue 31: the settings a comparison lists, read off the sheet's JSON of each scenario.
+    void scenarioDiffListsWhatChanged()
+    {
+        const Scenario a = defaultScenario(); // LoRA r16, b4 x 2048, H100
+        QVERIFY(diffScenarios(a, a).empty());
+        Scenario b = a;
+        b.config.lora.rank = 64;
+        b.config.loss = Loss::Fused; // a setting written only when set: still compared
+        b.gpu = findGpu("h200");
+        b.reserve = 0.15;
+        const auto d = diffScenarios(a, b);
+        QCOMPARE(d.size(), size_t(4));
+        QCOMPARE(d[0].setting, std::string("lora.rank"));
+        QCOMPARE(d[0].pinned, std::string("16"));
+        QCOMPARE(d[0].current, std::string("64"));
+        QCOMPARE(d[1].setting, std::string("loss"));
+        QCOMPARE(d[1].pinned, std::string("standard"));
+        QCOMPARE(d[1].current, std::string("fused"));
+        QCOMPARE(d[2].setting, std::string("gpu"));
+        QVERIFY(d[2].current.find("H200") != std::string::npos);
+        QCOMPARE(d[3].setting, std::string("reserve"));
+        QCOMPARE(d[3].current, std::string("15%"));
+        // another model is one change, not its every field
+        Scenario c = a;
+        c.model = findModelPreset("qwen2.5-7b");
+        const auto dm = diffScenarios(a, c);
+        QVERIFY(!dm.empty());
+        QCOMPARE(dm[0].setting, std::string("model"));
+        QVERIFY(dm[0].current.find("qwen2.5-7b") != std::string::npos);
+        QVERIFY(std::none_of(dm.begin(), dm.end(), [](const ScenarioChange &x) { return x.setting.rfind("model.", 0) == 0; }));
+        // full fine-tuning on both sides: LoRA's settings do not count
+        Scenario f1 = a, f2 = a;
+        f1.config.finetune = f2.config.finetune = FineTune::Full;
+        f2.config.lora.rank = 8;
+        QVERIFY(diffScenarios(f1, f2).empty());
+        f2.config.lora.targets = {"q_proj"};
+        QVERIFY(diffScenarios(f1, f2).empty());
+        QCOMPARE(signedBytes(0, Unit::GiB), std::string("0"));
+        QCOMPARE(signedBytes(int64_t(3) << 29, Unit::GiB), std::string("+1.50 GiB"));
+        QCOMPARE(signedBytes(-(int64_t(1) << 30), Unit::GiB), std::string("-1.00 GiB"));
+    }
+
     void estimateDocumentHasTheContract()
     {
         const auto &m = findModelPreset("llama-3.1-8b");

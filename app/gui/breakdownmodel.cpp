@@ -95,6 +95,26 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
     endResetModel();
 }
 
+void BreakdownModel::setComparison(const Report &pinned, const Report &current, Unit units)
+{
+    beginResetModel();
+    m_units = units;
+    m_view = View::Step;
+    m_bars.clear();
+    if (pinned.error.empty())
+        m_bars.push_back(barOf(tr("Pinned"), false, pinned.estimate.peak));
+    if (current.error.empty())
+        m_bars.push_back(barOf(tr("Current"), false, current.estimate.peak));
+    endResetModel();
+}
+
+void BreakdownModel::clear()
+{
+    beginResetModel();
+    m_bars.clear();
+    endResetModel();
+}
+
 int BreakdownModel::rowCount(const QModelIndex &parent) const
 {
     return parent.isValid() ? 0 : kCategoryCount + 1;

@@ -29,6 +29,11 @@ public:
     void setContent(const headroom::Report &report, const headroom::Measurement *measured, headroom::Unit units,
                     View view);
 
+    // Two bars, "Pinned" and "Current", each at its own peak (issue 31's comparison). A report
+    // that could not be estimated gives no bar.
+    void setComparison(const headroom::Report &pinned, const headroom::Report &current, headroom::Unit units);
+    void clear(); // no bars
+
     int rowCount(const QModelIndex &parent = {}) const override;
     int columnCount(const QModelIndex &parent = {}) const override;
     QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;

@@ -2,6 +2,8 @@
 #include <QGraphicsScene>
 #include <QGraphicsLayout>
 #include <QPainter>
+#include <QApplication>
+#include <QEvent>
 
 #include <QAreaSeries>
 #include <QBarCategoryAxis>
@@ -45,8 +47,62 @@ QColor categoryColor(int row)
 
 namespace {
 
+// A chart's own colours from a palette: its background, titles, legend, axes and grid, and the
+// lines marked "followsText" (a measured run's). The category colours stay: they read on both.
+void paintChart(QChart *chart, const QPalette &p)
+{
+    const QColor text = p.color(QPalette::WindowText), base = p.color(QPalette::Base);
+    QColor grid = text;
+    grid.setAlpha(45);
+    chart->setBackgroundBrush(base);
+    chart->setTitleBrush(text);
+    chart->legend()->setLabelColor(text);
+    for (QAbstractAxis *a : chart->axes()) {
+        a->setLabelsColor(text);
+        a->setTitleBrush(text);
+        a->setGridLineColor(grid);
+        a->setLinePenColor(grid);
+    }
+    for (QAbstractSeries *s : chart->series())
+        if (auto *line = qobject_cast<QLineSeries *>(s); line && line->property("followsText").toBool()) {
+            QPen pen = line->pen();
+            pen.setColor(text);
+            line->setPen(pen);
+        }
+}
+
+// What a chart written to a file is drawn in, whatever the screen's palette: a sheet is a page.
+QPalette filePalette()
+{
+    QPalette p;
+    p.setColor(QPalette::Base, Qt::white);
+    p.setColor(QPalette::WindowText, QColor(0x20, 0x20, 0x20));
+    return p;
+}
+
+// Repaints its chart in the application's palette when that changes (issue 31: dark follows the desktop).
+class PaletteFollower : public QObject
+{
+public:
+    PaletteFollower(QChart *chart, QObject *parent)
+        : QObject(parent)
+        , m_chart(chart)
+    {}
+    bool eventFilter(QObject *, QEvent *e) override
+    {
+        if (e->type() == QEvent::ApplicationPaletteChange || e->type() == QEvent::PaletteChange)
+            paintChart(m_chart, QApplication::palette());
+        return false;
+    }
+
+private:
+    QChart *m_chart;
+};
+
 QChartView *makeView(QChart *chart, QWidget *parent)
 {
+    parent->installEventFilter(new PaletteFollower(chart, parent));
+    paintChart(chart, QApplication::palette());
     chart->setAnimationOptions(QChart::NoAnimation); // repaint within a frame of a slider move
     chart->setMargins(QMargins(4, 4, 4, 4));
     chart->legend()->setAlignment(Qt::AlignRight);
@@ -108,6 +164,7 @@ QPixmap renderView(QChartView *view, const QSize &size)
     if (!size.isValid() || !chart || !chart->scene())
         return view->grab();
     const QRectF old = chart->geometry();
+    paintChart(chart, filePalette());
     chart->setGeometry(QRectF(QPointF(0, 0), QSizeF(size)));
     if (chart->layout())
         chart->layout()->activate();
@@ -119,6 +176,7 @@ QPixmap renderView(QChartView *view, const QSize &size)
         chart->scene()->render(&painter, QRectF(QPointF(0, 0), QSizeF(size)), chart->sceneBoundingRect());
     }
     chart->setGeometry(old);
+    paintChart(chart, QApplication::palette());
     if (chart->layout())
         chart->layout()->activate();
     return p;
@@ -317,6 +375,7 @@ void BreakdownChart::refresh()
     const double cap = toUnit(m_capacityBytes, u), usable = toUnit(m_usableBytes, u);
     m_capacity->replace(QList<QPointF>{{lo, cap}, {hi, cap}});
     m_usable->replace(QList<QPointF>{{lo, usable}, {hi, usable}});
+    paintChart(m_chart, QApplication::palette()); // axes made anew take the default colours
 }
 
 QPair<qreal, qreal> BreakdownChart::yRange() const
@@ -413,8 +472,10 @@ void ScalingChart::setContent(const std::vector<ScalingCurve> &curves, int64_t c
         s->attachAxis(x);
         s->attachAxis(y);
     }
-    if (xmin == 0)
+    if (xmin == 0) {
+        paintChart(m_chart, QApplication::palette());
         return;
+    }
     // every power of two up to seven labels, else every other one: ten in half a 1280-pixel
     // window were elided to "1… 2… 5…" (issue 31 row 3)
     int labels = 0;
@@ -452,6 +513,7 @@ void ScalingChart::setContent(const std::vector<ScalingCurve> &curves, int64_t c
     x->setRange(log2d(xmin), log2d(xmax));
     // Clip at twice the card so the capacity line stays readable; what is above does not fit.
     y->setRange(0, niceCeiling(cap * 2.0));
+    paintChart(m_chart, QApplication::palette()); // axes made anew take the default colours
 }
 
 QStringList ScalingChart::seriesNames() const
@@ -539,9 +601,10 @@ void TimelineChart::setContent(const std::vector<double> &x, const std::vector<s
     if (!measured.empty()) {
         auto *line = new QLineSeries;
         line->setName(measuredName);
-        QPen pen(QColor(0x1f, 0x1f, 0x1f));
+        QPen pen(QApplication::palette().color(QPalette::WindowText));
         pen.setWidthF(1.6);
         line->setPen(pen);
+        line->setProperty("followsText", true); // black on a light chart, light on a dark one
         for (const auto &[px, b] : measured) {
             line->append(px, toUnit(b, units));
             ymax = std::max(ymax, toUnit(b, units));
@@ -568,6 +631,7 @@ void TimelineChart::setContent(const std::vector<double> &x, const std::vector<s
     ay->setRange(0, intervals * step);
     ay->setTickCount(intervals + 1);
     ay->setLabelFormat(step < 1.0 ? QStringLiteral("%.1f") : QStringLiteral("%.0f"));
+    paintChart(m_chart, QApplication::palette()); // axes made anew take the default colours
 }
 
 int TimelineChart::seriesCount() const
@@ -576,6 +640,112 @@ int TimelineChart::seriesCount() const
 }
 
 QPixmap TimelineChart::toPixmap(const QSize &size) const
+{
+    return renderView(m_view, size);
+}
+
+QColor opKindColor(int kind)
+{
+    static const QColor colors[] = {
+        QColor(0x4e, 0x79, 0xa7), // attention
+        QColor(0xf2, 0x8e, 0x2b), // MLP and experts
+        QColor(0x76, 0xb7, 0xb2), // norms
+        QColor(0xb0, 0x7a, 0xa1), // LoRA
+        QColor(0x59, 0xa1, 0x4f), // logits and loss
+        QColor(0xed, 0xc9, 0x48), // embedding
+        QColor(0xba, 0xb0, 0xac), // residuals and other
+    };
+    return kind >= 0 && kind < static_cast<int>(std::size(colors)) ? colors[kind] : QColor(Qt::gray);
+}
+
+LayerChart::LayerChart(QWidget *parent)
+    : QWidget(parent)
+    , m_chart(new QChart)
+    , m_view(makeView(m_chart, this))
+{
+    m_chart->legend()->setVisible(false); // the panel's table names the kinds in these colours
+}
+
+void LayerChart::setContent(const QStringList &labels, const std::vector<std::vector<int64_t>> &stacked,
+                            const QStringList &kindNames, Unit units, const QString &title)
+{
+    clearChart(m_chart);
+    m_chart->setTitle(title);
+    auto *bars = new QStackedBarSeries;
+    double top = 0;
+    std::vector<double> totals(static_cast<size_t>(labels.size()), 0.0);
+    for (size_t k = 0; k < stacked.size(); ++k) {
+        auto *set = new QBarSet(k < static_cast<size_t>(kindNames.size()) ? kindNames[static_cast<int>(k)] : QString());
+        set->setColor(opKindColor(static_cast<int>(k)));
+        set->setBorderColor(opKindColor(static_cast<int>(k)).darker(140));
+        for (size_t i = 0; i < stacked[k].size(); ++i) {
+            const double v = toUnit(stacked[k][i], units);
+            *set << v;
+            if (i < totals.size())
+                totals[i] += v;
+        }
+        bars->append(set);
+    }
+    for (double t : totals)
+        top = std::max(top, t);
+    bars->setBarWidth(0.8);
+    m_chart->addSeries(bars);
+    // At most about twelve names, on their bars: every n-th layer (a category axis names every
+    // bar, and elides them all past a dozen), and the last bar's own name.
+    const int every = std::max<int>(1, static_cast<int>((labels.size() + 11) / 12));
+    auto *x = new QCategoryAxis;
+    x->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
+    x->setStartValue(-0.5);
+    for (int i = 0; i < labels.size(); ++i)
+        if (i % every == 0 || i == labels.size() - 1)
+            x->append(labels[i], i);
+    x->setRange(-0.5, std::max<double>(0.5, static_cast<double>(labels.size()) - 0.5));
+    x->setGridLineVisible(false);
+    x->setTitleText(tr("decoder layer"));
+    auto *y = new QValueAxis;
+    const auto [yTop, ticks] = niceAxis(top);
+    y->setRange(0, yTop);
+    y->setTickCount(ticks);
+    y->setLabelFormat(QStringLiteral("%.3g"));
+    y->setTitleText(QString::fromLatin1(toString(units).data()));
+    m_chart->addAxis(x, Qt::AlignBottom);
+    m_chart->addAxis(y, Qt::AlignLeft);
+    bars->attachAxis(x);
+    bars->attachAxis(y);
+    paintChart(m_chart, QApplication::palette()); // axes made anew take the default colours
+}
+
+int LayerChart::barCount() const
+{
+    const auto series = m_chart->series();
+    auto *bars = series.isEmpty() ? nullptr : qobject_cast<QStackedBarSeries *>(series.front());
+    return bars && bars->count() > 0 ? static_cast<int>(bars->barSets().front()->count()) : 0;
+}
+
+QList<qreal> LayerChart::values(int kind) const
+{
+    const auto series = m_chart->series();
+    if (series.isEmpty())
+        return {};
+    auto *bars = qobject_cast<QStackedBarSeries *>(series.front());
+    if (!bars || kind < 0 || kind >= bars->count())
+        return {};
+    QList<qreal> out;
+    const QBarSet *set = bars->barSets()[kind];
+    for (int i = 0; i < set->count(); ++i)
+        out << set->at(i);
+    return out;
+}
+
+QStringList LayerChart::shownLabels() const
+{
+    for (QAbstractAxis *a : m_chart->axes(Qt::Horizontal))
+        if (auto *x = qobject_cast<QCategoryAxis *>(a))
+            return x->categoriesLabels();
+    return {};
+}
+
+QPixmap LayerChart::toPixmap(const QSize &size) const
 {
     return renderView(m_view, size);
 }

@@ -103,3 +103,26 @@ private:
     QChartView *m_view;
     QString m_xTitle;
 };
+
+// Issue 31's per-layer view: one bar per decoder layer (and one for what is outside the layers),
+// stacked by the kind of op that made each tensor.
+class LayerChart : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit LayerChart(QWidget *parent = nullptr);
+    // labels[i]: bar i's name; stacked[k][i]: op kind k's bytes in bar i. Shows at most about
+    // twelve of the labels (every n-th layer, and the last) so that 80 layers stay readable.
+    void setContent(const QStringList &labels, const std::vector<std::vector<int64_t>> &stacked,
+                    const QStringList &kindNames, headroom::Unit units, const QString &title);
+    int barCount() const;
+    QList<qreal> values(int kind) const; // in units
+    QStringList shownLabels() const;     // the names the axis shows, in order
+    QPixmap toPixmap(const QSize &size = {}) const;
+
+private:
+    QChart *m_chart;
+    QChartView *m_view;
+};
+
+QColor opKindColor(int kind); // one colour per headroom::OpKind

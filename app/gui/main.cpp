@@ -3,6 +3,7 @@
 
 #include "chartpanel.h"
 #include "hubfetch.h"
+#include "appearance.h"
 #include "mainwindow.h"
 #include "sheetio.h"
 #include "timelinepanel.h"
@@ -30,6 +31,33 @@ int fail(const QString &message)
 {
     std::fprintf(stderr, "headroom: %s\n", qPrintable(message));
     return 2;
+}
+
+// --screenshot: the window at `size` offscreen, once everything it shows has landed, as a PNG.
+int shoot(MainWindow &window, Session &session, const QString &size, const QString &file)
+{
+    const QStringList wh = size.split(QLatin1Char('x'));
+    const int w = wh.size() == 2 ? wh[0].toInt() : 0, h = wh.size() == 2 ? wh[1].toInt() : 0;
+    if (w < 320 || h < 240 || w > 8000 || h > 8000)
+        return fail(QStringLiteral("--size = %1: must be WxH between 320x240 and 8000x8000").arg(size));
+    window.resize(w, h);
+    window.show();
+    session.recomputeNow();
+    // A model with no row is traced in the background: the picture waits for it (10 min at most).
+    QElapsedTimer waited;
+    waited.start();
+    while (!session.traceStatus().isEmpty() && waited.elapsed() < 600000)
+        QCoreApplication::processEvents(QEventLoop::AllEvents | QEventLoop::WaitForMoreEvents, 100);
+    QCoreApplication::processEvents(); // lay out and paint once
+    // Encoded in memory, then written through the same atomic save as sheets: a failed write
+    // keeps the old file (issue 15: the screenshot was written in place).
+    QByteArray png;
+    QBuffer buffer(&png);
+    if (!buffer.open(QIODevice::WriteOnly) || !window.grab().save(&buffer, "PNG"))
+        return fail(QStringLiteral("--screenshot = %1: cannot encode the image").arg(file));
+    if (const QString problem = sheetio::writeAtomic(file, png); !problem.isEmpty())
+        return fail(QStringLiteral("--screenshot = %1: %2").arg(file, problem));
+    return 0;
 }
 
 } // namespace
@@ -70,7 +98,7 @@ int main(int argc, char **argv)
                                     QStringLiteral("Open a budget sheet (or a config.json) at start."), QStringLiteral("sheet.json"));
     const QCommandLineOption measurement(QStringLiteral("measurement"),
                                          QStringLiteral("Import a probe result (may be repeated)."), QStringLiteral("result.json"));
-    const QCommandLineOption tab(QStringLiteral("tab"), QStringLiteral("breakdown | scaling | measurements | timeline"),
+    const QCommandLineOption tab(QStringLiteral("tab"), QStringLiteral("breakdown | scaling | measurements | timeline | compare | layers"),
                                  QStringLiteral("TAB"), QStringLiteral("breakdown"));
     const QCommandLineOption view(QStringLiteral("view"), QStringLiteral("step | phases (the breakdown chart)"),
                                   QStringLiteral("VIEW"), QStringLiteral("step"));
@@ -79,11 +107,28 @@ int main(int argc, char **argv)
     const QCommandLineOption timeline(QStringLiteral("timeline"),
                                       QStringLiteral("Overlay a measured timeline (headroom-probe --timeline) on the Timeline tab."),
                                       QStringLiteral("timeline.json"));
-    parser.addOptions({screenshot, model, gpu, config, measurement, tab, view, size, timeline});
+    const QCommandLineOption look(QStringLiteral("appearance"),
+                                  QStringLiteral("system | light | dark (default: Settings; light for --screenshot)."),
+                                  QStringLiteral("MODE"));
+    const QCommandLineOption pin(QStringLiteral("pin"),
+                                 QStringLiteral("Open a sheet or a training config and pin it for the Compare tab, "
+                                                "before --config and the rest apply."),
+                                 QStringLiteral("FILE"));
+    parser.addOptions({screenshot, model, gpu, config, measurement, tab, view, size, timeline, look, pin});
     parser.process(app);
 
     Session session;
     const bool shooting = parser.isSet(screenshot);
+    // The palette before any window: the desktop's unless Settings or --appearance say otherwise;
+    // a screenshot is reproducible, light unless asked.
+    appearance::captureDesktop();
+    const QString mode = parser.isSet(look) ? parser.value(look)
+                         : shooting         ? appearance::name(appearance::Mode::Light)
+                                            : Settings().appearance();
+    if (const auto m = appearance::named(mode))
+        appearance::apply(*m);
+    else
+        return fail(QStringLiteral("--appearance = %1: must be system, light or dark").arg(mode));
     if (!shooting) { // screenshots are reproducible: they never depend on the last session
         const Settings settings;
         if (const auto sheet = settings.lastSession())
@@ -109,63 +154,45 @@ int main(int argc, char **argv)
     }
     QString importProblem;
     QObject::connect(&window, &MainWindow::importFinished, &window, [&](const QString &p) { importProblem = p; });
-    for (const QString &path : parser.values(config) + parser.values(measurement)) {
+    // Opens a file, and waits for a training config naming a Hub id to be applied once its model
+    // is found (issue 28: the picture never shows one model's name with another's numbers); two
+    // minutes at most. Returns the problem, or empty.
+    const auto open = [&](const QString &path) -> QString {
+        importProblem.clear();
         if (const QString problem = window.openFile(path); !problem.isEmpty())
-            return fail(problem);
-        // A training config naming a Hub id is applied once its model is found (issue 28: the
-        // picture never shows one model's name with another's numbers); two minutes at most.
+            return problem;
         QElapsedTimer looking;
         looking.start();
         while (window.importPending() && looking.elapsed() < 120000)
             QCoreApplication::processEvents(QEventLoop::AllEvents | QEventLoop::WaitForMoreEvents, 100);
         if (window.importPending())
-            return fail(QStringLiteral("%1: its model was not found within two minutes").arg(path));
-        if (!importProblem.isEmpty())
-            return fail(importProblem);
+            return QStringLiteral("%1: its model was not found within two minutes").arg(path);
+        return importProblem;
+    };
+    if (parser.isSet(pin)) {
+        if (const QString problem = open(parser.value(pin)); !problem.isEmpty())
+            return fail(QStringLiteral("--pin: %1").arg(problem));
+        session.pin();
     }
+    for (const QString &path : parser.values(config) + parser.values(measurement))
+        if (const QString problem = open(path); !problem.isEmpty())
+            return fail(problem);
     if (parser.isSet(timeline))
         if (const QString problem = window.timelinePanel()->openMeasured(parser.value(timeline)); !problem.isEmpty())
             return fail(QStringLiteral("--timeline: %1").arg(problem));
     const QString tabName = parser.value(tab);
-    MainWindow::Tab shownTab = MainWindow::Tab::Breakdown;
-    if (tabName == QLatin1String("scaling"))
-        shownTab = MainWindow::Tab::Scaling;
-    else if (tabName == QLatin1String("measurements"))
-        shownTab = MainWindow::Tab::Measurements;
-    else if (tabName == QLatin1String("timeline"))
-        shownTab = MainWindow::Tab::Timeline;
-    else if (tabName != QLatin1String("breakdown"))
-        return fail(QStringLiteral("--tab = %1: must be breakdown, scaling, measurements or timeline").arg(tabName));
+    const std::optional<MainWindow::Tab> named = MainWindow::tabNamed(tabName);
+    if (!named)
+        return fail(QStringLiteral("--tab = %1: must be %2").arg(tabName, MainWindow::tabNames()));
+    const MainWindow::Tab shownTab = *named;
     window.showTab(shownTab);
     if (parser.value(view) == QLatin1String("phases"))
         window.chartPanel()->setView(BreakdownModel::View::Phases);
     else if (parser.value(view) != QLatin1String("step"))
         return fail(QStringLiteral("--view = %1: must be step or phases").arg(parser.value(view)));
 
-    if (shooting) {
-        const QStringList wh = parser.value(size).split(QLatin1Char('x'));
-        const int w = wh.size() == 2 ? wh[0].toInt() : 0, h = wh.size() == 2 ? wh[1].toInt() : 0;
-        if (w < 320 || h < 240 || w > 8000 || h > 8000)
-            return fail(QStringLiteral("--size = %1: must be WxH between 320x240 and 8000x8000").arg(parser.value(size)));
-        window.resize(w, h);
-        window.show();
-        session.recomputeNow();
-        // A model with no row is traced in the background: the picture waits for it (10 min at most).
-        QElapsedTimer waited;
-        waited.start();
-        while (!session.traceStatus().isEmpty() && waited.elapsed() < 600000)
-            QCoreApplication::processEvents(QEventLoop::AllEvents | QEventLoop::WaitForMoreEvents, 100);
-        QCoreApplication::processEvents(); // lay out and paint once
-        // Encoded in memory, then written through the same atomic save as sheets: a failed write
-        // keeps the old file (issue 15: the screenshot was written in place).
-        QByteArray png;
-        QBuffer buffer(&png);
-        if (!buffer.open(QIODevice::WriteOnly) || !window.grab().save(&buffer, "PNG"))
-            return fail(QStringLiteral("--screenshot = %1: cannot encode the image").arg(parser.value(screenshot)));
-        if (const QString problem = sheetio::writeAtomic(parser.value(screenshot), png); !problem.isEmpty())
-            return fail(QStringLiteral("--screenshot = %1: %2").arg(parser.value(screenshot), problem));
-        return 0;
-    }
+    if (shooting)
+        return shoot(window, session, parser.value(size), parser.value(screenshot));
     window.restoreWindow();
     if (parser.isSet(tab)) // asked for on the command line: over the remembered one
         window.showTab(shownTab);

@@ -2,7 +2,9 @@
 
 #include "chartpanel.h"
 #include "charts.h"
+#include "comparepanel.h"
 #include "configpanel.h"
+#include "layerspanel.h"
 #include "measurebar.h"
 #include "measurementspanel.h"
 #include "qtutil.h"
@@ -62,6 +64,8 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     , m_scaling(new ScalingPanel(session, this))
     , m_timeline(new TimelinePanel(session, this))
     , m_measurements(new MeasurementsPanel(session, this))
+    , m_compare(new ComparePanel(session, this))
+    , m_layers(new LayersPanel(session, this))
     , m_tabs(new QTabWidget(this))
 {
     initResources();
@@ -92,6 +96,11 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
     m_tabs->addTab(m_scaling, tr("Scaling"));
     m_tabs->addTab(m_measurements, tr("Measurements"));
     m_tabs->addTab(m_timeline, tr("Timeline"));
+    m_tabs->addTab(m_compare, tr("Compare"));
+    m_tabs->addTab(m_layers, tr("Layers"));
+    // the Timeline tab's measured overlay is set beside the estimate by kind of op
+    connect(m_timeline, &TimelinePanel::measuredChanged, this,
+            [this] { m_layers->setMeasured(m_timeline->measured(), m_timeline->measuredName()); });
 
     auto *right = new QWidget(this);
     auto *rightLayout = new QVBoxLayout(right);
@@ -109,6 +118,9 @@ MainWindow::MainWindow(Session *session, QWidget *parent)
             [this] { openInteractively(tr("Import a probe result"), tr("Probe results (*.json *.jsonl);;All files (*)")); });
     connect(session, &Session::measurementsChanged, this, [this] {
         m_tabs->setTabText(2, tr("Measurements (%1)").arg(m_session->measurements().size()));
+    });
+    connect(session, &Session::pinnedChanged, this, [this] {
+        m_tabs->setTabText(static_cast<int>(Tab::Compare), m_session->pinned() ? tr("Compare (pinned)") : tr("Compare"));
     });
     connect(session, &Session::reportReady, this, &MainWindow::updateTitle);
     buildMenus();
@@ -136,9 +148,30 @@ QRect MainWindow::initialGeometry(const QRect &available, const QSize &minimum)
     return r;
 }
 
+namespace {
+const char *const kTabNames[MainWindow::kTabCount] = {"breakdown", "scaling", "measurements", "timeline", "compare", "layers"};
+}
+
+std::optional<MainWindow::Tab> MainWindow::tabNamed(const QString &name)
+{
+    for (int i = 0; i < kTabCount; ++i)
+        if (name == QLatin1String(kTabNames[i]))
+            return static_cast<Tab>(i);
+    return std::nullopt;
+}
+
+QString MainWindow::tabNames()
+{
+    QStringList names;
+    for (const char *n : kTabNames)
+        names << QLatin1String(n);
+    const QString last = names.takeLast();
+    return names.join(QStringLiteral(", ")) + QStringLiteral(" or ") + last;
+}
+
 MainWindow::Tab MainWindow::currentTab() const
 {
-    return static_cast<Tab>(std::clamp(m_tabs->currentIndex(), 0, static_cast<int>(Tab::Timeline)));
+    return static_cast<Tab>(std::clamp(m_tabs->currentIndex(), 0, kTabCount - 1));
 }
 
 QByteArray MainWindow::saveLayout() const
@@ -247,9 +280,17 @@ void MainWindow::buildMenus()
 
     QMenu *view = menuBar()->addMenu(tr("&View"));
     const std::pair<Tab, QString> tabs[] = {{Tab::Breakdown, tr("&Breakdown")}, {Tab::Scaling, tr("&Scaling")},
-                                            {Tab::Measurements, tr("&Measurements")}, {Tab::Timeline, tr("&Timeline")}};
-    for (const auto &[t, name] : tabs) // Ctrl+1 ... Ctrl+4
+                                            {Tab::Measurements, tr("&Measurements")}, {Tab::Timeline, tr("&Timeline")},
+                                            {Tab::Compare, tr("&Compare")}, {Tab::Layers, tr("&Layers")}};
+    for (const auto &[t, name] : tabs) // Ctrl+1 ... Ctrl+6
         view->addAction(name, QKeySequence(Qt::CTRL | (Qt::Key_1 + static_cast<int>(t))), this, [this, t = t] { showTab(t); });
+    view->addSeparator();
+    view->addAction(tr("&Pin for comparison"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P), this, [this] {
+        m_session->pin();
+        showTab(Tab::Compare);
+        statusBar()->showMessage(tr("Pinned: change anything, and the Compare tab sets the two side by side."), 8000);
+    });
+    view->addAction(tr("&Unpin"), m_session, &Session::unpin);
 
     QMenu *help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("How Headroom &budgets memory"), QKeySequence(Qt::Key_F1), this, [this] {
@@ -357,8 +398,10 @@ QString MainWindow::exportTo(const QString &path)
     if (!format)
         return tr("Cannot export to %1: use .pdf, .html, .md, .csv, .json or .png").arg(QFileInfo(path).fileName());
     m_session->recomputeNow(); // the sheet describes exactly what is on screen
-    const QString problem = sheetio::exportSheet(path, *format, m_session->toSheet(), m_chart->chart()->toPixmap(QSize(900, 520)),
-                                                 m_timeline->picture(QSize(900, 460)));
+    // A comparison sheet's picture is the comparison's: the pinned and the current bar.
+    const QPixmap chart = m_session->pinned() ? m_compare->picture(QSize(900, 520)) : m_chart->chart()->toPixmap(QSize(900, 520));
+    const QString problem =
+        sheetio::exportSheet(path, *format, m_session->toSheet(), chart, m_timeline->picture(QSize(900, 460)));
     if (problem.isEmpty()) {
         if (*format == sheetio::Format::Json) {
             m_sheetPath = path;

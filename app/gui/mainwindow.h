@@ -6,8 +6,12 @@
 
 #include <QMainWindow>
 
+#include <optional>
+
 class ChartPanel;
+class ComparePanel;
 class ConfigPanel;
+class LayersPanel;
 class MeasureBar;
 class MeasurementsPanel;
 class RecommendationsPanel;
@@ -21,7 +25,11 @@ class MainWindow : public QMainWindow
 {
     Q_OBJECT
 public:
-    enum class Tab { Breakdown, Scaling, Measurements, Timeline };
+    enum class Tab { Breakdown, Scaling, Measurements, Timeline, Compare, Layers };
+    static constexpr int kTabCount = 6;
+    // "breakdown", "scaling", ... as --tab names them; nullopt for another name.
+    static std::optional<Tab> tabNamed(const QString &name);
+    static QString tabNames(); // "breakdown, scaling, ... or compare"
     explicit MainWindow(Session *session, QWidget *parent = nullptr);
 
     // Open a sheet, a probe result or a HF config.json, whichever the file is. Returns the
@@ -59,6 +67,8 @@ public:
     ScalingPanel *scalingPanel() { return m_scaling; }
     TimelinePanel *timelinePanel() { return m_timeline; }
     MeasurementsPanel *measurementsPanel() { return m_measurements; }
+    ComparePanel *comparePanel() { return m_compare; }
+    LayersPanel *layersPanel() { return m_layers; }
     VerdictBanner *verdictBanner() { return m_verdict; }
 
 signals:
@@ -93,6 +103,8 @@ private:
     ScalingPanel *m_scaling;
     TimelinePanel *m_timeline;
     MeasurementsPanel *m_measurements;
+    ComparePanel *m_compare;
+    LayersPanel *m_layers;
     QTabWidget *m_tabs;
     class QSplitter *m_mainSplit = nullptr;
     class QSplitter *m_breakdownSplit = nullptr;

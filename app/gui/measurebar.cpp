@@ -1,5 +1,7 @@
 #include "measurebar.h"
 
+#include "appearance.h"
+
 #include "qtutil.h"
 #include "settings.h"
 
@@ -75,10 +77,13 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     });
     connect(&m_readinessWatch, &QFutureWatcher<ProbeReadiness>::finished, this, [this] {
         m_readiness = m_readinessWatch.result();
+        m_readinessPending = false;
         showPlan();
         warmWorker();
     });
     checkReadiness();
+    connect(appearance::notifier(), &appearance::Notifier::changed, this,
+            [this] { showStatus(m_status->text(), m_statusColor); }); // dark or light: the same words, readable
 
     // A failure belongs to the configuration it was for ("no usable GPU", a refused request): a
     // change of configuration clears it, and the "Run on the CPU instead" offer with it.
@@ -145,6 +150,7 @@ void MeasureBar::checkReadiness()
     if (!settings.probePrefix().isEmpty() || m_readinessWatch.isRunning())
         return; // a remote probe: this machine's packages say nothing about that one's
     const QString probe = ProbeRunner::locateProbe(settings.probePath());
+    m_readinessPending = true;
     m_readinessWatch.setFuture(QtConcurrent::run(&ProbeReadiness::check, probe, settings.probePython()));
 }
 
@@ -176,7 +182,9 @@ QString MeasureBar::statusText() const
 void MeasureBar::showStatus(const QString &text, const char *color)
 {
     m_status->setText(text);
-    m_status->setStyleSheet(color ? QStringLiteral("color: %1").arg(QLatin1String(color)) : QString());
+    m_statusColor = color;
+    m_status->setStyleSheet(color ? QStringLiteral("color: %1").arg(appearance::readable(QColor(QLatin1String(color))).name())
+                                  : QString());
 }
 
 // A failure of the last run (in red); the next change of configuration clears it.

@@ -22,6 +22,9 @@ public:
     explicit MeasureBar(Session *session, QWidget *parent = nullptr);
     ProbeRunner *runner() { return &m_runner; }
     QString statusText() const;
+    // The background check of this machine's probe, GPU and packages has not answered yet (its
+    // answer changes the status line, so a layout can still move once).
+    bool readinessPending() const { return m_readinessPending; }
 
 public slots:
     void measure();
@@ -45,10 +48,12 @@ private:
     QPushButton *m_cancel;
     QLabel *m_status;
     QPushButton *m_cpuInstead;
+    const char *m_statusColor = nullptr; // as chosen for a light window (appearance::readable)
     QString m_requestedDevice; // what the last run asked for: "auto", "cuda" or "cpu"
     bool m_failed = false;     // the status shows a failure of the last run
     bool m_answered = false;   // the status shows the last run's result (kept until a change)
     ProbeReadiness m_readiness;
+    bool m_readinessPending = false;
     QFutureWatcher<ProbeReadiness> m_readinessWatch;
     EngineWorker m_worker;
     // Starts the warm worker when Settings asks for it and this machine's Python has the

@@ -1,5 +1,7 @@
 #include "measurementsmodel.h"
 
+#include "appearance.h"
+
 #include "qtutil.h"
 
 #include <cmath>
@@ -92,11 +94,11 @@ QVariant MeasurementsModel::data(const QModelIndex &index, int role) const
                                                  qs(m.headroomVersion), qs(m.createdAt)));
     } else if (role == Qt::ForegroundRole) {
         if (index.column() == Result && m.oom)
-            return QColor(0xb3, 0x26, 0x1e);
+            return appearance::fitText(Fit::OOM);
         if (index.column() == Error && est && std::abs(estimateError(m, *est)) > 0.05)
-            return QColor(0xa1, 0x5c, 0x00);
+            return appearance::fitText(Fit::Tight);
         if (index.column() == Ranks && rankSpread(m) > kUnevenSpread)
-            return QColor(0xa1, 0x5c, 0x00);
+            return appearance::fitText(Fit::Tight);
     } else if (role == Qt::TextAlignmentRole && index.column() != Model && index.column() != Config &&
                index.column() != Device && index.column() != Result) {
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);

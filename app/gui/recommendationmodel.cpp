@@ -1,5 +1,7 @@
 #include "recommendationmodel.h"
 
+#include "appearance.h"
+
 #include "qtutil.h"
 
 #include <cstdlib>
@@ -63,7 +65,7 @@ QVariant RecommendationModel::data(const QModelIndex &index, int role) const
                  qs(formatBytes(std::abs(r.savingBytes), m_units, 2)) + (r.savingBytes >= 0 ? QString() : tr(" more")),
                  qs(r.cost));
     } else if (role == Qt::ForegroundRole && index.column() == FitsAfter) {
-        return r.fitsAfter ? QColor(0x1b, 0x7f, 0x3b) : QColor(0x80, 0x80, 0x80);
+        return r.fitsAfter ? appearance::fitText(Fit::Fits) : appearance::mutedText();
     } else if (role == Qt::UserRole && index.column() == Saves) {
         return static_cast<qlonglong>(r.savingBytes);
     }

@@ -1,5 +1,7 @@
 #include "scalingmodel.h"
 
+#include "appearance.h"
+
 #include "qtutil.h"
 
 #include <QColor>
@@ -56,11 +58,7 @@ QVariant ScalingModel::data(const QModelIndex &index, int role) const
         }
         return {};
     } else if (role == Qt::ForegroundRole && index.column() == Verdict) {
-        switch (r.row.verdict.fit) {
-        case Fit::Fits: return QColor(0x1b, 0x7f, 0x3b);
-        case Fit::Tight: return QColor(0xa1, 0x5c, 0x00);
-        case Fit::OOM: return QColor(0xb3, 0x26, 0x1e);
-        }
+        return appearance::fitText(r.row.verdict.fit);
     } else if (role == Qt::TextAlignmentRole && index.column() >= PeakAllocated && index.column() <= Costs) {
         return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
     } else if (role == Qt::UserRole && index.column() == DeviceTotal) {

@@ -307,10 +307,32 @@ const Measurement *Session::selectedMeasurement() const
     return m_selected >= 0 ? &m_measurements[static_cast<size_t>(m_selected)] : nullptr;
 }
 
+void Session::pin()
+{
+    // The report on screen is the scenario's once it has landed; a traced model's report is only
+    // here (buildReport cannot make it again).
+    if (m_report.scenario != m_scenario || m_running)
+        recomputeNow();
+    setPinned(m_scenario, m_report);
+}
+
+void Session::unpin()
+{
+    setPinned(std::nullopt);
+}
+
+void Session::setPinned(std::optional<Scenario> s, std::optional<Report> report)
+{
+    m_pinned = std::move(s);
+    m_pinnedReport = !m_pinned ? Report{} : report ? std::move(*report) : buildReport(*m_pinned, false);
+    emit pinnedChanged();
+}
+
 Sheet Session::toSheet() const
 {
     Sheet s;
     s.scenario = m_scenario;
+    s.pinned = m_pinned;
     s.units = m_units;
     s.measurements = m_measurements;
     s.selectedMeasurement = m_selected;
@@ -344,5 +366,6 @@ void Session::restore(const Sheet &sheet)
     emit measurementsChanged();
     selectMeasurement(sheet.selectedMeasurement);
     setUnits(sheet.units);
+    setPinned(sheet.pinned);
     applyScenario(sheet.scenario, tr("Open sheet"));
 }

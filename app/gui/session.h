@@ -79,6 +79,14 @@ public:
     int selectedIndex() const { return m_selected; }
     const headroom::Measurement *selectedMeasurement() const;
 
+    // Issue 31: a configuration pinned to compare the current one with (the Compare tab, the
+    // sheets). Pinning takes the current scenario and its report; the pin stays while the
+    // scenario changes, until unpinned or replaced. Not an undo step: it changes no setting.
+    void pin();
+    void unpin();
+    const std::optional<headroom::Scenario> &pinned() const { return m_pinned; }
+    const headroom::Report &pinnedReport() const { return m_pinnedReport; } // empty unless pinned
+
     headroom::Sheet toSheet() const;
     void restore(const headroom::Sheet &sheet);
 
@@ -89,6 +97,7 @@ signals:
     void measurementsChanged();
     void selectionChanged();
     void traceStatusChanged();
+    void pinnedChanged();
 
 private:
     // Two passes per scenario: a quick one (the estimate and the verdicts, one simulated step)
@@ -121,4 +130,7 @@ private:
     std::vector<std::optional<headroom::Estimate>> m_measurementEstimates;
     int m_selected = -1;
     Tracer *m_tracer = nullptr;
+    std::optional<headroom::Scenario> m_pinned;
+    headroom::Report m_pinnedReport;
+    void setPinned(std::optional<headroom::Scenario> s, std::optional<headroom::Report> report = std::nullopt);
 };

@@ -97,6 +97,17 @@ bool Settings::probeShareGpu() const
     return m_settings.value(QLatin1String(kProbeShareGpu), false).toBool();
 }
 
+QString Settings::appearance() const
+{
+    const QString v = m_settings.value(QLatin1String(kAppearance), QStringLiteral("system")).toString();
+    return v == QLatin1String("light") || v == QLatin1String("dark") ? v : QStringLiteral("system");
+}
+
+void Settings::setAppearance(const QString &mode)
+{
+    m_settings.setValue(QLatin1String(kAppearance), mode);
+}
+
 bool Settings::probeWarmWorker() const
 {
     return m_settings.value(QLatin1String(kProbeWarmWorker), true).toBool();

@@ -22,6 +22,7 @@ public:
     static constexpr const char *kProbeShareGpu = "probe/share_gpu";
     static constexpr const char *kProbeWarmWorker = "probe/warm_worker";
     static constexpr const char *kUnits = "ui/units";
+    static constexpr const char *kAppearance = "ui/appearance"; // system | light | dark
     static constexpr const char *kLastScenario = "session/last_scenario";
     static constexpr const char *kWindowGeometry = "ui/window_geometry";
     static constexpr const char *kWindowLayout = "ui/window_layout"; // splitters and the open tab
@@ -55,6 +56,10 @@ public:
 
     // The window as it was closed (QWidget::saveGeometry), and its splitters and tab
     // (MainWindow::saveLayout); empty when never saved.
+    // Issue 31: the palette, following the desktop unless set; an unknown value is "system".
+    QString appearance() const;
+    void setAppearance(const QString &mode);
+
     QByteArray windowGeometry() const;
     void setWindowGeometry(const QByteArray &g);
     QByteArray windowLayout() const;

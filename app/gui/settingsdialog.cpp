@@ -1,5 +1,6 @@
 #include "settingsdialog.h"
 
+#include "appearance.h"
 #include "proberunner.h"
 #include "settings.h"
 
@@ -29,6 +30,7 @@ SettingsDialog::SettingsDialog(QWidget *parent)
     , m_warmWorker(new QCheckBox(tr("Keep the transformers engine's imports warm (each measurement still runs in a "
                                     "fresh process)"),
                                  this))
+    , m_appearance(new QComboBox(this))
 {
     setWindowTitle(tr("Headroom settings"));
     const Settings s;
@@ -88,6 +90,13 @@ SettingsDialog::SettingsDialog(QWidget *parent)
     m_allocConf->setText(s.probeAllocConf());
     m_allocConf->setPlaceholderText(QStringLiteral("expandable_segments:True"));
     form->addRow(tr("PYTORCH_CUDA_ALLOC_CONF"), m_allocConf);
+    m_appearance->setObjectName(QStringLiteral("appearance"));
+    m_appearance->addItem(appearance::desktopIsDark() ? tr("Follow the desktop (dark)") : tr("Follow the desktop (light)"),
+                          appearance::name(appearance::Mode::System));
+    m_appearance->addItem(tr("Light"), appearance::name(appearance::Mode::Light));
+    m_appearance->addItem(tr("Dark"), appearance::name(appearance::Mode::Dark));
+    m_appearance->setCurrentIndex(std::max(0, m_appearance->findData(s.appearance())));
+    form->addRow(tr("Appearance"), m_appearance);
     auto *buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
     connect(buttons, &QDialogButtonBox::accepted, this, &SettingsDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, this, &SettingsDialog::reject);
@@ -107,5 +116,8 @@ void SettingsDialog::accept()
     s.setProbePython(m_python->text().trimmed());
     s.setProbeShareGpu(m_shareGpu->isChecked());
     s.setProbeWarmWorker(m_warmWorker->isChecked());
+    const QString mode = m_appearance->currentData().toString();
+    s.setAppearance(mode);
+    appearance::apply(appearance::named(mode).value_or(appearance::Mode::System)); // at once, charts included
     QDialog::accept();
 }

@@ -26,4 +26,5 @@ private:
     QLineEdit *m_python;
     QCheckBox *m_shareGpu;
     QCheckBox *m_warmWorker;
+    QComboBox *m_appearance;
 };

@@ -148,6 +148,7 @@ QString TimelinePanel::openMeasured(const QString &path)
     }
     m_dirty = true;
     refresh();
+    emit measuredChanged();
     return {};
 }
 

@@ -23,10 +23,15 @@ public:
     // engine's converter, to overlay; "" on success, else the one-line reason.
     QString openMeasured(const QString &path);
     TimelineChart *chart() { return m_chart; }
+    const std::optional<headroom::Timeline> &measured() const { return m_measured; }
+    QString measuredName() const { return m_measuredName; }
     QString details() const;
     // The chart as a picture for sheets, brought up to date even if the tab was never shown.
     QPixmap picture(const QSize &size);
     void showDetailsAt(double x);
+
+signals:
+    void measuredChanged(); // a measured timeline was opened
 
 protected:
     void showEvent(QShowEvent *e) override;

@@ -1,5 +1,9 @@
 #include "verdictbanner.h"
 
+#include "appearance.h"
+
+#include <QEvent>
+
 #include "qtutil.h"
 
 #include "headroom/serialize.h"
@@ -18,6 +22,7 @@ VerdictBanner::VerdictBanner(Session *session, QWidget *parent)
     connect(session, &Session::unitsChanged, this, &VerdictBanner::refresh);
     connect(session, &Session::selectionChanged, this, &VerdictBanner::refresh);
     connect(session, &Session::traceStatusChanged, this, &VerdictBanner::refresh);
+    connect(appearance::notifier(), &appearance::Notifier::changed, this, &VerdictBanner::refresh); // dark or light
     setTextInteractionFlags(Qt::LinksAccessibleByMouse | Qt::LinksAccessibleByKeyboard);
     connect(this, &QLabel::linkActivated, this, [this](const QString &link) {
         const Report &r = m_session->report();
@@ -107,22 +112,17 @@ void VerdictBanner::refresh()
         setText(tr("<b>%1</b><br><small>Its peak comes from your own stack's step, run on fake tensors; every "
                    "other control stays live.</small>")
                     .arg(tracing));
-        const QString style = QStringLiteral("QLabel { background: #e8eef9; color: #1d3a6e; border-radius: 4px; font-size: 11pt; }");
+        const appearance::Tone tone = appearance::bannerTone(std::nullopt, false);
+        const QString style = QStringLiteral("QLabel { background: %1; color: %2; border-radius: 4px; font-size: 11pt; }")
+                                  .arg(tone.background, tone.text);
         if (style != styleSheet())
             setStyleSheet(style);
         return;
     }
     setText(compose(r, m_session->selectedMeasurement(), m_session->units(), m_session->scenario()));
-    const char *bg = !r.error.empty()                ? "#fde7e9"
-                     : r.verdict.fit == Fit::Fits  ? "#e3f4e8"
-                     : r.verdict.fit == Fit::Tight ? "#fff1d6"
-                                                   : "#fde7e9";
-    const char *fg = !r.error.empty()                ? "#8c1d18"
-                     : r.verdict.fit == Fit::Fits  ? "#14532d"
-                     : r.verdict.fit == Fit::Tight ? "#7a4500"
-                                                   : "#8c1d18";
+    const appearance::Tone tone = appearance::bannerTone(r.verdict.fit, !r.error.empty());
     const QString style = QStringLiteral("QLabel { background: %1; color: %2; border-radius: 4px; font-size: 11pt; }")
-                              .arg(QLatin1String(bg), QLatin1String(fg));
+                              .arg(tone.background, tone.text);
     if (style != styleSheet()) // re-polishing costs milliseconds; only when the verdict changes
         setStyleSheet(style);
 }

@@ -7,7 +7,7 @@ namespace headroom {
 
 using nlohmann::json;
 
-json toJson(const TrainingConfig &c)
+json toJson(const TrainingConfig &c, bool everyField)
 {
     json j = {{"precision", toString(c.precision)},
               {"optimizer", toString(c.optimizer)},
@@ -27,14 +27,15 @@ json toJson(const TrainingConfig &c)
               {"world_size", c.worldSize},
               {"zero_stage", c.zeroStage},
               {"offload_optimizer", c.offloadOptimizer}};
-    if (c.loss != Loss::Standard) // written only when set: documents from before stay byte-identical
+    // written only when set: documents from before stay byte-identical
+    if (everyField || c.loss != Loss::Standard)
         j["loss"] = toString(c.loss);
-    if (c.checkpointLayers > 0)
+    if (everyField || c.checkpointLayers > 0)
         j["checkpoint_layers"] = c.checkpointLayers;
-    if (c.checkpointEvery > 1)
+    if (everyField || c.checkpointEvery > 1)
         j["checkpoint_every"] = c.checkpointEvery;
-    if (c.activationOffload)
-        j["activation_offload"] = true;
+    if (everyField || c.activationOffload)
+        j["activation_offload"] = c.activationOffload;
     return j;
 }
 

@@ -8,6 +8,8 @@
 #include "headroom/json_input.h"
 #include "headroom/serialize.h"
 
+#include "sheet_table.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -239,7 +241,7 @@ json toJson(const Sheet &s)
     json ms = json::array();
     for (const auto &m : s.measurements)
         ms.push_back(toJson(m));
-    return {{"schema_version", kSchemaVersion},
+    json out = {{"schema_version", kSchemaVersion},
             {"kind", "headroom_sheet"},
             {"provenance", provenance(s, createdAt)},
             {"model", toJson(s.scenario.model)},
@@ -254,7 +256,76 @@ json toJson(const Sheet &s)
             {"recommendations", recs},
             {"measurements", ms},
             {"selected_measurement", s.selectedMeasurement}};
+    if (s.pinned) {
+        const Report p = reportOrThrow(*s.pinned, false);
+        json changes = json::array();
+        for (const auto &c : diffScenarios(*s.pinned, s.scenario))
+            changes.push_back({{"setting", c.setting}, {"pinned", c.pinned}, {"current", c.current}});
+        out["pinned"] = {{"model", toJson(s.pinned->model)},
+                         {"config", toJson(s.pinned->config)},
+                         {"gpu", toJson(s.pinned->gpu)},
+                         {"reserve", s.pinned->reserve},
+                         {"alloc_conf", s.pinned->allocConf},
+                         {"estimate", toJson(p.estimate)},
+                         {"verdict", toJson(p.verdict, s.pinned->gpu)},
+                         {"changes", changes}};
+    }
+    return out;
 }
+
+namespace {
+
+// Every sub-reader names its own field; prefix them so the user knows where in the sheet.
+template<typename Read> auto within(const std::string &ctx, const std::string &prefix, Read &&read)
+{
+    try {
+        return read();
+    } catch (const InputError &e) {
+        throw InputError(ctx + "." + prefix + ": " + e.field(), e.value(), e.why());
+    }
+}
+
+// A sheet's scenario, or its pinned one (ctx "sheet.pinned"): the same fields, read alike.
+Scenario scenarioFromJson(const json &j, const std::string &ctx)
+{
+    if (!j.is_object())
+        throw InputError(ctx, showJson(j), "must be an object");
+    Scenario s;
+    s.model = within(ctx, "model", [&] {
+        // A model with no modelled row reopens with its config.json (hf_config), to be traced again.
+        ModelArch m = modelArchFromJsonLenient(requireField(j, "model", ctx));
+        if (m.estimable)
+            m.validate();
+        return m;
+    });
+    s.config = within(ctx, "config", [&] {
+        const json &cj = requireField(j, "config", ctx);
+        TrainingConfig c = trainingConfigFromJson(cj);
+        // A sheet that names no LoRA targets takes the model's own (defaultLoraTargets), as the
+        // CLI and the explorer do.
+        const bool targetsGiven = cj.contains("lora") && cj.at("lora").is_object() && cj.at("lora").contains("targets");
+        if (!targetsGiven)
+            c.lora.targets = defaultLoraTargets(s.model);
+        c.validate();
+        return c;
+    });
+    s.gpu = gpuFromJson(requireField(j, "gpu", ctx), ctx + ".gpu");
+    const json &reserve = requireField(j, "reserve", ctx);
+    if (!reserve.is_number() || !(reserve.get<double>() >= 0.0 && reserve.get<double>() < 0.9))
+        throw InputError(ctx + ".reserve", reserve.dump(), "must be a number in [0, 0.9)");
+    s.reserve = reserve.get<double>();
+    if (j.contains("alloc_conf")) {
+        const json &ac = j.at("alloc_conf");
+        if (!ac.is_string() || ac.get<std::string>().size() > 512)
+            throw InputError(ctx + ".alloc_conf", ac.is_string() ? ac.get<std::string>().substr(0, 40) + "..." : ac.dump(),
+                             "must be a PYTORCH_CUDA_ALLOC_CONF string of at most 512 characters");
+        s.allocConf = ac.get<std::string>();
+        (void)parseAllocConf(s.allocConf, ctx + ".alloc_conf"); // names the bad entry
+    }
+    return s;
+}
+
+} // namespace
 
 Sheet sheetFromJson(const json &j)
 {
@@ -263,46 +334,11 @@ Sheet sheetFromJson(const json &j)
     const json &kind = requireField(j, "kind", ctx);
     if (kind != "headroom_sheet")
         throw InputError(ctx + ".kind", kind.dump(), "must be \"headroom_sheet\" (is this a budget sheet?)");
-    // Every sub-reader names its own field; prefix them so the user knows where in the sheet.
-    const auto within = [&](const std::string &prefix, auto &&read) {
-        try {
-            return read();
-        } catch (const InputError &e) {
-            throw InputError(ctx + "." + prefix + ": " + e.field(), e.value(), e.why());
-        }
-    };
     Sheet s;
-    s.scenario.model = within("model", [&] {
-        // A model with no modelled row reopens with its config.json (hf_config), to be traced again.
-        ModelArch m = modelArchFromJsonLenient(requireField(j, "model", ctx));
-        if (m.estimable)
-            m.validate();
-        return m;
-    });
-    s.scenario.config = within("config", [&] {
-        const json &cj = requireField(j, "config", ctx);
-        TrainingConfig c = trainingConfigFromJson(cj);
-        // A sheet that names no LoRA targets takes the model's own (defaultLoraTargets), as the
-        // CLI and the explorer do.
-        const bool targetsGiven = cj.contains("lora") && cj.at("lora").is_object() && cj.at("lora").contains("targets");
-        if (!targetsGiven)
-            c.lora.targets = defaultLoraTargets(s.scenario.model);
-        c.validate();
-        return c;
-    });
-    s.scenario.gpu = gpuFromJson(requireField(j, "gpu", ctx), ctx + ".gpu");
-    const json &reserve = requireField(j, "reserve", ctx);
-    if (!reserve.is_number() || !(reserve.get<double>() >= 0.0 && reserve.get<double>() < 0.9))
-        throw InputError(ctx + ".reserve", reserve.dump(), "must be a number in [0, 0.9)");
-    s.scenario.reserve = reserve.get<double>();
-    if (j.contains("alloc_conf")) {
-        const json &ac = j.at("alloc_conf");
-        if (!ac.is_string() || ac.get<std::string>().size() > 512)
-            throw InputError(ctx + ".alloc_conf", ac.is_string() ? ac.get<std::string>().substr(0, 40) + "..." : ac.dump(),
-                             "must be a PYTORCH_CUDA_ALLOC_CONF string of at most 512 characters");
-        s.scenario.allocConf = ac.get<std::string>();
-        (void)parseAllocConf(s.scenario.allocConf, ctx + ".alloc_conf"); // names the bad entry
-    }
+    s.scenario = scenarioFromJson(j, ctx);
+    // Derived numbers (its estimate, verdict and changes) are recomputed, never read.
+    if (j.contains("pinned") && !j.at("pinned").is_null())
+        s.pinned = scenarioFromJson(j.at("pinned"), ctx + ".pinned");
     if (j.contains("units")) {
         if (!j.at("units").is_string())
             throw InputError(ctx + ".units", j.at("units").dump(), "must be GiB or GB");
@@ -314,7 +350,7 @@ Sheet sheetFromJson(const json &j)
             throw InputError(ctx + ".measurements", ms.is_array() ? std::to_string(ms.size()) + " entries" : ms.dump(),
                              "must be an array of at most 10000 probe results");
         for (size_t i = 0; i < ms.size(); ++i)
-            s.measurements.push_back(within("measurements[" + std::to_string(i) + "]",
+            s.measurements.push_back(within(ctx, "measurements[" + std::to_string(i) + "]",
                                             [&] { return measurementFromJson(ms[i]); }));
     }
     if (j.contains("selected_measurement")) {
@@ -332,6 +368,8 @@ Sheet sheetFromText(const std::string &text)
 }
 
 namespace {
+
+using sheetparts::Table;
 
 std::string pct(double f)
 {
@@ -355,35 +393,14 @@ std::string escapeHtml(const std::string &s)
     return o;
 }
 
-// One table, written either as Markdown or as HTML, so both sheets carry the same content.
-struct Table
-{
-    std::string title;
-    std::vector<std::string> header;
-    std::vector<std::vector<std::string>> rows;
-    // A column of numbers ("15.11 GiB", "+23.3%", "12") is right-aligned, text left-aligned.
-    bool numeric(size_t col) const
-    {
-        bool any = false;
-        for (const auto &r : rows) {
-            if (col >= r.size() || r[col] == "-")
-                continue;
-            const std::string &c = r[col];
-            const size_t i = !c.empty() && (c[0] == '+' || c[0] == '-') ? 1 : 0;
-            if (i >= c.size() || !std::isdigit(static_cast<unsigned char>(c[i])))
-                return false;
-            any = true;
-        }
-        return any;
-    }
-};
-
 std::vector<Table> sheetTables(const Sheet &s, const Report &r)
 {
     const Unit u = s.units;
     const Measurement *m = selected(s);
     const auto fmt = [&](int64_t b) { return formatBytes(b, u, 2); };
     std::vector<Table> t;
+    if (s.pinned)
+        t = sheetparts::comparisonTables(*s.pinned, reportOrThrow(*s.pinned, false), s.scenario, r, u);
 
     Table cfg{"Configuration", {"Setting", "Value"}, {}};
     const TrainingConfig &c = s.scenario.config;
@@ -492,20 +509,27 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     return t;
 }
 
-std::string verdictLine(const Sheet &s, const Report &r)
+} // namespace
+
+std::string verdictLine(const Report &r, Unit units)
 {
+    const Scenario &s = r.scenario;
     std::ostringstream o;
     const Verdict &v = r.verdict;
     // The banner's words: "Out of memory: peak 107.3 GiB of 78.6 GiB, 36.5% over the card on ...".
     o << (v.fit == Fit::Fits ? "Fits" : v.fit == Fit::Tight ? "Tight" : "Out of memory") << ": peak "
-      << formatBytes(v.neededBytes, s.units, 1) << " of " << formatBytes(v.capacityBytes, s.units, 1) << ", "
-      << headroomPhrase(v) << " on " << s.scenario.gpu.name << " (reserve " << std::lround(s.scenario.reserve * 100)
-      << "%).";
+      << formatBytes(v.neededBytes, units, 1) << " of " << formatBytes(v.capacityBytes, units, 1) << ", "
+      << headroomPhrase(v) << " on " << s.gpu.name << " (reserve " << std::lround(s.reserve * 100) << "%).";
     if (v.cacheFlushes > 0)
         o << " Fits only because " << cacheFlushNote(v) << '.';
     return o.str();
 }
 
+namespace {
+std::string verdictLine(const Sheet &s, const Report &r)
+{
+    return verdictLine(r, s.units);
+}
 } // namespace
 
 const char *fitColor(Fit f)
@@ -598,6 +622,15 @@ std::string sheetCsv(const Sheet &s)
     row("total", "device_total", r.estimate.deviceTotalBytes, m ? std::optional<int64_t>(m->deviceTotalBytes()) : std::nullopt);
     for (const auto &[g, v] : r.otherCards)
         row("card_headroom", g.id, v.headroomBytes(), std::nullopt);
+    if (s.pinned) { // the pinned configuration's estimate, in the estimated column (issue 31)
+        const Report p = reportOrThrow(*s.pinned, false);
+        for (Category c : kAllCategories)
+            row("pinned_category", toString(c), p.estimate.peak[c], std::nullopt);
+        row("pinned_total", "peak_allocated", p.estimate.peakAllocatedBytes, std::nullopt);
+        row("pinned_total", "peak_reserved", p.estimate.peakReservedBytes, std::nullopt);
+        row("pinned_total", "device_total", p.estimate.deviceTotalBytes, std::nullopt);
+        row("pinned_card_headroom", s.pinned->gpu.id, p.verdict.headroomBytes(), std::nullopt);
+    }
     return o.str();
 }
 

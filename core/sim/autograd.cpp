@@ -232,6 +232,7 @@ void Sim::beginRegion(std::function<void()> fn, const std::vector<const T *> &in
 {
     Region r;
     r.recompute = std::move(fn);
+    r.layer = m_layer;
     // Non-reentrant checkpoint keeps its inputs through _NoopSaveInputs.save_for_backward, made
     // before its own hooks are pushed: under save_on_cpu they are packed to the host.
     for (const T *t : inputs)
@@ -266,6 +267,11 @@ void Sim::recompute(int region)
         return;
     r.recomputed = true;
     const bool grad = m_gradEnabled;
+    // The recomputed forward's tensors are its layer's, made by its ops; backward's own after it
+    // (See Note [Layer and op labels]).
+    const int16_t layer = m_layer;
+    const uint16_t op = m_op;
+    m_layer = r.layer;
     m_gradEnabled = true;
     m_recompute = region;
     m_cursor = 0;
@@ -320,6 +326,8 @@ void Sim::recompute(int region)
         unref(sto);
     m_recompute = -1;
     m_gradEnabled = grad;
+    m_layer = layer;
+    m_op = op;
 }
 
 T Sim::parameter(int64_t bytes, int elem, bool requiresGrad, Category category)

@@ -48,6 +48,7 @@ public:
     // Context stamped on every event.
     void setLayer(int layer) { m_layer = static_cast<int16_t>(layer); }
     void setOp(std::string_view op);
+    std::string currentOp() const { return m_op < m_out.ops.size() ? m_out.ops[m_op] : std::string(); }
     void setPhase(int step, Phase phase, int micro = 0);
     bool gradEnabled() const { return m_gradEnabled; }
     void setGradEnabled(bool on) { m_gradEnabled = on; }
@@ -193,6 +194,7 @@ private:
         std::vector<int> hostInputs; // ... on the host (save_on_cpu packed _NoopSaveInputs' saves)
         size_t remaining = 0;    // nodes not run yet
         bool recomputed = false;
+        int16_t layer = -1;      // the decoder layer it checkpoints: its recomputation's tensors are that layer's
     };
     struct Param
     {

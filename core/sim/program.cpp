@@ -683,6 +683,10 @@ private:
         }
         if (!lora || !lora->on)
             return y;
+        // What the adapter allocates is LoRA's in the timeline, the module's name again after it
+        // (See Note [Layer and op labels]).
+        const std::string module = S.currentOp();
+        S.setOp("lora");
         // PEFT lora.Linear.forward: x cast to the adapters' dtype, dropout, lora_B(lora_A(x)) *
         // scaling, added to the base result, cast back to the base result's dtype.
         // PEFT's _cast_input_dtype: x.to(lora_A.weight.dtype) whenever the dtypes differ (also
@@ -710,6 +714,7 @@ private:
         T res = w.nf4 ? S.view(sum) : O.to(sum, amp ? 2 : ce);
         S.drop(sum);
         S.drop(xa);
+        S.setOp(module);
         return res;
     }
 

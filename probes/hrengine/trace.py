@@ -1,5 +1,7 @@
 """The allocator's trace as a timeline (probe_timeline), and PyTorch memory snapshots converted
 to it."""
+import ast
+import functools
 import os
 import sys
 import time
@@ -60,12 +62,54 @@ _FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "
                "torch/utils/checkpoint", "torch/distributed", "bitsandbytes/", "headroom_engine", "hrengine/", "tinylm")
 
 
+_MAX_SOURCE = 4 << 20  # a source file read for its functions' names: bounded
+
+
+@functools.lru_cache(maxsize=256)
+def _functions(filename):
+    """(first line, last line, qualified name) of every function defined in a Python file."""
+    try:
+        if os.path.getsize(filename) > _MAX_SOURCE:
+            return ()
+        with open(filename, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
+        return ()
+    out = []
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                q = f"{prefix}.{child.name}" if prefix else child.name
+                if not isinstance(child, ast.ClassDef):
+                    out.append((child.lineno, child.end_lineno or child.lineno, q))
+                walk(child, q)
+            else:
+                walk(child, prefix)
+
+    walk(tree, "")
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=65536)  # per distinct frame: a run has tens, its events many thousands
+def qualified_name(filename, line, name):
+    """"LlamaRMSNorm.forward" for a frame's "forward": the innermost function of that name whose
+    lines hold the frame's line (the allocator's frames carry no class), so a recorded run's
+    allocations name their module (the per-layer view's kind of op: Note [Layer and op labels])."""
+    best = None
+    for first, last, q in _functions(filename):
+        if first <= line <= last and q.rsplit(".", 1)[-1] == name and (best is None or first >= best[0]):
+            best = (first, q)
+    return best[1].replace(".<locals>", "") if best else name
+
+
 def frame_of(frames):
     for f in frames or []:
         fn = f.get("filename", "")
         if any(k in fn for k in _FRAME_KEEP) and "_tensor.py" not in fn:
             tail = "/".join(fn.split("/")[-2:])
-            return f"{tail}:{f.get('line', 0)} {f.get('name', '')}"
+            line, name = f.get("line", 0), f.get("name", "")
+            return f"{tail}:{line} {qualified_name(fn, line, name)}"
     return "backward (autograd)" if not frames else "other"
 
 

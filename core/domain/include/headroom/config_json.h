@@ -7,7 +7,9 @@
 namespace headroom {
 
 // Strict readers: unknown enum values and wrong types throw InputError naming the field.
-nlohmann::json toJson(const TrainingConfig &c);
+// `everyField`: also the settings written only when set (the loss, selective checkpointing,
+// activation offload) at their defaults, for comparing two configurations key by key.
+nlohmann::json toJson(const TrainingConfig &c, bool everyField = false);
 TrainingConfig trainingConfigFromJson(const nlohmann::json &j);
 
 } // namespace headroom

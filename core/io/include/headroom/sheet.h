@@ -5,6 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace headroom {
 
 enum class Unit { GiB, GB };
@@ -58,6 +62,9 @@ Report buildTracedReport(const Scenario &s, const TracedRun &run);
 struct Sheet
 {
     Scenario scenario;
+    // Issue 31: a configuration pinned for comparison, written beside this one (its estimate,
+    // verdict and the changes from it to `scenario`); the sheet reopens with it pinned.
+    std::optional<Scenario> pinned;
     Unit units = Unit::GiB;
     std::vector<Measurement> measurements;
     int selectedMeasurement = -1; // index into measurements, -1 for none
@@ -83,12 +90,37 @@ struct Headline
     Fit fit = Fit::Fits;
 };
 Headline sheetHeadline(const Sheet &s);
+// The same words for any report that has a verdict (its scenario's card and reserve).
+std::string verdictLine(const Report &r, Unit units);
 // The colour a verdict is written in: green fits, amber tight, red out of memory.
 const char *fitColor(Fit f);
 std::string sheetCsv(const Sheet &s);
 // For a printed page (`forPage`), no screen margins around the column: the page has its own.
 std::string sheetHtml(const Sheet &s, const std::string &chartImageSrc = {}, const std::string &timelineImageSrc = {},
                       bool forPage = false);
+
+// One setting that differs between two scenarios, in the sheet's JSON names ("config.micro_batch",
+// "lora.rank", "model", "gpu"), each value as written there (strings bare, a GPU by its name).
+struct ScenarioChange
+{
+    std::string setting;
+    std::string pinned;
+    std::string current;
+};
+// Every setting that differs, in the order of the sheet's JSON. A different model is one change
+// (its name and id), not its every field; LoRA's settings count only where either side uses LoRA.
+std::vector<ScenarioChange> diffScenarios(const Scenario &pinned, const Scenario &current);
+// The amounts a comparison sets side by side: each category at each one's own peak, then peak
+// allocated, peak reserved, the device total and the headroom left on each one's card.
+struct ComparedAmount
+{
+    std::string name;
+    int64_t pinned = 0;
+    int64_t current = 0;
+};
+std::vector<ComparedAmount> compareReports(const Report &pinned, const Report &current);
+// "+1.25 GiB", "-0.50 GiB", "0": a difference in the sheet's units.
+std::string signedBytes(int64_t difference, Unit u);
 
 // The estimate's error on peak allocated against a measurement, by relativeError's convention.
 double estimateError(const Measurement &m, const Estimate &e);
