@@ -51,20 +51,30 @@ namespace {
 // lines marked "followsText" (a measured run's). The category colours stay: they read on both.
 void paintChart(QChart *chart, const QPalette &p)
 {
+    // Each setter re-lays out what it touches: only what differs is set (a slider's repaint
+    // calls this every time, and the colours rarely change).
     const QColor text = p.color(QPalette::WindowText), base = p.color(QPalette::Base);
     QColor grid = text;
     grid.setAlpha(45);
-    chart->setBackgroundBrush(base);
-    chart->setTitleBrush(text);
-    chart->legend()->setLabelColor(text);
+    if (chart->backgroundBrush().color() != base)
+        chart->setBackgroundBrush(base);
+    if (chart->titleBrush().color() != text)
+        chart->setTitleBrush(text);
+    if (chart->legend()->labelColor() != text)
+        chart->legend()->setLabelColor(text);
     for (QAbstractAxis *a : chart->axes()) {
-        a->setLabelsColor(text);
-        a->setTitleBrush(text);
-        a->setGridLineColor(grid);
-        a->setLinePenColor(grid);
+        if (a->labelsColor() != text)
+            a->setLabelsColor(text);
+        if (a->titleBrush().color() != text)
+            a->setTitleBrush(text);
+        if (a->gridLineColor() != grid)
+            a->setGridLineColor(grid);
+        if (a->linePenColor() != grid)
+            a->setLinePenColor(grid);
     }
     for (QAbstractSeries *s : chart->series())
-        if (auto *line = qobject_cast<QLineSeries *>(s); line && line->property("followsText").toBool()) {
+        if (auto *line = qobject_cast<QLineSeries *>(s);
+            line && line->property("followsText").toBool() && line->pen().color() != text) {
             QPen pen = line->pen();
             pen.setColor(text);
             line->setPen(pen);
