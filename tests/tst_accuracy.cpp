@@ -17,6 +17,7 @@
 #include "headroom/estimator.h"
 #include "headroom/measurement.h"
 #include "headroom/protocol.h"
+#include "headroom/refusal.h"
 #include "headroom/support.h"
 #include "headroom/timeline.h"
 #include "headroom/traced.h"
@@ -114,6 +115,60 @@ class TestAccuracy : public QObject
 {
     Q_OBJECT
 private Q_SLOTS:
+    // Issue 29: DPO steps as TRL runs them, measured on the H200 (tests/data/h200/dpo-2026-12-04,
+    // the engine's TRL path), against the estimate (See Note [DPO step]): every phase's peak
+    // allocated within 0.05% and never under by more than 0.01%, peak reserved within 1.1% and
+    // never under by more than 0.1% (a frozen reference copy's load among them); the supervised
+    // control at the same tokens as exact as ever. What is not measured
+    // (QLoRA, a reference copy beside adapters, several GPUs) is refused, never estimated as SFT.
+    void dpoStepsMatchTheRealStack()
+    {
+        const char *dir = "dpo-2026-12-04";
+        const QStringList runs{QStringLiteral("l1b-dpo-lora-b2s1024"), QStringLiteral("l1b-dpo-lora-ckpt-b4s1024"),
+                               QStringLiteral("l1b-dpo-full-copy-b1s1024"), QStringLiteral("l1b-dpo-full-none-b1s1024"),
+                               QStringLiteral("l1b-dpo-full-copy-ckpt-b2s2048"), QStringLiteral("l8b-dpo-lora-b1s2048"),
+                               QStringLiteral("l8b-dpo-lora-ckpt-b2s2048"), QStringLiteral("q05-dpo-full-copy-b2s1024"),
+                               QStringLiteral("l1b-sft-lora-b4s1024"),
+                               // held out: measured after the estimate was written
+                               QStringLiteral("l1b-dpo-lora-p256-b4s1024"), QStringLiteral("q05-dpo-lora-b4s2048"),
+                               QStringLiteral("l1b-dpo-full-none-ckpt-b2s2048"), QStringLiteral("l8b-dpo-lora-ckpt-p768-b4s1024")};
+        for (const QString &name : runs) {
+            const Measurement m = h200Result(dir, name);
+            const bool dpo = !name.contains(QStringLiteral("sft"));
+            QVERIFY(m.config.mode == (dpo ? TrainingMode::DPO : TrainingMode::SFT));
+            if (dpo)
+                QVERIFY(m.config.dpo.reference == (name.contains(QStringLiteral("copy"))   ? Reference::Copy
+                                                   : name.contains(QStringLiteral("none")) ? Reference::None
+                                                                                           : Reference::Adapter));
+            QVERIFY(!m.oom);
+            const Estimate e = estimate(m.model, m.config);
+            int64_t reserved = 0;
+            for (Phase p : kAllPhases) {
+                const int64_t real = m.steady(p)->peakAllocatedBytes, est = e.phase(p).peakAllocatedBytes;
+                const double err = double(est - real) / double(real);
+                QVERIFY2(std::abs(err) <= 0.0005 && err >= -0.0001,
+                         qPrintable(QStringLiteral("%1 %2: %3 vs %4").arg(name, QLatin1String(label(p).data())).arg(est).arg(real)));
+                reserved = std::max(reserved, m.steady(p)->peakReservedBytes);
+            }
+            const double rerr = double(e.peakReservedBytes - reserved) / double(reserved);
+            QVERIFY2(rerr <= 0.011 && rerr >= -0.001, qPrintable(name + QStringLiteral(" reserved %1").arg(rerr)));
+        }
+        // not measured: refused by name
+        Measurement q = h200Result(dir, QStringLiteral("l1b-dpo-lora-b2s1024"));
+        for (auto change : {+[](TrainingConfig &c) { c.finetune = FineTune::QLoRA; },
+                            +[](TrainingConfig &c) { c.dpo.reference = Reference::Copy; },
+                            +[](TrainingConfig &c) { c.worldSize = 2; }}) {
+            TrainingConfig c = q.config;
+            change(c);
+            try {
+                (void)estimate(q.model, c);
+                QFAIL("estimated");
+            } catch (const Refused &r) {
+                QVERIFY(r.refusal().blocker == Blocker::PreferenceNotModelled);
+            }
+        }
+    }
+
     void estimateMatchesTheRealStack()
     {
         const std::vector<Run> runs = loadCorpus();

@@ -676,6 +676,30 @@ private Q_SLOTS:
             QVERIFY(x.at("timing").at("ops").get<int64_t>() < y.at("timing").at("ops").get<int64_t>());
     }
 
+    // Issue 29: a DPO step runs TRL's own loss (probes/hrengine/dpo.py). Its request is checked
+    // field by field, and without TRL (CI has none) it stops with exit 4 naming the package and
+    // what to install, never a guess or an SFT step in its place.
+    void dpoNeedsTrlAndSaysSo()
+    {
+        const Run bad = runEngine(request({{"mode", "dpo"}, {"dpo", {{"reference", "adapter"}}}}));
+        QCOMPARE(bad.code, 2);
+        QVERIFY(QString::fromStdString(bad.error().value("field", "")).endsWith(QStringLiteral("dpo.reference")));
+        const Run prompt = runEngine(request({{"mode", "dpo"}, {"dpo", {{"prompt_len", 64}}}}));
+        QCOMPARE(prompt.code, 2);
+        QVERIFY(QString::fromStdString(prompt.error().value("field", "")).endsWith(QStringLiteral("dpo.prompt_len")));
+        const Run mode = runEngine(request({{"mode", "ppo"}}));
+        QCOMPARE(mode.code, 2);
+        QCOMPARE(QString::fromStdString(mode.error().value("field", "")), QStringLiteral("config.mode"));
+        const Run r = runEngine(request({{"mode", "dpo"}, {"dpo", {{"reference", "copy"}}}}));
+        if (r.code == 0)
+            QSKIP("this interpreter has TRL: the H200 runs hold the step (tests/data/h200/dpo-2026-12-04)");
+        QCOMPARE(r.code, 4);
+        QCOMPARE(QString::fromStdString(r.error().value("field", "")), QStringLiteral("package"));
+        const QString msg = QString::fromStdString(r.error().value("message", ""));
+        QVERIFY2(msg.contains(QStringLiteral("'trl'")) && msg.contains(QStringLiteral("pip install trl")), qPrintable(msg));
+        QVERIFY(!r.result());
+    }
+
     // What the trace cannot follow yet is refused in one line naming the field; --trace writes
     // its stream to --timeline, which it needs.
     void traceRefusesWhatItCannotFollow()

@@ -298,6 +298,48 @@ private Q_SLOTS:
         QCOMPARE(Settings().appearance(), QStringLiteral("system"));
         QVERIFY(!appearance::named(QStringLiteral("purple")).has_value());
     }
+
+    // Issue 29: the Objective control makes the step DPO (the micro-batch in pairs, the reference
+    // beside the policy): a larger peak than SFT's at the same pairs, the choice in the summary
+    // and in the comparison's changes; a frozen copy where adapters train is refused in one line.
+    void dpoObjectiveFromTheControls()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.resize(1280, 800);
+        Scenario sc = defaultScenario();
+        sc.model = findModelPreset("llama-3.2-1b");
+        sc.config.lora.targets = defaultLoraTargets(sc.model);
+        sc.config.seqLen = 1024;
+        s.setScenario(sc);
+        s.recomputeNow();
+        const int64_t sft = s.report().estimate.peakAllocatedBytes;
+        s.pin();
+        auto *objective = w.findChild<QComboBox *>(QStringLiteral("objective"));
+        QVERIFY(objective);
+        objective->setCurrentIndex(objective->findData(1 + static_cast<int>(Reference::Adapter)));
+        QVERIFY(settle(s));
+        s.recomputeNow();
+        QVERIFY(s.scenario().config.mode == TrainingMode::DPO);
+        QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+        QVERIFY(s.report().estimate.peakAllocatedBytes > sft);
+        QVERIFY(QString::fromStdString(summarize(s.scenario().config)).startsWith(QStringLiteral("DPO (adapter reference)")));
+        const auto changes = diffScenarios(*s.pinned(), s.scenario());
+        QVERIFY(std::any_of(changes.begin(), changes.end(), [](const ScenarioChange &c) {
+            return c.setting == "mode" && c.pinned == "sft" && c.current == "dpo";
+        }));
+        objective->setCurrentIndex(objective->findData(1 + static_cast<int>(Reference::Copy)));
+        QVERIFY(settle(s));
+        s.recomputeNow();
+        QVERIFY2(QString::fromStdString(s.report().error).contains(QStringLiteral("adapters and a reference copy")),
+                 s.report().error.c_str());
+        QVERIFY(!QString::fromStdString(s.report().error).contains(QLatin1Char('\n')));
+        // back to SFT: the same number as before
+        objective->setCurrentIndex(0);
+        QVERIFY(settle(s));
+        s.recomputeNow();
+        QCOMPARE(s.report().estimate.peakAllocatedBytes, sft);
+    }
 };
 
 QTEST_MAIN(TestExplorer)

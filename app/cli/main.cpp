@@ -63,6 +63,10 @@ struct Flags
     std::string checkpointingList; // sweep: on | off | both
     std::string attention = "sdpa";
     std::string loss = "standard";
+    std::string mode = "sft";
+    std::string dpoReference; // empty: TRL's default (adapter with LoRA, copy in full fine-tuning)
+    std::string promptLen = "0";
+    std::string dpoBeta = "0.1";
     std::string gpus = "1";
     std::string zero = "0";
     std::string gpu = "h100-80";
@@ -157,6 +161,17 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.activationOffload = f.activationOffload;
     c.attention = parseAttention(f.attention, "--attention");
     c.loss = parseLoss(f.loss, "--loss");
+    c.mode = parseTrainingMode(f.mode, "--mode");
+    c.dpo.reference = !f.dpoReference.empty() ? parseReference(f.dpoReference, "--dpo-reference")
+                      : c.finetune == FineTune::Full ? Reference::Copy
+                                                      : Reference::Adapter;
+    c.dpo.promptLen = parseInteger("--prompt-len", f.promptLen, 0, 1 << 24);
+    {
+        char *end = nullptr;
+        c.dpo.beta = std::strtod(f.dpoBeta.c_str(), &end);
+        if (f.dpoBeta.empty() || end == f.dpoBeta.c_str() || *end != '\0' || !(c.dpo.beta >= 0.0 && c.dpo.beta <= 1e6))
+            throw InputError("--dpo-beta", f.dpoBeta, "must be a number in [0, 1e6]");
+    }
     c.worldSize = static_cast<int>(parseInteger("--gpus", f.gpus, 1, 65536));
     c.zeroStage = static_cast<int>(parseInteger("--zero", f.zero, 0, 3));
     if (c.finetune == FineTune::QLoRA && c.precision == Precision::FP32)
@@ -268,6 +283,14 @@ Flags withImports(Flags f)
         take("--attention", f.attention, std::string(toString(*st.attention)));
     if (st.loss)
         take("--loss", f.loss, std::string(toString(*st.loss)));
+    if (st.mode)
+        take("--mode", f.mode, std::string(toString(*st.mode)));
+    if (st.reference)
+        take("--dpo-reference", f.dpoReference, std::string(toString(*st.reference)));
+    if (st.promptLen)
+        take("--prompt-len", f.promptLen, std::to_string(*st.promptLen));
+    if (st.beta)
+        take("--dpo-beta", f.dpoBeta, formatNumber(*st.beta));
     if (st.worldSize)
         take("--gpus", f.gpus, std::to_string(*st.worldSize));
     if (st.zeroStage)
@@ -376,6 +399,15 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--attention", f.attention, joinNames(attentionTable()))->capture_default_str();
     cmd->add_option("--loss", f.loss, "standard | fused (linear cross-entropy that never materializes the logits, as Liger's)")
         ->capture_default_str();
+    cmd->add_option("--mode", f.mode,
+                    "sft | dpo (DPO as TRL runs it: --batch pairs, i.e. 2x the sequences, against a reference)")
+        ->capture_default_str();
+    cmd->add_option("--dpo-reference", f.dpoReference,
+                    "adapter | copy | none: the policy with its adapter disabled, a frozen copy, or precomputed "
+                    "log-probs (default: adapter with LoRA, copy in full fine-tuning)");
+    cmd->add_option("--prompt-len", f.promptLen, "DPO: prompt tokens of each sequence (0: half of --seq)")
+        ->capture_default_str();
+    cmd->add_option("--dpo-beta", f.dpoBeta, "DPO's beta")->capture_default_str();
     cmd->add_option("--gpus", f.gpus, "Data-parallel world size")->capture_default_str();
     cmd->add_option("--zero", f.zero, "ZeRO stage 0..3 (3 = FSDP full shard)")->capture_default_str();
     cmd->add_option("--gpu", f.gpu, "GPU catalog id (see `gpus`)")->capture_default_str();

@@ -28,11 +28,14 @@ std::string human(int64_t bytes)
 std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
 {
     std::ostringstream o;
-    o << m.name << " | " << toString(c.finetune);
+    o << m.name << " | ";
+    if (c.mode == TrainingMode::DPO) // issue 29: the mode and its reference first
+        o << "dpo (" << toString(c.dpo.reference) << " reference, prompt " << c.dpo.prompt(c.seqLen) << ") | ";
+    o << toString(c.finetune);
     if (c.finetune != FineTune::Full)
         o << " r" << c.lora.rank;
     o << " | " << toString(c.precision) << " | " << toString(c.optimizer) << " (" << toString(c.optimizerImpl)
-      << ") | batch " << c.microBatch << " x seq " << c.seqLen;
+      << ") | batch " << c.microBatch << (c.mode == TrainingMode::DPO ? " pairs" : "") << " x seq " << c.seqLen;
     if (c.gradAccum > 1)
         o << " x accum " << c.gradAccum;
     o << " | " << toString(c.attention)

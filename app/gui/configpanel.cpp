@@ -131,6 +131,16 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     auto *trainBox = new QGroupBox(tr("Training"), this);
     auto *form = new QFormLayout(trainBox);
     m_finetune = enumCombo("finetune", fineTuneTable(), trainBox);
+    // Issue 29: what the step trains; DPO's batch is pairs (2 sequences each). Data: 0 SFT, else
+    // 1 + the reference.
+    m_objective = new QComboBox(trainBox);
+    m_objective->setObjectName(QStringLiteral("objective"));
+    m_objective->addItem(tr("Supervised (SFT)"), 0);
+    m_objective->addItem(tr("DPO, reference: the adapter disabled"), 1 + static_cast<int>(Reference::Adapter));
+    m_objective->addItem(tr("DPO, reference: a frozen copy"), 1 + static_cast<int>(Reference::Copy));
+    m_objective->addItem(tr("DPO, reference log-probs precomputed"), 1 + static_cast<int>(Reference::None));
+    m_objective->setToolTip(tr("DPO as TRL's DPOTrainer runs it: the micro-batch counts pairs (a chosen and a "
+                               "rejected sequence each), and the reference's forward runs beside the policy's"));
     m_loraRank = new QSpinBox(trainBox);
     m_loraRank->setObjectName(QStringLiteral("loraRank"));
     m_loraRank->setRange(1, 1024);
@@ -167,6 +177,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_activationOffload->setToolTip(tr("torch.autograd.graph.save_on_cpu: every tensor saved for backward goes to "
                                        "pinned host memory and comes back when backward needs it (Axolotl and TRL: "
                                        "activation_offloading)"));
+    form->addRow(tr("Objective"), m_objective);
     form->addRow(tr("Mode"), m_finetune);
     form->addRow(tr("LoRA rank"), m_loraRank);
     form->addRow(tr("Targets"), m_loraTargets);
@@ -318,6 +329,11 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
                 [this, c, apply](int) { edit([&](Scenario &s) { apply(s, c->currentData().toInt()); }); });
     };
     onCombo(m_finetune, [](Scenario &s, int v) { s.config.finetune = static_cast<FineTune>(v); });
+    onCombo(m_objective, [](Scenario &s, int v) {
+        s.config.mode = v == 0 ? TrainingMode::SFT : TrainingMode::DPO;
+        if (v > 0)
+            s.config.dpo.reference = static_cast<Reference>(v - 1);
+    });
     onCombo(m_precision, [](Scenario &s, int v) { s.config.precision = static_cast<Precision>(v); });
     onCombo(m_optimizer, [](Scenario &s, int v) { s.config.optimizer = static_cast<Optimizer>(v); });
     onCombo(m_optimizerImpl, [](Scenario &s, int v) { s.config.optimizerImpl = static_cast<OptimizerImpl>(v); });
@@ -533,6 +549,7 @@ void ConfigPanel::syncFromSession()
                                  .arg(static_cast<double>(parameterCount(s.model)) / 1e9, 0, 'f', 2));
     }
     setComboData(m_finetune, static_cast<int>(c.finetune));
+    setComboData(m_objective, c.mode == TrainingMode::SFT ? 0 : 1 + static_cast<int>(c.dpo.reference));
     setComboData(m_precision, static_cast<int>(c.precision));
     setComboData(m_optimizer, static_cast<int>(c.optimizer));
     setComboData(m_optimizerImpl, static_cast<int>(c.optimizerImpl));

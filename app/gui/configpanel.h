@@ -50,6 +50,7 @@ private:
     QComboBox *m_optimizer;
     QComboBox *m_optimizerImpl;
     QComboBox *m_finetune;
+    QComboBox *m_objective; // issue 29: SFT, or DPO with its reference
     QSpinBox *m_loraRank;
     QLineEdit *m_loraTargets;
     QCheckBox *m_doubleQuant;

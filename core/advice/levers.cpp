@@ -31,6 +31,9 @@ using G = RecommendationGroup;
 TrainingConfig adaptable(const ModelArch &m, TrainingConfig t)
 {
     t.lora.targets = loraTargetsFor(m, t.lora.targets);
+    // DPO with adapters: TRL's reference becomes the policy with its adapter disabled, no copy
+    if (t.mode == TrainingMode::DPO && t.dpo.reference == Reference::Copy)
+        t.dpo.reference = Reference::Adapter;
     return t;
 }
 
@@ -150,6 +153,17 @@ const Lever kActivationOffload{
         return {{"activation-offload", "Offload saved activations to the CPU (save_on_cpu)",
                  "every saved tensor crosses PCIe twice: a slower step, and pinned host RAM for the activations",
                  changed(x.c, [](TrainingConfig &t) { t.activationOffload = true; })}};
+    }};
+
+// Issue 29: DPO's reference computed once before training (TRL's precompute_ref_log_probs): the
+// step runs no reference forward and keeps no reference logits, and a frozen copy is not loaded.
+const Lever kPrecomputeReference{
+    G::Dynamic, [](const LeverContext &x) -> std::vector<Change> {
+        if (x.c.mode != TrainingMode::DPO || x.c.dpo.reference == Reference::None)
+            return {};
+        return {{"precompute-reference", "Precompute the reference's log-probabilities (precompute_ref_log_probs)",
+                 "one pass of the reference over the dataset before training; no reference model in the step",
+                 changed(x.c, [](TrainingConfig &t) { t.dpo.reference = Reference::None; })}};
     }};
 
 const Lever kShorterSeq{
@@ -282,9 +296,9 @@ const Lever kZero{
 
 const std::vector<Lever> &levers()
 {
-    static const std::vector<Lever> all = {kFusedLoss, kSdpa,  kMicroBatch,  kCheckpointing,  kActivationOffload,
-                                           kShorterSeq, kAmpBf16, kLora, kQlora, kAdamW8bit, kPagedAdamW8bit,
-                                           kOffloadOptimizer, kZero};
+    static const std::vector<Lever> all = {kFusedLoss,  kSdpa,    kMicroBatch, kCheckpointing, kActivationOffload,
+                                           kPrecomputeReference, kShorterSeq, kAmpBf16, kLora, kQlora, kAdamW8bit,
+                                           kPagedAdamW8bit, kOffloadOptimizer, kZero};
     return all;
 }
 

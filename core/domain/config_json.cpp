@@ -36,6 +36,12 @@ json toJson(const TrainingConfig &c, bool everyField)
         j["checkpoint_every"] = c.checkpointEvery;
     if (everyField || c.activationOffload)
         j["activation_offload"] = c.activationOffload;
+    if (everyField || c.mode != TrainingMode::SFT)
+        j["mode"] = toString(c.mode);
+    if (c.mode == TrainingMode::DPO)
+        j["dpo"] = {{"reference", toString(c.dpo.reference)},
+                    {"prompt_len", c.dpo.prompt(c.seqLen)},
+                    {"beta", c.dpo.beta}};
     return j;
 }
 
@@ -86,6 +92,30 @@ TrainingConfig trainingConfigFromJson(const json &j)
             throw InputError(ctx + ".activation_offload", showJson(j.at("activation_offload")),
                              "must be true or false");
         c.activationOffload = j.at("activation_offload").get<bool>();
+    }
+    if (j.contains("mode"))
+        c.mode = parseTrainingMode(str("mode"), ctx + ".mode");
+    if (j.contains("dpo")) {
+        const json &d = j.at("dpo");
+        const std::string dc = ctx + ".dpo";
+        if (!d.is_object())
+            throw InputError(dc, showJson(d).substr(0, 40), "must be a JSON object");
+        if (d.contains("reference")) {
+            if (!d.at("reference").is_string())
+                throw InputError(dc + ".reference", showJson(d.at("reference")), "must be adapter, copy or none");
+            c.dpo.reference = parseReference(d.at("reference").get<std::string>(), dc + ".reference");
+        } else if (c.finetune == FineTune::Full) {
+            c.dpo.reference = Reference::Copy; // TRL's default without an adapter: a frozen copy
+        }
+        if (d.contains("prompt_len"))
+            c.dpo.promptLen = requireInt64(d, "prompt_len", dc, 0, 1 << 24);
+        if (d.contains("beta")) {
+            if (!d.at("beta").is_number())
+                throw InputError(dc + ".beta", showJson(d.at("beta")), "must be a number");
+            c.dpo.beta = d.at("beta").get<double>();
+        }
+    } else if (c.finetune == FineTune::Full) {
+        c.dpo.reference = Reference::Copy;
     }
     if (j.contains("lora")) {
         const json &l = j.at("lora");

@@ -89,6 +89,9 @@ const std::vector<OptimizerTraits> kOptimizerTable = {
      "lion_32bit paged_lion_32bit lion lion_8bit paged_lion_8bit"},
 };
 const std::pair<Loss, std::string_view> kLosses[] = {{Loss::Standard, "standard"}, {Loss::Fused, "fused"}};
+const std::pair<TrainingMode, std::string_view> kModes[] = {{TrainingMode::SFT, "sft"}, {TrainingMode::DPO, "dpo"}};
+const std::pair<Reference, std::string_view> kReferences[] = {
+    {Reference::Adapter, "adapter"}, {Reference::Copy, "copy"}, {Reference::None, "none"}};
 const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights, "weights"},
                                                               {Category::Gradients, "gradients"},
                                                               {Category::OptimizerState, "optimizer_state"},
@@ -143,7 +146,9 @@ std::vector<std::pair<std::string_view, std::vector<std::string_view>>> sharedVo
             {"IMPLS", namesInOrder<OptimizerImpl>(kImplTable.size())},
             {"FINETUNES", namesInOrder<FineTune>(kFineTuneTable.size())},
             {"ATTENTIONS", namesInOrder<Attention>(kAttentionTable.size())},
-            {"LOSSES", namesInOrder<Loss>(std::size(kLosses))}};
+            {"LOSSES", namesInOrder<Loss>(std::size(kLosses))},
+            {"MODES", namesInOrder<TrainingMode>(std::size(kModes))},
+            {"REFERENCES", namesInOrder<Reference>(std::size(kReferences))}};
 }
 
 std::string_view toString(Precision e) { return rowName(e, kPrecisionTable); }
@@ -152,6 +157,8 @@ std::string_view toString(OptimizerImpl e) { return rowName(e, kImplTable); }
 std::string_view toString(FineTune e) { return rowName(e, kFineTuneTable); }
 std::string_view toString(Attention e) { return rowName(e, kAttentionTable); }
 std::string_view toString(Loss e) { return nameOf(e, kLosses); }
+std::string_view toString(TrainingMode e) { return nameOf(e, kModes); }
+std::string_view toString(Reference e) { return nameOf(e, kReferences); }
 std::string_view toString(Category e) { return nameOf(e, kCategories); }
 std::string_view toString(Phase e) { return nameOf(e, kPhases); }
 
@@ -161,6 +168,8 @@ OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &f) { ret
 FineTune parseFineTune(std::string_view s, const std::string &f) { return parseRow(s, kFineTuneTable, f); }
 Attention parseAttention(std::string_view s, const std::string &f) { return parseRow(s, kAttentionTable, f); }
 Loss parseLoss(std::string_view s, const std::string &f) { return parseEnum(s, kLosses, f); }
+TrainingMode parseTrainingMode(std::string_view s, const std::string &f) { return parseEnum(s, kModes, f); }
+Reference parseReference(std::string_view s, const std::string &f) { return parseEnum(s, kReferences, f); }
 Category parseCategory(std::string_view s, const std::string &f) { return parseEnum(s, kCategories, f); }
 Phase parsePhase(std::string_view s, const std::string &f) { return parseEnum(s, kPhases, f); }
 
@@ -281,6 +290,13 @@ void TrainingConfig::validate() const
             throw InputError("lora_targets", "(empty)", "LoRA needs at least one target module");
         if (!(lora.dropout >= 0.0 && lora.dropout < 1.0))
             throw InputError("lora_dropout", std::to_string(lora.dropout), "must be in [0, 1)");
+    }
+    if (mode == TrainingMode::DPO) {
+        if (dpo.reference == Reference::Adapter && finetune == FineTune::Full)
+            throw InputError("dpo.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none");
+        range("dpo.prompt_len", dpo.promptLen, 0, std::max<int64_t>(0, seqLen - 1));
+        if (!(dpo.beta >= 0.0 && dpo.beta <= 1e6))
+            throw InputError("dpo.beta", std::to_string(dpo.beta), "must be in [0, 1e6]");
     }
     if (finetune == FineTune::QLoRA && (precision == Precision::FP32))
         throw Refused({Blocker::QloraInFp32, "precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16"});

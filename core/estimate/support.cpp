@@ -24,6 +24,19 @@ bool traceAnswers(Blocker blocker)
 
 std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
 {
+    // Issue 29: DPO is simulated as TRL runs it (See Note [DPO step]) where it was measured: one
+    // GPU, LoRA or full fine-tuning; elsewhere it is refused, never estimated as SFT.
+    const bool copyWithAdapters = cfg.dpo.reference == Reference::Copy && cfg.finetune != FineTune::Full;
+    if (cfg.mode == TrainingMode::DPO && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
+                                          cfg.finetune == FineTune::QLoRA || cfg.activationOffload || copyWithAdapters))
+        return Refusal{Blocker::PreferenceNotModelled, "mode", "dpo",
+                       "DPO is estimated on one GPU with LoRA (the adapter disabled as the reference) or full "
+                       "fine-tuning (a frozen copy, or none), as measured; with " +
+                           std::string(cfg.finetune == FineTune::QLoRA ? "QLoRA"
+                                       : cfg.activationOffload        ? "activation offload"
+                                       : copyWithAdapters             ? "adapters and a reference copy"
+                                                                       : "several GPUs or ZeRO") +
+                           " it is not yet: Measure now runs TRL's own DPO step"};
     // Learned absolute positions (GPT-2's wpe, an nn.Embedding of max_position_embeddings rows):
     // Transformers fails with an index error past them, so there is no run to estimate.
     if (model.learnedPositions && model.maxPositions > 0 && cfg.seqLen > model.maxPositions)
@@ -140,6 +153,9 @@ std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig 
     if (c.activationOffload)
         return Refusal{Blocker::EngineActivationOffload, "config.activation_offload", "true", "the LibTorch engine has no saved-tensor hooks to move "
                                                             "activations to the host; use --engine transformers"};
+    if (c.mode != TrainingMode::SFT)
+        return Refusal{Blocker::EngineMode, "config.mode", std::string(toString(c.mode)),
+                       "a DPO step is TRL's own loss: use --engine transformers with TRL installed"};
     if (c.zeroStage > 0)
         return Refusal{Blocker::EngineSharding, "config.zero_stage", std::to_string(c.zeroStage), "ZeRO/FSDP sharding is measured with the real FSDP2 and "
                                             "ZeroRedundancyOptimizer: use --engine transformers"};

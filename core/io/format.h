@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace headroom::formats {
@@ -132,6 +133,9 @@ void readDeepSpeedPath(Reader &r, const std::string &key, const json &v);
 // Preference optimisation, reward modelling and RL (DPO, KTO, ORPO, GRPO, ...): refused in one line
 // naming the mode, never estimated as supervised fine-tuning (issue 29 models them).
 [[noreturn]] void refusePostTraining(Reader &r, const std::string &key, const json &v, const std::string &mode);
+// Issue 29: the file trains with DPO (mode, and the reference where the file decides it; the
+// rest is TRL's default, TrainingSettings::applyTo).
+void readDpo(Reader &r, const std::string &key, const json &v, std::optional<Reference> reference = std::nullopt);
 // Keys that change memory in a way the estimate does not model, said with which way it errs.
 void readLoraKernel(Reader &r, const std::string &key, const json &v);   // Axolotl's fused LoRA kernels
 void readHubKernels(Reader &r, const std::string &key, const json &v);   // use_kernels (the Hub's kernels)
@@ -147,7 +151,10 @@ inline bool allLinear(const std::vector<std::string> &t) { return t == std::vect
 template<typename V>
 void kv(YAML::Emitter &y, const std::string &k, const V &v)
 {
-    y << YAML::Key << k << YAML::Value << v;
+    y << YAML::Key << k << YAML::Value;
+    if constexpr (std::is_floating_point_v<V>)
+        y << YAML::DoublePrecision(15); // 0.05, not yaml-cpp's 0.050000000000000003 (15 digits read back the same)
+    y << v;
 }
 // A YAML mapping `y` (closed) under the notes as "# Headroom: ..." comments.
 std::string yamlDocument(const YAML::Emitter &y, const std::vector<std::string> &notes);

@@ -455,6 +455,16 @@ void readDeepSpeedPath(Reader &r, const std::string &key, const json &v)
     r.note(key + " = " + p + ": the DeepSpeed settings are in that file; import it too (--from)");
 }
 
+void readDpo(Reader &r, const std::string &key, const json &v, std::optional<Reference> reference)
+{
+    (void)v;
+    r.out.settings.mode = TrainingMode::DPO;
+    if (reference)
+        r.out.settings.reference = *reference;
+    r.note(key + ": DPO as TRL's DPOTrainer runs it: b pairs as one batch of 2b sequences (chosen, then "
+                 "rejected), its reference's forward and log-probabilities beside the policy's");
+}
+
 void refusePostTraining(Reader &r, const std::string &key, const json &v, const std::string &mode)
 {
     r.bad(key, v,

@@ -94,6 +94,14 @@ void TrainingSettings::applyTo(TrainingConfig &c) const
     if (zeroStage) c.zeroStage = *zeroStage;
     if (offloadOptimizer) c.offloadOptimizer = *offloadOptimizer;
     if (activationOffload) c.activationOffload = *activationOffload;
+    if (mode) {
+        c.mode = *mode;
+        // TRL's reference unless the file says: the policy with its adapter disabled under PEFT, a
+        // frozen copy in full fine-tuning
+        c.dpo.reference = reference ? *reference : c.finetune == FineTune::Full ? Reference::Copy : Reference::Adapter;
+    }
+    if (promptLen) c.dpo.promptLen = *promptLen;
+    if (beta) c.dpo.beta = *beta;
 }
 
 namespace {
@@ -192,6 +200,10 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.zeroStage, b.zeroStage, "the ZeRO stage", fmt);
         merge(a.offloadOptimizer, b.offloadOptimizer, "optimizer offload", fmt);
         merge(a.activationOffload, b.activationOffload, "activation offload", fmt);
+        merge(a.mode, b.mode, "the training mode", fmt);
+        merge(a.reference, b.reference, "the DPO reference", fmt);
+        merge(a.promptLen, b.promptLen, "the prompt length", fmt);
+        merge(a.beta, b.beta, "DPO's beta", fmt);
         out.unknownKeys.insert(out.unknownKeys.end(), f.unknownKeys.begin(), f.unknownKeys.end());
         out.conflicts.insert(out.conflicts.end(), f.conflicts.begin(), f.conflicts.end());
         out.notes.insert(out.notes.end(), f.notes.begin(), f.notes.end());
@@ -216,6 +228,9 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
                         "th layer has no key in this format: written as gradient checkpointing of every layer (set "
                         "layer.gradient_checkpointing = False where the layer index is not a multiple of " +
                         std::to_string(c.checkpointEvery) + " in your script to match the estimate)");
+    if (c.mode == TrainingMode::DPO && (format == TrainingFormat::DeepSpeed || format == TrainingFormat::Accelerate ||
+                                         format == TrainingFormat::LlamaFactoryV1))
+        notes.push_back("DPO has no key in this format: the training script (TRL's DPOTrainer) decides it");
     std::string text = formats::format(format).write(model, c, notes);
     if (notesOut)
         *notesOut = notes;

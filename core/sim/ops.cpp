@@ -823,6 +823,11 @@ T Ops::softmax(const T &x)
     return unary(x, x.bytes, x.elem, Keeps::Output); // _softmax_backward_data(grad, output)
 }
 
+T Ops::gatherColumn(const T &x, int64_t rows)
+{
+    return unary(x, rows * x.elem, x.elem, Keeps::Nothing);
+}
+
 T Ops::sigmoid(const T &x)
 {
     return unary(x, x.bytes, x.elem, Keeps::Output); // sigmoid_backward(grad, output)

@@ -116,6 +116,9 @@ public:
     // permuted lhs while the batched matmul runs). `graph`: recorded for autograd (gradients for
     // lhs and rhs); without it the result is only made (register_parametrization's check).
     T loraExpertWeight(const T &w, const T &lhs, const T &rhs, bool graph);
+    // torch.gather(x, -1, index) of one column per row (`rows` of them): GatherBackward0 scatters
+    // the gradient into zeros of x's size; nothing of x is saved.
+    T gatherColumn(const T &x, int64_t rows);
     // x.masked_fill(mask, 0) (out of place): saves the mask; backward masks the gradient (a copy).
     T maskedFill(const T &x, const T &mask);
     // An in-place op on x (masked_fill_, div_): the same storage, a new grad_fn that keeps

@@ -6,6 +6,7 @@
 #include "headroom/simulation.h"
 
 #include "autograd.h"
+#include "dpo.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "parallel.h"
@@ -71,7 +72,8 @@ public:
             int64_t(1) << 22, (m.numLayers + 4) * 640 * std::clamp<int64_t>(c.gradAccum, 1, kSimulatedMiddleMicroBatches + 2) * 4 + 4096)));
         S.setBlasWorkspaceBytes(o.cublasWorkspaceBytes);
         S.setBlasLtWorkspaceBytes(o.cublasLtWorkspaceBytes);
-        b = c.microBatch;
+        dpo = c.mode == TrainingMode::DPO;
+        b = dpo ? checkedMul(2, c.microBatch) : c.microBatch; // DPO: b pairs, 2b sequences
         s = c.seqLen;
         tok = checkedMul(b, s);
         h = m.hiddenSize;
@@ -168,6 +170,10 @@ private:
     std::unique_ptr<sim::ParallelStrategy> par; // single GPU, DDP, ZeRO-1 or FSDP2 (sim/parallel/)
     int64_t b = 1, s = 1, tok = 1, h = 1, heads = 1, kvHeads = 1, hd = 1, qOut = 1, kvOut = 1, V = 1;
     bool amp = false, full = true, qlora = false, inputRequiresGrad = false;
+    // Issue 29: a DPO step, and while its reference runs, the adapters off (PEFT's
+    // disable_adapter) and checkpointing off (TRL's disable_gradient_checkpointing)
+    bool dpo = false, adaptersOff = false, checkpointingOff = false;
+    std::vector<T> referenceWeights; // a frozen reference copy
     int pe = 2, ce = 2, re = 2;
     int qe = 2; // QLoRA: Linear4bit's compute dtype
     std::array<bool, kLinearModuleCount> loraMask{};
@@ -176,6 +182,7 @@ private:
     std::vector<T> rotLocals; // an attention forward's rotary locals, dropped when it returns
     std::vector<LayerParams> layers;
     std::vector<T> batches;
+    std::vector<T> dpoMasks;
     std::vector<T *> trainable; // in model.parameters() order
     std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
     std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
@@ -533,9 +540,21 @@ private:
         stepped = par->wrap(pm);
         if (m.tiedEmbeddings)
             lmHead = embed;
+        if (dpo && c.dpo.reference == Reference::Copy) {
+            // TRL's trainer builds the reference in its __init__, as the policy was built: the
+            // same parameters and buffers again, frozen
+            S.setOp("dpo.reference_model");
+            for (const T *p : trainable)
+                referenceWeights.push_back(S.make(p->bytes, p->elem, Category::Weights));
+            for (const T &buf : buffers)
+                referenceWeights.push_back(S.make(buf.bytes, buf.elem, Category::Weights));
+        }
         S.setOp("input_ids");
-        for (int64_t i = 0; i < c.gradAccum; ++i)
+        for (int64_t i = 0; i < c.gradAccum; ++i) {
             batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
+            if (dpo) // the completion mask beside each batch's ids
+                dpoMasks.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
+        }
     }
 
     // A decoder layer's parameters in model.parameters() order: each adapted Linear's base
@@ -681,7 +700,7 @@ private:
             if (bc.valid())
                 S.drop(bc);
         }
-        if (!lora || !lora->on)
+        if (!lora || !lora->on || adaptersOff)
             return y;
         // What the adapter allocates is LoRA's in the timeline, the module's name again after it
         // (See Note [Layer and op labels]).
@@ -1810,7 +1829,7 @@ private:
     {
         LayerParams &L = layers[static_cast<size_t>(l)];
         T next;
-        if (c.checkpointed(l)) {
+        if (c.checkpointed(l) && !checkpointingOff) {
             const T in = hcur;
             // checkpoint() keeps the layer's tensor arguments for the recomputation: the
             // hidden states, the rotary cos/sin and the attention mask it was given.
@@ -1840,6 +1859,20 @@ private:
     }
 
     T forward(const T &ids)
+    {
+        if (!dpo)
+            return headAndLoss(hidden(ids));
+        // the engine's batch for TRL: input_ids, torch.ones_like(ids) as the attention mask and
+        // the completion mask, until the loss returns
+        S.setOp("attention_mask");
+        T attentionMask = S.make(checkedMul(tok, 8), 8);
+        T loss = dpoStep(hidden(ids), ids);
+        S.drop(attentionMask);
+        return loss;
+    }
+
+    // The model's forward up to the final norm's output.
+    T hidden(const T &ids)
     {
         S.setLayer(-1);
         par->rootForward();
@@ -1955,27 +1988,13 @@ private:
         for (T &t : embedLocals)
             S.drop(t);
         embedLocals.clear();
-        return headAndLoss(fn);
+        return fn;
     }
 
-    // The lm_head and the loss over the final norm's output `fn` (consumed).
-    T headAndLoss(T fn)
+    // The lm_head over the final norm's output `fn` (kept): the logits, as the CausalLM's forward
+    // returns them.
+    T lmHeadLogits(const T &fn)
     {
-        if (c.loss == Loss::Fused) {
-            // Liger: no lm_head module call, no logits; under autocast the chunks' matmuls use
-            // the cached bf16 copy of the weight (autocast's cache, a trainable leaf).
-            S.setOp("loss");
-            T cast;
-            if (amp)
-                cast = weightFor(lmHead);
-            T loss = O.fusedLinearCrossEntropy(fn, lmHead, b, s, h, V, amp ? 2 : ce);
-            S.drop(fn);
-            if (cast.valid())
-                S.drop(cast);
-            clearAmpCache();
-            par->forwardDone();
-            return loss;
-        }
         S.setOp("lm_head");
         T bc; // autocast casts the bias first, as in linear()
         if (lmHeadB.valid())
@@ -2002,6 +2021,49 @@ private:
             S.drop(logits);
             logits = d;
         }
+        return logits;
+    }
+
+    // Issue 29: the policy's logits, then TRL's DPO loss (dpo.cpp) with the reference's forward
+    // (See Note [DPO step]).
+    T dpoStep(T fn, const T &ids)
+    {
+        T logits = lmHeadLogits(fn);
+        S.drop(fn); // the model's forward returns: the output object holds the logits only
+        clearAmpCache();
+        par->forwardDone();
+        const sim::DpoShape d{c.microBatch, s, V, c.dpo.prompt(s), c.dpo.reference};
+        return sim::dpoLoss(S, O, logits, d, [&] {
+            adaptersOff = c.dpo.reference == Reference::Adapter;
+            checkpointingOff = true;
+            T rfn = hidden(ids);
+            T rl = lmHeadLogits(rfn);
+            S.drop(rfn);
+            clearAmpCache();
+            adaptersOff = checkpointingOff = false;
+            return rl;
+        });
+    }
+
+    // The lm_head and the loss over the final norm's output `fn` (consumed).
+    T headAndLoss(T fn)
+    {
+        if (c.loss == Loss::Fused) {
+            // Liger: no lm_head module call, no logits; under autocast the chunks' matmuls use
+            // the cached bf16 copy of the weight (autocast's cache, a trainable leaf).
+            S.setOp("loss");
+            T cast;
+            if (amp)
+                cast = weightFor(lmHead);
+            T loss = O.fusedLinearCrossEntropy(fn, lmHead, b, s, h, V, amp ? 2 : ce);
+            S.drop(fn);
+            if (cast.valid())
+                S.drop(cast);
+            clearAmpCache();
+            par->forwardDone();
+            return loss;
+        }
+        T logits = lmHeadLogits(fn);
         S.setOp("loss");
         T loss = O.causalLmLoss(logits, b, s, V);
         // The final norm's output lives on in the model output (last_hidden_state) until the

@@ -85,7 +85,7 @@ CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "grouped_mm
 
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_scaled_mm"}  # cuBLAS; _grouped_mm is CUTLASS
 _FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "torch/nn/modules",
-               "torch/utils/checkpoint", "hrengine/", "tinylm")
+               "torch/utils/checkpoint", "hrengine/", "trl/", "tinylm")
 
 
 def _blas_workspace_bytes():

@@ -4,7 +4,7 @@ import json
 import sys
 
 from .protocol import BadRequest, MAX_DEPTH, MAX_REQUEST_BYTES, SCHEMA_VERSION, short
-from .vocabulary import ATTENTIONS, FINETUNES, IMPLS, LOSSES, OPTIMIZERS, PRECISIONS
+from .vocabulary import ATTENTIONS, FINETUNES, IMPLS, LOSSES, MODES, OPTIMIZERS, PRECISIONS, REFERENCES
 
 
 def _depth_ok(obj, depth=0):
@@ -118,6 +118,20 @@ def parse_config(c):
         raise BadRequest("config.lora.targets", "[]", "LoRA needs at least one target module")
     if cfg["finetune"] == "qlora" and cfg["precision"] == "fp32":
         raise BadRequest("config.precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16")
+    # Issue 29: the training mode; DPO's reference and prompt (its sequences are prompt then completion)
+    cfg["mode"] = _choice(c, "mode", ctx, MODES, "sft")
+    if cfg["mode"] == "dpo":
+        d = c.get("dpo", {})
+        if not isinstance(d, dict):
+            raise BadRequest("config.dpo", d, "must be a JSON object")
+        default_ref = "copy" if cfg["finetune"] == "full" else "adapter"
+        cfg["dpo"] = {
+            "reference": _choice(d, "reference", "config.dpo", REFERENCES, default_ref),
+            "prompt_len": _int(d, "prompt_len", "config.dpo", 1, max(1, cfg["seq_len"] - 1), max(1, cfg["seq_len"] // 2)),
+            "beta": _number(d, "beta", "config.dpo", 0.0, 1e6, 0.1),
+        }
+        if cfg["dpo"]["reference"] == "adapter" and cfg["finetune"] == "full":
+            raise BadRequest("config.dpo.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none")
     if cfg["offload_optimizer"]:
         raise BadRequest("config.offload_optimizer", True,
                          "the transformers engine keeps the optimizer on the device; offload is estimated, not measured")

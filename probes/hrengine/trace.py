@@ -59,7 +59,7 @@ class Recorder:
 
 
 _FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "torch/nn/modules",
-               "torch/utils/checkpoint", "torch/distributed", "bitsandbytes/", "headroom_engine", "hrengine/", "tinylm")
+               "torch/utils/checkpoint", "torch/distributed", "bitsandbytes/", "headroom_engine", "hrengine/", "trl/", "tinylm")
 
 
 _MAX_SOURCE = 4 << 20  # a source file read for its functions' names: bounded

@@ -17,3 +17,7 @@ FINETUNES = ("full", "lora", "qlora")
 ATTENTIONS = ("sdpa", "eager")
 
 LOSSES = ("standard", "fused")
+
+MODES = ("sft", "dpo")
+
+REFERENCES = ("adapter", "copy", "none")

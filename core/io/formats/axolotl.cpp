@@ -83,9 +83,16 @@ void read(Reader &r, const json &j)
               {"liger_cross_entropy", ignoreKey},
               {"rl", [](Reader &r, const std::string &k, const json &v) {
                    std::string mode = r.text(k, v);
+                   // IPO is DPO's step with another loss on the same log-probabilities
+                   if (mode == "dpo" || mode == "ipo")
+                       return readDpo(r, k, v);
                    for (char &c : mode)
                        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
                    refusePostTraining(r, k, v, mode + " training");
+               }},
+              {"rl_beta", [](Reader &r, const std::string &k, const json &v) { r.out.settings.beta = r.number(k, v, 0.0, 1e6); }},
+              {"max_prompt_len", [](Reader &r, const std::string &k, const json &v) {
+                   r.out.settings.promptLen = r.integer(k, v, 1, 1 << 24);
                }},
               {"lora_mlp_kernel", readLoraKernel},
               {"lora_qkv_kernel", readLoraKernel},
@@ -157,6 +164,13 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
             kv(y, "lora_target_linear", true);
         else
             kv(y, "lora_target_modules", c.lora.targets);
+    }
+    if (c.mode == TrainingMode::DPO) { // issue 29: Axolotl's rl: dpo, the reference from the adapter or a copy
+        kv(y, "rl", "dpo");
+        kv(y, "rl_beta", c.dpo.beta);
+        kv(y, "max_prompt_len", c.dpo.prompt(c.seqLen));
+        if (c.dpo.reference == Reference::None)
+            notes.push_back("a precomputed reference has no Axolotl key: written as DPO with its reference");
     }
     kv(y, "sequence_len", c.seqLen);
     kv(y, "micro_batch_size", c.microBatch);

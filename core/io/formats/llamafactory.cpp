@@ -29,8 +29,10 @@ void read(Reader &r, const json &j)
              {{"model_name_or_path", [](Reader &r, const std::string &k, const json &v) { r.out.settings.model = r.text(k, v); }},
               {"stage", [](Reader &r, const std::string &k, const json &v) {
                    const std::string s = r.text(k, v);
-                   if (s == "dpo" || s == "kto" || s == "ppo")
-                       refusePostTraining(r, k, v, s == "dpo" ? "DPO training" : s == "kto" ? "KTO training" : "PPO training");
+                   if (s == "dpo")
+                       readDpo(r, k, v);
+                   else if (s == "kto" || s == "ppo")
+                       refusePostTraining(r, k, v, s == "kto" ? "KTO training" : "PPO training");
                    else if (s == "rm")
                        refusePostTraining(r, k, v, "reward modelling");
                    else if (s != "sft" && s != "pt")
@@ -67,6 +69,12 @@ void read(Reader &r, const json &j)
               {"per_device_train_batch_size", setInt(&TrainingSettings::microBatch, 1, 1 << 20)},
               {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, kMaxGradAccum)},
               {"cutoff_len", setInt(&TrainingSettings::seqLen, 1, 1 << 24)},
+              {"pref_beta", [](Reader &r, const std::string &k, const json &v) { r.out.settings.beta = r.number(k, v, 0.0, 1e6); }},
+              {"pref_loss", [](Reader &r, const std::string &k, const json &v) {
+                   const std::string l = r.text(k, v);
+                   if (l == "orpo" || l == "simpo") // reference-free losses: no reference forward
+                       r.out.settings.reference = Reference::None;
+               }},
               {"bf16", [&](Reader &r, const std::string &k, const json &v) { bf16 = r.flag(k, v); }},
               {"fp16", [&](Reader &r, const std::string &k, const json &v) { fp16 = r.flag(k, v); }},
               {"pure_bf16", [&](Reader &r, const std::string &k, const json &v) { pure = r.flag(k, v); }},
@@ -130,7 +138,12 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
     YAML::Emitter y;
     y << YAML::BeginMap;
     kv(y, "model_name_or_path", model);
-    kv(y, "stage", "sft");
+    kv(y, "stage", c.mode == TrainingMode::DPO ? "dpo" : "sft");
+    if (c.mode == TrainingMode::DPO) {
+        kv(y, "pref_beta", c.dpo.beta);
+        if (c.dpo.reference == Reference::None)
+            kv(y, "pref_loss", "simpo"); // LLaMA-Factory's reference-free DPO losses: simpo, orpo
+    }
     kv(y, "do_train", true);
     kv(y, "finetuning_type", adapters ? "lora" : "full");
     if (adapters) {

@@ -25,10 +25,16 @@ void read(Reader &r, const json &j)
     bool bf16 = false, fp16 = false, peft = false, fourBit = false;
     std::optional<std::string> dtype;
     // TRL's preference and RL configs, by their keys: GRPO where it generates, else the DPO family.
+    // TRL's preference and RL configs, by their keys: GRPO where it generates (refused), else read
+    // as DPOConfig (issue 29): ORPO/KTO/CPO share its keys, and a reference-free one reads as DPO
+    // with a reference, an over-estimate.
     const Handler refuseTrl = [&j](Reader &r, const std::string &k, const json &v) {
         const bool grpo = j.contains("num_generations") || j.contains("reward_funcs");
-        refusePostTraining(r, k, v, grpo ? "GRPO (generation in the training step)"
-                                         : "preference optimisation (TRL's DPO/ORPO/KTO family)");
+        if (grpo)
+            refusePostTraining(r, k, v, "GRPO (generation in the training step)");
+        if (k == "beta")
+            r.out.settings.beta = r.number(k, v, 0.0, 1e6);
+        readDpo(r, k, v);
     };
     readKeys(r, j,
              {{"model_name_or_path", [](Reader &r, const std::string &k, const json &v) { r.out.settings.model = r.text(k, v); }},
@@ -63,6 +69,13 @@ void read(Reader &r, const json &j)
               {"use_kernels", readHubKernels},
               {"use_peft", [&](Reader &r, const std::string &k, const json &v) { peft = r.flag(k, v); }},
               {"beta", refuseTrl}, // DPOConfig, ORPOConfig, KTOConfig, GRPOConfig
+              {"max_prompt_length", [](Reader &r, const std::string &k, const json &v) {
+                   r.out.settings.promptLen = r.integer(k, v, 1, 1 << 24);
+               }},
+              {"precompute_ref_log_probs", [](Reader &r, const std::string &k, const json &v) {
+                   if (r.flag(k, v))
+                       r.out.settings.reference = Reference::None;
+               }},
               {"num_generations", refuseTrl},
               {"reward_funcs", refuseTrl},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},
@@ -121,6 +134,11 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
               {"optim", hfOptim(c, notes)},
               {"use_peft", adapters},
               {"use_liger_kernel", c.loss == Loss::Fused}};
+    if (c.mode == TrainingMode::DPO) { // TRL's DPOConfig
+        j["beta"] = c.dpo.beta;
+        j["max_prompt_length"] = c.dpo.prompt(c.seqLen);
+        j["precompute_ref_log_probs"] = c.dpo.reference == Reference::None;
+    }
     switch (c.precision) {
     case Precision::BF16: j["bf16"] = true; j["torch_dtype"] = "bfloat16"; break;
     case Precision::FP16: j["fp16"] = true; j["torch_dtype"] = "float16"; break;

@@ -24,6 +24,7 @@ enum class Blocker {
     LedgerActivationOffload,      // the per-op ledger has no saved-tensor hooks
     LedgerMla,                    // the per-op ledger has no multi-head latent attention
     LoraTargetsNotFound,    // PEFT refuses targets the model does not have
+    PreferenceNotModelled,  // DPO is measured (TRL's own step), not yet estimated
     // the LibTorch engine (measure with the transformers engine instead)
     EngineModel,
     EngineSlidingWindow,
@@ -33,6 +34,7 @@ enum class Blocker {
     EnginePagedOptimizer,
     EngineActivationOffload,
     EngineSharding,
+    EngineMode,             // DPO runs TRL's loss: the transformers engine only
 };
 
 struct Refusal

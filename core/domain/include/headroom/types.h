@@ -21,6 +21,13 @@ enum class Attention { SDPA, Eager };
 // cross-entropy that never materializes the logits (Liger's LigerFusedLinearCrossEntropy).
 enum class Loss { Standard, Fused };
 
+// Issue 29: what the step trains. DPO (TRL's DPOTrainer) runs b pairs as one batch of 2b
+// sequences (the chosen ones, then the rejected ones; each its prompt, then its completion)
+// against a reference: the policy with its adapter disabled, a frozen copy, or none (the
+// reference's log-probabilities precomputed).
+enum class TrainingMode { SFT, DPO };
+enum class Reference { Adapter, Copy, None };
+
 // One word per concept across core, probe, GUI and JSON (docs/style.md point 15).
 enum class Category {
     Weights,
@@ -48,6 +55,8 @@ std::string_view toString(OptimizerImpl);
 std::string_view toString(FineTune);
 std::string_view toString(Attention);
 std::string_view toString(Loss);
+std::string_view toString(TrainingMode);
+std::string_view toString(Reference);
 std::string_view toString(Category);
 std::string_view toString(Phase);
 std::string_view describe(Category); // one sentence for tooltips and docs
@@ -61,6 +70,8 @@ OptimizerImpl parseOptimizerImpl(std::string_view s, const std::string &field = 
 FineTune parseFineTune(std::string_view s, const std::string &field = "finetune");
 Attention parseAttention(std::string_view s, const std::string &field = "attention");
 Loss parseLoss(std::string_view s, const std::string &field = "loss");
+TrainingMode parseTrainingMode(std::string_view s, const std::string &field = "mode");
+Reference parseReference(std::string_view s, const std::string &field = "reference");
 Category parseCategory(std::string_view s, const std::string &field = "category");
 Phase parsePhase(std::string_view s, const std::string &field = "phase");
 
@@ -151,6 +162,14 @@ struct TrainingConfig
     int64_t checkpointEvery = 0;
     Attention attention = Attention::SDPA;
     Loss loss = Loss::Standard;
+    TrainingMode mode = TrainingMode::SFT;
+    struct Preference
+    {
+        Reference reference = Reference::Adapter;
+        int64_t promptLen = 0; // tokens of each sequence's prompt; 0: half of seqLen
+        double beta = 0.1;
+        int64_t prompt(int64_t seq) const { return promptLen > 0 ? promptLen : seq / 2; }
+    } dpo;
     int worldSize = 1;
     int zeroStage = 0;
     // DeepSpeed offload_optimizer: cpu (ZeRO-Offload): the optimizer state and its step live on

@@ -44,6 +44,11 @@ struct TrainingSettings
     std::optional<int> zeroStage;
     std::optional<bool> offloadOptimizer;
     std::optional<bool> activationOffload;
+    // Issue 29: DPO (Axolotl rl: dpo/ipo, LLaMA-Factory stage: dpo, TRL's DPOConfig)
+    std::optional<TrainingMode> mode;
+    std::optional<Reference> reference;
+    std::optional<int64_t> promptLen;
+    std::optional<double> beta;
 
     // Onto a configuration: the fields set here replace the config's.
     void applyTo(TrainingConfig &c) const;

@@ -1,0 +1,131 @@
+// Issue 29: DPO's loss as TRL's DPOTrainer._compute_loss runs it (trl/trainer/dpo_trainer.py,
+// trl/trainer/utils.py at f2cd577), op by op, after the policy's forward has made its logits.
+// See Note [DPO step] (docs/estimator.md); checked against tests/data/h200/dpo-2026-12-04.
+#include "dpo.h"
+
+#include <algorithm>
+
+namespace headroom::sim {
+
+namespace {
+
+// TRL's selective_log_softmax for 16-bit logits: one log_softmax per sequence (LogSoftmaxBackward0
+// saves its output), the label's column gathered, the columns stacked. Iterating the logits
+// unbinds them (UnbindBackward0 stacks the rows' gradients: one tensor of the logits' size).
+// Without grad a row's output goes when the loop's variable takes the next one, and the last at
+// the function's return.
+T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros)
+{
+    std::vector<int64_t> sizes(static_cast<size_t>(seqs), rows * vocab);
+    std::vector<T> seq = O.split(logits, sizes); // the unbind: views
+    std::vector<T> cols;
+    T previous;
+    for (T &row : seq) {
+        T lp = O.softmax(row); // log_softmax: the same memory (saves its output; backward one of its size)
+        S.recategorize(lp.sto, Category::Logits);
+        cols.push_back(O.gatherColumn(lp, rows));
+        if (previous.valid())
+            S.drop(previous); // row_logps rebinds
+        previous = lp;
+    }
+    std::vector<const T *> parts;
+    for (const T &c : cols)
+        parts.push_back(&c);
+    T stacked = O.cat(parts, seqs * rows, logits.elem); // torch.stack: StackBackward0 hands out views
+    for (T &c : cols)
+        S.drop(c);
+    for (T &row : seq)
+        S.drop(row);
+    if (previous.valid())
+        S.drop(previous);
+    // per_token_logps[shift_completion_mask == 0] = 0.0 (in _compute_loss): the comparison's bool
+    // tensor, then index_put_ in place through the mask's nonzero() indices ([zeros, 2] int64,
+    // saved by IndexPutBackward0, whose backward clones the gradient)
+    const int isZero = S.allocate(seqs * rows, Category::Temporaries);
+    const int indices = S.allocate(seqs * promptZeros * 2 * 8, Category::Activations);
+    S.unref(isZero);
+    T masked = O.inPlace(stacked, {indices});
+    S.unref(indices);
+    S.drop(stacked);
+    return masked;
+}
+
+} // namespace
+
+T dpoLoss(Sim &S, Ops &O, T logits, const DpoShape &d, const std::function<T()> &referenceLogits)
+{
+    const int64_t seqs = 2 * d.pairs, rows = d.seq - 1, V = d.vocab, e = logits.elem;
+    S.recategorize(logits.sto, Category::Logits); // the breakdown's logits: every vocabulary-wide tensor below
+    S.setOp("dpo.logps");
+    // shift_logits = outputs.logits[..., :-1, :]: a view (SliceBackward0: zeros of the logits'
+    // size in backward)
+    T shift = O.slice(logits, seqs * rows * V);
+    const int64_t promptZeros = std::max<int64_t>(0, d.prompt - 1); // the shifted mask's zeros in a row
+    T logps = selectiveLogSoftmax(S, O, shift, seqs, rows, V, promptZeros);
+    // per_token_logps[mask == 0] = 0; .sum(1); chunk: columns of seqs x rows (what they allocate
+    // is a few bytes a token, left out)
+    T sums = O.sumGroups(logps, seqs);
+    S.drop(logps);
+
+    T refLogits;
+    if (d.reference != Reference::None) {
+        // with torch.no_grad(), the adapter disabled or the frozen copy, checkpointing off
+        S.setOp("dpo.reference");
+        const bool grad = S.gradEnabled();
+        S.setGradEnabled(false);
+        refLogits = referenceLogits();
+        S.recategorize(refLogits.sto, Category::Logits);
+        S.setOp("dpo.reference_logps");
+        T refShift = S.view(refLogits, seqs * rows * V * e);
+        T refLogps = selectiveLogSoftmax(S, O, refShift, seqs, rows, V, promptZeros);
+        S.drop(refShift);
+        S.drop(refLogps);
+        S.setGradEnabled(grad);
+    }
+
+    // The sigmoid loss over per-sequence sums: a few bytes.
+    S.setOp("dpo.loss");
+    T loss = O.mean(sums, 1);
+    S.drop(sums);
+
+    // The metrics it logs, without grad: entropy_from_logits copies the shifted logits whole
+    // (reshape of a non-contiguous view) and runs 128-row chunks (log_softmax, exp, product);
+    // then the chosen and the rejected logits indexed by the completion mask, one at a time.
+    S.setOp("dpo.metrics");
+    const bool grad = S.gradEnabled();
+    S.setGradEnabled(false);
+    {
+        T flat = S.make(seqs * rows * V * e, e, Category::Logits);
+        const int64_t chunkRows = std::min<int64_t>(128, seqs * rows);
+        T prev;
+        for (int64_t done = 0; done < seqs * rows; done += chunkRows) {
+            const int64_t n = std::min<int64_t>(chunkRows, seqs * rows - done);
+            T lp = S.make(n * V * e, e, Category::Logits);
+            if (prev.valid())
+                S.drop(prev);
+            T ex = S.make(n * V * e, e, Category::Logits);
+            T prod = S.make(n * V * e, e, Category::Logits);
+            S.drop(ex);
+            S.drop(prod);
+            prev = lp;
+        }
+        if (prev.valid())
+            S.drop(prev);
+        S.drop(flat);
+        const int64_t completion = d.pairs * (d.seq - d.prompt); // the mask's ones in one half
+        for (int half = 0; half < 2; ++half) {
+            T picked = S.make(completion * V * e, e, Category::Logits);
+            S.drop(picked);
+        }
+    }
+    S.setGradEnabled(grad);
+    // _compute_loss returns: the outputs' logits go (the slice and unbind nodes keep none), and
+    // the reference's with them
+    S.drop(shift);
+    S.drop(logits);
+    if (refLogits.valid())
+        S.drop(refLogits);
+    return loss;
+}
+
+} // namespace headroom::sim
