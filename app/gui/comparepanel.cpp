@@ -64,15 +64,9 @@ void showVerdict(QLabel *label, const QString &which, const Report &r, Unit u)
 ComparePanel::ComparePanel(Session *session, QWidget *parent)
     : QWidget(parent)
     , m_session(session)
-    , m_chart(new BreakdownChart(this))
     , m_pin(new QPushButton(tr("Pin this configuration"), this))
     , m_unpin(new QPushButton(tr("Unpin"), this))
     , m_hint(new QLabel(this))
-    , m_pinnedVerdict(new QLabel(this))
-    , m_currentVerdict(new QLabel(this))
-    , m_amounts(table(QStringLiteral("compareAmounts"), {tr("Category"), tr("Pinned"), tr("Current"), tr("Difference")}, this))
-    , m_changes(table(QStringLiteral("compareChanges"), {tr("Setting"), tr("Pinned"), tr("Current")}, this))
-    , m_body(new QWidget(this))
 {
     m_pin->setObjectName(QStringLiteral("pin"));
     m_pin->setToolTip(tr("Keep this configuration to compare the next changes with (Ctrl+Shift+P)"));
@@ -84,13 +78,6 @@ ComparePanel::ComparePanel(Session *session, QWidget *parent)
                        "verdicts, both breakdowns, the difference per category and every setting that "
                        "changed. Saved and exported sheets carry the comparison for review.</p>"));
     m_hint->setAlignment(Qt::AlignTop | Qt::AlignLeft);
-    for (QLabel *l : {m_pinnedVerdict, m_currentVerdict}) {
-        l->setWordWrap(true);
-        l->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    }
-    m_pinnedVerdict->setObjectName(QStringLiteral("pinnedVerdict"));
-    m_currentVerdict->setObjectName(QStringLiteral("currentVerdict"));
-
     auto *layout = new QVBoxLayout(this);
     auto *head = new QHBoxLayout;
     head->addWidget(m_pin);
@@ -98,7 +85,39 @@ ComparePanel::ComparePanel(Session *session, QWidget *parent)
     head->addStretch(1);
     layout->addLayout(head);
     layout->addWidget(m_hint);
+    layout->addStretch(1);
 
+    connect(m_pin, &QPushButton::clicked, session, &Session::pin);
+    connect(m_unpin, &QPushButton::clicked, session, &Session::unpin);
+    const auto stale = [this] {
+        m_dirty = true;
+        if (isVisible())
+            refresh();
+    };
+    connect(session, &Session::pinnedChanged, this, stale);
+    connect(session, &Session::reportReady, this, stale);
+    connect(session, &Session::unitsChanged, this, stale);
+    refresh();
+}
+
+void ComparePanel::ensureBody()
+{
+    // Made when first needed (a pin, or a look at the chart): a chart view costs every window that
+    // never compares (the widget tests make hundreds of windows).
+    if (m_body)
+        return;
+    m_body = new QWidget(this);
+    m_chart = new BreakdownChart(m_body);
+    m_pinnedVerdict = new QLabel(m_body);
+    m_currentVerdict = new QLabel(m_body);
+    m_amounts = table(QStringLiteral("compareAmounts"), {tr("Category"), tr("Pinned"), tr("Current"), tr("Difference")}, m_body);
+    m_changes = table(QStringLiteral("compareChanges"), {tr("Setting"), tr("Pinned"), tr("Current")}, m_body);
+    for (QLabel *l : {m_pinnedVerdict, m_currentVerdict}) {
+        l->setWordWrap(true);
+        l->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    }
+    m_pinnedVerdict->setObjectName(QStringLiteral("pinnedVerdict"));
+    m_currentVerdict->setObjectName(QStringLiteral("currentVerdict"));
     auto *bodyLayout = new QVBoxLayout(m_body);
     bodyLayout->setContentsMargins(0, 0, 0, 0);
     bodyLayout->addWidget(m_pinnedVerdict);
@@ -115,20 +134,28 @@ ComparePanel::ComparePanel(Session *session, QWidget *parent)
     rows->setStretchFactor(0, 3);
     rows->setStretchFactor(1, 1);
     bodyLayout->addWidget(rows, 1);
-    layout->addWidget(m_body, 1);
+    auto *outer = static_cast<QVBoxLayout *>(layout());
+    outer->insertWidget(outer->count() - 1, m_body, 1); // above the stretch
     m_chart->setModel(&m_model);
+    m_body->setVisible(m_session->pinned().has_value());
+}
 
-    connect(m_pin, &QPushButton::clicked, session, &Session::pin);
-    connect(m_unpin, &QPushButton::clicked, session, &Session::unpin);
-    const auto stale = [this] {
-        m_dirty = true;
-        if (isVisible())
-            refresh();
-    };
-    connect(session, &Session::pinnedChanged, this, stale);
-    connect(session, &Session::reportReady, this, stale);
-    connect(session, &Session::unitsChanged, this, stale);
-    refresh();
+BreakdownChart *ComparePanel::chart()
+{
+    ensureBody();
+    return m_chart;
+}
+
+QTableWidget *ComparePanel::amounts()
+{
+    ensureBody();
+    return m_amounts;
+}
+
+QTableWidget *ComparePanel::changes()
+{
+    ensureBody();
+    return m_changes;
 }
 
 void ComparePanel::showEvent(QShowEvent *e)
@@ -140,6 +167,7 @@ void ComparePanel::showEvent(QShowEvent *e)
 
 QPixmap ComparePanel::picture(const QSize &size)
 {
+    ensureBody();
     if (m_dirty)
         refresh();
     return m_chart->toPixmap(size);
@@ -147,15 +175,18 @@ QPixmap ComparePanel::picture(const QSize &size)
 
 QString ComparePanel::verdicts() const
 {
-    return m_pinnedVerdict->text() + QLatin1Char('\n') + m_currentVerdict->text();
+    return m_body ? m_pinnedVerdict->text() + QLatin1Char('\n') + m_currentVerdict->text() : QString();
 }
 
 void ComparePanel::refresh()
 {
     m_dirty = false;
     const bool pinned = m_session->pinned().has_value();
+    if (pinned)
+        ensureBody();
     m_hint->setVisible(!pinned);
-    m_body->setVisible(pinned);
+    if (m_body)
+        m_body->setVisible(pinned);
     m_unpin->setEnabled(pinned);
     m_pin->setText(pinned ? tr("Pin this one instead") : tr("Pin this configuration"));
     const Unit u = m_session->units();
@@ -163,8 +194,10 @@ void ComparePanel::refresh()
     const Report &cr = m_session->report();
     if (!pinned) {
         m_model.clear();
-        m_amounts->setRowCount(0);
-        m_changes->setRowCount(0);
+        if (m_body) {
+            m_amounts->setRowCount(0);
+            m_changes->setRowCount(0);
+        }
         return;
     }
     showVerdict(m_pinnedVerdict, tr("Pinned"), pr, u);

@@ -18,9 +18,9 @@ class ComparePanel : public QWidget
     Q_OBJECT
 public:
     explicit ComparePanel(Session *session, QWidget *parent = nullptr);
-    BreakdownChart *chart() { return m_chart; }
-    QTableWidget *amounts() { return m_amounts; }
-    QTableWidget *changes() { return m_changes; }
+    BreakdownChart *chart();
+    QTableWidget *amounts();
+    QTableWidget *changes();
     QString verdicts() const; // both verdict lines, as shown
     // The two bars as a picture for sheets, brought up to date even if the tab was never shown.
     QPixmap picture(const QSize &size);
@@ -30,16 +30,18 @@ protected:
 
 private:
     void refresh();
+    void ensureBody();
     bool m_dirty = true; // rebuilt when shown, not on every slider move elsewhere
     Session *m_session;
     BreakdownModel m_model;
-    BreakdownChart *m_chart;
     QPushButton *m_pin;
     QPushButton *m_unpin;
     QLabel *m_hint;
-    QLabel *m_pinnedVerdict;
-    QLabel *m_currentVerdict;
-    QTableWidget *m_amounts;
-    QTableWidget *m_changes;
-    QWidget *m_body;
+    // made by ensureBody()
+    BreakdownChart *m_chart = nullptr;
+    QLabel *m_pinnedVerdict = nullptr;
+    QLabel *m_currentVerdict = nullptr;
+    QTableWidget *m_amounts = nullptr;
+    QTableWidget *m_changes = nullptr;
+    QWidget *m_body = nullptr;
 };

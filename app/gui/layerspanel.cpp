@@ -57,8 +57,6 @@ LayersPanel::LayersPanel(Session *session, QWidget *parent)
     , m_session(session)
     , m_moment(new QComboBox(this))
     , m_summary(new QLabel(this))
-    , m_chart(new LayerChart(this))
-    , m_kinds(new QTableWidget(this))
 {
     m_moment->setObjectName(QStringLiteral("layersMoment"));
     m_moment->addItem(tr("At the step's peak"), static_cast<int>(Moment::StepPeak));
@@ -66,13 +64,6 @@ LayersPanel::LayersPanel(Session *session, QWidget *parent)
     m_summary->setObjectName(QStringLiteral("layersSummary"));
     m_summary->setWordWrap(true);
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_kinds->setObjectName(QStringLiteral("layerKinds"));
-    m_kinds->verticalHeader()->setVisible(false);
-    m_kinds->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    m_kinds->setAlternatingRowColors(true);
-    m_kinds->verticalHeader()->setDefaultSectionSize(m_kinds->fontMetrics().height() + 6);
-    m_kinds->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_kinds->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
 
     auto *layout = new QVBoxLayout(this);
     auto *head = new QHBoxLayout;
@@ -81,16 +72,45 @@ LayersPanel::LayersPanel(Session *session, QWidget *parent)
     head->addStretch(1);
     layout->addLayout(head);
     layout->addWidget(m_summary);
+
+    connect(m_moment, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] { refresh(); });
+    connect(session, &Session::reportReady, this, [this] { refresh(); });
+    connect(session, &Session::unitsChanged, this, [this] { refresh(); });
+}
+
+void LayersPanel::ensureBody()
+{
+    // Made when first needed (the tab shown, a picture, a test's look): a chart view costs every
+    // window that never opens this tab.
+    if (m_chart)
+        return;
+    m_chart = new LayerChart(this);
+    m_kinds = new QTableWidget(this);
+    m_kinds->setObjectName(QStringLiteral("layerKinds"));
+    m_kinds->verticalHeader()->setVisible(false);
+    m_kinds->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_kinds->setAlternatingRowColors(true);
+    m_kinds->verticalHeader()->setDefaultSectionSize(m_kinds->fontMetrics().height() + 6);
+    m_kinds->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_kinds->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     auto *split = new QSplitter(Qt::Horizontal, this);
     split->addWidget(m_chart);
     split->addWidget(m_kinds);
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 0);
-    layout->addWidget(split, 1);
+    static_cast<QVBoxLayout *>(layout())->addWidget(split, 1);
+}
 
-    connect(m_moment, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] { refresh(); });
-    connect(session, &Session::reportReady, this, [this] { refresh(); });
-    connect(session, &Session::unitsChanged, this, [this] { refresh(); });
+LayerChart *LayersPanel::chart()
+{
+    ensureBody();
+    return m_chart;
+}
+
+QTableWidget *LayersPanel::kinds()
+{
+    ensureBody();
+    return m_kinds;
 }
 
 void LayersPanel::setMoment(Moment m)
@@ -131,6 +151,7 @@ void LayersPanel::refresh(bool force)
         return;
     }
     m_dirty = false;
+    ensureBody();
     const Report &r = m_session->report();
     const Unit u = m_session->units();
     const auto moment = static_cast<Moment>(m_moment->currentData().toInt());

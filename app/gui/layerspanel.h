@@ -25,8 +25,8 @@ public:
     void setMoment(Moment m);
     // A recorded run to set beside the estimate by kind (nullopt: none), and its name.
     void setMeasured(const std::optional<headroom::Timeline> &t, const QString &name);
-    LayerChart *chart() { return m_chart; }
-    QTableWidget *kinds() { return m_kinds; }
+    LayerChart *chart();
+    QTableWidget *kinds();
     QString summary() const;
     QPixmap picture(const QSize &size); // for sheets, brought up to date if never shown
 
@@ -35,11 +35,12 @@ protected:
 
 private:
     void refresh(bool force = false);
+    void ensureBody();
     Session *m_session;
     QComboBox *m_moment;
     QLabel *m_summary;
-    LayerChart *m_chart;
-    QTableWidget *m_kinds;
+    LayerChart *m_chart = nullptr; // made by ensureBody()
+    QTableWidget *m_kinds = nullptr;
     bool m_dirty = true;
     std::optional<headroom::Timeline> m_measured;
     QString m_measuredName;
