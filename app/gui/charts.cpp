@@ -90,6 +90,15 @@ QPalette filePalette()
     return p;
 }
 
+// The labels a category axis along x shows (the Scaling tab's sizes, the Layers tab's layers).
+QStringList categoryLabels(const QChart *chart)
+{
+    for (QAbstractAxis *axis : chart->axes(Qt::Horizontal))
+        if (auto *c = qobject_cast<QCategoryAxis *>(axis))
+            return c->categoriesLabels();
+    return {};
+}
+
 // Repaints its chart in the application's palette when that changes (issue 31: dark follows the desktop).
 class PaletteFollower : public QObject
 {
@@ -536,10 +545,7 @@ QStringList ScalingChart::seriesNames() const
 
 QStringList ScalingChart::xLabels() const
 {
-    for (QAbstractAxis *axis : m_chart->axes(Qt::Horizontal))
-        if (auto *c = qobject_cast<QCategoryAxis *>(axis))
-            return c->categoriesLabels();
-    return {};
+    return categoryLabels(m_chart);
 }
 
 int ScalingChart::seriesCount() const
@@ -749,10 +755,7 @@ QList<qreal> LayerChart::values(int kind) const
 
 QStringList LayerChart::shownLabels() const
 {
-    for (QAbstractAxis *a : m_chart->axes(Qt::Horizontal))
-        if (auto *x = qobject_cast<QCategoryAxis *>(a))
-            return x->categoriesLabels();
-    return {};
+    return categoryLabels(m_chart);
 }
 
 QPixmap LayerChart::toPixmap(const QSize &size) const

@@ -48,7 +48,9 @@ public:
     // Context stamped on every event.
     void setLayer(int layer) { m_layer = static_cast<int16_t>(layer); }
     void setOp(std::string_view op);
-    std::string currentOp() const { return m_op < m_out.ops.size() ? m_out.ops[m_op] : std::string(); }
+    // The op stamped now, to stamp again after a nested one (no name looked up or copied).
+    uint16_t opIndex() const { return m_op; }
+    void setOpIndex(uint16_t op) { m_op = op; }
     void setPhase(int step, Phase phase, int micro = 0);
     bool gradEnabled() const { return m_gradEnabled; }
     void setGradEnabled(bool on) { m_gradEnabled = on; }

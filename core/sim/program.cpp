@@ -704,7 +704,7 @@ private:
             return y;
         // What the adapter allocates is LoRA's in the timeline, the module's name again after it
         // (See Note [Layer and op labels]).
-        const std::string module = S.currentOp();
+        const uint16_t module = S.opIndex();
         S.setOp("lora");
         // PEFT lora.Linear.forward: x cast to the adapters' dtype, dropout, lora_B(lora_A(x)) *
         // scaling, added to the base result, cast back to the base result's dtype.
@@ -733,7 +733,7 @@ private:
         T res = w.nf4 ? S.view(sum) : O.to(sum, amp ? 2 : ce);
         S.drop(sum);
         S.drop(xa);
-        S.setOp(module);
+        S.setOpIndex(module);
         return res;
     }
 
