@@ -280,6 +280,20 @@ def specs():
     a(spec("gpt2-ampbf16-full-adamw-b8s1024-ckpt", "gpt2", precision="amp-bf16", batch=8, ckpt=True, budget_gib=15))
     a(spec("l1b-bf16-lora16drop-b4s2048-ckpt", l1, finetune="lora", seq=2048, ckpt=True, dropout=0.05, budget_gib=25))
     a(spec("q05b-bf16-lora16-b8s1024-ckpt-every2", q05, finetune="lora", batch=8, ckpt=True, every=2, budget_gib=20))
+    # Held out for the eighth-session (2026-12-04, ninth session) stream fixes, measured after them:
+    # flash's backward workspace without GQA (MHA: OLMo-2, Pythia, Phi-3), the eager softmax's
+    # fp32 conversion and its backward temporary (bf16, fp16, amp-fp16; MHA and GQA), and the MoE
+    # block's flat Linear inputs (Qwen2-MoE's shared-expert gate, Mixtral's router).
+    a(spec("olmo2-1b-bf16-full-adamw-b8s2048-ckpt", "olmo-2-1b", batch=8, seq=2048, ckpt=True))
+    a(spec("py410m-bf16-full-adamw-b8s2048-ckpt", "pythia-410m", batch=8, seq=2048, ckpt=True))
+    a(spec("phi3-bf16-full-adamw-b2s2048-ckpt", "phi-3-mini", batch=2, seq=2048, ckpt=True))
+    a(spec("olmo2-1b-bf16-full-adamw-b2s2048-eager", "olmo-2-1b", batch=2, seq=2048, attention="eager"))
+    a(spec("q3-06b-bf16-lora16-b2s2048-eager", "qwen3-0.6b", finetune="lora", batch=2, seq=2048, attention="eager"))
+    a(spec("m7b-bf16-lora16-b1s4096-eager", "mistral-7b", finetune="lora", batch=1, seq=4096, attention="eager"))
+    a(spec("l1b-ampfp16-lora16-b2s1024-eager", l1, precision="amp-fp16", finetune="lora", batch=2, attention="eager"))
+    a(spec("l1b-fp16-full-sgd-b2s1024-eager", l1, precision="fp16", optimizer="sgd", batch=2, attention="eager"))
+    a(spec("qmoe-bf16-lora16-b2s2048", "qwen1.5-moe-a2.7b", finetune="lora", batch=2, seq=2048))
+    a(spec("mix-bf16-full-adamw-b2s1024-l2", "mixtral-8x7b", batch=2, layers=2))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",

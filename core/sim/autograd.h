@@ -48,6 +48,12 @@ public:
     // Context stamped on every event.
     void setLayer(int layer) { m_layer = static_cast<int16_t>(layer); }
     void setOp(std::string_view op);
+    // The code flattens the tokens before its Linears (a MoE block's hidden_states.view(-1, h)):
+    // mm takes the 2-D input as it is, so the input's gradient is a plain tensor, not the view
+    // F.linear makes of a 3-D one, and the backward engine may add the next gradient into it in
+    // place (Note [Flat Linear inputs]).
+    void setFlatInputs(bool on) { m_flatInputs = on; }
+    bool flatInputs() const { return m_flatInputs; }
     // The op stamped now, to stamp again after a nested one (no name looked up or copied).
     uint16_t opIndex() const { return m_op; }
     void setOpIndex(uint16_t op) { m_op = op; }
@@ -229,6 +235,7 @@ private:
     uint32_t m_nextId = 0;
     uint64_t m_seq = 0;
     int16_t m_layer = -1;
+    bool m_flatInputs = false;
     uint16_t m_op = 0;
     uint8_t m_stream = 0;
     bool m_onHost = false;

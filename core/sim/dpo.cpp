@@ -21,7 +21,7 @@ T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t row
     std::vector<T> cols;
     T previous;
     for (T &row : seq) {
-        T lp = O.softmax(row); // log_softmax: the same memory (saves its output; backward one of its size)
+        T lp = O.logSoftmax(row); // saves its output; backward one of its size
         S.recategorize(lp.sto, Category::Logits);
         cols.push_back(O.gatherColumn(lp, rows));
         if (previous.valid())

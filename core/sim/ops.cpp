@@ -411,6 +411,7 @@ T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in,
     const int64_t wBytes = w.bytes, xBytes = tokens * in * x.elem;
     const int bElem = bias ? bias->elem : elem;
     const bool hasBias = bias != nullptr;
+    const bool flat = s.flatInputs();
     std::vector<const T *> inputs = {&x, &w};
     if (bias)
         inputs.push_back(bias);
@@ -427,7 +428,8 @@ T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in,
         s.blasWorkspace(1);
         if (needs[0]) {
             r[0] = s.allocate(xBytes, Category::Temporaries);
-            s.markViewed(r[0]);
+            if (!flat) // reshaped back to the 3-D input: a view (Note [Flat Linear inputs])
+                s.markViewed(r[0]);
         }
         if (hasBias && needs[2]) {
             r[2] = s.allocate(outF * bElem, Category::Temporaries);
@@ -535,7 +537,13 @@ T Ops::sdpaFlash(const T &q, const T &k, const T &v, const AttnShape &a, int ele
     if (saves)
         s.packCopy(out.bytes);
     const int64_t qb = q.bytes, kb = k.bytes, vb = v.bytes;
-    const int64_t ws = 2 * a.b * a.s * a.heads * a.dq * 4 + a.b * a.heads * a.s * 4 + 256;
+    // The backward's one workspace: fp32 dq accumulators; under grouped-query attention, dk and
+    // dv at every query head too (in the inputs' dtype, summed back to the kv heads after); the
+    // softmax row sums (fp32); 256 bytes. Measured on the H200 (corpus timelines): 64.5 MiB + 256
+    // for Llama-2-7B and OLMo-2-1B at b2 x 2048 and b4 x 2048 (MHA, no dk/dv share), 257 MiB +
+    // 256 for Llama-3.1-8B b4 x 2048 (GQA), Pythia-2.8B's head size 80 unrounded.
+    const int64_t gqa = a.kvHeads < a.heads ? a.b * a.s * a.heads * (a.dq + a.dv) * elem : 0;
+    const int64_t ws = a.b * a.s * a.heads * a.dq * 4 + gqa + a.b * a.heads * a.s * 4 + 256;
     s.record({&out}, {&q, &k, &v}, {k.sto, q.sto, v.sto, lse, out.sto, seed, offset},
              [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
                  // Flash backward: dq, dk, dv, then one fp32 workspace (dq accumulators, softmax
@@ -772,21 +780,18 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
         x = m;
     }
     const int se = style.softmaxFp32 ? 4 : elem;
-    T p32 = s.make(scores * se, se);
-    s.record({&p32}, {&x}, {p32.sto}, [xb = x.bytes, scores, se](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-        // _softmax_backward_data in the softmax's dtype, then the cast back to the input's
-        if (!n[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        const int r = s.allocate(scores * se, Category::Temporaries);
-        if (xb == scores * se)
-            return std::vector<int>{r};
-        const int c = s.allocate(xb, Category::Temporaries);
-        s.unref(r);
-        return std::vector<int>{c};
-    });
-    s.drop(x);
+    // See Note [Softmax upcast] (docs/estimator.md): bf16 scores are converted to fp32 first, a
+    // temporary freed when the softmax returns; the masked scores go after the .to(q.dtype).
+    const bool upcast = style.softmaxFp32 && elem == 2 && !style.halfToFloat;
+    T xs = upcast ? o.to(x, 4) : s.view(x);
+    T p32 = o.softmax(xs, se);
+    s.drop(xs);
+    if (!style.softmaxFp32)
+        s.drop(x);
     T p = o.to(p32, elem);
     s.drop(p32);
+    if (style.softmaxFp32)
+        s.drop(x);
     if (style.dropout > 0.0) {
         T pd = o.dropout(p, style.dropout);
         s.drop(p);
@@ -818,9 +823,26 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
 
 // ------------------------------------------------------------------ mixture of experts
 
-T Ops::softmax(const T &x)
+T Ops::softmax(const T &x, int outElem)
 {
-    return unary(x, x.bytes, x.elem, Keeps::Output); // _softmax_backward_data(grad, output)
+    // See Note [Softmax backward temporary] (docs/estimator.md): the gradient, then
+    // tmp = grad * output of its size, freed before the backward returns.
+    const int e = outElem ? outElem : x.elem;
+    T out = s.make(x.numel() * e, e);
+    const int64_t back = x.bytes, tmp = out.bytes;
+    s.record({&out}, {&x}, {out.sto}, [back, tmp](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int r = s.allocate(back, Category::Temporaries);
+        s.unref(s.allocate(tmp, Category::Temporaries));
+        return std::vector<int>{r};
+    });
+    return out;
+}
+
+T Ops::logSoftmax(const T &x)
+{
+    return unary(x, x.bytes, x.elem, Keeps::Output); // _log_softmax_backward_data(grad, output)
 }
 
 T Ops::gatherColumn(const T &x, int64_t rows)

@@ -91,13 +91,20 @@ public:
         bool softmaxFp32 = true;
         bool stridedQkv = false;
         double dropout = 0.0;
+        // fp16 scores: softmax(x, dtype=float32) runs CUDA's fused half-to-float kernel; bf16
+        // scores are converted to fp32 first (Note [Softmax upcast]).
+        bool halfToFloat = false;
     };
     T eagerAttention(const T &q, const T &k, const T &v, const T *mask, const AttnShape &a, int elem,
                      const EagerStyle &style);
 
     // ---- mixture of experts (transformers/integrations/moe.py, grouped_mm path)
-    // softmax over the last dimension: SoftmaxBackward0 saves its result.
-    T softmax(const T &x);
+    // softmax over the last dimension, its output in `outElem` bytes per element (0: x's; fp16
+    // x straight to fp32 is CUDA's fused half-to-float kernel): SoftmaxBackward0 saves its result,
+    // and its backward makes a temporary of the gradient's size (Note [Softmax backward temporary]).
+    T softmax(const T &x, int outElem = 0);
+    // log_softmax over the last dimension: saves its result; its backward allocates the gradient only.
+    T logSoftmax(const T &x);
     // sigmoid: SigmoidBackward0 saves its result.
     T sigmoid(const T &x);
     // torch.topk over `rows` rows: values (x's dtype) and int64 indices (saved); TopkBackward0

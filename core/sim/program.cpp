@@ -1079,6 +1079,7 @@ private:
                 style.stridedQkv = true;
             }
             style.dropout = m.attnDropout;
+            style.halfToFloat = c.precision == Precision::FP16 || c.precision == Precision::AmpFP16;
             out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, style);
             // attn_output.transpose(1, 2).contiguous(): a copy
             T cont = O.copy(out);
@@ -1525,9 +1526,12 @@ private:
     // the shared expert first (Qwen2-MoE), the top-k router, then grouped_mm_experts_forward
     // (integrations/moe.py), the default experts implementation on CUDA. Allocation sizes and
     // order follow the H200 streams of mixtral-8x7b-l2/-l4 and qwen1.5-moe-a2.7b.
+    // Its Linears see hidden_states.view(-1, h), except DeepSeek's shared experts, which take the
+    // block's 3-D input (Note [Flat Linear inputs]).
     T moe(LayerParams &L, const T &x)
     {
         S.setOp("moe");
+        S.setFlatInputs(true);
         T shared;
         if (m.sharedExpertIntermediateSize > 0 && !ft.sharedExpertsAfter)
             shared = denseMlp(L, x);
@@ -1536,7 +1540,9 @@ private:
             deepseekRouter(L, x, logits, idx, weights);
         else
             defaultRouter(L, x, logits, top, idx, weights);
-        return experts(L, x, logits, top, idx, weights, shared);
+        T out = experts(L, x, logits, top, idx, weights, shared);
+        S.setFlatInputs(false);
+        return out;
     }
 
     // DeepseekV2Moe / DeepseekV3MoE's router: F.linear(x.float(), gate.weight.float()), then
@@ -1705,7 +1711,9 @@ private:
         T dm = O.maskedFill(down, mask);
         S.drop(down);
         const int we = std::max(dm.elem, sw.elem);
-        T wo = O.mul(dm, sw, checkedMul(pairs, h), we, true, false, pairs);
+        // sw is one weight per row: its gradient sums each row (an inner reduction, no partial-sum
+        // buffer: Note [Outer-dimension reduction buffer] is for per-column operands).
+        T wo = O.mul(dm, sw, checkedMul(pairs, h), we, true, false, 0);
         S.drop(dm);
         T inv = S.make(pairs * 8, 8); // inv_perm = empty_like(perm); inv_perm[perm] = arange
         T ar = S.make(pairs * 8, 8);
@@ -1729,6 +1737,7 @@ private:
             // DeepSeek: hidden_states + self.shared_experts(residuals); the router's logits and
             // weights go when the MoE block returns.
             if (m.sharedExpertIntermediateSize > 0) {
+                S.setFlatInputs(false); // self.shared_experts(residuals): the 3-D input
                 T sh = denseMlp(L, x);
                 S.setOp("moe");
                 T sumOut = O.add(out, sh, x.elem);
@@ -1743,7 +1752,7 @@ private:
             T sg = linear(x, 0, L.sharedGate, nullptr, nullptr); // nn.Linear(hidden, 1): Linear4bit under QLoRA
             T sig = O.sigmoid(sg);
             S.drop(sg);
-            T gated = O.mul(sig, shared, checkedMul(tok, h), e, false, true, tok);
+            T gated = O.mul(sig, shared, checkedMul(tok, h), e, false, true, 0); // one gate per row: inner
             S.drop(sig);
             S.drop(shared);
             T sumOut = O.add(out, gated, e);

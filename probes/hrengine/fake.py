@@ -31,8 +31,10 @@ from .trace import build_timeline
 #    equal, multiple of 8 and at most 256; memory-efficient where a mask is given or flash cannot
 #    run; math otherwise.
 #  - flash_fwd_scratch / flash_bwd_workspace: the flash kernels' scratch (256 bytes in forward),
-#    and in backward one fp32 workspace of 2 x q's elements + the softmax sums + 256, freed
-#    before the op returns (H200, Llama at bf16, sdpa).
+#    and in backward one workspace, freed before the op returns: fp32 dq accumulators (q's
+#    elements), under grouped-query attention dk and dv at every query head in q's dtype, the
+#    fp32 softmax sums and 256 bytes (H200 corpus timelines: 64.5 MiB + 256 for Llama-2-7B b2 x
+#    2048, no dk/dv share; 257 MiB + 256 for Llama-3.1-8B b4 x 2048, GQA).
 #  - unpacked_batches: transformers looks at position_ids' values to tell packed sequences from
 #    one sequence per row (masking_utils.find_packed_sequence_indices); a fake tensor has no
 #    values, and transformers then builds the packed-sequence mask, which turns SDPA from flash
@@ -275,9 +277,10 @@ class AllocTrace:
         elif name == "_scaled_dot_product_flash_attention":
             self.transient(256)
         elif name == "_scaled_dot_product_flash_attention_backward":
-            q = args[1]
+            q, k, v = args[1], args[2], args[3]
             b, h, s, d = q.shape
-            self.transient(2 * b * s * h * d * 4 + b * h * s * 4 + 256)
+            shared = b * s * h * (d + v.shape[-1]) * q.element_size() if k.shape[1] < h else 0
+            self.transient(b * s * h * d * 4 + shared + b * h * s * 4 + 256)
         elif name == "_softmax_backward_data":  # see CUDA_RULES: softmax_bwd_tmp
             grad, output = args[0], args[1]
             dt = self.t.promote_types(grad.dtype, output.dtype)
