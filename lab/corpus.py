@@ -289,7 +289,7 @@ def specs():
     a(spec("phi3-bf16-full-adamw-b2s2048-ckpt", "phi-3-mini", batch=2, seq=2048, ckpt=True))
     a(spec("olmo2-1b-bf16-full-adamw-b2s2048-eager", "olmo-2-1b", batch=2, seq=2048, attention="eager"))
     a(spec("q3-06b-bf16-lora16-b2s2048-eager", "qwen3-0.6b", finetune="lora", batch=2, seq=2048, attention="eager"))
-    a(spec("m7b-bf16-lora16-b1s4096-eager", "mistral-7b", finetune="lora", batch=1, seq=4096, attention="eager"))
+    a(spec("m7b-bf16-lora16-b1s2048-eager", "mistral-7b", finetune="lora", batch=1, seq=2048, attention="eager"))
     a(spec("l1b-ampfp16-lora16-b2s1024-eager", l1, precision="amp-fp16", finetune="lora", batch=2, attention="eager"))
     a(spec("l1b-fp16-full-sgd-b2s1024-eager", l1, precision="fp16", optimizer="sgd", batch=2, attention="eager"))
     a(spec("qmoe-bf16-lora16-b2s2048", "qwen1.5-moe-a2.7b", finetune="lora", batch=2, seq=2048))
