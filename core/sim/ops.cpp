@@ -726,12 +726,17 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
                       const EagerStyle &style)
 {
     const double softcap = style.softcap;
-    // matmul of a strided view: expand + reshape makes a contiguous copy (CloneBackward passes).
-    T q = style.stridedQkv ? copy(q0) : s.view(q0);
     // HF eager_attention_forward: repeat_kv (a copy when grouped), q @ k^T, * scaling, (soft-cap:
     // / cap, tanh, * cap), + mask, softmax in fp32, .to(q.dtype), dropout, @ v, transpose.
     Ops o(s);
     const bool gqa = a.kvHeads < a.heads;
+    // Note [Eager matmul copies]: torch.matmul folds (b, heads) into bmm's batch with
+    // expand + reshape, a contiguous copy (CloneBackward passes; bmm saves the copy) of an operand
+    // whose memory is (b, s, heads, d): q after Llama's element-wise rotary, and with one head per
+    // kv head k and v as the projections' transposed views. repeat_kv's output and a
+    // concatenated rotary's (heads-major) fold as views, and so does anything at b = 1.
+    const bool folds = style.stridedQkv || a.b > 1;
+    const bool qCopies = style.stridedQkv || (folds && !style.headsMajor);
     const int64_t rep = a.b * a.heads * a.s * a.dq * elem;
     const int64_t repV = a.b * a.heads * a.s * a.dv * elem;
     auto repeat = [&](const T &x, int64_t bytes) {
@@ -746,8 +751,14 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
         });
         return r;
     };
-    T kr = style.stridedQkv ? copy(k) : repeat(k, rep);
+    T kr = repeat(k, rep);
     T vr = repeat(v0, repV);
+    T q = qCopies ? copy(q0) : s.view(q0);
+    if (!gqa && qCopies) {
+        T kc = copy(kr);
+        s.drop(kr);
+        kr = kc;
+    }
     const int64_t scores = a.b * a.heads * a.s * a.s;
     T sc = s.make(scores * elem, elem);
     s.record({&sc}, {&q, &kr}, {q.sto, kr.sto},
@@ -797,7 +808,7 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
         s.drop(p);
         p = pd;
     }
-    if (style.stridedQkv) {
+    if (!gqa && folds) {
         T vc = copy(vr);
         s.drop(vr);
         vr = vc;

@@ -94,6 +94,9 @@ public:
         // fp16 scores: softmax(x, dtype=float32) runs CUDA's fused half-to-float kernel; bf16
         // scores are converted to fp32 first (Note [Softmax upcast]).
         bool halfToFloat = false;
+        // q and k laid out (b, heads, s, d) in memory (a concatenated rotary): matmul folds them
+        // as views (Note [Eager matmul copies]).
+        bool headsMajor = false;
     };
     T eagerAttention(const T &q, const T &k, const T &v, const T *mask, const AttnShape &a, int elem,
                      const EagerStyle &style);

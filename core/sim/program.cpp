@@ -1080,6 +1080,7 @@ private:
             }
             style.dropout = m.attnDropout;
             style.halfToFloat = c.precision == Precision::FP16 || c.precision == Precision::AmpFP16;
+            style.headsMajor = headsMajor;
             out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, style);
             // attn_output.transpose(1, 2).contiguous(): a copy
             T cont = O.copy(out);
@@ -1347,10 +1348,18 @@ private:
                 S.drop(si);
             }
             qe = O.cat({&qt, &qp}, checkedMul(tok, qOut), qt.elem);
+            if (ft.rotaryCatRebinds)
+                S.drop(qt);
             ke = O.cat({&kt, &kp}, checkedMul(tok, kvOut), kt.elem);
-            // query_rot, query_pass, key_rot and key_pass are the forward's locals: they go when it
-            // returns, and the pass-through views keep the projections' outputs until then.
-            rotLocals = {qr, qp, kr, kp, qt, kt};
+            if (ft.rotaryCatRebinds) {
+                S.drop(kt);
+                for (T *t : {&qr, &qp, &kr, &kp})
+                    S.drop(*t);
+            } else {
+                // query_rot, query_pass, key_rot and key_pass are the forward's locals: they go when
+                // it returns, and the pass-through views keep the projections' outputs until then.
+                rotLocals = {qr, qp, kr, kp, qt, kt};
+            }
         } else {
             qe = rotary(p.q, cos, sin, qOut);
             ke = rotary(p.k, cos, sin, kvOut);

@@ -79,8 +79,12 @@ struct FamilyTraits
     // no_rope_layer_interval-th layer (default 4) is NoPE (SmolLM3).
     bool noRopeLayersListed = false;
     // Partial rotary whose torch.cat with the pass-through features comes after both q and k are
-    // turned (StableLM, Phi), not inside apply_rotary_pos_emb per tensor (Phi-3, GPT-NeoX).
+    // turned (StableLM, Phi, GPT-NeoX), not per tensor (Phi-3).
     bool rotaryCatAfterPair = false;
+    // ... inside apply_rotary_pos_emb, the cat rebinding q_embed (k_embed): each turned half goes
+    // right after its cat, the slices when the function returns (GPT-NeoX); else the split is the
+    // attention forward's and its locals live until it returns (StableLM, Phi, GLM 4).
+    bool rotaryCatRebinds = false;
     // The parallel residual's MLP reads the attention's normalised input: one norm per layer
     // (Phi, Cohere, Falcon), as attn + mlp + residual.
     bool parallelSharedNorm = false;         // a second rotary table for the sliding layers (Gemma 3)
