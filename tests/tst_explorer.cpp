@@ -22,6 +22,10 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QTableWidget>
+#include <QTimer>
+#include <QUndoStack>
+
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +77,45 @@ class TestExplorer : public QObject
     Q_OBJECT
 private Q_SLOTS:
     void initTestCase() { isolateSettings(); }
+
+    // Going back to a configuration (undo here) shows its advice and curves with the first report
+    // that lands: the full pass is kept, not computed again; a configuration never seen first
+    // lands quick, its advice the previous one's, marked stale, until the full pass follows.
+    void goingBackIsImmediate()
+    {
+        Session::forgetComputed();
+        Session s;
+        QVERIFY(settle(s));
+        const auto firstLanding = [&s](const std::function<void()> &change) {
+            QEventLoop loop;
+            bool stale = true;
+            auto c = QObject::connect(&s, &Session::reportReady, &loop, [&] {
+                stale = s.adviceIsStale();
+                loop.quit();
+            });
+            change();
+            QTimer::singleShot(scaledMs(20000), &loop, &QEventLoop::quit);
+            loop.exec();
+            QObject::disconnect(c);
+            return stale;
+        };
+        Scenario next = s.scenario();
+        next.config.microBatch = 3;
+        QVERIFY2(firstLanding([&] { s.applyScenario(next, QStringLiteral("test")); }), "a new configuration lands quick first");
+        QVERIFY(settle(s));
+        const auto recs = s.report().recommendations.size();
+        QVERIFY(!firstLanding([&] { s.undoStack()->undo(); }));
+        QVERIFY(s.report().scenario == defaultScenario());
+        QVERIFY(!s.isComputing());
+        QVERIFY(!s.report().recommendations.empty());
+        QVERIFY(!firstLanding([&] { s.undoStack()->redo(); }));
+        QCOMPARE(s.report().recommendations.size(), recs);
+        QCOMPARE(s.report().scenario.config.microBatch, int64_t(3));
+        // The benchmark's reset: the same configuration is computed again, quick first.
+        Session::forgetComputed();
+        QVERIFY(firstLanding([&] { s.undoStack()->undo(); }));
+        QVERIFY(settle(s));
+    }
 
     // Nothing pinned: the tab says how to start, and offers nothing to unpin.
     void compareTabExplainsItselfWhenEmpty()

@@ -110,6 +110,12 @@ private:
         ScalingData scaling;
     };
     static Computed compute(quint64 generation, const headroom::Scenario &s, bool quick);
+
+public:
+    // Forgets the full passes kept for going back (see compute()): the benchmark times the work.
+    static void forgetComputed();
+
+private:
     void launch();
     void land(Computed c);
     // A report that could not be estimated because the model has no row: the traced report when
