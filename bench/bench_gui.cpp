@@ -24,32 +24,42 @@ namespace {
 struct Result
 {
     double median, p90, max;
+    double landingMedian; // setValue to the report landing, before the chart's own repaint
 };
 
 Result measure(MainWindow &w, Session &s, QSpinBox *spin, const std::vector<int> &values, int samples)
 {
-    std::vector<double> ms;
+    std::vector<double> ms, landing; // to the repainted chart; to the report's landing (its handlers run)
     for (int i = 0; i < samples; ++i) {
         const int v = values[static_cast<size_t>(i) % values.size()];
         Session::forgetComputed(); // values repeat: time the work, not the kept full passes
         QEventLoop loop;
-        QObject::connect(&s, &Session::reportReady, &loop, &QEventLoop::quit);
         QElapsedTimer t;
+        qint64 landed = 0;
+        QObject::connect(&s, &Session::reportReady, &loop, [&] {
+            landed = t.nsecsElapsed();
+            loop.quit();
+        });
         t.start();
         spin->setValue(v);
         if (s.isComputing())
             loop.exec();
         w.chartPanel()->chart()->repaint();
         ms.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+        landing.push_back(static_cast<double>(landed) / 1e6);
         // The advice and curves follow in a second pass; let it finish before the next sample.
         while (s.isComputing()) {
             QEventLoop rest;
             QObject::connect(&s, &Session::reportReady, &rest, &QEventLoop::quit);
             rest.exec();
         }
+        // ... and its repaint (the advice table, the banner): the next sample starts from an idle
+        // window, not inside the previous change's painting.
+        QApplication::processEvents();
     }
     std::sort(ms.begin(), ms.end());
-    return {ms[ms.size() / 2], ms[ms.size() * 9 / 10], ms.back()};
+    std::sort(landing.begin(), landing.end());
+    return {ms[ms.size() / 2], ms[ms.size() * 9 / 10], ms.back(), landing[landing.size() / 2]};
 }
 
 } // namespace
@@ -69,14 +79,14 @@ int main(int argc, char **argv)
     QApplication::processEvents();
     auto *batch = w.findChild<QSpinBox *>(QStringLiteral("microBatch"));
     auto *seq = w.findChild<QSpinBox *>(QStringLiteral("seqLen"));
-    std::printf("%-44s %9s %9s %9s\n", "control change -> repainted chart", "median", "p90", "max");
+    std::printf("%-44s %9s %9s %9s %9s\n", "control change -> repainted chart", "median", "p90", "max", "landed");
     const Result rb = measure(w, s, batch, {1, 2, 4, 8, 16, 32}, samples);
-    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms\n", "micro-batch, Llama-3.1-8B LoRA (whole step)", rb.median, rb.p90, rb.max);
+    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms %6.2f ms\n", "micro-batch, Llama-3.1-8B LoRA (whole step)", rb.median, rb.p90, rb.max, rb.landingMedian);
     const Result rs = measure(w, s, seq, {512, 1024, 2048, 4096, 8192}, samples);
-    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms\n", "sequence, Llama-3.1-8B LoRA (whole step)", rs.median, rs.p90, rs.max);
+    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms %6.2f ms\n", "sequence, Llama-3.1-8B LoRA (whole step)", rs.median, rs.p90, rs.max, rs.landingMedian);
     w.chartPanel()->setView(BreakdownModel::View::Phases);
     const Result rp = measure(w, s, batch, {1, 2, 4, 8, 16, 32}, samples);
-    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms\n", "micro-batch, per-phase view", rp.median, rp.p90, rp.max);
+    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms %6.2f ms\n", "micro-batch, per-phase view", rp.median, rp.p90, rp.max, rp.landingMedian);
     std::printf("samples per row: %d; target: median <= 16 ms\n", samples);
     return rb.median <= 16.0 && rs.median <= 16.0 && rp.median <= 16.0 ? 0 : 1;
 }

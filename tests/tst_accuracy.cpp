@@ -153,7 +153,8 @@ private Q_SLOTS:
         Measurement q = h200Result(dir, QStringLiteral("l1b-dpo-lora-b2s1024"));
         for (auto change : {+[](TrainingConfig &c) { c.finetune = FineTune::QLoRA; },
                             +[](TrainingConfig &c) { c.dpo.reference = Reference::Copy; },
-                            +[](TrainingConfig &c) { c.worldSize = 2; }}) {
+                            +[](TrainingConfig &c) { c.worldSize = 2; },
+                            +[](TrainingConfig &c) { c.loss = Loss::Fused; }}) {
             TrainingConfig c = q.config;
             change(c);
             try {
@@ -161,6 +162,8 @@ private Q_SLOTS:
                 QFAIL("estimated");
             } catch (const Refused &r) {
                 QVERIFY(r.refusal().blocker == Blocker::PreferenceNotModelled);
+                if (c.loss == Loss::Fused) // TRL's use_liger_kernel: named, not estimated with the logits
+                    QVERIFY(r.refusal().field == "loss" && r.refusal().value == "fused");
             }
         }
     }

@@ -119,6 +119,10 @@ void VerdictBanner::refresh()
             setStyleSheet(style);
         return;
     }
+    // The quick pass's report has the estimate's notes but not yet the cards' (the full pass
+    // adds them): while the advice is on its way the banner keeps its height, so that the chart
+    // under it is not laid out and painted twice for every step of a slider (it jumped up and down).
+    setMinimumHeight(m_session->adviceIsStale() && isVisible() ? height() : 0);
     setText(compose(r, m_session->selectedMeasurement(), m_session->units(), m_session->scenario()));
     const appearance::Tone tone = appearance::bannerTone(r.verdict.fit, !r.error.empty());
     const QString style = QStringLiteral("QLabel { background: %1; color: %2; border-radius: 4px; font-size: 11pt; }")

@@ -37,6 +37,12 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
                                        : copyWithAdapters             ? "adapters and a reference copy"
                                                                        : "several GPUs or ZeRO") +
                            " it is not yet: Measure now runs TRL's own DPO step"};
+    // TRL's use_liger_kernel runs Liger's fused linear DPO loss (no logits, chunked over the
+    // batch): neither simulated nor measured, so refused rather than estimated with the logits.
+    if (cfg.mode == TrainingMode::DPO && cfg.loss == Loss::Fused)
+        return Refusal{Blocker::PreferenceNotModelled, "loss", "fused",
+                       "DPO with the fused loss (TRL's use_liger_kernel: Liger's fused linear DPO loss) is not "
+                       "estimated or measured yet: use the standard loss"};
     // Learned absolute positions (GPT-2's wpe, an nn.Embedding of max_position_embeddings rows):
     // Transformers fails with an index error past them, so there is no run to estimate.
     if (model.learnedPositions && model.maxPositions > 0 && cfg.seqLen > model.maxPositions)

@@ -132,6 +132,9 @@ def parse_config(c):
         }
         if cfg["dpo"]["reference"] == "adapter" and cfg["finetune"] == "full":
             raise BadRequest("config.dpo.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none")
+        if cfg.get("loss") == "fused":
+            raise BadRequest("config.loss", "fused", "DPO with the fused loss (TRL's use_liger_kernel, Liger's fused "
+                             "linear DPO loss) is not measured yet: use loss standard")
     if cfg["offload_optimizer"]:
         raise BadRequest("config.offload_optimizer", True,
                          "the transformers engine keeps the optimizer on the device; offload is estimated, not measured")
