@@ -80,13 +80,16 @@ int main(int argc, char **argv)
     auto *batch = w.findChild<QSpinBox *>(QStringLiteral("microBatch"));
     auto *seq = w.findChild<QSpinBox *>(QStringLiteral("seqLen"));
     std::printf("%-44s %9s %9s %9s %9s\n", "control change -> repainted chart", "median", "p90", "max", "landed");
+    const auto row = [](const char *name, const Result &r) {
+        std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms %6.2f ms\n", name, r.median, r.p90, r.max, r.landingMedian);
+    };
     const Result rb = measure(w, s, batch, {1, 2, 4, 8, 16, 32}, samples);
-    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms %6.2f ms\n", "micro-batch, Llama-3.1-8B LoRA (whole step)", rb.median, rb.p90, rb.max, rb.landingMedian);
+    row("micro-batch, Llama-3.1-8B LoRA (whole step)", rb);
     const Result rs = measure(w, s, seq, {512, 1024, 2048, 4096, 8192}, samples);
-    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms %6.2f ms\n", "sequence, Llama-3.1-8B LoRA (whole step)", rs.median, rs.p90, rs.max, rs.landingMedian);
+    row("sequence, Llama-3.1-8B LoRA (whole step)", rs);
     w.chartPanel()->setView(BreakdownModel::View::Phases);
     const Result rp = measure(w, s, batch, {1, 2, 4, 8, 16, 32}, samples);
-    std::printf("%-44s %7.2f ms %6.2f ms %6.2f ms %6.2f ms\n", "micro-batch, per-phase view", rp.median, rp.p90, rp.max, rp.landingMedian);
+    row("micro-batch, per-phase view", rp);
     std::printf("samples per row: %d; target: median <= 16 ms\n", samples);
     return rb.median <= 16.0 && rs.median <= 16.0 && rp.median <= 16.0 ? 0 : 1;
 }

@@ -6,7 +6,6 @@
 #include "headroom/serialize.h"
 
 #include <list>
-#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -112,31 +111,40 @@ Session::~Session()
     m_watcher.waitForFinished();
 }
 
-namespace {
 // The full passes of the last few scenarios, process-wide: going back to a configuration (undo, a
 // toggle and back, another window) shows its advice and curves at once instead of computing them
 // again. A full pass is a function of the scenario alone (a traced model's report is made in
 // land(), not here), so what is kept is what would be computed. A handful: each holds its
 // estimates' simulated runs (a few MB for a 70B model).
-constexpr size_t kKeptPasses = 6;
-std::mutex g_keptMutex;
-std::list<std::pair<Scenario, std::shared_ptr<const void>>> g_kept; // most recent first
-} // namespace
+struct Session::KeptPasses
+{
+    static constexpr size_t kCount = 6;
+    std::mutex mutex;
+    std::list<std::pair<Scenario, Computed>> passes; // most recent first
+};
+
+Session::KeptPasses &Session::keptPasses()
+{
+    static KeptPasses kept;
+    return kept;
+}
 
 void Session::forgetComputed()
 {
-    const std::lock_guard<std::mutex> lock(g_keptMutex);
-    g_kept.clear();
+    KeptPasses &k = keptPasses();
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    k.passes.clear();
 }
 
 Session::Computed Session::compute(quint64 generation, const Scenario &s, bool quick)
 {
+    KeptPasses &kept = keptPasses();
     {
-        const std::lock_guard<std::mutex> lock(g_keptMutex);
-        for (auto it = g_kept.begin(); it != g_kept.end(); ++it)
+        const std::lock_guard<std::mutex> lock(kept.mutex);
+        for (auto it = kept.passes.begin(); it != kept.passes.end(); ++it)
             if (it->first == s) {
-                Computed c = *std::static_pointer_cast<const Computed>(it->second);
-                g_kept.splice(g_kept.begin(), g_kept, it);
+                kept.passes.splice(kept.passes.begin(), kept.passes, it);
+                Computed c = it->second;
                 c.generation = generation;
                 return c; // the full pass, even when a quick one was asked for
             }
@@ -188,10 +196,10 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
     } catch (const std::exception &) {
         c.scaling.table.clear(); // a row beyond what can be estimated: no table rather than a crash
     }
-    const std::lock_guard<std::mutex> lock(g_keptMutex);
-    g_kept.emplace_front(s, std::make_shared<const Computed>(c));
-    if (g_kept.size() > kKeptPasses)
-        g_kept.pop_back();
+    const std::lock_guard<std::mutex> lock(kept.mutex);
+    kept.passes.emplace_front(s, c);
+    if (kept.passes.size() > KeptPasses::kCount)
+        kept.passes.pop_back();
     return c;
 }
 

@@ -111,6 +111,10 @@ private:
     };
     static Computed compute(quint64 generation, const headroom::Scenario &s, bool quick);
 
+    // The full passes kept for going back (see compute()).
+    struct KeptPasses;
+    static KeptPasses &keptPasses();
+
 public:
     // Forgets the full passes kept for going back (see compute()): the benchmark times the work.
     static void forgetComputed();
