@@ -703,6 +703,19 @@ private Q_SLOTS:
         QCOMPARE(int(rg.blocker), int(Blocker::PastLearnedPositions));
         const auto fg = quickFix(findModelPreset("gpt2"), g, rg);
         QVERIFY(fg && fg->config.seqLen == 1024);
+        // GPT-OSS's attention sinks run in eager attention only: SDPA is refused naming the field,
+        // and the fix is eager attention, which estimates.
+        const ModelArch &oss = findModelPreset("gpt-oss-20b");
+        TrainingConfig o = base();
+        o.finetune = FineTune::LoRA;
+        o.attention = Attention::SDPA;
+        const Refusal ro = refusalOf(oss, o);
+        QCOMPARE(int(ro.blocker), int(Blocker::EagerAttentionOnly));
+        QCOMPARE(ro.field, std::string("attention"));
+        QCOMPARE(ro.value, std::string("sdpa"));
+        const auto fo = quickFix(oss, o, ro);
+        QVERIFY(fo && fo->config.attention == Attention::Eager);
+        QVERIFY(estimate(oss, fo->config).peakAllocatedBytes > 0);
         // An error that is not a refusal (a bad value) has no fix.
         TrainingConfig bad = base();
         bad.microBatch = 0;
@@ -853,6 +866,11 @@ private Q_SLOTS:
                 if (wrapped && f != FineTune::Full) {
                     QVERIFY_THROWS_EXCEPTION(InputError, estimate(m, c));
                     c.lora.targets = {"q_proj", "o_proj"};
+                }
+                // GPT-OSS's attention sinks: SDPA is refused, eager estimates.
+                if (familyTraits(m.modelType).attentionSinks) {
+                    QVERIFY_THROWS_EXCEPTION(Refused, estimate(m, c));
+                    c.attention = Attention::Eager;
                 }
                 const Estimate e = estimate(m, c);
                 QVERIFY(e.peakAllocatedBytes >= e.params.weightBytes);

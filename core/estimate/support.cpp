@@ -43,6 +43,12 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
         return Refusal{Blocker::PreferenceNotModelled, "loss", "fused",
                        "DPO with the fused loss (TRL's use_liger_kernel: Liger's fused linear DPO loss) is not "
                        "estimated or measured yet: use the standard loss"};
+    // GPT-OSS's attention sinks: Transformers refuses SDPA for the type (_supports_sdpa = False)
+    // and its flash path needs the kernels hub's vllm-flash-attn3, so the step runs eager.
+    if (familyTraitsOrLlama(model.modelType).attentionSinks && cfg.attention != Attention::Eager)
+        return Refusal{Blocker::EagerAttentionOnly, "attention", std::string(toString(cfg.attention)),
+                       model.modelType + "'s attention sinks run in eager attention only (Transformers has no SDPA "
+                                         "path for them): use eager attention"};
     // Learned absolute positions (GPT-2's wpe, an nn.Embedding of max_position_embeddings rows):
     // Transformers fails with an index error past them, so there is no run to estimate.
     if (model.learnedPositions && model.maxPositions > 0 && cfg.seqLen > model.maxPositions)
@@ -198,6 +204,9 @@ std::optional<QuickFix> quickFix(const ModelArch &m, const TrainingConfig &c, co
     } else if (blocker == Blocker::PastLearnedPositions && m.learnedPositions && m.maxPositions > 0 && c.seqLen > m.maxPositions) {
         f.title = "Sequence " + std::to_string(m.maxPositions) + " (the model's learned positions end there)";
         f.config.seqLen = m.maxPositions;
+    } else if (blocker == Blocker::EagerAttentionOnly && c.attention != Attention::Eager) {
+        f.title = "Eager attention (" + m.modelType + "'s attention sinks run in eager only)";
+        f.config.attention = Attention::Eager;
     } else if (blocker == Blocker::LedgerMla && m.isMla() && c.finetune == FineTune::QLoRA) {
         f.title = "LoRA instead of QLoRA (multi-head latent attention with QLoRA is not estimated yet)";
         f.config.finetune = FineTune::LoRA;

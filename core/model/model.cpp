@@ -314,11 +314,14 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
             add("v_proj.bias", kvOut, 1, L);
         }
     }
+    const FamilyTraits &ft = familyTraitsOrLlama(m.modelType);
     if (!m.isMla()) {
         add("o_proj", h, qOut, L, true);
         if (m.oBias)
             add("o_proj.bias", h, 1, L);
     }
+    if (ft.attentionSinks)
+        add("self_attn.sinks", m.numHeads, 1, L);
     if (m.qkNorm) {
         const bool projection = familyTraitsOrLlama(m.modelType).qkNorm == QkNorm::Projection;
         add("q_norm", projection ? qOut : d, 1, L);
@@ -331,6 +334,11 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
         // Parameters, not Linear modules.
         add("experts.gate_up_proj", E * 2 * Ie, h, Lm);
         add("experts.down_proj", E * h, Ie, Lm);
+        if (ft.gptOssExperts) { // GPT-OSS: the router's bias and each expert's two biases
+            add("router.bias", E, 1, Lm);
+            add("experts.gate_up_proj_bias", E, 2 * Ie, Lm);
+            add("experts.down_proj_bias", E, h, Lm);
+        }
         if (m.sharedExpertIntermediateSize > 0) {
             const int64_t Is = m.sharedExpertIntermediateSize;
             add("shared_expert.gate_proj", Is, h, Lm, true);

@@ -97,6 +97,14 @@ public:
         // q and k laid out (b, heads, s, d) in memory (a concatenated rotary): matmul folds them
         // as views (Note [Eager matmul copies]).
         bool headsMajor = false;
+        // GPT-OSS: a learned sink logit per head (the parameter; Note [Attention sinks]). The
+        // function's locals that live until it returns go to `locals` for the caller to drop
+        // after its transpose copy.
+        const T *sinks = nullptr;
+        std::vector<T> *locals = nullptr;
+        // Where the probabilities the function returns (attn_weights) go; dropped when unset
+        // (Note [Returned attention weights]).
+        T *returned = nullptr;
     };
     T eagerAttention(const T &q, const T &k, const T &v, const T *mask, const AttnShape &a, int elem,
                      const EagerStyle &style);
@@ -134,6 +142,11 @@ public:
     // An in-place op on x (masked_fill_, div_): the same storage, a new grad_fn that keeps
     // `saved`; its backward makes one gradient of x's size.
     T inPlace(const T &x, const std::vector<int> &saved);
+    // x.add_(other), other of x's shape: the same storage, a new grad_fn that saves nothing and
+    // hands the gradient to both.
+    T addInPlace(const T &x, const T &other);
+    // x.clamp(min, max): ClampBackward1 keeps x (a view keeps its storage) and masks the gradient.
+    T clamp(const T &x);
     // x.split / x.chunk along the last dimension into parts of `numels` elements: views;
     // SplitBackward0 concatenates the parts' gradients into one new tensor of x's size.
     std::vector<T> split(const T &x, const std::vector<int64_t> &numels);

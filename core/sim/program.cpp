@@ -46,6 +46,7 @@ struct LayerParams
     // down_proj Parameter, not Linear modules, so PEFT's LoRA leaves them alone), and Qwen2-MoE's
     // shared expert (gate/up/down above) with its sigmoid gate.
     T router, gateUp, expDown, sharedGate, routerBias;
+    T sinks, routerB, gateUpB, expDownB; // GPT-OSS: attention sinks, the router's and experts' biases
     // Multi-head latent attention (DeepSeek): q_a_proj / q_a_layernorm / q_b_proj (with
     // q_lora_rank; otherwise `q` is q_proj), kv_a_proj_with_mqa (+ bias), kv_a_layernorm, kv_b_proj.
     T qa, qaN, qb2, kva, kvaB, kvaN, kvb;
@@ -200,6 +201,9 @@ private:
         return t;
     }
 
+    // A norm weight's element size: the model's, or fp32 where the modeling code keeps them so.
+    int normElem() const { return ft.normsFp32 ? 4 : 0; }
+
     // A decoder nn.Linear's weight. Under QLoRA it is made in the model's dtype like every
     // parameter (from_config) and marked: quantizeForQlora() turns it into a Params4bit.
     T linearWeight(int64_t rows, int64_t cols, bool trainableHere, const char *name)
@@ -220,11 +224,13 @@ private:
 
     // A decoder layer's parameter slots (unset ones included), in the order model.parameters()
     // lists them for the families simulated.
-    static std::array<T *, 32> layerParameters(LayerParams &L)
+    static std::array<T *, 36> layerParameters(LayerParams &L)
     {
-        return {&L.n1, &L.n1b, &L.qa, &L.qaN, &L.qb2, &L.q, &L.qb, &L.kva, &L.kvaB, &L.kvaN, &L.kvb,
-                &L.k, &L.kb, &L.v, &L.vb, &L.o, &L.ob, &L.qn, &L.kn, &L.router, &L.gateUp, &L.expDown,
-                &L.gate, &L.up, &L.upB, &L.down, &L.downB, &L.sharedGate, &L.n2, &L.n2b, &L.n3, &L.n4};
+        return {&L.n1,     &L.n1b,    &L.qa,      &L.qaN,    &L.qb2,     &L.q,       &L.qb,         &L.kva,  &L.kvaB,
+                &L.kvaN,   &L.kvb,    &L.k,       &L.kb,     &L.v,       &L.vb,      &L.o,          &L.ob,   &L.sinks,
+                &L.qn,     &L.kn,     &L.router,  &L.routerB, &L.gateUp, &L.gateUpB, &L.expDown,    &L.expDownB,
+                &L.gate,   &L.up,     &L.upB,     &L.down,   &L.downB,   &L.sharedGate, &L.n2,      &L.n2b,  &L.n3,
+                &L.n4};
     }
 
     // Every parameter of the base model, in (about) registration order.
@@ -371,6 +377,8 @@ private:
         L.o = linearWeight(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
         if (m.oBias)
             L.ob = linearBias(h, t, "o_proj");
+        if (ft.attentionSinks)
+            L.sinks = param(heads, 1, t, "self_attn.sinks");
         if (m.qkNorm) {
             const bool projection = ft.qkNorm == QkNorm::Projection; // OLMo 2/3: over all heads
             L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
@@ -383,8 +391,14 @@ private:
             const bool expertsFirst = ft.expertsBeforeRouter;
             if (!expertsFirst)
                 L.router = param(E, h, t, "router");
+            if (ft.gptOssExperts) // GptOssTopKRouter's bias; each expert's gate_up and down bias
+                L.routerB = param(E, 1, t, "router.bias");
             L.gateUp = param(checkedMul(E, 2 * Ie), h, t, "experts.gate_up_proj");
+            if (ft.gptOssExperts)
+                L.gateUpB = param(E, 2 * Ie, t, "experts.gate_up_proj_bias");
             L.expDown = param(checkedMul(E, h), Ie, t, "experts.down_proj");
+            if (ft.gptOssExperts)
+                L.expDownB = param(E, h, t, "experts.down_proj_bias");
             if (expertsFirst)
                 L.router = param(E, h, t, "router");
             if (ft.sigmoidRouter) { // DeepseekV3TopkRouter's e_score_correction_bias buffer (fp32)
@@ -414,12 +428,12 @@ private:
                 L.downB = linearBias(h, t, "down_proj");
         }
         if (!ft.normRegisteredFirst && ft.norms != NormPlacement::Post) {
-            L.n1 = param(h, 1, t, "input_layernorm");
+            L.n1 = param(h, 1, t, "input_layernorm", normElem());
             if (layerNorm)
                 L.n1b = param(h, 1, t, "input_layernorm");
         }
         if (!ft.parallelSharedNorm) {
-            L.n2 = param(h, 1, t, "post_attention_layernorm");
+            L.n2 = param(h, 1, t, "post_attention_layernorm", normElem());
             if (layerNorm)
                 L.n2b = param(h, 1, t, "post_attention_layernorm");
         }
@@ -507,7 +521,7 @@ private:
         for (int64_t l = 0; l < m.numLayers; ++l)
             buildLayer(l);
         S.setLayer(-1);
-        finalNorm = param(h, 1, t, "norm");
+        finalNorm = param(h, 1, t, "norm", normElem());
         if (m.norm == NormKind::LayerNorm)
             finalNormB = param(h, 1, t, "norm");
         // Rotary inv_freq and its original copy (fp32 buffers).
@@ -1002,6 +1016,12 @@ private:
 
     bool slidingMask(int64_t layer) const
     {
+        return slidesAt(layer) && s >= m.hfConfig.at("sliding_window").get<int64_t>();
+    }
+
+    // Whether the layer attends through a sliding window at all, whatever the sequence length.
+    bool slidesAt(int64_t layer) const
+    {
         const nlohmann::json &hc = m.hfConfig;
         if (!hc.is_object() || !hc.contains("sliding_window") || !hc.at("sliding_window").is_number_integer())
             return false;
@@ -1013,8 +1033,18 @@ private:
             return false;
         if (ft.slidingLayerTypes && !slidingLayer(layer))
             return false;
-        const int64_t window = hc.at("sliding_window").get<int64_t>();
-        return window > 0 && s >= window;
+        return hc.at("sliding_window").get<int64_t>() > 0;
+    }
+
+    // Sliding and full layers side by side: the model builds one mask per kind (Gemma 2 and 3,
+    // GPT-OSS: create_causal_mask and create_sliding_window_causal_mask), each materialised
+    // for eager attention.
+    bool mixedLayerKinds() const
+    {
+        bool sliding = false, full = false;
+        for (int64_t l = 0; l < m.numLayers && !(sliding && full); ++l)
+            (slidesAt(l) ? sliding : full) = true;
+        return sliding && full;
     }
 
     // SmolLM3's NoPE layers: config.no_rope_layers[layer] == 0, or without the list every
@@ -1051,7 +1081,7 @@ private:
     }
 
     T attention(const T &q, const T &k, const T &v, bool headsMajor = false, bool masked = false, int64_t dq = 0,
-                int64_t dv = 0)
+                int64_t dv = 0, const T *sinks = nullptr)
     {
         S.setOp("attention");
         Ops::AttnShape a;
@@ -1081,11 +1111,19 @@ private:
             style.dropout = m.attnDropout;
             style.halfToFloat = c.precision == Precision::FP16 || c.precision == Precision::AmpFP16;
             style.headsMajor = headsMajor;
+            std::vector<T> locals;
+            style.returned = &attnWeights;
+            if (sinks) {
+                style.sinks = sinks;
+                style.locals = &locals;
+            }
             out = O.eagerAttention(qc, kc, vc, eagerMask.valid() ? &eagerMask : nullptr, a, e, style);
             // attn_output.transpose(1, 2).contiguous(): a copy
             T cont = O.copy(out);
             S.drop(out);
             out = cont;
+            for (T &t : locals)
+                S.drop(t);
         } else if (e == 4 && kvHeads < heads) {
             out = O.sdpaMath(qc, kc, vc, a, e);
             T cont = O.copy(out);
@@ -1229,6 +1267,8 @@ private:
     {
         if (m.learnedPositions)
             return S.view(x);
+        if (ft.rotaryHalfTables)
+            return ropeHalves(x, cos, sin, features);
         if (!ft.rotaryConcat)
             return rope(x, cos, sin, features);
         const int64_t rotF = features / hd * rotaryDim(), passF = features - rotF;
@@ -1249,7 +1289,20 @@ private:
         T hnorm = ft.norms == NormPlacement::Post ? S.view(x) : norm(x, L.n1, L.n1b);
         S.setOp("self_attn");
         T o = m.isMla() ? mlaAttention(L, hnorm, cos, sin) : attentionBlock(L, hnorm, cos, sin);
-        return afterAttention(L, x, hnorm, o);
+        T out = afterAttention(L, x, hnorm, o);
+        dropAttnWeights();
+        return out;
+    }
+
+    // See Note [Returned attention weights] (docs/estimator.md): eager attention's probabilities,
+    // returned by the attention module and bound to the decoder layer's `_`.
+    T attnWeights;
+    void dropAttnWeights()
+    {
+        if (attnWeights.valid()) {
+            S.drop(attnWeights);
+            attnWeights = T{};
+        }
     }
 
     // DeepseekV2Attention / DeepseekV3Attention (multi-head latent attention), as the H200 streams
@@ -1374,8 +1427,8 @@ private:
         }
         S.drop(p.q);
         S.drop(p.k);
-        const bool catRotary = !m.learnedPositions && ft.rotaryConcat;
-        T attn = attention(qe, ke, p.v, catRotary, slidingMask(li));
+        const bool catRotary = !m.learnedPositions && (ft.rotaryConcat || ft.rotaryHalfTables);
+        T attn = attention(qe, ke, p.v, catRotary, slidingMask(li), 0, 0, L.sinks.valid() ? &L.sinks : nullptr);
         T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
         S.drop(attn);
         // The attention's locals (query_states, key_states, value_states) go when its forward
@@ -1461,6 +1514,8 @@ private:
                : ft.norms == NormPlacement::Sandwich ? norm(x1, L.n3, T{})
                                                      : norm(x1, L.n2, L.n2b);
         T mlpOut = mlp(L, h2);
+        if (ft.gptOssExperts) // `hidden_states, _ = self.mlp(...)`: the router's scores rebind `_`
+            dropAttnWeights();
         if (!keepNorms)
             S.drop(h2);
         if (sandwich) {
@@ -1547,6 +1602,8 @@ private:
         T logits, top, idx, weights;
         if (ft.fp32Router)
             deepseekRouter(L, x, logits, idx, weights);
+        else if (ft.gptOssExperts)
+            gptOssRouter(L, x, logits, top, idx, weights);
         else
             defaultRouter(L, x, logits, top, idx, weights);
         T out = experts(L, x, logits, top, idx, weights, shared);
@@ -1591,6 +1648,20 @@ private:
         weights = O.scale(norm, 4); // * routed_scaling_factor
         S.drop(norm);
         S.drop(scores);
+    }
+
+    // GptOssTopKRouter: F.linear(x, weight, bias), topk of the logits, softmax over the top k in
+    // their dtype. The top-k values go when the router returns; the logits are the MLP's `_`
+    // until it returns.
+    void gptOssRouter(LayerParams &L, const T &x, T &logits, T &top, T &idx, T &weights)
+    {
+        S.setOp("router");
+        logits = linear(x, -1, L.router, &L.routerB, nullptr);
+        auto [tv, ti] = O.topk(logits, tok, static_cast<int>(m.expertsPerToken));
+        idx = ti;
+        weights = O.softmax(tv);
+        S.drop(tv);
+        top = S.view(weights);
     }
 
     // Mixtral / Qwen-MoE: F.linear -> (float) softmax -> topk -> (renormalise) -> (cast back).
@@ -1701,37 +1772,52 @@ private:
         T selIn = amp ? O.to(selm, pe) : S.view(selm);
         if (L.gateUpLora.on)
             wGateUp.weight = wrappedWeight(L.gateUp, wGateUp);
+        // See Note [GPT-OSS experts] (docs/estimator.md): each row's expert bias, gathered before
+        // the product and added to it in place; the local lives until the down bias rebinds it.
+        T bias = L.gateUpB.valid() ? O.gather(L.gateUpB, sortedIds, pairs, 2 * Ie) : T{};
         T up = O.groupedMm(selIn, L.gateUpLora.on ? wGateUp.weight : L.gateUp, offsets, pairs, h, 2 * Ie);
         S.drop(selIn);
+        if (bias.valid()) {
+            T added = O.addInPlace(up, bias);
+            S.drop(up);
+            up = added;
+        }
         T upm = O.maskedFill(up, mask);
         S.drop(up);
-        auto gu = O.split(upm, {checkedMul(pairs, Ie), checkedMul(pairs, Ie)});
-        T &g = gu[0], &u = gu[1];
-        T a = O.activation(g, m.activation);
-        T p = O.mul(a, u, checkedMul(pairs, Ie), upm.elem);
-        S.drop(a);
-        S.drop(g);
-        S.drop(u);
+        T p = ft.gptOssExperts ? clampedGlu(upm, checkedMul(pairs, Ie)) : gatedActivation(upm, checkedMul(pairs, Ie));
         S.drop(upm);
         if (L.downLora.on)
             wDown.weight = wrappedWeight(L.expDown, wDown);
+        if (bias.valid()) { // selected_biases rebinds: the down bias is gathered first
+            T downBias = O.gather(L.expDownB, sortedIds, pairs, h);
+            S.drop(bias);
+            bias = downBias;
+        }
         T down = O.groupedMm(p, L.downLora.on ? wDown.weight : L.expDown, offsets, pairs, Ie, h);
         S.drop(p);
+        if (bias.valid()) {
+            T added = O.addInPlace(down, bias);
+            S.drop(down);
+            down = added;
+        }
         T dm = O.maskedFill(down, mask);
         S.drop(down);
         const int we = std::max(dm.elem, sw.elem);
         // sw is one weight per row: its gradient sums each row (an inner reduction, no partial-sum
         // buffer: Note [Outer-dimension reduction buffer] is for per-column operands).
         T wo = O.mul(dm, sw, checkedMul(pairs, h), we, true, false, 0);
-        S.drop(dm);
         T inv = S.make(pairs * 8, 8); // inv_perm = empty_like(perm); inv_perm[perm] = arange
         T ar = S.make(pairs * 8, 8);
         S.drop(ar);
         T wg = O.gather(wo, inv, pairs, h);
         S.drop(wo);
         T sum = O.sumGroups(wg, checkedMul(tok, h));
-        S.drop(wg);
         T out = O.to(sum, x.elem);
+        // The function's locals selected_biases, proj_out and weighted_out go when it returns
+        // (what matters where nothing saved them: a checkpointed forward).
+        for (T *t : {&bias, &dm, &wg})
+            if (t->valid())
+                S.drop(*t);
         for (T *t : {&sortedIds, &idsInt, &hist, &sum, &logits, &top, &weights, &perm, &rowIdx, &offsets, &mask,
                      &inv, &sw, &selm, &idx})
             if (!ft.sharedExpertsAfter || (t != &logits && t != &weights))
@@ -1769,6 +1855,44 @@ private:
             S.drop(out);
             out = sumOut;
         }
+        return out;
+    }
+
+    // The experts' default gating: gate, up = x.chunk(2, dim=-1); act_fn(gate) * up.
+    T gatedActivation(const T &x, int64_t n)
+    {
+        auto gu = O.split(x, {n, n});
+        T &g = gu[0], &u = gu[1];
+        T a = O.activation(g, m.activation);
+        T p = O.mul(a, u, n, x.elem);
+        S.drop(a);
+        S.drop(g);
+        S.drop(u);
+        return p;
+    }
+
+    // GptOssExperts._apply_gate over the interleaved columns (x[..., ::2], x[..., 1::2]: strided
+    // views): gate.clamp(max=limit), up.clamp(-limit, limit), glu = gate * sigmoid(gate * alpha),
+    // (up + 1) * glu. The clamps keep the views (so x itself) for their backward; the clamped up
+    // goes when the function returns.
+    T clampedGlu(const T &x, int64_t n)
+    {
+        S.setOp("experts._apply_gate");
+        T gv = O.slice(x, n), uv = O.slice(x, n);
+        T gate = O.clamp(gv);
+        T up = O.clamp(uv);
+        S.drop(gv);
+        S.drop(uv);
+        T ga = O.scale(gate);
+        T sg = O.sigmoid(ga);
+        S.drop(ga);
+        T glu = O.mul(gate, sg, n, x.elem);
+        S.drop(sg);
+        T up1 = O.addScalar(up);
+        T out = O.mul(up1, glu, n, x.elem);
+        for (T *t : {&up1, &glu, &gate, &up})
+            S.drop(*t);
+        S.setOp("experts");
         return out;
     }
 
@@ -1812,7 +1936,7 @@ private:
         return out;
     }
 
-    T eagerMask;
+    T eagerMask, eagerMaskSliding;
     T cosLocal, sinLocal;
 
     // The rotary embedding's forward: position_ids.float(), inv_freq @ positions (fp32, the
@@ -1822,9 +1946,10 @@ private:
         S.setOp("rotary_emb");
         T inv = S.make(s * 4, 4); // position_ids[:, None, :].float()
         S.blasWorkspace(0);
-        const int64_t rd = rotaryDim(); // the tables cover the rotated features only
-        T freqs = S.make(s * rd / 2 * 4, 4);
-        T emb = S.make(s * rd * 4, 4);
+        // The tables cover the rotated features only; GPT-OSS's are freqs itself, half as wide.
+        const int64_t rd = ft.rotaryHalfTables ? rotaryDim() / 2 : rotaryDim();
+        T freqs = S.make(s * rotaryDim() / 2 * 4, 4);
+        T emb = ft.rotaryHalfTables ? S.view(freqs) : S.make(s * rd * 4, 4);
         T c32 = S.make(s * rd * 4, 4);
         T c2 = S.make(s * rd * 4, 4);
         S.drop(c32);
@@ -1852,8 +1977,8 @@ private:
             // checkpoint() keeps the layer's tensor arguments for the recomputation: the
             // hidden states, the rotary cos/sin and the attention mask it was given.
             std::vector<const T *> regionInputs = {&hcur, &cos, &sin};
-            if (eagerMask.valid())
-                regionInputs.push_back(&eagerMask);
+            if (eagerMask.valid()) // the layer's kind's mask
+                regionInputs.push_back(eagerMaskSliding.valid() && slidesAt(l) ? &eagerMaskSliding : &eagerMask);
             else if (sdpaMask.valid() && slidingMask(l))
                 regionInputs.push_back(&sdpaMask);
             S.beginRegion([this, &L, in, cos, sin]() mutable {
@@ -1955,6 +2080,8 @@ private:
         if (c.attention == Attention::Eager) {
             S.setOp("causal_mask");
             eagerMask = S.make(checkedMul(checkedMul(b, s), s) * (amp ? 4 : ce), amp ? 4 : ce);
+            if (mixedLayerKinds())
+                eagerMaskSliding = S.make(eagerMask.bytes, eagerMask.elem);
         }
         // Rotary cos and sin (fp32 math, cast to the hidden dtype), shared by every layer.
         T cosGlobal, sinGlobal;
@@ -1999,6 +2126,8 @@ private:
             }
         if (eagerMask.valid())
             S.drop(eagerMask);
+        if (eagerMaskSliding.valid())
+            S.drop(eagerMaskSliding);
         if (sdpaMask.valid())
             S.drop(sdpaMask);
         if (!m.learnedPositions)

@@ -25,6 +25,7 @@ enum class Blocker {
     LedgerMla,                    // the per-op ledger has no multi-head latent attention
     LoraTargetsNotFound,    // PEFT refuses targets the model does not have
     PreferenceNotModelled,  // DPO is measured (TRL's own step), not yet estimated
+    EagerAttentionOnly,     // the model's attention runs in eager only (GPT-OSS's sinks)
     // the LibTorch engine (measure with the transformers engine instead)
     EngineModel,
     EngineSlidingWindow,

@@ -97,6 +97,18 @@ struct FamilyTraits
     bool sharedExpertsAfter = false;  // shared experts run after the routed ones, ungated (DeepSeek)
     bool sigmoidRouter = false;       // sigmoid scores with a correction bias (DeepSeek-V3's noaux_tc)
     bool complexRotary = false;       // rotary through view_as_complex on fp32 copies (DeepSeek-V2)
+    // Rotary tables of head_dim / 2 (emb = freqs, no torch.cat), applied to x's two halves as
+    // cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin) (GPT-OSS's _apply_rotary_emb).
+    bool rotaryHalfTables = false;
+    // A learned sink logit per head (GPT-OSS): eager attention concatenates it to the scores,
+    // subtracts the row max, takes the softmax in the scores' dtype and drops the sink column
+    // (Note [Attention sinks]). Transformers runs it in eager attention only.
+    bool attentionSinks = false;
+    // GPT-OSS's MoE block (Note [GPT-OSS experts]): a router Linear with a bias whose top-k logits
+    // are soft-maxed in their dtype, and experts with per-expert biases (gathered per row, added
+    // in place) and a clamped GLU on the interleaved gate and up columns.
+    bool gptOssExperts = false;
+    bool normsFp32 = false;           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
     // Headroom's LibTorch engine reproduces this family's step (measured against the transformers
     // engine on the H200; not inherited by a derived family).
     bool libtorchEngine = false;
