@@ -294,6 +294,21 @@ def specs():
     a(spec("l1b-fp16-full-sgd-b2s1024-eager", l1, precision="fp16", optimizer="sgd", batch=2, attention="eager"))
     a(spec("qmoe-bf16-lora16-b2s2048", "qwen1.5-moe-a2.7b", finetune="lora", batch=2, seq=2048))
     a(spec("mix-bf16-full-adamw-b2s1024-l2", "mixtral-8x7b", batch=2, layers=2))
+    # 2026-12-04 (tenth session): the GPT-OSS row (Notes [Attention sinks], [GPT-OSS experts],
+    # [Returned attention weights]), held out: the real checkpoints' sizes, cut in depth. Eager
+    # attention (Transformers has no SDPA path for the sinks); LoRA on what all-linear finds.
+    qkvo = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    a(spec("oss20-bf16-lora16-b2s2048-l4-eager", "gpt-oss-20b", finetune="lora", batch=2, seq=2048, layers=4,
+           attention="eager", targets=["all-linear"]))
+    a(spec("oss20-bf16-full-adamw-b2s1024-l4-eager", "gpt-oss-20b", batch=2, layers=4, attention="eager"))
+    a(spec("oss20-bf16-full-adamw-b1s4096-l2-eager-ckpt", "gpt-oss-20b", batch=1, seq=4096, layers=2,
+           attention="eager", ckpt=True))
+    a(spec("oss20-bf16-lora16-b4s2048-l4-eager-ckpt", "gpt-oss-20b", finetune="lora", batch=4, seq=2048, layers=4,
+           attention="eager", ckpt=True, targets=qkvo))
+    a(spec("oss120-bf16-lora16-b1s2048-l2-eager", "gpt-oss-120b", finetune="lora", batch=1, seq=2048, layers=2,
+           attention="eager", targets=qkvo))
+    a(spec("oss20-bf16-qlora16-b2s1024-l4-eager", "gpt-oss-20b", finetune="qlora", batch=2, layers=4,
+           attention="eager", targets=qkvo))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
