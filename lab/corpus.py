@@ -309,6 +309,14 @@ def specs():
            attention="eager", targets=qkvo))
     a(spec("oss20-bf16-qlora16-b2s1024-l4-eager", "gpt-oss-20b", finetune="qlora", batch=2, layers=4,
            attention="eager", targets=qkvo))
+    # 2026-12-04 (tenth session): the Falcon row (Note [SDPA math path in fp32]), held out:
+    # Falcon-7B's widths (71 heads, one kv head), cut in depth.
+    a(spec("falcon7b-bf16-lora16-b2s1024-l4", "falcon-7b", finetune="lora", batch=2, layers=4, targets=["all-linear"]))
+    a(spec("falcon7b-bf16-full-adamw-b1s2048-l2", "falcon-7b", batch=1, seq=2048, layers=2))
+    a(spec("falcon7b-bf16-lora16-b4s1024-l4-ckpt", "falcon-7b", finetune="lora", layers=4, ckpt=True,
+           targets=["query_key_value", "dense"]))
+    a(spec("falcon7b-bf16-qlora16-b2s2048-l4-ckpt", "falcon-7b", finetune="qlora", batch=2, seq=2048, layers=4,
+           ckpt=True, targets=["all-linear"]))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",

@@ -19,7 +19,8 @@ bool isSimulated(const TrainingConfig &cfg)
 
 bool traceAnswers(Blocker blocker)
 {
-    return blocker == Blocker::ExpertsLoraAllLinear || blocker == Blocker::ExpertsLoraPrecision;
+    return blocker == Blocker::ExpertsLoraAllLinear || blocker == Blocker::ExpertsLoraPrecision ||
+           blocker == Blocker::RowVariant;
 }
 
 std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
@@ -43,6 +44,12 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
         return Refusal{Blocker::PreferenceNotModelled, "loss", "fused",
                        "DPO with the fused loss (TRL's use_liger_kernel: Liger's fused linear DPO loss) is not "
                        "estimated or measured yet: use the standard loss"};
+    if (model.rowGap)
+        return Refusal{Blocker::RowVariant, "config." + model.rowGap->field, model.rowGap->value,
+                       model.modelType + "'s row does not follow " + model.rowGap->reason};
+    if (familyTraitsOrLlama(model.modelType).eagerNotModelled && cfg.attention == Attention::Eager)
+        return Refusal{Blocker::RowVariant, "attention", "eager",
+                       model.modelType + "'s row follows its SDPA attention, not its own eager one"};
     // GPT-OSS's attention sinks: Transformers refuses SDPA for the type (_supports_sdpa = False)
     // and its flash path needs the kernels hub's vllm-flash-attn3, so the step runs eager.
     if (familyTraitsOrLlama(model.modelType).attentionSinks && cfg.attention != Attention::Eager)

@@ -44,6 +44,13 @@ public:
     std::string string(const std::string &key, const std::string &fallback) const;
     // An InputError naming "config.<key>".
     [[noreturn]] void refuse(const std::string &key, const std::string &value, const std::string &why) const;
+    // A variant the row does not follow: the model loads, estimate() refuses it, and the traced
+    // estimate answers (ModelArch::rowGap). The first one stated is kept.
+    static void notModelled(ModelArch &m, const std::string &key, const std::string &value, const std::string &why)
+    {
+        if (!m.rowGap)
+            m.rowGap = ModelArch::RowGap{key, value, why};
+    }
 
 private:
     const nlohmann::json &m_c;

@@ -635,6 +635,105 @@ T Ops::repeatKv(const T &x, int64_t fullBytes)
     return out;
 }
 
+T Ops::sdpaMathMasked(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
+{
+    // See Note [SDPA math path in fp32] (docs/estimator.md).
+    Ops o(s);
+    const int64_t rows = a.b * a.heads * a.s;
+    // convert_boolean_attn_mask: where(mask, 0, -inf) in q's dtype, over the batch.
+    const int z = s.allocate(elem, Category::Temporaries), ninf = s.allocate(elem, Category::Temporaries);
+    const int additive = s.allocate(a.b * a.s * a.s * elem, Category::Temporaries);
+    s.unref(z);
+    s.unref(ninf);
+    // The fp32 copies (allowFP16BF16ReductionMathSDP is off), query * sqrt(scale).
+    T q32 = o.to(q, 4), k32 = o.to(k, 4), v32 = o.to(v, 4);
+    T query = o.scale(q32);
+    T kt = o.scale(k32); // key_acc.transpose(-2, -1) * sqrt(scale)
+    // torch.matmul broadcasts the one kv head: expand + reshape for bmm, copies of both operands
+    // at b > 1 (the query's memory is (b, s, heads, d) after rotary) and views at b = 1 (Note [Eager
+    // matmul copies]); ExpandBackward0 sums the kv head's gradient back either way.
+    const bool folds = a.b > 1;
+    auto broadcastHeads = [&](const T &x) {
+        const int64_t bytes = x.bytes / a.kvHeads * a.heads;
+        T r = folds ? s.make(bytes, x.elem) : s.view(x, bytes);
+        if (!folds) {
+            r.node = -1;
+            r.param = -1;
+            r.requiresGrad = false;
+        }
+        const int id = s.record({&r}, {&x}, {}, [xb = x.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+            if (!n[0] || g[0] < 0)
+                return std::vector<int>{-1};
+            return std::vector<int>{s.allocate(xb, Category::Temporaries)};
+        });
+        if (id < 0 && !folds) {
+            r.node = x.node;
+            r.out = x.out;
+            r.param = x.param;
+            r.requiresGrad = x.requiresGrad && s.gradEnabled();
+        }
+        return r;
+    };
+    T qc = folds ? o.copy(query) : s.view(query);
+    T ke = broadcastHeads(kt);
+    const int64_t scores = rows * a.s * 4;
+    T sc = s.make(scores, 4);
+    s.record({&sc}, {&qc, &ke}, {qc.sto, ke.sto},
+             [qb = qc.bytes, kb = ke.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                 std::vector<int> r(2, -1);
+                 if (g[0] < 0)
+                     return r;
+                 if (n[1])
+                     r[1] = s.allocate(kb, Category::Temporaries);
+                 if (n[0])
+                     r[0] = s.allocate(qb, Category::Temporaries);
+                 return r;
+             });
+    s.drop(qc);
+    s.drop(ke);
+    s.drop(kt);
+    // attn.add_(mask) in place; _safe_softmax (its bool eq(-inf) mask and row-wise all).
+    T p = s.make(scores, 4);
+    s.record({&p}, {&sc}, {p.sto}, [scores](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+        if (!n[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int r = s.allocate(scores, Category::Temporaries);
+        s.unref(s.allocate(scores, Category::Temporaries)); // Note [Softmax backward temporary]
+        return std::vector<int>{r};
+    });
+    const int inf = s.allocate(scores / 4, Category::Temporaries);
+    const int rowAll = s.allocate(rows, Category::Temporaries);
+    const int fill = s.allocate(4, Category::Temporaries);
+    s.unref(fill);
+    s.unref(rowAll);
+    s.unref(inf);
+    s.drop(sc);
+    // make_tuple(matmul(attn, value).to(origin), attn.to(origin)), its arguments right to left.
+    const int probsLow = s.allocate(scores / 4 * elem, Category::Temporaries);
+    T ve = broadcastHeads(v32);
+    T out32 = s.make(rows * a.dv * 4, 4);
+    s.record({&out32}, {&p, &ve}, {p.sto, ve.sto},
+             [pb = p.bytes, vb = ve.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                 std::vector<int> r(2, -1);
+                 if (g[0] < 0)
+                     return r;
+                 if (n[1])
+                     r[1] = s.allocate(vb, Category::Temporaries);
+                 if (n[0])
+                     r[0] = s.allocate(pb, Category::Temporaries);
+                 return r;
+             });
+    s.drop(p);
+    s.drop(ve);
+    T out = o.to(out32, elem);
+    // The math function's temporaries and locals, then the tuple's probabilities, then the mask.
+    for (T *t : {&out32, &query, &v32, &k32, &q32})
+        s.drop(*t);
+    s.unref(probsLow);
+    s.unref(additive);
+    return out;
+}
+
 T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
 {
     // at::_scaled_dot_product_attention_math (PyTorch 2.11; fp32 with grouped-query attention),

@@ -82,6 +82,9 @@ public:
     // ExpandBackward0 sums the gradient back to kv_heads.
     T repeatKv(const T &x, int64_t fullBytes);
     T sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
+    // The math path of SDPA handed a boolean mask, for 16-bit q, k, v and fewer kv heads (Falcon's
+    // multi-query attention; Note [SDPA math path in fp32]).
+    T sdpaMathMasked(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
     // How a family writes eager_attention_forward: Llama upcasts the softmax to fp32; GPT-2
     // keeps the model dtype, applies attention dropout, and its q, k, v are strided views of
     // c_attn's output, which torch.matmul copies contiguous (and saves) first.

@@ -1124,6 +1124,12 @@ private:
             out = cont;
             for (T &t : locals)
                 S.drop(t);
+        } else if (ft.sdpaExplicitMask && kvHeads < heads) {
+            out = O.sdpaMathMasked(qc, kc, vc, a, e);
+            // attn_output.view(...).permute(0, 2, 1, 3).reshape(b, s, hidden): a copy
+            T cont = O.copy(out);
+            S.drop(out);
+            out = cont;
         } else if (e == 4 && kvHeads < heads) {
             out = O.sdpaMath(qc, kc, vc, a, e);
             T cont = O.copy(out);
@@ -1238,6 +1244,18 @@ private:
             r.v = O.headsView(parts[2], false);
             for (T &p : parts)
                 S.drop(p);
+        } else if (ft.qkvLayout == FusedQkvLayout::IndexedKv) {
+            // Falcon's multi-query _split_heads: the query heads a view (SliceBackward0), the key
+            // and value heads indexed by a one-element int64 tensor each (copies; IndexBackward0
+            // keeps the index), then transpose(1, 2).reshape(...), views of the same shape.
+            r.q = O.slice(qkv, qn);
+            T ik = S.make(8, 8);
+            r.k = O.gather(qkv, ik, tok, kvOut);
+            S.drop(ik);
+            T iv = S.make(8, 8);
+            r.v = O.gather(qkv, iv, tok, kvOut);
+            S.drop(iv);
+            rotLocals.push_back(S.view(qkv)); // fused_qkv: a local until the attention returns
         } else if (ft.qkvLayout == FusedQkvLayout::PerHeadChunks) {
             // query_key_value(x).view(b, s, heads, 3 d).transpose(1, 2).chunk(3, dim=-1)
             T hv = O.headsView(qkv, true);
@@ -1465,6 +1483,19 @@ private:
             T od = O.dropout(o, m.residDropout); // GPT-2 resid_dropout, Phi-3 resid_attn_dropout
             S.drop(o);
             o = od;
+        }
+        if (shared && ft.parallelSumInPlace) {
+            // Falcon: mlp_output += attention_output, then dropout_add(mlp_output, residual): one
+            // new tensor; the attention's output and the normalised input go when the layer returns.
+            T mo = mlp(L, hnorm);
+            S.setOp("residual");
+            T sum = O.addInPlace(mo, o);
+            S.drop(mo);
+            T x2 = O.add(x, sum, re);
+            S.drop(sum);
+            S.drop(o);
+            S.drop(hnorm);
+            return x2;
         }
         if (shared) {
             // Phi: attn_outputs + feed_forward_hidden_states + residual, the MLP over the same
@@ -1979,7 +2010,7 @@ private:
             std::vector<const T *> regionInputs = {&hcur, &cos, &sin};
             if (eagerMask.valid()) // the layer's kind's mask
                 regionInputs.push_back(eagerMaskSliding.valid() && slidesAt(l) ? &eagerMaskSliding : &eagerMask);
-            else if (sdpaMask.valid() && slidingMask(l))
+            else if (sdpaMask.valid() && (slidingMask(l) || ft.sdpaExplicitMask))
                 regionInputs.push_back(&sdpaMask);
             S.beginRegion([this, &L, in, cos, sin]() mutable {
                 // The recomputation runs in its own torch.autocast context (checkpoint.py's
@@ -2065,7 +2096,11 @@ private:
         T posIds = S.make(s * 8, 8);
         S.drop(cachePos);
         T sdpaMask;
-        if (c.attention != Attention::Eager && slidingMask(0)) {
+        if (c.attention != Attention::Eager && ft.sdpaExplicitMask) {
+            // masking_utils.sdpa_mask materialised: a boolean (1, 1, s, s) causal mask.
+            S.setOp("causal_mask");
+            sdpaMask = S.make(checkedMul(s, s), 1);
+        } else if (c.attention != Attention::Eager && slidingMask(0)) {
             // masking_utils.sdpa_mask: a boolean (1, 1, s, s) sliding-window causal mask, made
             // through two temporaries of its size.
             S.setOp("sliding_window_mask");

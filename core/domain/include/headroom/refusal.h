@@ -26,6 +26,7 @@ enum class Blocker {
     LoraTargetsNotFound,    // PEFT refuses targets the model does not have
     PreferenceNotModelled,  // DPO is measured (TRL's own step), not yet estimated
     EagerAttentionOnly,     // the model's attention runs in eager only (GPT-OSS's sinks)
+    RowVariant,             // a variant of the type its row does not follow (ModelArch::rowGap)
     // the LibTorch engine (measure with the transformers engine instead)
     EngineModel,
     EngineSlidingWindow,

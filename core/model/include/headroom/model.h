@@ -3,6 +3,8 @@
 #include "headroom/types.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 namespace headroom {
 
@@ -21,8 +23,10 @@ enum class RmsNormStyle { Llama, Gemma, Olmo };
 
 // How a fused q/k/v projection is split into heads: slices of the last dimension, each viewed per
 // head (Phi-3's qkv_proj); split(hidden, dim=2), each .view().transpose(1, 2) (GPT-2's c_attn,
-// whose parts stay strided views); .view(b, s, heads, 3 d).transpose(1, 2).chunk(3) (GPT-NeoX).
-enum class FusedQkvLayout { Sliced, SplitColumns, PerHeadChunks };
+// whose parts stay strided views); .view(b, s, heads, 3 d).transpose(1, 2).chunk(3) (GPT-NeoX); the
+// query heads as a view and the one key and value head by index, copies (Falcon's multi-query
+// _split_heads: fused[..., :-2, :], fused[..., [-2], :], fused[..., [-1], :]).
+enum class FusedQkvLayout { Sliced, SplitColumns, PerHeadChunks, IndexedKv };
 
 // What a model_type's Hugging Face modeling code does differently, as its family states it
 // (core/model/families/<model_type>.cpp: a parent and the differences). The fields a config.json
@@ -108,6 +112,13 @@ struct FamilyTraits
     // are soft-maxed in their dtype, and experts with per-expert biases (gathered per row, added
     // in place) and a clamped GLU on the interleaved gate and up columns.
     bool gptOssExperts = false;
+    // The parallel residual as `mlp_output += attention_output; residual + mlp_output` (Falcon): one
+    // new tensor, where Phi's attn + mlp + residual makes two.
+    bool parallelSumInPlace = false;
+    // SDPA is handed the materialised boolean causal mask (Falcon's attention), so unequal head
+    // counts take the math path (Note [SDPA math path in fp32]).
+    bool sdpaExplicitMask = false;
+    bool eagerNotModelled = false;    // the family's own eager attention is traced, not followed (Falcon)
     bool normsFp32 = false;           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
     // Headroom's LibTorch engine reproduces this family's step (measured against the transformers
     // engine on the H200; not inherited by a derived family).
@@ -183,6 +194,13 @@ struct ModelArch
     // False for a model_type Headroom cannot estimate yet: a measurement of it still loads and
     // shows, with "estimate unavailable" (the transformers engine builds any type).
     bool estimable = true;
+    // A variant of a modelled type that its row does not follow (a config field and its value,
+    // and why): estimate() refuses it and the traced estimate answers (support.h traceAnswers).
+    struct RowGap
+    {
+        std::string field, value, reason;
+    };
+    std::optional<RowGap> rowGap;
 
     bool isMoe() const { return numExperts > 0; }
     bool isMla() const { return kvLoraRank > 0; }
