@@ -317,6 +317,12 @@ def specs():
            targets=["query_key_value", "dense"]))
     a(spec("falcon7b-bf16-qlora16-b2s2048-l4-ckpt", "falcon-7b", finetune="qlora", batch=2, seq=2048, layers=4,
            ckpt=True, targets=["all-linear"]))
+    # ... and both rows at the real checkpoints' full depth.
+    a(spec("falcon7b-bf16-lora16-b1s2048", "falcon-7b", finetune="lora", batch=1, seq=2048, targets=["all-linear"]))
+    a(spec("falcon7b-bf16-qlora16-b1s1024-ckpt", "falcon-7b", finetune="qlora", batch=1, ckpt=True,
+           targets=["all-linear"]))
+    a(spec("oss20-bf16-lora16-b1s2048-eager-ckpt", "gpt-oss-20b", finetune="lora", batch=1, seq=2048,
+           attention="eager", ckpt=True, targets=["all-linear"]))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
