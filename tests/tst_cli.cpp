@@ -902,7 +902,10 @@ private Q_SLOTS:
                     classes[QStringLiteral("names-no-model")], classes[QStringLiteral("not-training")],
                     classes[QStringLiteral("unknown-format")]);
         if (stride == 1)
-            QVERIFY2(estimates >= 54 && refused <= 4, "the recipes that estimate today keep estimating");
+            // Four more refused since 2026-12-04: Axolotl's gpt-oss-20b recipes resolve offline now
+            // (the preset) and run the Hub's vllm-flash-attn3, a flash kernel with sinks the row does
+            // not follow (it models Transformers' eager path); refused naming attention, eager offered.
+            QVERIFY2(estimates >= 59 && refused <= 8, "the recipes that estimate today keep estimating");
     }
 
     // Issue 28: LLaMA-Factory's v1 format (model:, peft_config, dist_config, cutoff_len) is read as

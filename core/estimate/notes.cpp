@@ -59,6 +59,17 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
     if (cfg.attention == Attention::SDPA && x.c == 4 && model.numKvHeads < model.numHeads)
         notes.push_back("fp32 with grouped-query attention: SDPA falls back to the math kernel, which keeps "
                         "the s x s probabilities");
+    // See Note [SDPA math path in fp32] (docs/estimator.md).
+    if (cfg.attention == Attention::SDPA && x.c != 4 && model.numKvHeads < model.numHeads &&
+        familyTraitsOrLlama(model.modelType).sdpaExplicitMask) {
+        char gib[32];
+        const double perLayer = 4.0 * static_cast<double>(cfg.microBatch) * static_cast<double>(model.numHeads) *
+                                static_cast<double>(cfg.seqLen) * static_cast<double>(cfg.seqLen) / 1073741824.0;
+        std::snprintf(gib, sizeof gib, "%.2f GiB", perLayer);
+        notes.push_back(model.modelType + " hands SDPA its causal mask and one key/value head, so PyTorch runs the math "
+                        "path in fp32: each layer keeps its s x s probabilities in fp32 for backward (" + gib +
+                        " per layer here); gradient checkpointing keeps one layer's at a time");
+    }
     if (usesCollectives(cfg))
         notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "
                         "(measured at one rank); its per-peer buffers on several GPUs come on top");

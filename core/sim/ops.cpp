@@ -821,6 +821,55 @@ T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem
     return out;
 }
 
+// See Note [Attention sinks] (docs/estimator.md): the masked scores x (rows of `scores`/`rows`
+// each) with the sink column, to the probabilities over the real columns (a slice).
+T Ops::sinkProbabilities(T &x, const T &sinks, int64_t rows, int64_t scores, int elem, std::vector<T> *locals)
+{
+    T sinkView = s.view(sinks, rows * elem); // sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)
+    sinkView.node = -1;
+    sinkView.param = -1;
+    sinkView.requiresGrad = false;
+    const int64_t sinkBytes = sinks.bytes;
+    const int sid = s.record({&sinkView}, {&sinks}, {},
+                             [sinkBytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                                 // ExpandBackward0: the gradient summed to one logit per head
+                                 if (!n[0] || g[0] < 0)
+                                     return std::vector<int>{-1};
+                                 return std::vector<int>{s.allocate(sinkBytes, Category::Temporaries)};
+                             });
+    if (sid < 0) {
+        sinkView.node = sinks.node;
+        sinkView.out = sinks.out;
+        sinkView.param = sinks.param;
+        sinkView.requiresGrad = sinks.requiresGrad && s.gradEnabled();
+    }
+    T combined = cat({&x, &sinkView}, scores + rows, elem);
+    s.drop(sinkView);
+    // .max(dim=-1, keepdim=True): values and int64 indices; MaxBackward0 keeps the indices and
+    // scatters the values' gradient into zeros of the input's size.
+    T values = s.make(rows * elem, elem);
+    T indices = s.make(rows * 8, 8);
+    s.record({&values}, {&combined}, {indices.sto},
+             [cb = combined.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                 if (!n[0] || g[0] < 0)
+                     return std::vector<int>{-1};
+                 return std::vector<int>{s.allocate(cb, Category::Temporaries)};
+             });
+    s.drop(indices);
+    T shifted = subRows(combined, values); // combined_logits - max: the name rebinds
+    s.drop(values);
+    s.drop(combined);
+    T probs = softmax(shifted); // F.softmax(..., dtype=combined_logits.dtype): no upcast
+    s.drop(x);                  // attn_weights rebinds to the sliced probabilities
+    T p = slice(probs, scores); // probs[..., :-1]; dropout(p=0) and .to(dtype) return it
+    s.drop(probs);
+    if (locals)
+        locals->push_back(shifted);
+    else
+        s.drop(shifted);
+    return p;
+}
+
 T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const AttnShape &a, int elem,
                       const EagerStyle &style)
 {
@@ -889,94 +938,28 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
         s.drop(x);
         x = m;
     }
+    T p;
     if (style.sinks) {
-        // See Note [Attention sinks] (docs/estimator.md).
-        const int64_t rows = a.b * a.heads * a.s;
-        T sinkView = s.view(*style.sinks, rows * elem); // sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)
-        sinkView.node = -1;
-        sinkView.param = -1;
-        sinkView.requiresGrad = false;
-        const int64_t sinkBytes = style.sinks->bytes;
-        const int sid = s.record({&sinkView}, {style.sinks}, {},
-                                 [sinkBytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                                     // ExpandBackward0: the gradient summed to one logit per head
-                                     if (!n[0] || g[0] < 0)
-                                         return std::vector<int>{-1};
-                                     return std::vector<int>{s.allocate(sinkBytes, Category::Temporaries)};
-                                 });
-        if (sid < 0) {
-            sinkView.node = style.sinks->node;
-            sinkView.out = style.sinks->out;
-            sinkView.param = style.sinks->param;
-            sinkView.requiresGrad = style.sinks->requiresGrad && s.gradEnabled();
-        }
-        T combined = cat({&x, &sinkView}, scores + rows, elem);
-        s.drop(sinkView);
-        // .max(dim=-1, keepdim=True): values and int64 indices; MaxBackward0 keeps the indices and
-        // scatters the values' gradient into zeros of the input's size.
-        T values = s.make(rows * elem, elem);
-        T indices = s.make(rows * 8, 8);
-        s.record({&values}, {&combined}, {indices.sto},
-                 [cb = combined.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                     if (!n[0] || g[0] < 0)
-                         return std::vector<int>{-1};
-                     return std::vector<int>{s.allocate(cb, Category::Temporaries)};
-                 });
-        s.drop(indices);
-        T shifted = subRows(combined, values); // combined_logits - max: the name rebinds
-        s.drop(values);
-        s.drop(combined);
-        T probs = softmax(shifted); // F.softmax(..., dtype=combined_logits.dtype): no upcast
-        s.drop(x);                  // attn_weights rebinds to the sliced probabilities
-        T p = slice(probs, scores); // probs[..., :-1]; dropout(p=0) and .to(dtype) return it
-        s.drop(probs);
-        if (style.locals)
-            style.locals->push_back(shifted);
-        else
-            s.drop(shifted);
-        if (!gqa && folds) {
-            T vc = copy(vr);
-            s.drop(vr);
-            vr = vc;
-        }
-        T out = s.make(a.b * a.heads * a.s * a.dv * elem, elem);
-        s.record({&out}, {&p, &vr}, {p.sto, vr.sto},
-                 [pb = p.bytes, vb = vr.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                     std::vector<int> r(2, -1);
-                     if (g[0] < 0)
-                         return r;
-                     if (n[1])
-                         r[1] = s.allocate(vb, Category::Temporaries);
-                     if (n[0])
-                         r[0] = s.allocate(pb, Category::Temporaries);
-                     return r;
-                 });
-        if (style.returned)
-            *style.returned = p;
-        else
+        p = sinkProbabilities(x, *style.sinks, a.b * a.heads * a.s, scores, elem, style.locals);
+    } else {
+        const int se = style.softmaxFp32 ? 4 : elem;
+        // See Note [Softmax upcast] (docs/estimator.md): bf16 scores are converted to fp32 first, a
+        // temporary freed when the softmax returns; the masked scores go after the .to(q.dtype).
+        const bool upcast = style.softmaxFp32 && elem == 2 && !style.halfToFloat;
+        T xs = upcast ? o.to(x, 4) : s.view(x);
+        T p32 = o.softmax(xs, se);
+        s.drop(xs);
+        if (!style.softmaxFp32)
+            s.drop(x);
+        p = o.to(p32, elem);
+        s.drop(p32);
+        if (style.softmaxFp32)
+            s.drop(x);
+        if (style.dropout > 0.0) {
+            T pd = o.dropout(p, style.dropout);
             s.drop(p);
-        s.drop(kr);
-        s.drop(vr);
-        s.drop(q);
-        return out;
-    }
-    const int se = style.softmaxFp32 ? 4 : elem;
-    // See Note [Softmax upcast] (docs/estimator.md): bf16 scores are converted to fp32 first, a
-    // temporary freed when the softmax returns; the masked scores go after the .to(q.dtype).
-    const bool upcast = style.softmaxFp32 && elem == 2 && !style.halfToFloat;
-    T xs = upcast ? o.to(x, 4) : s.view(x);
-    T p32 = o.softmax(xs, se);
-    s.drop(xs);
-    if (!style.softmaxFp32)
-        s.drop(x);
-    T p = o.to(p32, elem);
-    s.drop(p32);
-    if (style.softmaxFp32)
-        s.drop(x);
-    if (style.dropout > 0.0) {
-        T pd = o.dropout(p, style.dropout);
-        s.drop(p);
-        p = pd;
+            p = pd;
+        }
     }
     if (!gqa && folds) {
         T vc = copy(vr);

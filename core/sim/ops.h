@@ -169,6 +169,7 @@ public:
     void reduceRows(int64_t rows, int64_t cols, int elem);
 
 private:
+    T sinkProbabilities(T &x, const T &sinks, int64_t rows, int64_t scores, int elem, std::vector<T> *locals);
     int gradAlloc(int64_t bytes) { return s.allocate(bytes, Category::Temporaries); }
     // An op of `outBytes` output in `elem` whose backward allocates one tensor of x's size (the
     // input's gradient) and nothing else; its node keeps x, its output, or nothing.
