@@ -195,7 +195,8 @@ private:
     T param(int64_t rows, int64_t cols, bool trainableHere, const char *name, int elem = 0)
     {
         S.setOp(name);
-        T t = S.parameter(checkedMul(checkedMul(rows, cols), elem ? elem : pe), elem ? elem : pe, trainableHere);
+        const int e = elem ? elem : buildElem();
+        T t = S.parameter(checkedMul(checkedMul(rows, cols), e), e, trainableHere);
         t.rows = rows;
         t.cols = cols;
         return t;
@@ -203,6 +204,10 @@ private:
 
     // A norm weight's element size: the model's, or fp32 where the modeling code keeps them so.
     int normElem() const { return ft.normsFp32 ? 4 : 0; }
+    // The dtype from_config builds the model in: the parameters', but QLoRA builds in its 16-bit
+    // compute dtype under autocast too (prepare_model_for_kbit_training makes the rest fp32 after;
+    // the H200 streams of the corpus's amp QLoRA runs build a bf16 embedding).
+    int buildElem() const { return qlora ? 2 : pe; }
 
     // A decoder nn.Linear's weight. Under QLoRA it is made in the model's dtype like every
     // parameter (from_config) and marked: quantizeForQlora() turns it into a Params4bit.
@@ -452,7 +457,9 @@ private:
         // then cast_adapter_dtype (autocast_adapter_dtype=True) makes each fp32, layer by
         // layer in module order, and the first copy goes (the H200 streams' load: "convert",
         // then cast_adapter_dtype). Already fp32 (fp32 and autocast runs), nothing is cast.
-        // QLoRA's adapters come as fp32 directly (its load is simulated in quantizeForQlora).
+        // QLoRA's base weights are 4-bit: the first copies take the 16-bit compute dtype, with
+        // autocast too, and are cast like the others (every *-qlora16-* stream of the corpus but
+        // GPT-2's, whose Conv1D is fp32 there: nothing is cast).
         struct Adapter
         {
             int64_t layer;
@@ -489,14 +496,17 @@ private:
                 S.drop(ad.b16);
             ad.pair->on = true;
         };
-        const bool cast = !qlora && pe != kLoraElem;
+        // The base layer's weight dtype: a Linear4bit's is its 16-bit compute dtype; GPT-2's Conv1D
+        // stays a float module, fp32 under QLoRA (prepare_model_for_kbit_training).
+        const int firstElem = !qlora ? pe : ft.conv1dLinears ? 4 : 2;
+        const bool cast = firstElem != kLoraElem;
         auto firstCopy = [&](Adapter &ad) {
             if (!cast)
                 return fp32(ad);
             S.setLayer(static_cast<int>(ad.layer));
             S.setOp("lora (base dtype)");
-            ad.a16 = S.make(checkedMul(checkedMul(ad.shape[0].first, ad.shape[0].second), pe), pe);
-            ad.b16 = S.make(checkedMul(checkedMul(ad.shape[1].first, ad.shape[1].second), pe), pe);
+            ad.a16 = S.make(checkedMul(checkedMul(ad.shape[0].first, ad.shape[0].second), firstElem), firstElem);
+            ad.b16 = S.make(checkedMul(checkedMul(ad.shape[1].first, ad.shape[1].second), firstElem), firstElem);
         };
         for (bool experts : {false, true}) // target_modules, then target_parameters
             for (Adapter &ad : order)
@@ -536,7 +546,7 @@ private:
             // modules/linear.py __init__, V x h, freed at once, on every tied model). The hole it
             // leaves is where the first small blocks of the run go.
             S.setOp("lm_head");
-            T untied = S.make(checkedMul(checkedMul(V, h), pe), static_cast<int>(pe), Category::Weights);
+            T untied = S.make(checkedMul(checkedMul(V, h), buildElem()), buildElem(), Category::Weights);
             S.drop(untied);
             lmHead = embed;
         } else {
@@ -723,8 +733,11 @@ private:
         // PEFT lora.Linear.forward: x cast to the adapters' dtype, dropout, lora_B(lora_A(x)) *
         // scaling, added to the base result, cast back to the base result's dtype.
         // PEFT's _cast_input_dtype: x.to(lora_A.weight.dtype) whenever the dtypes differ (also
-        // under autocast, where o_proj's and down_proj's inputs are bf16).
-        T xa = O.to(x, lora->a.elem); // rebinds forward()'s `x`: it lives until forward returns
+        // under autocast, where o_proj's and down_proj's inputs are bf16). PEFT's bnb Linear4bit
+        // casts only without autocast (lora/bnb.py: requires_conversion = not
+        // torch.is_autocast_enabled()): under QLoRA with autocast lora_A reads x as it comes.
+        const bool castInput = !(w.nf4 && amp);
+        T xa = castInput ? O.to(x, lora->a.elem) : S.view(x); // rebinds `x`: it lives until forward returns
         T xd = O.dropout(xa, c.lora.dropout);
         T wa = weightFor(lora->a);
         T ain = amp ? O.to(xd, 2) : S.view(xd);
