@@ -52,6 +52,7 @@ struct LayerParams
     T qa, qaN, qb2, kva, kvaB, kvaN, kvb;
     std::array<LoraPair, kLinearModuleCount> lora;
     LoraPair gateUpLora, downLora; // PEFT ParamWrappers on the stacked experts (model.h expertsLora)
+    std::array<T *, 36> registered{}; // the parameter slots in model.parameters() order (Run::layerParameters)
 };
 
 class Run
@@ -228,14 +229,27 @@ private:
     }
 
     // A decoder layer's parameter slots (unset ones included), in the order model.parameters()
-    // lists them for the families simulated.
-    static std::array<T *, 36> layerParameters(LayerParams &L)
+    // lists them: the order buildLayer made them in, which is the modules' registration order
+    // (the input_layernorm after the MLP, but first in GPT-2 and GPT-NeoX). The slots keep their
+    // places when QLoRA replaces what is in them.
+    static std::array<T *, 36> layerSlots(LayerParams &L)
     {
         return {&L.n1,     &L.n1b,    &L.qa,      &L.qaN,    &L.qb2,     &L.q,       &L.qb,         &L.kva,  &L.kvaB,
                 &L.kvaN,   &L.kvb,    &L.k,       &L.kb,     &L.v,       &L.vb,      &L.o,          &L.ob,   &L.sinks,
                 &L.qn,     &L.kn,     &L.router,  &L.routerB, &L.gateUp, &L.gateUpB, &L.expDown,    &L.expDownB,
                 &L.gate,   &L.up,     &L.upB,     &L.down,   &L.downB,   &L.sharedGate, &L.n2,      &L.n2b,  &L.n3,
                 &L.n4};
+    }
+    static const std::array<T *, 36> &layerParameters(LayerParams &L) { return L.registered; }
+    // After buildLayer: the slots ordered by when their parameters were made (storage ids grow).
+    static void recordRegistration(LayerParams &L)
+    {
+        L.registered = layerSlots(L);
+        std::stable_sort(L.registered.begin(), L.registered.end(), [](const T *a, const T *b) {
+            if (a->valid() != b->valid())
+                return a->valid();
+            return a->valid() && a->sto < b->sto;
+        });
     }
 
     // Every parameter of the base model, in (about) registration order.
@@ -446,6 +460,7 @@ private:
             L.n3 = param(h, 1, t, "pre_feedforward_layernorm");
         if (ft.norms != NormPlacement::Pre)
             L.n4 = param(h, 1, t, "post_feedforward_layernorm");
+        recordRegistration(L);
     }
 
     // See Note [PEFT adapter load] (docs/estimator.md).
