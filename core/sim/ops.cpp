@@ -635,6 +635,24 @@ T Ops::repeatKv(const T &x, int64_t fullBytes)
     return out;
 }
 
+T Ops::bmm(const T &a, const T &b, int64_t outBytes, int elem)
+{
+    // BmmBackward0 (through matmul): b's gradient first, then a's, each of its operand's size.
+    T out = s.make(outBytes, elem);
+    s.record({&out}, {&a, &b}, {a.sto, b.sto},
+             [ab = a.bytes, bb = b.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+                 std::vector<int> r(2, -1);
+                 if (g[0] < 0)
+                     return r;
+                 if (n[1])
+                     r[1] = s.allocate(bb, Category::Temporaries);
+                 if (n[0])
+                     r[0] = s.allocate(ab, Category::Temporaries);
+                 return r;
+             });
+    return out;
+}
+
 T Ops::sdpaMathMasked(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
 {
     // See Note [SDPA math path in fp32] (docs/estimator.md).
@@ -677,18 +695,7 @@ T Ops::sdpaMathMasked(const T &q, const T &k, const T &v, const AttnShape &a, in
     T qc = folds ? o.copy(query) : s.view(query);
     T ke = broadcastHeads(kt);
     const int64_t scores = rows * a.s * 4;
-    T sc = s.make(scores, 4);
-    s.record({&sc}, {&qc, &ke}, {qc.sto, ke.sto},
-             [qb = qc.bytes, kb = ke.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                 std::vector<int> r(2, -1);
-                 if (g[0] < 0)
-                     return r;
-                 if (n[1])
-                     r[1] = s.allocate(kb, Category::Temporaries);
-                 if (n[0])
-                     r[0] = s.allocate(qb, Category::Temporaries);
-                 return r;
-             });
+    T sc = bmm(qc, ke, scores, 4);
     s.drop(qc);
     s.drop(ke);
     s.drop(kt);
@@ -711,18 +718,7 @@ T Ops::sdpaMathMasked(const T &q, const T &k, const T &v, const AttnShape &a, in
     // make_tuple(matmul(attn, value).to(origin), attn.to(origin)), its arguments right to left.
     const int probsLow = s.allocate(scores / 4 * elem, Category::Temporaries);
     T ve = broadcastHeads(v32);
-    T out32 = s.make(rows * a.dv * 4, 4);
-    s.record({&out32}, {&p, &ve}, {p.sto, ve.sto},
-             [pb = p.bytes, vb = ve.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                 std::vector<int> r(2, -1);
-                 if (g[0] < 0)
-                     return r;
-                 if (n[1])
-                     r[1] = s.allocate(vb, Category::Temporaries);
-                 if (n[0])
-                     r[0] = s.allocate(pb, Category::Temporaries);
-                 return r;
-             });
+    T out32 = bmm(p, ve, rows * a.dv * 4, 4);
     s.drop(p);
     s.drop(ve);
     T out = o.to(out32, elem);
@@ -771,18 +767,7 @@ T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem
     T vrep = gqa ? repeat(v) : s.view(v);
     T ks = o.scale(krep);
     T qc = o.copy(qs);
-    T sc = s.make(scores, elem);
-    s.record({&sc}, {&qc, &ks}, {qc.sto, ks.sto},
-             [qb = qc.bytes, kb = ks.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                 std::vector<int> r(2, -1);
-                 if (g[0] < 0)
-                     return r;
-                 if (n[1])
-                     r[1] = s.allocate(kb, Category::Temporaries);
-                 if (n[0])
-                     r[0] = s.allocate(qb, Category::Temporaries);
-                 return r;
-             });
+    T sc = bmm(qc, ks, scores, elem);
     s.drop(qc);
     s.drop(ks);
     T p = s.make(scores, elem);
@@ -801,18 +786,7 @@ T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem
     s.unref(rows);
     s.unref(inf);
     s.drop(sc);
-    T out = s.make(a.b * a.heads * a.s * a.dv * elem, elem);
-    s.record({&out}, {&p, &vrep}, {p.sto, vrep.sto},
-             [pb = p.bytes, vb = vrep.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                 std::vector<int> r(2, -1);
-                 if (g[0] < 0)
-                     return r;
-                 if (n[1])
-                     r[1] = s.allocate(vb, Category::Temporaries);
-                 if (n[0])
-                     r[0] = s.allocate(pb, Category::Temporaries);
-                 return r;
-             });
+    T out = bmm(p, vrep, a.b * a.heads * a.s * a.dv * elem, elem);
     s.drop(p);
     s.drop(vrep);
     s.drop(krep);
@@ -908,18 +882,7 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
         kr = kc;
     }
     const int64_t scores = a.b * a.heads * a.s * a.s;
-    T sc = s.make(scores * elem, elem);
-    s.record({&sc}, {&q, &kr}, {q.sto, kr.sto},
-             [qb = q.bytes, kb = kr.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                 std::vector<int> r(2, -1);
-                 if (g[0] < 0)
-                     return r;
-                 if (n[1])
-                     r[1] = s.allocate(kb, Category::Temporaries);
-                 if (n[0])
-                     r[0] = s.allocate(qb, Category::Temporaries);
-                 return r;
-             });
+    T sc = bmm(q, kr, scores * elem, elem);
     T x = o.scale(sc);
     s.drop(sc);
     if (softcap > 0.0) {
@@ -966,18 +929,7 @@ T Ops::eagerAttention(const T &q0, const T &k, const T &v0, const T *mask, const
         s.drop(vr);
         vr = vc;
     }
-    T out = s.make(a.b * a.heads * a.s * a.dv * elem, elem);
-    s.record({&out}, {&p, &vr}, {p.sto, vr.sto},
-             [pb = p.bytes, vb = vr.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
-                 std::vector<int> r(2, -1);
-                 if (g[0] < 0)
-                     return r;
-                 if (n[1])
-                     r[1] = s.allocate(vb, Category::Temporaries);
-                 if (n[0])
-                     r[0] = s.allocate(pb, Category::Temporaries);
-                 return r;
-             });
+    T out = bmm(p, vr, a.b * a.heads * a.s * a.dv * elem, elem);
     if (style.returned)
         *style.returned = p;
     else

@@ -82,6 +82,8 @@ public:
     // ExpandBackward0 sums the gradient back to kv_heads.
     T repeatKv(const T &x, int64_t fullBytes);
     T sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
+    // a @ b of `outBytes` in `elem` (the attention's batched matmuls): saves both operands.
+    T bmm(const T &a, const T &b, int64_t outBytes, int elem);
     // The math path of SDPA handed a boolean mask, for 16-bit q, k, v and fewer kv heads (Falcon's
     // multi-query attention; Note [SDPA math path in fp32]).
     T sdpaMathMasked(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
