@@ -323,6 +323,14 @@ def specs():
            targets=["all-linear"]))
     a(spec("oss20-bf16-lora16-b1s2048-eager-ckpt", "gpt-oss-20b", finetune="lora", batch=1, seq=2048,
            attention="eager", ckpt=True, targets=["all-linear"]))
+    # 2026-12-04 (tenth session): QLoRA under autocast, built in bf16 with 16-bit first adapter
+    # copies and no input cast in PEFT's bnb layer (Note [QLoRA load]), held out.
+    a(spec("q7b-ampbf16-qlora16-b2s2048-ckpt", "qwen2.5-7b", precision="amp-bf16", finetune="qlora", batch=2,
+           seq=2048, ckpt=True))
+    a(spec("m7b-ampfp16-qlora16-b1s2048", "mistral-7b", precision="amp-fp16", finetune="qlora", batch=1, seq=2048))
+    a(spec("g2-2b-ampbf16-qlora16-b2s1024", "gemma-2-2b", precision="amp-bf16", finetune="qlora", batch=2))
+    a(spec("phi3-ampbf16-qlora16-b2s1024", "phi-3-mini", precision="amp-bf16", finetune="qlora", batch=2,
+           targets=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
