@@ -108,7 +108,9 @@ public:
             // fp32; Linear4bit casts its input to compute_dtype and its output back
             // (bitsandbytes/nn/modules.py Linear4bit.forward). Measured on the H200 with
             // bitsandbytes 0.50 (quantizeForQlora has the load; the corpus's *-qlora16-* runs).
-            qe = amp ? 4 : ce;
+            // compute_dtype is the dtype the model was built in: 16-bit, with autocast too (see
+            // buildElem()), so a Linear4bit casts its input to it under autocast as well.
+            qe = 2;
             if (!amp)
                 ce = re = 4;
         }
@@ -365,6 +367,13 @@ private:
             L.n1b = param(h, 1, t, "input_layernorm");
         }
         const int64_t H = heads, qk = m.qkNopeDim + m.qkRopeDim;
+        auto outProj = [&] {
+            L.o = linearWeight(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
+            if (m.oBias)
+                L.ob = linearBias(h, t, "o_proj");
+        };
+        if (ft.outProjRegisteredFirst)
+            outProj();
         if (m.isMla()) {
             if (m.qLoraRank > 0) {
                 L.qa = linearWeight(m.qLoraRank, h, t, "q_a_proj");
@@ -393,9 +402,8 @@ private:
             if (m.qkvBias)
                 L.vb = linearBias(kvOut, t, "v_proj");
         }
-        L.o = linearWeight(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
-        if (m.oBias)
-            L.ob = linearBias(h, t, "o_proj");
+        if (!ft.outProjRegisteredFirst)
+            outProj();
         if (ft.attentionSinks)
             L.sinks = param(heads, 1, t, "self_attn.sinks");
         if (m.qkNorm) {
@@ -463,6 +471,22 @@ private:
         recordRegistration(L);
     }
 
+    // The layer's Linear modules (LinearModule order) as the model registered them: PEFT walks
+    // named_modules() in that order (Phi-3 makes o_proj before qkv_proj).
+    static std::vector<int> modulesInRegistrationOrder(LayerParams &L)
+    {
+        const std::array<const T *, kLinearModuleCount> weights = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+        std::vector<int> mods(kLinearModuleCount);
+        for (int i = 0; i < kLinearModuleCount; ++i)
+            mods[static_cast<size_t>(i)] = i;
+        auto rank = [&](int mod) {
+            const auto &r = L.registered;
+            return std::find(r.begin(), r.end(), weights[static_cast<size_t>(mod)]) - r.begin();
+        };
+        std::stable_sort(mods.begin(), mods.end(), [&](int a, int b) { return rank(a) < rank(b); });
+        return mods;
+    }
+
     // See Note [PEFT adapter load] (docs/estimator.md).
     void injectAdapters()
     {
@@ -486,7 +510,7 @@ private:
         std::vector<Adapter> order; // the fp32 cast's order: per layer, modules then experts
         for (int64_t l = 0; l < m.numLayers; ++l) {
             LayerParams &L = layers[static_cast<size_t>(l)];
-            for (int mod = 0; mod < kLinearModuleCount; ++mod)
+            for (int mod : modulesInRegistrationOrder(L))
                 if (loraMask[static_cast<size_t>(mod)] && present(mod))
                     order.push_back({l, &L.lora[static_cast<size_t>(mod)],
                                      {{{c.lora.rank, inFeatures(mod)}, {outFeatures(mod), c.lora.rank}}}, false, {}, {}});
@@ -2209,8 +2233,8 @@ private:
         T bc; // autocast casts the bias first, as in linear()
         if (lmHeadB.valid())
             bc = amp ? weightFor(lmHeadB) : S.view(lmHeadB);
+        T w = weightFor(lmHead); // then the weight, then the input (Note [Autocast cast cache])
         T xin = amp ? O.to(fn, 2) : S.view(fn);
-        T w = weightFor(lmHead);
         T logits = O.linear(xin, w, bc.valid() ? &bc : nullptr, tok, h, V, amp ? 2 : ce);
         S.drop(xin);
         S.drop(w);

@@ -1,4 +1,5 @@
-// modeling_phi3.py: Llama with fused qkv_proj and gate_up_proj (no biases), partial rotary
+// modeling_phi3.py: Llama with fused qkv_proj and gate_up_proj (no biases; Phi3Attention makes o_proj
+// before qkv_proj), partial rotary
 // (partial_rotary_factor) concatenated with the rest, and embedding, residual and attention
 // dropout.
 #include "family.h"
@@ -19,7 +20,11 @@ void read(const ConfigFields &c, ModelArch &m)
 
 const Family &family_phi3()
 {
-    static const Family f = family_llama().derive("phi3").set(&FamilyTraits::rotaryConcat).reads(&read);
+    static const Family f = family_llama()
+                                .derive("phi3")
+                                .set(&FamilyTraits::rotaryConcat)
+                                .set(&FamilyTraits::outProjRegisteredFirst)
+                                .reads(&read);
     return f;
 }
 

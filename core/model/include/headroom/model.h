@@ -119,7 +119,8 @@ struct FamilyTraits
     // counts take the math path (Note [SDPA math path in fp32]).
     bool sdpaExplicitMask = false;
     bool eagerNotModelled = false;    // the family's own eager attention is traced, not followed (Falcon)
-    bool normsFp32 = false;           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
+    bool normsFp32 = false;
+    bool outProjRegisteredFirst = false; // the attention registers o_proj before its q/k/v (Phi-3)           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
     // Headroom's LibTorch engine reproduces this family's step (measured against the transformers
     // engine on the H200; not inherited by a derived family).
     bool libtorchEngine = false;
