@@ -23,7 +23,7 @@ void read(const ConfigFields &c, ModelArch &m)
     m.vocabSize = c.integer("vocab_size", 65024);
     m.maxPositions = c.integer("max_position_embeddings", 2048);
     m.tiedEmbeddings = c.boolean("tie_word_embeddings", true);
-    m.intermediateSize = c.integer("ffn_hidden_size", 4 * m.hiddenSize);
+    m.intermediateSize = c.has("ffn_hidden_size") ? c.integer("ffn_hidden_size") : checkedMul(4, m.hiddenSize);
     m.activation = c.string("activation", "gelu");
     m.norm = NormKind::LayerNorm;
     m.normsPerLayer = 1;

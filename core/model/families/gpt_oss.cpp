@@ -21,6 +21,7 @@ const Family &family_gpt_oss()
                                 .with(RmsNormStyle::Olmo)
                                 .unset(&FamilyTraits::topkAlwaysNormalized)
                                 .set(&FamilyTraits::slidingLayerTypes)
+                                .assign(&FamilyTraits::slidingPatternDefault, 2) // GptOssConfig: even layers slide
                                 .set(&FamilyTraits::rotaryHalfTables)
                                 .set(&FamilyTraits::attentionSinks)
                                 .set(&FamilyTraits::gptOssExperts)
