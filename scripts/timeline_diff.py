@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Diff the estimator's allocation stream against the transformers engine's, allocation by allocation.
 
-    scripts/timeline_diff.py NAME [--cli build/dev/app/headroom-cli] [--phase forward] [--context 8]
+    scripts/timeline_diff.py NAME [--cli build/dev/app/headroom-cli] [--phase forward] [--context 8] [--step 1]
 
 NAME is a corpus configuration (tests/data/corpus/h200.jsonl) whose engine run recorded its
 allocations (tests/data/corpus/h200-timelines.tar.xz), or the path of a result X.real.json with its
 recorded stream X.real-tl.json beside it (tests/data/h200/traced-2026-12-03/real.tar.xz unpacked). Both streams are cut to step 1 (the first
-steady step); the script prints the phase peaks side by side and, for each phase, the first places
+steady step; --step 0 for the first, where the cache's layout is laid down); the script prints the phase peaks side by side and, for each phase, the first places
 where the sequences of allocation sizes part, with the frame (engine) and op (estimate) of each.
 A development tool: how a model family is matched op by op (README, contributor notes).
 """
@@ -117,6 +117,7 @@ def main():
     ap.add_argument("--phase", default="")
     ap.add_argument("--context", type=int, default=6)
     ap.add_argument("--hunks", type=int, default=4)
+    ap.add_argument("--step", type=int, default=1, help="the step compared (0: the first, 1: the first steady one)")
     ap.add_argument("--drift", action="store_true",
                     help="instead of hunks, print where the live bytes of the two streams start to differ")
     a = ap.parse_args()
@@ -124,14 +125,14 @@ def main():
         with open(a.name) as f:
             entry = {"result": json.load(f)}
         with open(a.name[:-len(".real.json")] + ".real-tl.json") as f:
-            meas = step_events(json.load(f), 1)
+            meas = step_events(json.load(f), a.step)
         conf = None
     else:
         entry = corpus_entry(a.name)
         plan = json.load(open(os.path.join(ROOT, "lab/corpus-plan.json")))
         conf = next((j.get("alloc_conf") for j in plan["jobs"] if j["name"] == a.name), None)
-        meas = step_events(measured_timeline(a.name), 1)
-    est = step_events(estimated_timeline(a.cli, entry, conf), 1)
+        meas = step_events(measured_timeline(a.name), a.step)
+    est = step_events(estimated_timeline(a.cli, entry, conf), a.step)
     for (phase, ms), (_, es) in zip(meas, est):
         if a.phase and phase != a.phase:
             continue
