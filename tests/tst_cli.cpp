@@ -241,6 +241,23 @@ private Q_SLOTS:
         QCOMPARE(r.out.trimmed(), QStringLiteral("1024"));
     }
 
+    // GPT-OSS's attention sinks run in eager attention only: without --attention the estimate is
+    // eager and says so; --attention sdpa given is refused in one line naming the field.
+    void eagerOnlyAttentionWhenNotGiven()
+    {
+        Run r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("gpt-oss-20b"),
+                     QStringLiteral("--finetune"), QStringLiteral("lora"), QStringLiteral("--json")});
+        QCOMPARE(r.code, 0);
+        QCOMPARE(nlohmann::json::parse(r.out.toStdString()).at("config").at("attention").get<std::string>(),
+                 std::string("eager"));
+        QVERIFY2(r.err.contains(QStringLiteral("--attention not given")), qPrintable(r.err));
+        r = cli({QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("gpt-oss-20b"),
+                 QStringLiteral("--attention"), QStringLiteral("sdpa")});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("attention = sdpa")) && r.err.count(QLatin1Char('\n')) == 1,
+                 qPrintable(r.err));
+    }
+
     // Issue 15: a grid too large to read is refused in one line, not ended by std::bad_alloc.
     void sweepGridIsBounded()
     {

@@ -62,6 +62,7 @@ struct Flags
     bool noDoubleQuant = false;
     std::string checkpointingList; // sweep: on | off | both
     std::string attention = "sdpa";
+    bool attentionImported = false; // an imported file states the attention
     std::string loss = "standard";
     std::string mode = "sft";
     std::string dpoReference; // empty: TRL's default (adapter with LoRA, copy in full fine-tuning)
@@ -279,8 +280,10 @@ Flags withImports(Flags f)
         f.gradCheckpointing = *st.gradCheckpointing;
         f.checkpointingList = *st.gradCheckpointing ? "on" : "off";
     }
-    if (st.attention)
+    if (st.attention) {
         take("--attention", f.attention, std::string(toString(*st.attention)));
+        f.attentionImported = true;
+    }
     if (st.loss)
         take("--loss", f.loss, std::string(toString(*st.loss)));
     if (st.mode)
@@ -354,6 +357,14 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
         cli::say(stderr, "headroom-cli: note: ",
                  "--seq not given: " + b.model.name + " takes at most " + std::to_string(b.config.seqLen) +
                      " positions; using " + std::to_string(b.config.seqLen));
+    }
+    // No --attention, and no imported file that states one, on a model whose attention runs in
+    // eager only (GPT-OSS's sinks): eager, said on stderr, rather than a refusal of a default.
+    const bool attentionGiven = (f.cmd != nullptr && f.cmd->count("--attention") > 0) || f.attentionImported;
+    if (!attentionGiven && attentionFor(b.model, b.config.attention) != b.config.attention) {
+        b.config.attention = attentionFor(b.model, b.config.attention);
+        cli::say(stderr, "headroom-cli: note: ",
+                 "--attention not given: " + b.model.modelType + " runs eager attention only (its attention sinks); using eager");
     }
     return b;
 }

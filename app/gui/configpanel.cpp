@@ -291,6 +291,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
                                                             s.config.lora.targets);
                 s.model = m_models[static_cast<size_t>(idx)];
                 s.config.seqLen = seqLenFor(s.model, s.config.seqLen);
+                s.config.attention = attentionFor(s.model, s.config.attention);
             });
     });
     // Typed text that is not a list entry: a preset id ("qwen2.5-7b") or a unique part of one
@@ -461,6 +462,7 @@ void ConfigPanel::addImportedModel(const ModelArch &m)
     s.config.lora.targets = loraTargetsOnSwitch(s.model, m, s.config.lora.targets);
     s.model = m;
     s.config.seqLen = seqLenFor(m, s.config.seqLen);
+    s.config.attention = attentionFor(m, s.config.attention);
     m_session->applyScenario(s, tr("Import %1").arg(qs(m.name)));
 }
 

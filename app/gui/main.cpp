@@ -145,6 +145,7 @@ int main(int argc, char **argv)
             s.model = resolveModelText(parser.value(model).toStdString(), "--model");
             s.config.lora.targets = loraTargetsOnSwitch(previous, s.model, s.config.lora.targets);
             s.config.seqLen = seqLenFor(s.model, s.config.seqLen);
+            s.config.attention = attentionFor(s.model, s.config.attention);
         }
         if (parser.isSet(gpu))
             s.gpu = findGpu(parser.value(gpu).toStdString(), "--gpu");

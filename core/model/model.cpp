@@ -461,6 +461,11 @@ int64_t seqLenFor(const ModelArch &m, int64_t seqLen)
     return m.learnedPositions && m.maxPositions > 0 ? std::min(seqLen, m.maxPositions) : seqLen;
 }
 
+Attention attentionFor(const ModelArch &m, Attention attention)
+{
+    return familyTraitsOrLlama(m.modelType).attentionSinks ? Attention::Eager : attention;
+}
+
 std::vector<std::string> defaultLoraTargets(const ModelArch &m)
 {
     if (!m.estimable) // no row to name its Linears: PEFT's own "all-linear" finds them when traced

@@ -264,6 +264,9 @@ std::vector<std::string> loraTargetsOnSwitch(const ModelArch &from, const ModelA
 // The sequence length kept on a switch to `m`: as it is, except for learned absolute positions
 // (GPT-2's wpe), which cannot go past max_position_embeddings.
 int64_t seqLenFor(const ModelArch &m, int64_t seqLen);
+// The attention kept on a switch to `m`: as it is, except where the family runs eager attention
+// only (GPT-OSS's sinks: Transformers has no SDPA path for them).
+Attention attentionFor(const ModelArch &m, Attention attention);
 // In and out features of each Linear above (0 where there is none).
 int64_t linearInFeatures(const ModelArch &m, LinearModule mod);
 int64_t linearOutFeatures(const ModelArch &m, LinearModule mod);
