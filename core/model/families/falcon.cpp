@@ -15,11 +15,13 @@ namespace headroom {
 namespace {
 void read(const ConfigFields &c, ModelArch &m)
 {
-
-    m.hiddenSize = c.has("hidden_size") || !c.has("n_embed") ? c.integer("hidden_size", 4544) : c.integer("n_embed");
-    m.numLayers = c.has("num_hidden_layers") || !c.has("n_layer") ? c.integer("num_hidden_layers", 32) : c.integer("n_layer");
-    m.numHeads = c.has("num_attention_heads") || !c.has("n_head") ? c.integer("num_attention_heads", 71) : c.integer("n_head");
-
+    // FalconConfig's fields, or the names older Falcon config.json files use, or the defaults.
+    auto aliased = [&](const char *key, const char *old, int64_t fallback) {
+        return c.has(key) || !c.has(old) ? c.integer(key, fallback) : c.integer(old);
+    };
+    m.hiddenSize = aliased("hidden_size", "n_embed", 4544);
+    m.numLayers = aliased("num_hidden_layers", "n_layer", 32);
+    m.numHeads = aliased("num_attention_heads", "n_head", 71);
     m.vocabSize = c.integer("vocab_size", 65024);
     m.maxPositions = c.integer("max_position_embeddings", 2048);
     m.tiedEmbeddings = c.boolean("tie_word_embeddings", true);
