@@ -331,6 +331,23 @@ def specs():
     a(spec("g2-2b-ampbf16-qlora16-b2s1024", "gemma-2-2b", precision="amp-bf16", finetune="qlora", batch=2))
     a(spec("phi3-ampbf16-qlora16-b2s1024", "phi-3-mini", precision="amp-bf16", finetune="qlora", batch=2,
            targets=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]))
+    # 2026-12-04 (eleventh session): the Qwen3.5 rows (Note [Gated DeltaNet]: the gated DeltaNet
+    # through Transformers' torch fallbacks, the gated attention), held out: the real checkpoints'
+    # widths, cut in depth. Qwen3.5-9B: Axolotl's qwen3.5 recipes' targets, all-linear (the
+    # DeltaNet's Linears too), a sequence that is not a multiple of the 64-token chunk, QLoRA;
+    # Qwen3.5-35B-A3B: the shared experts named, full, checkpointed.
+    axo = ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj", "up_proj"]
+    a(spec("q35-9b-bf16-lora16axo-b2s2048-l8", "qwen3.5-9b", finetune="lora", batch=2, seq=2048, layers=8, targets=axo))
+    a(spec("q35-9b-bf16-full-adamw-b1s2048-l4", "qwen3.5-9b", batch=1, seq=2048, layers=4))
+    a(spec("q35-9b-bf16-lora16all-b1s4096-l8-ckpt", "qwen3.5-9b", finetune="lora", batch=1, seq=4096, layers=8,
+           ckpt=True, targets=["all-linear"]))
+    a(spec("q35-9b-bf16-lora16-b2s1000-l4", "qwen3.5-9b", finetune="lora", batch=2, seq=1000, layers=4))
+    a(spec("q35-9b-bf16-qlora16axo-b1s2048-l8-ckpt", "qwen3.5-9b", finetune="qlora", batch=1, seq=2048, layers=8,
+           ckpt=True, targets=axo))
+    a(spec("q35moe-bf16-lora16-b2s2048-l4", "qwen3.5-35b-a3b", finetune="lora", batch=2, seq=2048, layers=4))
+    a(spec("q35moe-bf16-full-adamw-b1s1024-l2", "qwen3.5-35b-a3b", batch=1, layers=2))
+    a(spec("q35moe-bf16-lora16all-b1s4096-l4-ckpt", "qwen3.5-35b-a3b", finetune="lora", batch=1, seq=4096, layers=4,
+           ckpt=True, targets=["all-linear"]))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
@@ -437,6 +454,34 @@ def plan(out, cli):
                      "budget_bytes": int(2 * base["budget_bytes"] * 0.75)})
     json.dump({"schema_version": 1, "kind": "corpus_plan", "jobs": jobs}, open(out, "w"), indent=1)
     print(f"{len(jobs)} jobs, budgets {sum(j['budget_bytes'] for j in jobs) / GIB:.0f} GiB in all -> {out}")
+
+
+def predict(plan_path, cli, names):
+    import tempfile
+    jobs = {j["name"]: j for j in json.load(open(plan_path))["jobs"]}
+    for n in names:
+        if n not in jobs:
+            raise SystemExit(f"predict: {n}: not in {plan_path}")
+        req = jobs[n]["request"]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(req["model"], f)
+            mpath = f.name
+        c = req["config"]
+        cmd = [cli, "estimate", "--json", "--model", mpath, "--precision", c["precision"], "--optimizer", c["optimizer"],
+               "--optimizer-impl", c["optimizer_impl"], "--finetune", c["finetune"], "--lora-rank",
+               str(c["lora"]["rank"]), "--lora-targets", ",".join(c["lora"]["targets"]), "--batch",
+               str(c["micro_batch"]), "--seq", str(c["seq_len"]), "--grad-accum", str(c["grad_accum"]),
+               "--attention", c["attention"], "--gpu", "h200"]
+        if c["grad_checkpointing"]:
+            cmd.append("--grad-checkpointing")
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        os.unlink(mpath)
+        if r.returncode != 0:
+            raise SystemExit(f"{n}: {r.stderr.strip()}")
+        e = json.loads(r.stdout)
+        print(json.dumps({"name": n, "peak_allocated_bytes": e["peak"]["allocated_bytes"],
+                          "peak_reserved_bytes": e["peak"]["reserved_bytes"],
+                          "phases": {p["phase"]: p["peak_allocated_bytes"] for p in e["phases"]}}))
 
 
 def run(plan_path, out_dir, jobs_max, deadline, only, capacity_gib, engine, probe, skip):
@@ -558,9 +603,15 @@ def main():
     p2.add_argument("--probe", default=os.path.join(ROOT, "build-gpu", "probes", "headroom-probe"))
     p2.add_argument("--skip-done", default="", help="results.jsonl of an earlier run: skip what it finished")
     sub.add_parser("list")
+    p3 = sub.add_parser("predict", help="the estimates of plan jobs, one JSON line each (held out: commit them first)")
+    p3.add_argument("names")
+    p3.add_argument("--plan", default=os.path.join(ROOT, "lab", "corpus-plan.json"))
+    p3.add_argument("--cli", default=os.path.join(ROOT, "build", "dev", "app", "headroom-cli"))
     a = ap.parse_args()
     if a.cmd == "plan":
         plan(a.out, a.cli)
+    elif a.cmd == "predict":
+        predict(a.plan, a.cli, a.names.split(","))
     elif a.cmd == "run":
         run(a.plan, a.out, a.jobs, a.deadline_s, set(x for x in a.only.split(",") if x), a.capacity_gib, a.engine,
             a.probe, a.skip_done)

@@ -364,8 +364,13 @@ private Q_SLOTS:
                 // granite b1 x 4096: 11.4% over, in the allocator model itself (the real stream
                 // replayed gives the same): best fit breaks ties between equal free blocks by
                 // address, and the driver does not lay segments out in the order the model does.
+                // qwen3_5_moe checkpointed: 17.6% over; the real stream replayed gives the measured
+                // reserve exactly, and the row's stream has the same allocations at the same peak,
+                // so it is the order of the gated DeltaNet's backward temporaries (a 4 MiB segment
+                // more in step 0 shifts where step 1's 500 MiB loss gradients land).
                 static const std::map<std::string, double> openReserved = {{"phimoe-ckpt", -0.04683},
-                                                                           {"granite-alt-full", 0.11424}};
+                                                                           {"granite-alt-full", 0.11424},
+                                                                           {"qwen3_5_moe-ckpt", 0.17610}};
                 if (const auto open = openReserved.find(label); open != openReserved.end()) {
                     QVERIFY2(std::abs(rerr - open->second) < 0.0005, (label + ": the known reserved gap moved").c_str());
                     continue;
@@ -388,12 +393,13 @@ private Q_SLOTS:
                       alloc.size(), modelled.size(), 100 * median, 100 * worst, 100 * rMedian, 100 * rWorst);
         table += row;
         table += "Refused by the row and traced instead: " + handed + ". Traced only (no row yet): " + traced +
-                 ". Open, outside the summary: phimoe-ckpt peak reserved 4.68% under, granite-alt-full 11.4% over.\n";
+                 ". Open, outside the summary: phimoe-ckpt peak reserved 4.68% under, granite-alt-full 11.4% over, qwen3_5_moe-ckpt 17.6% over.\n";
         std::printf("%s", table.c_str());
         std::ofstream(HEADROOM_DOCS_OUT "/accuracy_families.md") << table;
         QVERIFY(alloc.size() >= 40);
         for (const char *t : {"llama", "granite", "arcee", "ernie4_5", "exaone4", "olmoe", "stablelm", "phi", "cohere2",
-                              "phimoe", "qwen3_moe", "smollm3", "glm4", "deepseek_v3", "gpt_oss", "falcon"})
+                              "phimoe", "qwen3_moe", "smollm3", "glm4", "deepseek_v3", "gpt_oss", "falcon",
+                              "qwen3_5_text", "qwen3_5_moe_text"})
             QVERIFY2(modelled.count(t), (std::string(t) + " has a row and a real step to hold it to").c_str());
         QVERIFY2(median <= 0.005, "median |error| on peak allocated must be <= 0.5%");
         QVERIFY2(worst <= 0.02, "max |error| on peak allocated must be <= 2%");

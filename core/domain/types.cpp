@@ -228,6 +228,9 @@ std::array<bool, kLinearModuleCount> loraTargetMask(const std::vector<std::strin
         {"c_fc", {M::Up}},           {"c_proj", {M::O, M::Down}},   {"fc1", {M::Up}},              {"fc2", {M::Down}},
         {"dense_h_to_4h", {M::Up}},  {"dense_4h_to_h", {M::Down}},  {"w1", {M::Gate}},
         {"w3", {M::Up}},             {"w2", {M::Down}},
+        // Qwen3.5's gated DeltaNet Linears (model.h linearAttentionLora): none of the seven
+        {"in_proj_qkv", {}},         {"in_proj_z", {}},             {"in_proj_b", {}},
+        {"in_proj_a", {}},           {"out_proj", {}},
         {"all-linear", {M::Q, M::K, M::V, M::O, M::Gate, M::Up, M::Down}},
     };
     std::array<bool, kLinearModuleCount> mask{};

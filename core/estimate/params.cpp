@@ -73,7 +73,7 @@ Params countParams(const Ctx &x)
         for (int mod = 0; mod < ModuleCount; ++mod) {
             if (!x.lora[mod])
                 continue;
-            const int64_t count = L;
+            const int64_t count = linearModuleLayerCount(x.m, LinearModule(mod));
             const int64_t inF = x.inFeatures(Module(mod)), outF = x.outFeatures(Module(mod));
             for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}}) {
                 const int64_t numel = checkedMul(rows, cols);
@@ -83,10 +83,32 @@ Params countParams(const Ctx &x)
                 addTrainable(rows, cols, x.loraBytes, count, true);
             }
         }
+        // Qwen3.5's gated DeltaNet Linears, on every linear-attention layer.
+        const auto laOn = linearAttentionLora(x.m, cfg.lora.targets);
+        const auto laShapes = linearAttentionLinearShapes(x.m);
+        const int64_t laLayers = x.m.linearAttentionLayerCount();
+        for (size_t i = 0; i < laOn.size(); ++i) {
+            if (!laOn[i])
+                continue;
+            const auto [inF, outF] = laShapes[i];
+            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}}) {
+                const int64_t numel = checkedMul(rows, cols);
+                S.total = checkedAdd(S.total, checkedMul(numel, laLayers));
+                S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, laLayers), x.loraBytes));
+                addTrainable(rows, cols, x.loraBytes, laLayers, true);
+            }
+        }
         // The wrapped experts' adapters, on every MoE layer.
         int64_t moeLayers = 0;
         for (int64_t l = 0; l < L; ++l)
             moeLayers += x.m.isMoeLayer(l) ? 1 : 0;
+        if (sharedExpertGateLora(x.m, cfg.lora.targets))
+            for (auto [rows, cols] : {std::pair{r, x.h}, std::pair{int64_t(1), r}}) {
+                const int64_t numel = checkedMul(rows, cols);
+                S.total = checkedAdd(S.total, checkedMul(numel, moeLayers));
+                S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, moeLayers), x.loraBytes));
+                addTrainable(rows, cols, x.loraBytes, moeLayers, true);
+            }
         for (auto [rows, cols] : expertsLoraShapes(x.m, x.experts, r)) {
             const int64_t numel = checkedMul(rows, cols);
             S.total = checkedAdd(S.total, checkedMul(numel, moeLayers));

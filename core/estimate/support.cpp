@@ -115,11 +115,24 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
         return Refusal{Blocker::LedgerMla, "model.model_type", model.modelType,
                        "multi-head latent attention is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP "
                        "(ZeRO 2/3) or optimizer offload"};
+    // Qwen3.5's gated DeltaNet is simulated op by op (Note [Gated DeltaNet]) as measured: in 16 or
+    // 32 bits, without autocast, whose lower-precision matmuls and casts in the delta rule were not
+    // measured (the traced estimate answers); the per-op ledger has no DeltaNet.
+    if (model.hasLinearAttention() && isAmp(cfg.precision))
+        return Refusal{Blocker::RowVariant, "precision", std::string(toString(cfg.precision)),
+                       model.modelType + "'s row follows its gated DeltaNet in bf16, fp16 or fp32; under autocast it "
+                                         "is traced"};
+    if (model.hasLinearAttention() && !isSimulated(cfg))
+        return Refusal{Blocker::LedgerLinearAttention, "model.model_type", model.modelType,
+                       "the gated DeltaNet is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP (ZeRO 2/3) "
+                       "or optimizer offload"};
     // PEFT's get_peft_model raises when no target module is found in the model ("Target modules
     // {...} not found in the base model"); an estimate of that run would have no adapters at all.
     if (cfg.finetune != FineTune::Full) {
         const auto on = loraAdaptedModules(model, cfg.lora.targets);
-        if (std::none_of(on.begin(), on.end(), [](bool b) { return b; }) && !expertsLora(model, cfg.lora.targets).any()) {
+        const auto la = linearAttentionLora(model, cfg.lora.targets);
+        if (std::none_of(on.begin(), on.end(), [](bool b) { return b; }) && !expertsLora(model, cfg.lora.targets).any() &&
+            std::none_of(la.begin(), la.end(), [](bool b) { return b; })) {
             std::string targets, names;
             for (const auto &t : cfg.lora.targets)
                 targets += (targets.empty() ? "" : ",") + t;
@@ -127,6 +140,9 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
             for (const auto &n : linearModuleNames(model))
                 if (!n.empty() && seen.insert(n).second)
                     names += (names.empty() ? "" : ", ") + n;
+            if (model.hasLinearAttention())
+                for (const auto &n : linearAttentionLinearNames())
+                    names += ", " + n;
             return Refusal{Blocker::LoraTargetsNotFound, "lora.targets", targets,
                            "none is a Linear module of " + model.modelType + ", so PEFT would refuse the run; its "
                            "Linear modules are " + names + " (or all-linear)"};

@@ -273,6 +273,11 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
     const int64_t h = m.hiddenSize, L = m.numLayers, d = m.headDim;
     const int64_t qOut = m.numHeads * d, kvOut = m.numKvHeads * d;
     const int64_t normTensors = m.norm == NormKind::LayerNorm ? 2 : 1; // weight (+ bias)
+    // Hybrid models (Qwen3.5): attention's tensors on the attention layers only, the gated DeltaNet's
+    // on the others (Note [Gated DeltaNet]).
+    const int64_t Lin = m.linearAttentionLayerCount(), La = L - Lin;
+    const FamilyTraits &ft = familyTraitsOrLlama(m.modelType);
+    const int64_t qRows = ft.attentionOutputGate ? 2 * qOut : qOut;
     auto add = [&](std::string module, int64_t rows, int64_t cols, int64_t count, bool linear = false) {
         p.push_back({std::move(module), rows, cols, count, linear});
     };
@@ -301,31 +306,42 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
                 add("q_a_proj.bias", m.qLoraRank, 1, L);
         }
     } else if (m.fusedQkv) {
-        add("qkv_proj", qOut + 2 * kvOut, h, L, true);
+        add("qkv_proj", qOut + 2 * kvOut, h, La, true);
         if (m.qkvBias)
-            add("qkv_proj.bias", qOut + 2 * kvOut, 1, L);
+            add("qkv_proj.bias", qOut + 2 * kvOut, 1, La);
     } else {
-        add("q_proj", qOut, h, L, true);
-        add("k_proj", kvOut, h, L, true);
-        add("v_proj", kvOut, h, L, true);
+        add("q_proj", qRows, h, La, true);
+        add("k_proj", kvOut, h, La, true);
+        add("v_proj", kvOut, h, La, true);
         if (m.qkvBias) {
-            add("q_proj.bias", qOut, 1, L);
-            add("k_proj.bias", kvOut, 1, L);
-            add("v_proj.bias", kvOut, 1, L);
+            add("q_proj.bias", qRows, 1, La);
+            add("k_proj.bias", kvOut, 1, La);
+            add("v_proj.bias", kvOut, 1, La);
         }
     }
-    const FamilyTraits &ft = familyTraitsOrLlama(m.modelType);
     if (!m.isMla()) {
-        add("o_proj", h, qOut, L, true);
+        add("o_proj", h, qOut, La, true);
         if (m.oBias)
-            add("o_proj.bias", h, 1, L);
+            add("o_proj.bias", h, 1, La);
     }
     if (ft.attentionSinks)
-        add("self_attn.sinks", m.numHeads, 1, L);
+        add("self_attn.sinks", m.numHeads, 1, La);
     if (m.qkNorm) {
-        const bool projection = familyTraitsOrLlama(m.modelType).qkNorm == QkNorm::Projection;
-        add("q_norm", projection ? qOut : d, 1, L);
-        add("k_norm", projection ? kvOut : d, 1, L);
+        const bool projection = ft.qkNorm == QkNorm::Projection;
+        add("q_norm", projection ? qOut : d, 1, La);
+        add("k_norm", projection ? kvOut : d, 1, La);
+    }
+    if (Lin > 0) { // Qwen3_5GatedDeltaNet's parameters, in registration order
+        const ModelArch::LinearAttention &la = m.linearAttn;
+        add("linear_attn.dt_bias", la.valueHeads, 1, Lin);
+        add("linear_attn.A_log", la.valueHeads, 1, Lin);
+        add("linear_attn.conv1d", la.convWidth(), la.convKernel, Lin);
+        add("linear_attn.norm", la.valueDim, 1, Lin);
+        add("linear_attn.out_proj", h, la.valueWidth(), Lin, true);
+        add("linear_attn.in_proj_qkv", la.convWidth(), h, Lin, true);
+        add("linear_attn.in_proj_z", la.valueWidth(), h, Lin, true);
+        add("linear_attn.in_proj_b", la.valueHeads, h, Lin, true);
+        add("linear_attn.in_proj_a", la.valueHeads, h, Lin, true);
     }
     if (m.isMoe()) {
         const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Lm = L - m.firstDenseLayers;
@@ -503,6 +519,42 @@ std::vector<std::string> loraTargetsOnSwitch(const ModelArch &from, const ModelA
     return targets == defaultLoraTargets(from) ? defaultLoraTargets(to) : loraTargetsFor(to, targets);
 }
 
+std::array<std::string, kLinearAttentionLinears> linearAttentionLinearNames()
+{
+    return {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
+}
+
+std::array<std::pair<int64_t, int64_t>, kLinearAttentionLinears> linearAttentionLinearShapes(const ModelArch &m)
+{
+    const ModelArch::LinearAttention &la = m.linearAttn;
+    const int64_t h = m.hiddenSize;
+    return {{{h, la.convWidth()}, {h, la.valueWidth()}, {h, la.valueHeads}, {h, la.valueHeads}, {la.valueWidth(), h}}};
+}
+
+std::array<bool, kLinearAttentionLinears> linearAttentionLora(const ModelArch &m, const std::vector<std::string> &targets)
+{
+    std::array<bool, kLinearAttentionLinears> on{};
+    if (!m.hasLinearAttention())
+        return on;
+    const auto names = linearAttentionLinearNames();
+    for (size_t i = 0; i < names.size(); ++i)
+        for (const auto &t : targets)
+            if (t == names[i] || t == "all-linear")
+                on[i] = true;
+    return on;
+}
+
+bool sharedExpertGateLora(const ModelArch &m, const std::vector<std::string> &targets)
+{
+    return m.isMoe() && m.sharedExpertGate && std::find(targets.begin(), targets.end(), "all-linear") != targets.end();
+}
+
+int64_t linearModuleLayerCount(const ModelArch &m, LinearModule mod)
+{
+    const bool attention = mod == LinearModule::Q || mod == LinearModule::K || mod == LinearModule::V || mod == LinearModule::O;
+    return attention ? m.numLayers - m.linearAttentionLayerCount() : m.numLayers;
+}
+
 int64_t linearInFeatures(const ModelArch &m, LinearModule mod)
 {
     if (linearModuleNames(m)[static_cast<size_t>(mod)].empty())
@@ -525,6 +577,8 @@ int64_t linearOutFeatures(const ModelArch &m, LinearModule mod)
     case LinearModule::Q:
         if (m.isMla())
             return m.numHeads * (m.qkNopeDim + m.qkRopeDim);
+        if (familyTraitsOrLlama(m.modelType).attentionOutputGate)
+            return 2 * qOut; // the queries and their gates side by side
         return m.fusedQkv ? qOut + 2 * kvOut : qOut;
     case LinearModule::K:
     case LinearModule::V: return kvOut;

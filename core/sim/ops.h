@@ -158,6 +158,30 @@ public:
     // x.view(rows, k, cols).sum(dim=1) -> (rows, cols): SumBackward1 expands the gradient.
     T sumGroups(const T &x, int64_t outNumel);
 
+    // ---- linear attention (defined in deltanet.cpp; Note [Gated DeltaNet])
+    T exp(const T &x);      // ExpBackward0 saves its result
+    T softplus(const T &x); // SoftplusBackward0 saves its input
+    // a + b or a - b (`subtract`) into `outBytes` in `elem`, either operand broadcast: AddBackward0 /
+    // SubBackward0 hand the gradient on (negated for b), then each broadcast operand's gradient is
+    // summed down to its shape (validate_outputs).
+    T addBroadcast(const T &a, const T &b, int64_t outBytes, int elem, bool subtract);
+    // F.conv1d of a (b, C, s) view over a depthwise [C, 1, k] weight, padded k - 1 on both sides:
+    // `outBytes` (b, C, s + k - 1). It copies the strided input contiguous first (freed), and saves
+    // the input and the weight.
+    T conv1dDepthwise(const T &x, const T &w, int64_t outBytes);
+    // x.cumsum(dim): a scan temporary beside the output; CumsumBackward0 saves nothing.
+    T cumsum(const T &x);
+    // F.pad(x, ...) with zeros into `outBytes` (a new tensor even with nothing to pad);
+    // ConstantPadNdBackward0 narrows the gradient back (a copy of x's size).
+    T pad(const T &x, int64_t outBytes);
+    // torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True): a result of b's size
+    // (cuBLAS's batched trsm, with two small info buffers); saves a and the result.
+    T solveTriangular(const T &a, const T &b);
+    // base[..., i, ...] = src: copy_ into a view of `base` (CopySlices). Returns the new version
+    // of base (the same storage); backward hands base a clone of the gradient with the slice
+    // zeroed, and src the slice (a copy of its size).
+    T copyIntoSlice(const T &base, const T &src);
+
     // ---- loss: logits (tokens x vocab) -> scalar, as ForCausalLMLoss does it.
     T causalLmLoss(const T &logits, int64_t b, int64_t s, int64_t vocab);
     // ---- loss: hidden states (tokens x hidden) and the lm_head weight -> scalar, without the

@@ -6,6 +6,7 @@
 #include "headroom/simulation.h"
 
 #include "autograd.h"
+#include "deltanet.h"
 #include "dpo.h"
 #include "ops.h"
 #include "optimizer.h"
@@ -52,7 +53,12 @@ struct LayerParams
     T qa, qaN, qb2, kva, kvaB, kvaN, kvb;
     std::array<LoraPair, kLinearModuleCount> lora;
     LoraPair gateUpLora, downLora; // PEFT ParamWrappers on the stacked experts (model.h expertsLora)
-    std::array<T *, 36> registered{}; // the parameter slots in model.parameters() order (Run::layerParameters)
+    // Qwen3.5's gated DeltaNet (linear-attention layers): dt_bias, A_log, conv1d, norm, out_proj,
+    // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a.
+    T laDt, laA, laConv, laNorm, laOut, laQkv, laZ, laB, laAp;
+    std::array<LoraPair, kLinearAttentionLinears> laLora; // sim::DeltaNetProjection order
+    LoraPair sharedGateLora; // all-linear wraps shared_expert_gate, an nn.Linear(hidden, 1)
+    std::array<T *, 45> registered{}; // the parameter slots in model.parameters() order (Run::layerParameters)
 };
 
 class Run
@@ -92,6 +98,8 @@ public:
         full = c.finetune == FineTune::Full;
         if (!full) {
             loraMask = loraAdaptedModules(m, c.lora.targets);
+            laMask = linearAttentionLora(m, c.lora.targets);
+            sharedGateMask = sharedExpertGateLora(m, c.lora.targets);
             expertsWrapped = expertsLora(m, c.lora.targets);
         }
         qlora = c.finetune == FineTune::QLoRA;
@@ -181,9 +189,12 @@ private:
     int pe = 2, ce = 2, re = 2;
     int qe = 2; // QLoRA: Linear4bit's compute dtype
     std::array<bool, kLinearModuleCount> loraMask{};
+    std::array<bool, kLinearAttentionLinears> laMask{}; // Qwen3.5's DeltaNet Linears LoRA wraps
+    bool sharedGateMask = false;                        // ... and the shared expert's gate
     ExpertsLora expertsWrapped;
     T embed, positions, finalNorm, finalNormB, lmHead, lmHeadB;
     std::vector<T> rotLocals; // an attention forward's rotary locals, dropped when it returns
+    T outGate;                // Qwen3.5's attention output gate, until the output is gated
     std::vector<LayerParams> layers;
     std::vector<T> batches;
     std::vector<T> dpoMasks;
@@ -234,15 +245,16 @@ private:
     // lists them: the order buildLayer made them in, which is the modules' registration order
     // (the input_layernorm after the MLP, but first in GPT-2 and GPT-NeoX). The slots keep their
     // places when QLoRA replaces what is in them.
-    static std::array<T *, 36> layerSlots(LayerParams &L)
+    static std::array<T *, 45> layerSlots(LayerParams &L)
     {
         return {&L.n1,     &L.n1b,    &L.qa,      &L.qaN,    &L.qb2,     &L.q,       &L.qb,         &L.kva,  &L.kvaB,
                 &L.kvaN,   &L.kvb,    &L.k,       &L.kb,     &L.v,       &L.vb,      &L.o,          &L.ob,   &L.sinks,
-                &L.qn,     &L.kn,     &L.router,  &L.routerB, &L.gateUp, &L.gateUpB, &L.expDown,    &L.expDownB,
+                &L.qn,     &L.kn,     &L.laDt,    &L.laA,    &L.laConv,  &L.laNorm,  &L.laOut,      &L.laQkv, &L.laZ,
+                &L.laB,    &L.laAp,   &L.router,  &L.routerB, &L.gateUp, &L.gateUpB, &L.expDown,    &L.expDownB,
                 &L.gate,   &L.up,     &L.upB,     &L.down,   &L.downB,   &L.sharedGate, &L.n2,      &L.n2b,  &L.n3,
                 &L.n4};
     }
-    static const std::array<T *, 36> &layerParameters(LayerParams &L) { return L.registered; }
+    static const std::array<T *, 45> &layerParameters(LayerParams &L) { return L.registered; }
     // After buildLayer: the slots ordered by when their parameters were made (storage ids grow).
     static void recordRegistration(LayerParams &L)
     {
@@ -372,9 +384,26 @@ private:
             if (m.oBias)
                 L.ob = linearBias(h, t, "o_proj");
         };
-        if (ft.outProjRegisteredFirst)
+        const bool linearAttn = m.isLinearAttentionLayer(l);
+        if (linearAttn) {
+            // Qwen3_5GatedDeltaNet.__init__ (Note [Gated DeltaNet]): its own parameters, then its
+            // modules', in model.parameters() order.
+            const auto &la = m.linearAttn;
+            L.laDt = param(la.valueHeads, 1, t, "linear_attn.dt_bias");
+            L.laA = param(la.valueHeads, 1, t, "linear_attn.A_log");
+            L.laConv = param(la.convWidth(), la.convKernel, t, "linear_attn.conv1d");
+            L.laNorm = param(la.valueDim, 1, t, "linear_attn.norm");
+            L.laOut = linearWeight(h, la.valueWidth(), t, "linear_attn.out_proj");
+            L.laQkv = linearWeight(la.convWidth(), h, t, "linear_attn.in_proj_qkv");
+            L.laZ = linearWeight(la.valueWidth(), h, t, "linear_attn.in_proj_z");
+            L.laB = linearWeight(la.valueHeads, h, t, "linear_attn.in_proj_b");
+            L.laAp = linearWeight(la.valueHeads, h, t, "linear_attn.in_proj_a");
+        }
+        if (ft.outProjRegisteredFirst && !linearAttn)
             outProj();
-        if (m.isMla()) {
+        if (linearAttn) {
+            // no attention modules
+        } else if (m.isMla()) {
             if (m.qLoraRank > 0) {
                 L.qa = linearWeight(m.qLoraRank, h, t, "q_a_proj");
                 L.qaN = param(m.qLoraRank, 1, t, "q_a_layernorm");
@@ -392,9 +421,10 @@ private:
             if (m.qkvBias)
                 L.qb = linearBias(qOut + 2 * kvOut, t, "qkv_proj");
         } else {
-            L.q = linearWeight(qOut, h, t, "q_proj");
+            const int64_t qRows = ft.attentionOutputGate ? 2 * qOut : qOut; // the queries and their gates
+            L.q = linearWeight(qRows, h, t, "q_proj");
             if (m.qkvBias)
-                L.qb = linearBias(qOut, t, "q_proj");
+                L.qb = linearBias(qRows, t, "q_proj");
             L.k = linearWeight(kvOut, h, t, "k_proj");
             if (m.qkvBias)
                 L.kb = linearBias(kvOut, t, "k_proj");
@@ -402,11 +432,11 @@ private:
             if (m.qkvBias)
                 L.vb = linearBias(kvOut, t, "v_proj");
         }
-        if (!ft.outProjRegisteredFirst)
+        if (!ft.outProjRegisteredFirst && !linearAttn)
             outProj();
         if (ft.attentionSinks)
             L.sinks = param(heads, 1, t, "self_attn.sinks");
-        if (m.qkNorm) {
+        if (m.qkNorm && !linearAttn) {
             const bool projection = ft.qkNorm == QkNorm::Projection; // OLMo 2/3: over all heads
             L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
             L.kn = param(projection ? kvOut : hd, 1, t, "k_norm");
@@ -487,6 +517,35 @@ private:
         return mods;
     }
 
+    // The layer's Linears LoRA wraps, in the order PEFT meets them (named_modules(): registration).
+    struct AdaptedLinear
+    {
+        LoraPair *pair;
+        int64_t in, out;
+    };
+    std::vector<AdaptedLinear> adaptedLinears(LayerParams &L)
+    {
+        std::vector<std::pair<const T *, AdaptedLinear>> found;
+        const std::array<const T *, kLinearModuleCount> weights = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+        for (int mod = 0; mod < kLinearModuleCount; ++mod)
+            if (loraMask[static_cast<size_t>(mod)] && present(mod) && weights[static_cast<size_t>(mod)]->valid())
+                found.push_back({weights[static_cast<size_t>(mod)],
+                                 {&L.lora[static_cast<size_t>(mod)], inFeatures(mod), outFeatures(mod)}});
+        const std::array<const T *, kLinearAttentionLinears> laWeights = {&L.laQkv, &L.laZ, &L.laB, &L.laAp, &L.laOut};
+        for (size_t i = 0; i < laWeights.size(); ++i)
+            if (laMask[i] && laWeights[i]->valid())
+                found.push_back({laWeights[i], {&L.laLora[i], laWeights[i]->cols, laWeights[i]->rows}});
+        if (sharedGateMask && L.sharedGate.valid())
+            found.push_back({&L.sharedGate, {&L.sharedGateLora, h, 1}});
+        const auto &r = L.registered;
+        auto rank = [&](const T *w) { return std::find(r.begin(), r.end(), w) - r.begin(); };
+        std::stable_sort(found.begin(), found.end(), [&](const auto &a, const auto &b) { return rank(a.first) < rank(b.first); });
+        std::vector<AdaptedLinear> out;
+        for (const auto &f : found)
+            out.push_back(f.second);
+        return out;
+    }
+
     // See Note [PEFT adapter load] (docs/estimator.md).
     void injectAdapters()
     {
@@ -510,10 +569,8 @@ private:
         std::vector<Adapter> order; // the fp32 cast's order: per layer, modules then experts
         for (int64_t l = 0; l < m.numLayers; ++l) {
             LayerParams &L = layers[static_cast<size_t>(l)];
-            for (int mod : modulesInRegistrationOrder(L))
-                if (loraMask[static_cast<size_t>(mod)] && present(mod))
-                    order.push_back({l, &L.lora[static_cast<size_t>(mod)],
-                                     {{{c.lora.rank, inFeatures(mod)}, {outFeatures(mod), c.lora.rank}}}, false, {}, {}});
+            for (const AdaptedLinear &al : adaptedLinears(L))
+                order.push_back({l, al.pair, {{{c.lora.rank, al.in}, {al.out, c.lora.rank}}}, false, {}, {}});
             if (m.isMoeLayer(l)) { // the experts' ParamWrappers: gate_up's pair, then down's
                 const auto shapes = expertsLoraShapes(m, expertsWrapped, c.lora.rank);
                 size_t k = 0;
@@ -642,6 +699,16 @@ private:
                     placed[m] = true;
                 }
             }
+            const std::array<const T *, kLinearAttentionLinears> laWeights = {&L.laQkv, &L.laZ, &L.laB, &L.laAp, &L.laOut};
+            for (size_t i = 0; i < laWeights.size(); ++i)
+                if (t == laWeights[i] && L.laLora[i].on) {
+                    out.push_back(&L.laLora[i].a);
+                    out.push_back(&L.laLora[i].b);
+                }
+            if (t == &L.sharedGate && L.sharedGateLora.on) {
+                out.push_back(&L.sharedGateLora.a);
+                out.push_back(&L.sharedGateLora.b);
+            }
         }
         for (size_t m = 0; m < L.lora.size(); ++m)
             if (L.lora[m].on && !placed[m]) {
@@ -684,11 +751,18 @@ private:
         for (auto &L : layers) {
             for (T *t : layerParameters(L))
                 add(*t);
-            for (auto &p : L.lora)
-                if (p.on) {
-                    add(p.a);
-                    add(p.b);
+            if (L.laQkv.valid() || L.sharedGateLora.on) { // its adapters in module order
+                for (const AdaptedLinear &al : adaptedLinears(L)) {
+                    add(al.pair->a);
+                    add(al.pair->b);
                 }
+            } else {
+                for (auto &p : L.lora)
+                    if (p.on) {
+                        add(p.a);
+                        add(p.b);
+                    }
+            }
             for (LoraPair *p : {&L.gateUpLora, &L.downLora})
                 if (p->on) {
                     add(p->a);
@@ -1262,6 +1336,15 @@ private:
             auto one = [&](int mod, const T &w, const T *bias, LoraPair *lora, const T *qkn, int64_t nHeads,
                            bool copyBack) {
                 T y = linear(hnorm, mod, w, bias, lora);
+                if (mod == int(M::Q) && ft.attentionOutputGate) {
+                    // Qwen3.5: torch.chunk(q_proj(x).view(b, s, heads, 2 d), 2, dim=-1), then
+                    // gate.reshape(b, s, -1): a copy, kept until the output is gated.
+                    std::vector<T> parts = O.split(y, {qn, qn});
+                    S.drop(y);
+                    outGate = O.copy(parts[1]);
+                    S.drop(parts[1]);
+                    y = parts[0];
+                }
                 if (qkn) {
                     const bool projection = ft.qkNorm == QkNorm::Projection;
                     T n = projection ? rmsnorm(y, *qkn, tok, nHeads * hd) : rmsnorm(y, *qkn, tok * nHeads, hd);
@@ -1358,10 +1441,34 @@ private:
         // OLMo 2/3 normalise the branches' outputs only: attention reads the stream itself.
         T hnorm = ft.norms == NormPlacement::Post ? S.view(x) : norm(x, L.n1, L.n1b);
         S.setOp("self_attn");
-        T o = m.isMla() ? mlaAttention(L, hnorm, cos, sin) : attentionBlock(L, hnorm, cos, sin);
+        T o = m.isLinearAttentionLayer(&L - layers.data()) ? deltaNet(L, hnorm)
+              : m.isMla()                                   ? mlaAttention(L, hnorm, cos, sin)
+                                                            : attentionBlock(L, hnorm, cos, sin);
         T out = afterAttention(L, x, hnorm, o);
         dropAttnWeights();
         return out;
+    }
+
+    // Qwen3.5's linear-attention layers (Note [Gated DeltaNet]): the mixer is sim/deltanet.cpp's;
+    // its Linears run here, as every other Linear does.
+    T deltaNet(LayerParams &L, const T &hnorm)
+    {
+        const auto &la = m.linearAttn;
+        sim::DeltaNetShape d;
+        d.b = b;
+        d.s = s;
+        d.keyHeads = la.keyHeads;
+        d.valueHeads = la.valueHeads;
+        d.keyDim = la.keyDim;
+        d.valueDim = la.valueDim;
+        d.kernel = la.convKernel;
+        d.elem = amp ? 2 : ce;
+        const sim::DeltaNetWeights w{&L.laConv, &L.laDt, &L.laA, &L.laNorm};
+        using P = sim::DeltaNetProjection;
+        return sim::gatedDeltaNet(O, d, w, hnorm, [&](const T &x, P p) {
+            T *weight = p == P::Qkv ? &L.laQkv : p == P::Z ? &L.laZ : p == P::B ? &L.laB : p == P::A ? &L.laAp : &L.laOut;
+            return linear(x, -1, *weight, nullptr, &L.laLora[static_cast<size_t>(p)]);
+        });
     }
 
     // See Note [Returned attention weights] (docs/estimator.md): eager attention's probabilities,
@@ -1499,6 +1606,15 @@ private:
         S.drop(p.k);
         const bool catRotary = !m.learnedPositions && (ft.rotaryConcat || ft.rotaryHalfTables);
         T attn = attention(qe, ke, p.v, catRotary, slidingMask(li), 0, 0, L.sinks.valid() ? &L.sinks : nullptr);
+        if (outGate.valid()) { // Qwen3.5: attn_output * torch.sigmoid(gate)
+            T sg = O.sigmoid(outGate);
+            T gated = O.mul(attn, sg, checkedMul(tok, qOut), attn.elem, true, true, 0);
+            S.drop(attn);
+            S.drop(sg);
+            S.drop(outGate);
+            outGate = T{};
+            attn = gated;
+        }
         T o = linear(attn, int(LinearModule::O), L.o, &L.ob, &L.lora[3]);
         S.drop(attn);
         // The attention's locals (query_states, key_states, value_states) go when its forward
@@ -1764,8 +1880,8 @@ private:
         S.drop(lf);
         std::tie(top, idx) = O.topk(probs, tok, static_cast<int>(K));
         S.drop(probs);
-        bool norm = mixtral;
-        if (!mixtral && m.hfConfig.is_object() && m.hfConfig.contains("norm_topk_prob") &&
+        bool norm = mixtral || ft.topkRenormalized;
+        if (!norm && m.hfConfig.is_object() && m.hfConfig.contains("norm_topk_prob") &&
             m.hfConfig.at("norm_topk_prob").is_boolean())
             norm = m.hfConfig.at("norm_topk_prob").get<bool>();
         weights = S.view(top);
@@ -1927,7 +2043,7 @@ private:
             S.drop(weights);
         } else if (m.sharedExpertIntermediateSize > 0) {
             S.setOp("shared_expert_gate");
-            T sg = linear(x, 0, L.sharedGate, nullptr, nullptr); // nn.Linear(hidden, 1): Linear4bit under QLoRA
+            T sg = linear(x, 0, L.sharedGate, nullptr, &L.sharedGateLora); // nn.Linear(hidden, 1): Linear4bit under QLoRA
             T sig = O.sigmoid(sg);
             S.drop(sg);
             T gated = O.mul(sig, shared, checkedMul(tok, h), e, false, true, 0); // one gate per row: inner
@@ -2026,6 +2142,8 @@ private:
     // forward's first matmul), cat, cos and sin (each * attention_scaling), cast to x's dtype.
     void rotaryTables(const T &x, T &cos, T &sin)
     {
+        if (ft.multimodalRotaryTables)
+            return multimodalRotaryTables(x, cos, sin);
         S.setOp("rotary_emb");
         T inv = S.make(s * 4, 4); // position_ids[:, None, :].float()
         S.blasWorkspace(0);
@@ -2048,6 +2166,35 @@ private:
         S.drop(emb);
         S.drop(c2);
         S.drop(s2);
+    }
+
+    // Qwen3_5TextRotaryEmbedding: position ids for text, height and width (3, b, s) as floats, the
+    // frequencies (3, b, s, rd / 2), cos and sin times attention_scaling, each recomposed per
+    // mrope_section into (b, s, rd) by a cat (sin first), then cast to x's dtype.
+    void multimodalRotaryTables(const T &x, T &cos, T &sin)
+    {
+        S.setOp("rotary_emb");
+        const int64_t rd = rotaryDim(), bs = checkedMul(b, s);
+        T pos = S.make(checkedMul(3, bs) * 4, 4);
+        S.blasWorkspace(0);
+        T freqs = S.make(checkedMul(3, bs) * (rd / 2) * 4, 4);
+        T c0 = S.make(freqs.bytes, 4);
+        T c1 = S.make(freqs.bytes, 4);
+        S.drop(c0);
+        T s0 = S.make(freqs.bytes, 4);
+        T s1 = S.make(freqs.bytes, 4);
+        S.drop(s0);
+        T sr = S.make(bs * rd * 4, 4);
+        S.drop(s1);
+        T cr = S.make(bs * rd * 4, 4);
+        S.drop(c1);
+        const bool fp32 = x.elem == 4;
+        cos = fp32 ? S.view(cr) : S.make(bs * rd * x.elem, x.elem);
+        sin = fp32 ? S.view(sr) : S.make(bs * rd * x.elem, x.elem);
+        S.drop(pos);
+        S.drop(freqs);
+        S.drop(cr);
+        S.drop(sr);
     }
 
     // One decoder layer's forward, inside checkpoint() where the layer is checkpointed.

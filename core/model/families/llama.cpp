@@ -11,7 +11,11 @@ void read(const ConfigFields &c, ModelArch &m)
     m.numLayers = c.integer("num_hidden_layers");
     m.numHeads = c.integer("num_attention_heads");
     m.numKvHeads = c.integer("num_key_value_heads", m.numHeads);
-    m.intermediateSize = c.integer("intermediate_size");
+    // Required, but for configurations whose every MLP is an MoE block beside a shared expert
+    // (Qwen3.5-MoE has no intermediate_size): the family reads its widths.
+    m.intermediateSize = !c.has("intermediate_size") && c.has("shared_expert_intermediate_size")
+                             ? 0
+                             : c.integer("intermediate_size");
     m.vocabSize = c.integer("vocab_size");
     m.maxPositions = c.integer("max_position_embeddings", 2048);
     m.tiedEmbeddings = c.boolean("tie_word_embeddings", false);

@@ -3,8 +3,10 @@
 #include "headroom/types.h"
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace headroom {
 
@@ -97,6 +99,8 @@ struct FamilyTraits
     // The router renormalises its top-k weights whatever norm_topk_prob says, and leaves them in
     // fp32 (Mixtral).
     bool topkAlwaysNormalized = false;
+    // ... renormalises them whatever the config says and casts them to the logits' dtype (Qwen3.5-MoE).
+    bool topkRenormalized = false;
     bool fp32Router = false;          // router logits from fp32 copies of x and the gate weight (DeepSeek)
     bool sharedExpertsAfter = false;  // shared experts run after the routed ones, ungated (DeepSeek)
     bool sigmoidRouter = false;       // sigmoid scores with a correction bias (DeepSeek-V3's noaux_tc)
@@ -120,7 +124,13 @@ struct FamilyTraits
     bool sdpaExplicitMask = false;
     bool eagerNotModelled = false;    // the family's own eager attention is traced, not followed (Falcon)
     bool normsFp32 = false;
-    bool outProjRegisteredFirst = false; // the attention registers o_proj before its q/k/v (Phi-3)           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
+    bool outProjRegisteredFirst = false;
+    // Qwen3.5's gated attention: q_proj makes the queries and a gate per head side by side
+    // (twice the width); the attention's output is multiplied by sigmoid(gate) before o_proj.
+    bool attentionOutputGate = false;
+    // Qwen3.5's rotary: position ids for text, height and width (3 x b x s), the tables'
+    // frequencies recomposed per section (mrope_section) before cos and sin.
+    bool multimodalRotaryTables = false; // the attention registers o_proj before its q/k/v (Phi-3)           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
     // Headroom's LibTorch engine reproduces this family's step (measured against the transformers
     // engine on the H200; not inherited by a derived family).
     bool libtorchEngine = false;
@@ -188,6 +198,17 @@ struct ModelArch
     int64_t qkNopeDim = 0;
     int64_t qkRopeDim = 0;
     int64_t vHeadDim = 0;
+    // Gated DeltaNet linear attention (Qwen3.5's Qwen3_5GatedDeltaNet): the layers config.layer_types
+    // names "linear_attention" mix tokens through it instead of attention (Note [Gated DeltaNet]).
+    struct LinearAttention
+    {
+        int64_t keyHeads = 0, valueHeads = 0, keyDim = 0, valueDim = 0, convKernel = 0;
+        int64_t keyWidth() const { return keyHeads * keyDim; }
+        int64_t valueWidth() const { return valueHeads * valueDim; }
+        int64_t convWidth() const { return 2 * keyWidth() + valueWidth(); }
+    };
+    LinearAttention linearAttn;
+    std::vector<bool> linearLayers; // per layer: true where the layer is linear attention
     int64_t publishedParams = 0;      // from the model card, for tests; 0 when unknown
     // The config.json it came from, kept whole so that the transformers engine builds exactly
     // this model (null for Headroom's flat form without one).
@@ -206,6 +227,15 @@ struct ModelArch
     bool isMoe() const { return numExperts > 0; }
     bool isMla() const { return kvLoraRank > 0; }
     bool isMoeLayer(int64_t layer) const { return isMoe() && layer >= firstDenseLayers; }
+    bool hasLinearAttention() const { return linearAttn.valueHeads > 0; }
+    bool isLinearAttentionLayer(int64_t layer) const
+    {
+        return layer >= 0 && static_cast<size_t>(layer) < linearLayers.size() && linearLayers[static_cast<size_t>(layer)];
+    }
+    int64_t linearAttentionLayerCount() const
+    {
+        return static_cast<int64_t>(std::count(linearLayers.begin(), linearLayers.end(), true));
+    }
     void validate() const;
 };
 
@@ -267,6 +297,18 @@ int64_t seqLenFor(const ModelArch &m, int64_t seqLen);
 // The attention kept on a switch to `m`: as it is, except where the family runs eager attention
 // only (GPT-OSS's sinks: Transformers has no SDPA path for them).
 Attention attentionFor(const ModelArch &m, Attention attention);
+// Qwen3.5's gated DeltaNet Linears, in sim::DeltaNetProjection order (in_proj_qkv, in_proj_z,
+// in_proj_b, in_proj_a, out_proj): their names, their (in, out) features, and those LoRA wraps on
+// every linear-attention layer (named, or all-linear).
+constexpr int kLinearAttentionLinears = 5;
+std::array<std::string, kLinearAttentionLinears> linearAttentionLinearNames();
+std::array<std::pair<int64_t, int64_t>, kLinearAttentionLinears> linearAttentionLinearShapes(const ModelArch &m);
+std::array<bool, kLinearAttentionLinears> linearAttentionLora(const ModelArch &m, const std::vector<std::string> &targets);
+// all-linear also wraps an MoE block's shared_expert_gate (an nn.Linear(hidden, 1): Qwen2-MoE,
+// Qwen3.5-MoE) on every MoE layer.
+bool sharedExpertGateLora(const ModelArch &m, const std::vector<std::string> &targets);
+// The decoder layers that have the module: attention's on a hybrid model's attention layers only.
+int64_t linearModuleLayerCount(const ModelArch &m, LinearModule mod);
 // In and out features of each Linear above (0 where there is none).
 int64_t linearInFeatures(const ModelArch &m, LinearModule mod);
 int64_t linearOutFeatures(const ModelArch &m, LinearModule mod);
