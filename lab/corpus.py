@@ -405,6 +405,17 @@ def _request_of(s):
                                 "targets": s["targets"], "double_quant": True}}}
 
 
+def estimate_cmd(cli, model_path, c):
+    """headroom-cli estimate --json of a probe request's training config."""
+    cmd = [cli, "estimate", "--json", "--model", model_path, "--precision", c["precision"], "--optimizer",
+           c["optimizer"], "--optimizer-impl", c["optimizer_impl"], "--finetune", c["finetune"], "--lora-rank",
+           str(c["lora"]["rank"]), "--lora-targets", ",".join(c["lora"]["targets"]), "--batch", str(c["micro_batch"]),
+           "--seq", str(c["seq_len"]), "--grad-accum", str(c["grad_accum"]), "--attention", c["attention"]]
+    if c["grad_checkpointing"]:
+        cmd.append("--grad-checkpointing")
+    return cmd
+
+
 def plan(out, cli):
     import tempfile
     jobs = []
@@ -417,15 +428,7 @@ def plan(out, cli):
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                 json.dump(req["model"], f)
                 mpath = f.name
-            c = req["config"]
-            targets = ",".join(c["lora"]["targets"])
-            cmd = [cli, "estimate", "--json", "--model", mpath, "--precision", c["precision"], "--optimizer",
-                   c["optimizer"], "--optimizer-impl", c["optimizer_impl"], "--finetune", c["finetune"],
-                   "--lora-rank", str(c["lora"]["rank"]), "--lora-targets", targets, "--batch", str(c["micro_batch"]),
-                   "--seq", str(c["seq_len"]), "--grad-accum", str(c["grad_accum"]), "--attention", c["attention"]]
-            if c["grad_checkpointing"]:
-                cmd.append("--grad-checkpointing")
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            r = subprocess.run(estimate_cmd(cli, mpath, req["config"]), capture_output=True, text=True)
             os.unlink(mpath)
             if r.returncode != 0:
                 raise SystemExit(f"{s['name']}: {r.stderr.strip()}")
@@ -466,15 +469,7 @@ def predict(plan_path, cli, names):
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(req["model"], f)
             mpath = f.name
-        c = req["config"]
-        cmd = [cli, "estimate", "--json", "--model", mpath, "--precision", c["precision"], "--optimizer", c["optimizer"],
-               "--optimizer-impl", c["optimizer_impl"], "--finetune", c["finetune"], "--lora-rank",
-               str(c["lora"]["rank"]), "--lora-targets", ",".join(c["lora"]["targets"]), "--batch",
-               str(c["micro_batch"]), "--seq", str(c["seq_len"]), "--grad-accum", str(c["grad_accum"]),
-               "--attention", c["attention"], "--gpu", "h200"]
-        if c["grad_checkpointing"]:
-            cmd.append("--grad-checkpointing")
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(estimate_cmd(cli, mpath, req["config"]) + ["--gpu", "h200"], capture_output=True, text=True)
         os.unlink(mpath)
         if r.returncode != 0:
             raise SystemExit(f"{n}: {r.stderr.strip()}")

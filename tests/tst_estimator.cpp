@@ -5,6 +5,7 @@
 #include "headroom/estimator.h"
 #include "headroom/serialize.h"
 #include "headroom/sheet.h"
+#include "headroom/support.h"
 
 #include <QtTest>
 
@@ -871,6 +872,16 @@ private Q_SLOTS:
                 if (familyTraits(m.modelType).attentionSinks) {
                     QVERIFY_THROWS_EXCEPTION(Refused, estimate(m, c));
                     c.attention = Attention::Eager;
+                }
+                // Qwen3.5's gated DeltaNet under autocast: refused for the trace to answer.
+                if (m.hasLinearAttention() && isAmp(p)) {
+                    try {
+                        (void)estimate(m, c);
+                        QFAIL("a gated DeltaNet under autocast must be refused");
+                    } catch (const Refused &r) {
+                        QVERIFY(traceAnswers(r.refusal().blocker));
+                    }
+                    continue;
                 }
                 const Estimate e = estimate(m, c);
                 QVERIFY(e.peakAllocatedBytes >= e.params.weightBytes);

@@ -70,6 +70,15 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                         "path in fp32: each layer keeps its s x s probabilities in fp32 for backward (" + gib +
                         " per layer here); gradient checkpointing keeps one layer's at a time");
     }
+    // See Note [Gated DeltaNet] (docs/estimator.md).
+    if (model.hasLinearAttention())
+        notes.push_back(model.modelType + "'s linear-attention layers are estimated as Transformers runs them without "
+                        "flash-linear-attention and causal-conv1d (its torch fallback keeps each 64-token chunk's "
+                        "fp32 tensors and every recurrent state for backward); with those installed Transformers "
+                        "calls their kernels instead: measure, or trace");
+    if (familyTraitsOrLlama(model.modelType).textConfigNested)
+        notes.push_back("the language model of " + model.modelType + "'s text_config, as AutoModelForCausalLM builds it; "
+                        "a run that feeds images through its vision tower is not estimated yet");
     if (usesCollectives(cfg))
         notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "
                         "(measured at one rank); its per-peer buffers on several GPUs come on top");

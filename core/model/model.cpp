@@ -238,11 +238,17 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
     m.id = id;
     m.name = id;
     const FamilyTraits &traits = familyTraits(m.modelType);
-    findFamily(m.modelType)->readConfig(ConfigFields(c, ctx), m);
+    // A composite configuration's text model reads its text_config (FamilyTraits::textConfigNested).
+    if (traits.textConfigNested && (!c.contains("text_config") || !c.at("text_config").is_object()))
+        throw InputError("config.text_config", c.contains("text_config") ? show(c.at("text_config")).substr(0, 40) : "(missing)",
+                         "a " + m.modelType + " config.json holds its language model's sizes in a text_config object");
+    const json &tc = traits.textConfigNested ? c.at("text_config") : c;
+    const std::string tctx = traits.textConfigNested ? "config.text_config" : ctx;
+    findFamily(m.modelType)->readConfig(ConfigFields(tc, tctx), m);
     m.qkNorm = traits.qkNorm != QkNorm::None;
     if (traits.norms == NormPlacement::Sandwich)
         m.normsPerLayer = 4;
-    m.headDim = optionalInt(c, "head_dim", 0, ctx);
+    m.headDim = optionalInt(tc, "head_dim", 0, tctx);
     if (m.isMla())
         m.headDim = m.qkRopeDim; // DeepseekV2Config: head_dim is the rotary part (the rotary tables' width)
     if (m.headDim == 0) {

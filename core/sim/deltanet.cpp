@@ -155,12 +155,8 @@ T Ops::solveTriangular(const T &a, const T &b)
 
 T Ops::copyIntoSlice(const T &base, const T &src)
 {
-    T out = s.view(base);
-    out.node = -1;
-    out.param = -1;
-    out.requiresGrad = false;
     const int64_t baseBytes = base.bytes, srcBytes = src.bytes;
-    const int id = s.record({&out}, {&base, &src}, {}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+    return inPlaceVersion(base, {&base, &src}, {}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         // CopySlices: result = grad copied into a new tensor of base's strides; the slice's
         // gradient cloned for CopyBackwards, which hands src that clone and base zeros (copied
         // into the slice of result).
@@ -180,65 +176,24 @@ T Ops::copyIntoSlice(const T &base, const T &src)
             s.unref(slice);
         return r;
     });
-    if (id < 0) {
-        out.node = base.node;
-        out.out = base.out;
-        out.requiresGrad = base.requiresGrad && s.gradEnabled();
-    }
-    return out;
 }
 
-T gatedDeltaNet(Ops &O, const DeltaNetShape &d, const DeltaNetWeights &w, const T &x, const DeltaNetLinear &linear)
+namespace {
+// torch_chunk_gated_delta_rule (query and key already repeated to the value heads, g and beta per
+// value head): its output (b, s, value heads, d) back in the model's dtype. Its locals go when it
+// returns; what autograd saved stays.
+T chunkGatedDeltaRule(Ops &O, const DeltaNetShape &d, const T &query, const T &key, const T &value, const T &g,
+                      const T &beta)
 {
     Sim &S = O.s;
     const int e = d.elem;
     const int64_t b = d.b, s = d.s, tok = checkedMul(b, s);
-    const int64_t Hk = d.keyHeads, Hv = d.valueHeads, dk = d.keyDim, dv = d.valueDim;
-    const int64_t keyW = Hk * dk, valW = Hv * dv, C = 2 * keyW + valW, rep = Hv / Hk;
+    const int64_t Hv = d.valueHeads, dk = d.keyDim, dv = d.valueDim, valW = Hv * dv;
     const int64_t pad = (kChunk - s % kChunk) % kChunk, sp = s + pad, nc = sp / kChunk;
     const int64_t bh = b * Hv;
-
-    S.setOp("linear_attn");
-    T qkv = linear(x, DeltaNetProjection::Qkv); // mixed_qkv, then .transpose(1, 2)
-    T z = linear(x, DeltaNetProjection::Z);
-    T bproj = linear(x, DeltaNetProjection::B);
-    T aproj = linear(x, DeltaNetProjection::A);
-
-    // causal_conv1d_fn's torch fallback: conv1d(...)[:, :, :seq_len], silu.
-    S.setOp("linear_attn.conv1d");
-    T conv = O.conv1dDepthwise(qkv, *w.conv, checkedMul(checkedMul(b, C), s + d.kernel - 1) * e);
-    S.drop(qkv); // mixed_qkv rebinds; the convolution keeps it
-    T cut = O.slice(conv, checkedMul(tok, C));
-    S.drop(conv);
-    T mixed = O.activation(cut, "silu");
-    S.drop(cut);
-    S.setOp("linear_attn");
-    // mixed_qkv.transpose(1, 2), torch.split into query, key, value; reshapes are views.
-    std::vector<T> qkvParts = O.split(mixed, {tok * keyW, tok * keyW, tok * valW});
-    T beta = O.sigmoid(bproj);
-    // g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
-    T af = O.to(*w.aLog, 4);
-    T ae = O.exp(af);
-    S.drop(af);
-    T an = O.neg(ae);
-    S.drop(ae);
-    T a32 = O.to(aproj, 4);
-    T ad = O.addBroadcast(a32, *w.dtBias, checkedMul(tok, Hv) * 4, 4, false);
-    S.drop(a32);
-    T sft = O.softplus(ad);
-    S.drop(ad);
-    T g = O.mul(an, sft, checkedMul(tok, Hv), 4, false, true, 0);
-    S.drop(an);
-    S.drop(sft);
-    T query = rep > 1 ? O.repeatKv(qkvParts[0], qkvParts[0].bytes * rep) : S.view(qkvParts[0]);
-    T key = rep > 1 ? O.repeatKv(qkvParts[1], qkvParts[1].bytes * rep) : S.view(qkvParts[1]);
-    S.drop(qkvParts[0]); // query and key rebind to the repeated heads
-    S.drop(qkvParts[1]);
-
-    // ---- torch_chunk_gated_delta_rule, in fp32
     S.setOp("linear_attn.delta_rule");
     const int64_t qkN = checkedMul(tok, Hv * dk), vN = checkedMul(tok, valW);
-    T q32 = O.to(query, 4), k32 = O.to(key, 4), v32 = O.to(qkvParts[2], 4), beta32 = O.to(beta, 4);
+    T q32 = O.to(query, 4), k32 = O.to(key, 4), v32 = O.to(value, 4), beta32 = O.to(beta, 4);
     T decay = S.view(g); // already fp32: .to() returns it as it is
     auto l2norm = [&](const T &v) {
         T sq = O.mul(v, v, qkN, 4, true, true, 0);
@@ -278,10 +233,10 @@ T gatedDeltaNet(Ops &O, const DeltaNetShape &d, const DeltaNetWeights &w, const 
     S.drop(pw);
     T pd = O.exp(pm);
     S.drop(pm);
-    T m1 = O.bmm(kBeta, kp, pairN * 4, 4);
+    T m1 = O.bmm(kBeta, kp, pairN * 4, 4, true);
     T ut = O.mul(m1, pd, pairN, 4, true, true, 0);
     S.drop(m1);
-    T m2 = O.bmm(qp, kp, pairN * 4, 4);
+    T m2 = O.bmm(qp, kp, pairN * 4, 4, true);
     T intra = O.mul(m2, pd, pairN, 4, true, true, 0);
     S.drop(m2);
     T ce = O.exp(cum);
@@ -309,10 +264,12 @@ T gatedDeltaNet(Ops &O, const DeltaNetShape &d, const DeltaNetWeights &w, const 
     const int64_t qkC = checkedMul(bh, kChunk * dk), vC = checkedMul(bh, kChunk * dv), stN = checkedMul(bh, dk * dv);
     T vNew, inter;
     for (int64_t i = 0; i < nc; ++i) {
-        T kci = O.slice(kCum, qkC);
-        T m = O.bmm(kci, state, vC * 4, 4);
-        S.drop(kci);
+        // v_new = new_values[:, :, i] - k_cumdecay[:, :, i] @ state: Python makes the left
+        // operand's view first (autograd's order in backward follows).
         T nvi = O.slice(newValues, vC);
+        T kci = O.slice(kCum, qkC);
+        T m = O.bmm(kci, state, vC * 4, 4, true);
+        S.drop(kci);
         T vn = O.sub(nvi, m);
         S.drop(m);
         S.drop(nvi);
@@ -320,13 +277,13 @@ T gatedDeltaNet(Ops &O, const DeltaNetShape &d, const DeltaNetWeights &w, const 
             S.drop(vNew);
         vNew = vn;
         T qi = O.slice(q2, qkC);
-        T it = O.bmm(qi, state, vC * 4, 4);
+        T it = O.bmm(qi, state, vC * 4, 4, true);
         S.drop(qi);
         if (inter.valid())
             S.drop(inter);
         inter = it;
         T ii = O.slice(intra, checkedMul(bh, kChunk * kChunk));
-        T mm = O.bmm(ii, vNew, vC * 4, 4);
+        T mm = O.bmm(ii, vNew, vC * 4, 4, true);
         S.drop(ii);
         T sum = O.add(inter, mm);
         T outNext = O.copyIntoSlice(out, sum);
@@ -338,7 +295,7 @@ T gatedDeltaNet(Ops &O, const DeltaNetShape &d, const DeltaNetWeights &w, const 
         T sd = O.mul(state, cdi, stN, 4, true, false, 0);
         S.drop(cdi);
         T ki = O.slice(k2, qkC);
-        T up = O.bmm(ki, vNew, stN * 4, 4);
+        T up = O.bmm(ki, vNew, stN * 4, 4, true);
         S.drop(ki);
         T ns = O.add(sd, up);
         S.drop(sd);
@@ -358,39 +315,94 @@ T gatedDeltaNet(Ops &O, const DeltaNetShape &d, const DeltaNetWeights &w, const 
                  &chunkDecay, &vNew, &inter})
         if (t->valid())
             S.drop(*t);
+    return attn;
+}
 
-    // ---- Qwen3_5RMSNormGated(core_attn_out, z), per value head
+// Qwen3_5RMSNormGated(core_attn_out, z), per value head: the norm in fp32, the weight's product in
+// the model's dtype, times silu(z.float()), cast back.
+T gatedRmsNorm(Ops &O, const DeltaNetShape &d, const T &attn, const T &z, const T &weight)
+{
+    Sim &S = O.s;
+    const int e = d.elem;
+    const int64_t tok = checkedMul(d.b, d.s), Hv = d.valueHeads, vN = checkedMul(tok, Hv * d.valueDim);
     S.setOp("linear_attn.norm");
     const int64_t rows = checkedMul(tok, Hv);
     T h32 = O.to(attn, 4);
-    T p2 = O.pow2(h32);
-    T var = O.mean(p2, rows);
-    S.drop(p2);
-    T ve = O.addScalar(var);
-    T r = O.rsqrt(ve);
-    S.drop(ve);
-    T hn = O.mul(h32, r, vN, 4, true, false, 0);
-    S.drop(r);
+    T var; // `variance`, a local until the norm returns
+    T hn = O.rmsNormalize(h32, rows, false, var);
     S.drop(h32);
+    // Temporaries go as their expression finishes, the rebound name after (the no-grad pass of a
+    // checkpointed layer shows the order).
     T hb = O.to(hn, e);
-    T hw = O.mul(*w.norm, hb, vN, std::max(e, w.norm->elem), false, true, rows);
-    S.drop(hn);
+    T hw = O.mul(weight, hb, vN, std::max(e, weight.elem), false, true, rows);
     S.drop(hb);
+    S.drop(hn);
     T gz = O.to(z, 4);
     T sg = O.activation(gz, "silu");
-    T hm = O.mul(hw, sg, vN, 4, true, true, 0);
-    S.drop(hw);
     S.drop(gz);
+    T hm = O.mul(hw, sg, vN, 4, true, true, 0);
     S.drop(sg);
+    S.drop(hw);
     T normed = O.to(hm, e);
     S.drop(hm);
     S.drop(var);
+    return normed;
+}
+} // namespace
+
+T gatedDeltaNet(Ops &O, const DeltaNetShape &d, const DeltaNetWeights &w, const T &x, const DeltaNetLinear &linear)
+{
+    Sim &S = O.s;
+    const int e = d.elem;
+    const int64_t b = d.b, s = d.s, tok = checkedMul(b, s);
+    const int64_t Hk = d.keyHeads, Hv = d.valueHeads, dk = d.keyDim, dv = d.valueDim;
+    const int64_t keyW = Hk * dk, valW = Hv * dv, C = 2 * keyW + valW, rep = Hv / Hk;
+
+    S.setOp("linear_attn");
+    T qkv = linear(x, DeltaNetProjection::Qkv); // mixed_qkv, then .transpose(1, 2)
+    T z = linear(x, DeltaNetProjection::Z);
+    T bproj = linear(x, DeltaNetProjection::B);
+    T aproj = linear(x, DeltaNetProjection::A);
+
+    // causal_conv1d_fn's torch fallback: conv1d(...)[:, :, :seq_len], silu.
+    S.setOp("linear_attn.conv1d");
+    T conv = O.conv1dDepthwise(qkv, *w.conv, checkedMul(checkedMul(b, C), s + d.kernel - 1) * e);
+    T cut = O.slice(conv, checkedMul(tok, C));
+    S.drop(conv);
+    T mixed = O.activation(cut, "silu");
+    S.drop(cut);
+    S.drop(qkv); // mixed_qkv rebinds as the function returns; the convolution keeps it for backward
+    S.setOp("linear_attn");
+    // mixed_qkv.transpose(1, 2), torch.split into query, key, value; reshapes are views.
+    std::vector<T> qkvParts = O.split(mixed, {tok * keyW, tok * keyW, tok * valW});
+    T beta = O.sigmoid(bproj);
+    // g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+    T af = O.to(*w.aLog, 4);
+    T ae = O.exp(af);
+    S.drop(af);
+    T an = O.neg(ae);
+    S.drop(ae);
+    T a32 = O.to(aproj, 4);
+    T ad = O.addBroadcast(a32, *w.dtBias, checkedMul(tok, Hv) * 4, 4, false);
+    S.drop(a32);
+    T sft = O.softplus(ad);
+    S.drop(ad);
+    T g = O.mul(an, sft, checkedMul(tok, Hv), 4, false, true, 0);
+    S.drop(an);
+    S.drop(sft);
+    T query = rep > 1 ? O.repeatKv(qkvParts[0], qkvParts[0].bytes * rep) : S.view(qkvParts[0]);
+    T key = rep > 1 ? O.repeatKv(qkvParts[1], qkvParts[1].bytes * rep) : S.view(qkvParts[1]);
+    S.drop(qkvParts[0]); // query and key rebind to the repeated heads
+    S.drop(qkvParts[1]);
+
+    T attn = chunkGatedDeltaRule(O, d, query, key, qkvParts[2], g, beta);
+    T normed = gatedRmsNorm(O, d, attn, z, *w.norm);
     S.drop(attn); // core_attn_out rebinds to the norm's output
     S.setOp("linear_attn");
     T y = linear(normed, DeltaNetProjection::Out);
-    S.drop(normed);
-    // Qwen3_5GatedDeltaNet.forward's locals
-    for (T *t : {&mixed, &z, &bproj, &aproj, &query, &key, &qkvParts[2], &beta, &g})
+    // Qwen3_5GatedDeltaNet.forward's locals, in the order Python made them (core_attn_out, the
+    // norm's output, last)
+    for (T *t : {&mixed, &z, &bproj, &aproj, &query, &key, &qkvParts[2], &beta, &g, &normed})
         S.drop(*t);
     return y;
 }

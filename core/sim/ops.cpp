@@ -271,6 +271,23 @@ T Ops::rsqrt(const T &x)
     return out;
 }
 
+T Ops::rmsNormalize(const T &x32, int64_t rows, bool meanInline, T &variance)
+{
+    T p = pow2(x32);
+    variance = mean(p, rows);
+    s.drop(p);
+    T ve = addScalar(variance);
+    if (meanInline) {
+        s.drop(variance);
+        variance = T{};
+    }
+    T r = rsqrt(ve);
+    s.drop(ve);
+    T xn = mul(x32, r, x32.numel(), 4, true, false, 0);
+    s.drop(r);
+    return xn;
+}
+
 T Ops::tanh(const T &x)
 {
     return unary(x, x.bytes, x.elem, Keeps::Output); // tanh_backward
@@ -635,12 +652,19 @@ T Ops::repeatKv(const T &x, int64_t fullBytes)
     return out;
 }
 
-T Ops::bmm(const T &a, const T &b, int64_t outBytes, int elem)
+T Ops::bmm(const T &a, const T &b, int64_t outBytes, int elem, bool viewsBack)
 {
-    // BmmBackward0 (through matmul): b's gradient first, then a's, each of its operand's size.
+    // BmmBackward0 (through matmul): b's gradient first, then a's, each of its operand's size. It
+    // saves an operand only for the other's gradient (derivatives.yaml: self for mat2, mat2 for
+    // self): the first chunk of the gated delta rule multiplies by the zero state, which needs none.
     T out = s.make(outBytes, elem);
-    s.record({&out}, {&a, &b}, {a.sto, b.sto},
-             [ab = a.bytes, bb = b.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
+    std::vector<int> saved;
+    if (s.gradEnabled() && b.requiresGrad)
+        saved.push_back(a.sto);
+    if (s.gradEnabled() && a.requiresGrad)
+        saved.push_back(b.sto);
+    s.record({&out}, {&a, &b}, saved,
+             [ab = a.bytes, bb = b.bytes, viewsBack](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
                  std::vector<int> r(2, -1);
                  if (g[0] < 0)
                      return r;
@@ -648,6 +672,10 @@ T Ops::bmm(const T &a, const T &b, int64_t outBytes, int elem)
                      r[1] = s.allocate(bb, Category::Temporaries);
                  if (n[0])
                      r[0] = s.allocate(ab, Category::Temporaries);
+                 if (viewsBack)
+                     for (int k : r)
+                         if (k >= 0)
+                             s.markViewed(k);
                  return r;
              });
     return out;
@@ -1093,19 +1121,13 @@ T Ops::maskedFill(const T &x, const T &mask)
     return out;
 }
 
-T Ops::inPlace(const T &x, const std::vector<int> &saved)
+T Ops::inPlaceVersion(const T &x, const std::vector<const T *> &inputs, const std::vector<int> &saved, BackwardFn fn)
 {
     T out = s.view(x);
     out.node = -1;
     out.param = -1;
     out.requiresGrad = false;
-    const int64_t back = x.bytes;
-    const int id = s.record({&out}, {&x}, saved, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        if (!needs[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(back, Category::Temporaries)};
-    });
-    if (id < 0) {
+    if (s.record({&out}, inputs, saved, std::move(fn)) < 0) {
         out.node = x.node;
         out.out = x.out;
         out.requiresGrad = x.requiresGrad && s.gradEnabled();
@@ -1113,25 +1135,25 @@ T Ops::inPlace(const T &x, const std::vector<int> &saved)
     return out;
 }
 
+T Ops::inPlace(const T &x, const std::vector<int> &saved)
+{
+    const int64_t back = x.bytes;
+    return inPlaceVersion(x, {&x}, saved, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(back, Category::Temporaries)};
+    });
+}
+
 T Ops::addInPlace(const T &x, const T &other)
 {
-    T out = s.view(x);
-    out.node = -1;
-    out.param = -1;
-    out.requiresGrad = false;
-    const int id = s.record({&out}, {&x, &other}, {}, [](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+    return inPlaceVersion(x, {&x, &other}, {}, [](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         std::vector<int> r(2, -1);
         for (size_t i = 0; i < 2; ++i)
             if (needs[i] && g[0] >= 0)
                 r[i] = pass(s, g[0]);
         return r;
     });
-    if (id < 0) {
-        out.node = x.node;
-        out.out = x.out;
-        out.requiresGrad = x.requiresGrad && s.gradEnabled();
-    }
-    return out;
 }
 
 T Ops::clamp(const T &x)

@@ -83,7 +83,9 @@ public:
     T repeatKv(const T &x, int64_t fullBytes);
     T sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
     // a @ b of `outBytes` in `elem` (the attention's batched matmuls): saves both operands.
-    T bmm(const T &a, const T &b, int64_t outBytes, int elem);
+    // `viewsBack`: torch.matmul of 4-D operands folds them to 3-D and its gradients come back
+    // through views (reshape), which the InputBuffer cannot add into in place.
+    T bmm(const T &a, const T &b, int64_t outBytes, int elem, bool viewsBack = false);
     // The math path of SDPA handed a boolean mask, for 16-bit q, k, v and fewer kv heads (Falcon's
     // multi-query attention; Note [SDPA math path in fp32]).
     T sdpaMathMasked(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
@@ -158,6 +160,12 @@ public:
     // x.view(rows, k, cols).sum(dim=1) -> (rows, cols): SumBackward1 expands the gradient.
     T sumGroups(const T &x, int64_t outNumel);
 
+    // ---- normalisation
+    // RMSNorm's core on an fp32 x over `rows` rows: x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps).
+    // The mean goes to `variance` for the caller to drop where the code's local goes, or, with
+    // `meanInline` (one expression, Gemma's _norm), as soon as the sum is made.
+    T rmsNormalize(const T &x32, int64_t rows, bool meanInline, T &variance);
+
     // ---- linear attention (defined in deltanet.cpp; Note [Gated DeltaNet])
     T exp(const T &x);      // ExpBackward0 saves its result
     T softplus(const T &x); // SoftplusBackward0 saves its input
@@ -195,6 +203,9 @@ public:
     void reduceRows(int64_t rows, int64_t cols, int elem);
 
 private:
+    // An in-place op's result: x's storage, with a new grad_fn over `inputs` (x first) when one is
+    // recorded; otherwise x as it was.
+    T inPlaceVersion(const T &x, const std::vector<const T *> &inputs, const std::vector<int> &saved, BackwardFn fn);
     T sinkProbabilities(T &x, const T &sinks, int64_t rows, int64_t scores, int elem, std::vector<T> *locals);
     int gradAlloc(int64_t bytes) { return s.allocate(bytes, Category::Temporaries); }
     // An op of `outBytes` output in `elem` whose backward allocates one tensor of x's size (the

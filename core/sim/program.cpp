@@ -889,14 +889,8 @@ private:
         S.setOp("rmsnorm");
         const int64_t n = checkedMul(rows, width);
         T x32 = O.to(x, 4);
-        T p = O.pow2(x32);
-        T var = O.mean(p, rows);
-        S.drop(p);
-        T ve = O.addScalar(var);
-        T r = O.rsqrt(ve);
-        S.drop(ve);
-        T xn = O.mul(x32, r, n, 4, true, false, 0);
-        S.drop(r);
+        T var;
+        T xn = O.rmsNormalize(x32, rows, ft.rms == RmsNormStyle::Gemma, var); // see the Gemma branch below
         S.drop(x32);
         T out;
         if (ft.rms == RmsNormStyle::Olmo) {
@@ -907,7 +901,10 @@ private:
             S.drop(y);
             S.drop(xn); // `hidden_states` goes when forward returns
         } else if (ft.rms == RmsNormStyle::Gemma) {
-            // Gemma: output * (1.0 + self.weight.float()), in fp32, then cast back.
+            // Gemma: output * (1.0 + self.weight.float()), in fp32, then cast back. Its _norm is
+            // one expression, `x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)`: the
+            // mean is a temporary, gone once the sum is made (the no-grad pass of a checkpointed
+            // Qwen3.5 layer shows it), not a local kept to the end as Llama's `variance`.
             T wf = O.to(weight, 4);
             T w1 = O.addScalar(wf);
             S.drop(wf);
@@ -922,7 +919,8 @@ private:
             S.drop(xb);
             S.drop(xn); // `hidden_states` goes when the function returns
         }
-        S.drop(var);
+        if (var.valid())
+            S.drop(var);
         return out;
     }
 
@@ -2176,8 +2174,8 @@ private:
         S.setOp("rotary_emb");
         const int64_t rd = rotaryDim(), bs = checkedMul(b, s);
         T pos = S.make(checkedMul(3, bs) * 4, 4);
-        S.blasWorkspace(0);
         T freqs = S.make(checkedMul(3, bs) * (rd / 2) * 4, 4);
+        S.blasWorkspace(0); // cuBLAS's workspace, at the model's first matmul, after its output
         T c0 = S.make(freqs.bytes, 4);
         T c1 = S.make(freqs.bytes, 4);
         S.drop(c0);

@@ -81,6 +81,10 @@ void read(Reader &r, const json &j)
               {"liger_glu_activation", ignoreKey},
               {"liger_layer_norm", ignoreKey},
               {"liger_cross_entropy", ignoreKey},
+              // Axolotl's multimodal recipes load the model's processor (images through the vision
+              // tower) and leave the dataset unprepared for it.
+              {"processor_type", readVisionInputs},
+              {"skip_prepare_dataset", ignoreKey},
               {"rl", [](Reader &r, const std::string &k, const json &v) {
                    std::string mode = r.text(k, v);
                    // IPO is DPO's step with another loss on the same log-probabilities

@@ -131,6 +131,10 @@ struct FamilyTraits
     // Qwen3.5's rotary: position ids for text, height and width (3 x b x s), the tables'
     // frequencies recomposed per section (mrope_section) before cos and sin.
     bool multimodalRotaryTables = false; // the attention registers o_proj before its q/k/v (Phi-3)           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
+    // A composite configuration (Qwen3.5's qwen3_5: a vision_config and a text_config) that
+    // AutoModelForCausalLM builds as its text model alone (Qwen3_5ForCausalLM reads text_config and
+    // ignores the checkpoint's model.visual weights): every size is read from text_config.
+    bool textConfigNested = false;
     // Headroom's LibTorch engine reproduces this family's step (measured against the transformers
     // engine on the H200; not inherited by a derived family).
     bool libtorchEngine = false;
