@@ -344,6 +344,9 @@ def specs():
     a(spec("q35-9b-bf16-lora16-b2s1000-l4", "qwen3.5-9b", finetune="lora", batch=2, seq=1000, layers=4))
     a(spec("q35-9b-bf16-qlora16axo-b1s2048-l8-ckpt", "qwen3.5-9b", finetune="qlora", batch=1, seq=2048, layers=8,
            ckpt=True, targets=axo))
+    # Qwen3.5-27B as Axolotl's 27b-qlora recipe runs it (QLoRA on its targets, checkpointed), cut in depth.
+    a(spec("q35-27b-bf16-qlora16axo-b1s2048-l8-ckpt", "qwen3.5-27b", finetune="qlora", batch=1, seq=2048, layers=8,
+           ckpt=True, targets=axo))
     a(spec("q35moe-bf16-lora16-b2s2048-l4", "qwen3.5-35b-a3b", finetune="lora", batch=2, seq=2048, layers=4))
     a(spec("q35moe-bf16-full-adamw-b1s1024-l2", "qwen3.5-35b-a3b", batch=1, layers=2))
     a(spec("q35moe-bf16-lora16all-b1s4096-l4-ckpt", "qwen3.5-35b-a3b", finetune="lora", batch=1, seq=4096, layers=4,

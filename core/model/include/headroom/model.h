@@ -212,6 +212,9 @@ struct ModelArch
         int64_t convWidth() const { return 2 * keyWidth() + valueWidth(); }
     };
     LinearAttention linearAttn;
+    // A composite checkpoint's vision tower (Qwen3.5's vision_config): its parameter count, which the
+    // estimate leaves out (it is the language model's) and the report states.
+    int64_t visionTowerParams = 0;
     std::vector<bool> linearLayers; // per layer: true where the layer is linear attention
     int64_t publishedParams = 0;      // from the model card, for tests; 0 when unknown
     // The config.json it came from, kept whole so that the transformers engine builds exactly
