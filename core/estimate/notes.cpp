@@ -75,7 +75,7 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
         notes.push_back(model.modelType + "'s linear-attention layers are estimated as Transformers runs them without "
                         "flash-linear-attention and causal-conv1d (its torch fallback keeps each 64-token chunk's "
                         "fp32 tensors and every recurrent state for backward); with those installed Transformers "
-                        "calls their kernels instead: measure, or trace");
+                        "calls their kernels instead (not measured here): Measure now runs your own stack");
     if (familyTraitsOrLlama(model.modelType).textConfigNested) {
         char gib[32];
         std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(model.visionTowerParams) * x.p / 1073741824.0);
