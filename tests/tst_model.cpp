@@ -71,6 +71,47 @@ private Q_SLOTS:
             QVERIFY2(QString::fromUtf8(e.what()).contains(mentions), e.what());
         }
     }
+    // Qwen3.5's checkpoints: a composite config.json whose language model is its text_config; the
+    // hybrid stack's layer kinds from layer_types; each bad field named in one line.
+    void qwen3_5ReadsItsTextConfig()
+    {
+        using nlohmann::json;
+        const json text = {{"hidden_size", 256},          {"num_hidden_layers", 4},   {"num_attention_heads", 4},
+                           {"num_key_value_heads", 2},    {"head_dim", 64},           {"intermediate_size", 512},
+                           {"vocab_size", 1000},          {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4},
+                           {"linear_key_head_dim", 32},   {"linear_value_head_dim", 32},
+                           {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}}};
+        const json composite = {{"model_type", "qwen3_5"}, {"text_config", text},
+                                {"vision_config", {{"depth", 2}, {"hidden_size", 64}, {"intermediate_size", 128}}}};
+        const ModelArch m = modelFromHfConfig(composite, "qwen3_5-small");
+        QCOMPARE(m.hiddenSize, int64_t(256));
+        QCOMPARE(m.linearAttentionLayerCount(), int64_t(2));
+        QVERIFY(m.isLinearAttentionLayer(0) && !m.isLinearAttentionLayer(1));
+        QCOMPARE(m.linearAttn.convWidth(), int64_t(2 * 2 * 32 + 4 * 32));
+        // the tower: patch embedding, positions, two blocks, the merger (LayerNorm, 256 -> 256 -> 256)
+        const int64_t H = 64, I = 128, M = 4 * H, out = 256;
+        const int64_t tower = (3 * 2 * 16 * 16 + 1) * H + 2304 * H + 2 * (4 * H + 3 * H * H + 3 * H + H * H + H + H * I + I + I * H + H) +
+                              2 * H + M * M + M + M * out + out;
+        QCOMPARE(m.visionTowerParams, tower);
+        json textOnly = text;
+        textOnly["model_type"] = "qwen3_5_text";
+        QCOMPARE(parameterCount(modelFromHfConfig(textOnly, "t")), parameterCount(m)); // the same language model
+        auto refused = [&](json c, const char *mentions) {
+            try {
+                (void)modelFromHfConfig(c, "bad");
+                QFAIL(mentions);
+            } catch (const InputError &e) {
+                QVERIFY2(std::string(e.what()).find(mentions) != std::string::npos, e.what());
+            }
+        };
+        refused(json{{"model_type", "qwen3_5"}}, "config.text_config = (missing)");
+        json types = textOnly;
+        types["layer_types"] = {"linear_attention", "sliding_attention", "linear_attention", "full_attention"};
+        refused(types, "config.layer_types = sliding_attention");
+        json heads = textOnly;
+        heads["linear_num_key_heads"] = 3;
+        refused(heads, "config.linear_num_value_heads = 4");
+    }
     // Issue 33: LoRA's default targets are the model's own Linears, and a model switch carries the
     // old model's defaults over to the new one's while targets the user chose stay.
     void loraDefaultsFollowTheModel()

@@ -240,12 +240,17 @@ int64_t qwenVisionTowerParams(const ConfigFields &v, int64_t textHidden)
     const int64_t positions = v.integer("num_position_embeddings", 2304);
     for (auto [key, x] : {std::pair{"hidden_size", H}, {"intermediate_size", I}, {"depth", depth}, {"patch_size", patch},
                           {"temporal_patch_size", temporal}, {"in_channels", channels}, {"spatial_merge_size", merge},
-                          {"out_hidden_size", out}, {"num_position_embeddings", positions}})
-        if (x > (int64_t(1) << 20))
-            v.refuse(key, std::to_string(x), "is implausibly large (limit 1048576)");
+                          {"out_hidden_size", out}})
+        if (x > (int64_t(1) << 16))
+            v.refuse(key, std::to_string(x), "is implausibly large (limit 65536)");
+    if (positions > (int64_t(1) << 24))
+        v.refuse("num_position_embeddings", std::to_string(positions), "is implausibly large (limit 16777216)");
+    if (merge > 64)
+        v.refuse("spatial_merge_size", std::to_string(merge), "is implausibly large (limit 64)");
+    // Every factor is at most 2^16 (positions 2^24, the merge 64): the products fit; the sums are checked.
     const int64_t block = 4 * H + (3 * H * H + 3 * H) + (H * H + H) + (H * I + I) + (I * H + H);
-    const int64_t M = H * merge * merge;
-    const int64_t merger = 2 * H + (M * M + M) + (M * out + out);
+    const int64_t M = checkedMul(H, merge * merge);
+    const int64_t merger = checkedAdd(2 * H + M, checkedAdd(checkedMul(M, M), checkedAdd(checkedMul(M, out), out)));
     return checkedAdd(checkedAdd(checkedMul(channels * temporal * patch * patch + 1, H), checkedMul(positions, H)),
                       checkedAdd(checkedMul(depth, block), merger));
 }

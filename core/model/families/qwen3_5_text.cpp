@@ -40,6 +40,8 @@ void read(const ConfigFields &c, ModelArch &m)
         if (v > (int64_t(1) << 16))
             c.refuse(key, std::to_string(v), "is implausibly large (limit 65536)");
     // layer_types, or every full_attention_interval-th layer full (Qwen3_5TextConfig.__post_init__).
+    if (m.numLayers > (int64_t(1) << 24)) // before a flag per layer is made (ModelArch::validate's limit)
+        c.refuse("num_hidden_layers", std::to_string(m.numLayers), "is implausibly large (limit 16777216)");
     m.linearLayers.assign(static_cast<size_t>(m.numLayers), false);
     if (c.has("layer_types")) {
         const nlohmann::json &lt = j.at("layer_types");
