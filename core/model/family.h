@@ -65,6 +65,9 @@ struct Family
     FamilyTraits traits;            // traits.modelType is the family's model_type
     const Family *parent = nullptr; // nullptr: a root, which reads every field itself
     Reader read = nullptr;          // this family's own fields, after the parent's
+    // A composite config.json's own fields (FamilyTraits::textConfigNested: read from the whole
+    // file, after the text model's), e.g. the vision tower the estimate leaves out.
+    Reader outer = nullptr;
 
     void readConfig(const ConfigFields &c, ModelArch &m) const
     {
@@ -133,6 +136,12 @@ struct Family
     {
         Family f = *this;
         f.read = r;
+        return f;
+    }
+    Family readsOuter(Reader r) const
+    {
+        Family f = *this;
+        f.outer = r;
         return f;
     }
 };

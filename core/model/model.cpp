@@ -226,35 +226,6 @@ void ModelArch::validate() const
                          "must be between 1 and the number of experts (" + std::to_string(numExperts) + ")");
 }
 
-namespace {
-// Qwen3_5VisionModel's parameters (Qwen3-VL's tower without deepstack): a Conv3d patch embedding,
-// learned positions, `depth` blocks of two LayerNorms, a biased qkv and proj and a biased MLP, and the
-// merger (a LayerNorm, then spatial_merge_size^2 patches through two biased Linears to
-// out_hidden_size, the language model's width by default).
-int64_t qwenVisionTowerParams(const ConfigFields &v, int64_t textHidden)
-{
-    const int64_t H = v.integer("hidden_size", 1152), I = v.integer("intermediate_size", 4304);
-    const int64_t depth = v.integer("depth", 27), patch = v.integer("patch_size", 16);
-    const int64_t temporal = v.integer("temporal_patch_size", 2), channels = v.integer("in_channels", 3);
-    const int64_t merge = v.integer("spatial_merge_size", 2), out = v.integer("out_hidden_size", textHidden);
-    const int64_t positions = v.integer("num_position_embeddings", 2304);
-    for (auto [key, x] : {std::pair{"hidden_size", H}, {"intermediate_size", I}, {"depth", depth}, {"patch_size", patch},
-                          {"temporal_patch_size", temporal}, {"in_channels", channels}, {"spatial_merge_size", merge},
-                          {"out_hidden_size", out}})
-        if (x > (int64_t(1) << 16))
-            v.refuse(key, std::to_string(x), "is implausibly large (limit 65536)");
-    if (positions > (int64_t(1) << 24))
-        v.refuse("num_position_embeddings", std::to_string(positions), "is implausibly large (limit 16777216)");
-    if (merge > 64)
-        v.refuse("spatial_merge_size", std::to_string(merge), "is implausibly large (limit 64)");
-    // Every factor is at most 2^16 (positions 2^24, the merge 64): the products fit; the sums are checked.
-    const int64_t block = 4 * H + (3 * H * H + 3 * H) + (H * H + H) + (H * I + I) + (I * H + H);
-    const int64_t M = checkedMul(H, merge * merge);
-    const int64_t merger = checkedAdd(2 * H + M, checkedAdd(checkedMul(M, M), checkedAdd(checkedMul(M, out), out)));
-    return checkedAdd(checkedAdd(checkedMul(channels * temporal * patch * patch + 1, H), checkedMul(positions, H)),
-                      checkedAdd(checkedMul(depth, block), merger));
-}
-} // namespace
 
 ModelArch modelFromHfConfig(const json &c, const std::string &id)
 {
@@ -275,8 +246,8 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
     const json &tc = traits.textConfigNested ? c.at("text_config") : c;
     const std::string tctx = traits.textConfigNested ? "config.text_config" : ctx;
     findFamily(m.modelType)->readConfig(ConfigFields(tc, tctx), m);
-    if (traits.textConfigNested && c.contains("vision_config") && c.at("vision_config").is_object())
-        m.visionTowerParams = qwenVisionTowerParams(ConfigFields(c.at("vision_config"), "config.vision_config"), m.hiddenSize);
+    if (const Family *f = findFamily(m.modelType); f->outer)
+        f->outer(ConfigFields(c, ctx), m); // a composite's own fields (Family::outer)
     m.qkNorm = traits.qkNorm != QkNorm::None;
     if (traits.norms == NormPlacement::Sandwich)
         m.normsPerLayer = 4;

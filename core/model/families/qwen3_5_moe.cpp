@@ -7,7 +7,10 @@ namespace headroom {
 
 const Family &family_qwen3_5_moe()
 {
-    static const Family f = family_qwen3_5_moe_text().derive("qwen3_5_moe").set(&FamilyTraits::textConfigNested);
+    static const Family f = family_qwen3_5_moe_text()
+                                .derive("qwen3_5_moe")
+                                .set(&FamilyTraits::textConfigNested)
+                                .readsOuter(family_qwen3_5().outer); // the same vision tower
     return f;
 }
 
