@@ -37,6 +37,8 @@ static void BM_EstimateOne(benchmark::State &state, const char *model, FineTune 
 BENCHMARK_CAPTURE(BM_EstimateOne, llama31_8b_lora, "llama-3.1-8b", FineTune::LoRA, false)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_EstimateOne, llama31_70b_full_ckpt, "llama-3.1-70b", FineTune::Full, true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_EstimateOne, mixtral_lora, "mixtral-8x7b", FineTune::LoRA, false)->Unit(benchmark::kMillisecond);
+// Qwen3.5's gated DeltaNet is simulated chunk by chunk (Note [Gated DeltaNet]): 32 chunks a layer here.
+BENCHMARK_CAPTURE(BM_EstimateOne, qwen35_27b_lora_ckpt, "qwen3.5-27b", FineTune::LoRA, true)->Unit(benchmark::kMillisecond);
 
 static void BM_Replay(benchmark::State &state, const char *model, FineTune ft, bool ckpt)
 {
@@ -47,6 +49,7 @@ static void BM_Replay(benchmark::State &state, const char *model, FineTune ft, b
 }
 BENCHMARK_CAPTURE(BM_Replay, llama31_70b_full_ckpt, "llama-3.1-70b", FineTune::Full, true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Replay, llama31_8b_lora, "llama-3.1-8b", FineTune::LoRA, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Replay, qwen35_27b_lora_ckpt, "qwen3.5-27b", FineTune::LoRA, true)->Unit(benchmark::kMillisecond);
 
 // What the estimate's second steady step costs: simulating one step and replaying it, against
 // the same with the step's events copied (repeatLastStep) and replayed twice.
