@@ -12,11 +12,6 @@
 namespace headroom::sim {
 
 namespace {
-int pass(Sim &s, int g)
-{
-    s.ref(g);
-    return g;
-}
 constexpr int64_t kChunk = 64; // torch_chunk_gated_delta_rule's chunk_size
 
 // x.sum(-1, keepdim=True): SumBackward0 expands the gradient (a view, nothing allocated).

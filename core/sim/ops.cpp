@@ -11,17 +11,6 @@
 
 namespace headroom::sim {
 
-namespace {
-
-// A gradient handed on unchanged (views, adds): the next node holds its own reference.
-int pass(Sim &s, int g)
-{
-    s.ref(g);
-    return g;
-}
-
-} // namespace
-
 void Ops::reduceRows(int64_t rows, int64_t cols, int elem)
 {
     (void)elem;
@@ -195,26 +184,6 @@ T Ops::sub(const T &a, const T &b, int elem)
             r[0] = pass(s, g[0]);
         if (needs[1])
             r[1] = s.allocate(outBytes, Category::Temporaries); // -grad
-        return r;
-    });
-    return out;
-}
-
-T Ops::subRows(const T &a, const T &b)
-{
-    T out = s.make(a.bytes, a.elem);
-    const int64_t full = a.bytes, small = b.bytes;
-    s.record({&out}, {&a, &b}, {}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        std::vector<int> r(2, -1);
-        if (g[0] < 0)
-            return r;
-        if (needs[0])
-            r[0] = pass(s, g[0]);
-        if (needs[1]) {
-            const int neg = s.allocate(full, Category::Temporaries); // -grad
-            r[1] = s.allocate(small, Category::Temporaries);          // summed down (validate_outputs)
-            s.unref(neg);
-        }
         return r;
     });
     return out;
@@ -858,7 +827,7 @@ T Ops::sinkProbabilities(T &x, const T &sinks, int64_t rows, int64_t scores, int
                  return std::vector<int>{s.allocate(cb, Category::Temporaries)};
              });
     s.drop(indices);
-    T shifted = subRows(combined, values); // combined_logits - max: the name rebinds
+    T shifted = addBroadcast(combined, values, combined.bytes, combined.elem, true); // combined_logits - max: the name rebinds
     s.drop(values);
     s.drop(combined);
     T probs = softmax(shifted); // F.softmax(..., dtype=combined_logits.dtype): no upcast

@@ -8,6 +8,13 @@
 
 namespace headroom::sim {
 
+// A gradient handed on unchanged (views, adds): the next node holds its own reference.
+inline int pass(Sim &s, int g)
+{
+    s.ref(g);
+    return g;
+}
+
 // Tensor shape bookkeeping is by element counts and element sizes; shapes matter only where an
 // op's memory depends on them (broadcasting reductions, attention's heads and lengths).
 class Ops
@@ -32,9 +39,11 @@ public:
     T add(const T &a, const T &b, int elem = 0);
     // a - b (same shape): SubBackward0 hands the gradient to a and -grad (a new tensor) to b.
     T sub(const T &a, const T &b, int elem = 0);
-    // a - b, b broadcast along a's last dimension (a per-row statistic): SubBackward0 hands the
-    // gradient to a, and -grad, summed down to b's shape, to b.
-    T subRows(const T &a, const T &b);
+    // a + b or a - b (`subtract`) into `outBytes` in `elem`, either operand broadcast (a - b of a
+    // per-row statistic, a pairwise difference): AddBackward0 / SubBackward0 hand the gradient on
+    // (negated for b), then each broadcast operand's gradient is summed down to its shape
+    // (validate_outputs). Defined in deltanet.cpp.
+    T addBroadcast(const T &a, const T &b, int64_t outBytes, int elem, bool subtract);
     // x + scalar: passes the gradient through.
     T addScalar(const T &x);
     T neg(const T &x);
@@ -169,10 +178,7 @@ public:
     // ---- linear attention (defined in deltanet.cpp; Note [Gated DeltaNet])
     T exp(const T &x);      // ExpBackward0 saves its result
     T softplus(const T &x); // SoftplusBackward0 saves its input
-    // a + b or a - b (`subtract`) into `outBytes` in `elem`, either operand broadcast: AddBackward0 /
-    // SubBackward0 hand the gradient on (negated for b), then each broadcast operand's gradient is
-    // summed down to its shape (validate_outputs).
-    T addBroadcast(const T &a, const T &b, int64_t outBytes, int elem, bool subtract);
+
     // F.conv1d of a (b, C, s) view over a depthwise [C, 1, k] weight, padded k - 1 on both sides:
     // `outBytes` (b, C, s + k - 1). It copies the strided input contiguous first (freed), and saves
     // the input and the weight.

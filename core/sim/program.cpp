@@ -505,23 +505,14 @@ private:
         recordRegistration(L);
     }
 
-    // The layer's Linear modules (LinearModule order) as the model registered them: PEFT walks
-    // named_modules() in that order (Phi-3 makes o_proj before qkv_proj).
-    static std::vector<int> modulesInRegistrationOrder(LayerParams &L)
+    // Qwen3.5's gated DeltaNet Linears in sim::DeltaNetProjection order (laLora's order too).
+    static std::array<T *, kLinearAttentionLinears> deltaNetLinears(LayerParams &L)
     {
-        const std::array<const T *, kLinearModuleCount> weights = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
-        std::vector<int> mods(kLinearModuleCount);
-        for (int i = 0; i < kLinearModuleCount; ++i)
-            mods[static_cast<size_t>(i)] = i;
-        auto rank = [&](int mod) {
-            const auto &r = L.registered;
-            return std::find(r.begin(), r.end(), weights[static_cast<size_t>(mod)]) - r.begin();
-        };
-        std::stable_sort(mods.begin(), mods.end(), [&](int a, int b) { return rank(a) < rank(b); });
-        return mods;
+        return {&L.laQkv, &L.laZ, &L.laB, &L.laAp, &L.laOut};
     }
 
-    // The layer's Linears LoRA wraps, in the order PEFT meets them (named_modules(): registration).
+    // The layer's Linears LoRA wraps, in the order PEFT meets them (named_modules(): registration,
+    // so Phi-3's o_proj before its qkv_proj).
     struct AdaptedLinear
     {
         LoraPair *pair;
@@ -535,7 +526,7 @@ private:
             if (loraMask[static_cast<size_t>(mod)] && present(mod) && weights[static_cast<size_t>(mod)]->valid())
                 found.push_back({weights[static_cast<size_t>(mod)],
                                  {&L.lora[static_cast<size_t>(mod)], inFeatures(mod), outFeatures(mod)}});
-        const std::array<const T *, kLinearAttentionLinears> laWeights = {&L.laQkv, &L.laZ, &L.laB, &L.laAp, &L.laOut};
+        const auto laWeights = deltaNetLinears(L);
         for (size_t i = 0; i < laWeights.size(); ++i)
             if (laMask[i] && laWeights[i]->valid())
                 found.push_back({laWeights[i], {&L.laLora[i], laWeights[i]->cols, laWeights[i]->rows}});
@@ -703,7 +694,7 @@ private:
                     placed[m] = true;
                 }
             }
-            const std::array<const T *, kLinearAttentionLinears> laWeights = {&L.laQkv, &L.laZ, &L.laB, &L.laAp, &L.laOut};
+            const auto laWeights = deltaNetLinears(L);
             for (size_t i = 0; i < laWeights.size(); ++i)
                 if (t == laWeights[i] && L.laLora[i].on) {
                     out.push_back(&L.laLora[i].a);
@@ -755,17 +746,9 @@ private:
         for (auto &L : layers) {
             for (T *t : layerParameters(L))
                 add(*t);
-            if (L.laQkv.valid() || L.sharedGateLora.on) { // its adapters in module order
-                for (const AdaptedLinear &al : adaptedLinears(L)) {
-                    add(al.pair->a);
-                    add(al.pair->b);
-                }
-            } else {
-                for (auto &p : L.lora)
-                    if (p.on) {
-                        add(p.a);
-                        add(p.b);
-                    }
+            for (const AdaptedLinear &al : adaptedLinears(L)) { // the adapters in module order
+                add(al.pair->a);
+                add(al.pair->b);
             }
             for (LoraPair *p : {&L.gateUpLora, &L.downLora})
                 if (p->on) {
@@ -938,12 +921,12 @@ private:
         const int64_t n = checkedMul(tok, h);
         T xf = O.to(x, 4);
         T mu = O.mean(xf, tok);
-        T a = O.subRows(xf, mu);
+        T a = O.addBroadcast(xf, mu, xf.bytes, xf.elem, true);
         T p = O.pow2(a);
         T var = O.mean(p, tok);
         S.drop(p);
         S.drop(a);
-        T d = O.subRows(xf, mu);
+        T d = O.addBroadcast(xf, mu, xf.bytes, xf.elem, true);
         T ve = O.addScalar(var);
         T r = O.rsqrt(ve);
         S.drop(ve);
@@ -1468,8 +1451,8 @@ private:
         const sim::DeltaNetWeights w{&L.laConv, &L.laDt, &L.laA, &L.laNorm};
         using P = sim::DeltaNetProjection;
         return sim::gatedDeltaNet(O, d, w, hnorm, [&](const T &x, P p) {
-            T *weight = p == P::Qkv ? &L.laQkv : p == P::Z ? &L.laZ : p == P::B ? &L.laB : p == P::A ? &L.laAp : &L.laOut;
-            return linear(x, -1, *weight, nullptr, &L.laLora[static_cast<size_t>(p)]);
+            const auto i = static_cast<size_t>(p);
+            return linear(x, -1, *deltaNetLinears(L)[i], nullptr, &L.laLora[i]);
         });
     }
 
