@@ -67,55 +67,45 @@ Params countParams(const Ctx &x)
             addTrainable(t.rows, t.cols, p, t.count, inLayer);
     }
     if (!x.full) {
-        // LoRA adapters on every targeted Linear: A (r x in) and B (out x r), fp32.
+        // LoRA adapters on every targeted Linear: A (r x in) and B (out x r), fp32, on `count`
+        // layers; `perLayer` of them in each decoder layer the per-op ledger composes.
         const int64_t r = cfg.lora.rank;
         const int64_t L = x.m.numLayers;
+        auto addAdapter = [&](int64_t rows, int64_t cols, int64_t count, int64_t perLayer) {
+            const int64_t numel = checkedMul(rows, cols);
+            S.total = checkedAdd(S.total, checkedMul(numel, count));
+            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, count), x.loraBytes));
+            layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(numel, perLayer), x.loraBytes));
+            addTrainable(rows, cols, x.loraBytes, count, true);
+        };
         for (int mod = 0; mod < ModuleCount; ++mod) {
             if (!x.lora[mod])
                 continue;
             const int64_t count = linearModuleLayerCount(x.m, LinearModule(mod));
             const int64_t inF = x.inFeatures(Module(mod)), outF = x.outFeatures(Module(mod));
-            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}}) {
-                const int64_t numel = checkedMul(rows, cols);
-                S.total = checkedAdd(S.total, checkedMul(numel, count));
-                S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, count), x.loraBytes));
-                layerParamBytes = checkedAdd(layerParamBytes, checkedMul(checkedMul(numel, count / L), x.loraBytes));
-                addTrainable(rows, cols, x.loraBytes, count, true);
-            }
+            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}})
+                addAdapter(rows, cols, count, count / L);
         }
-        // Qwen3.5's gated DeltaNet Linears, on every linear-attention layer.
+        // Qwen3.5's gated DeltaNet Linears, on every linear-attention layer (the ledger has no
+        // DeltaNet: support.cpp refuses it there).
         const auto laOn = linearAttentionLora(x.m, cfg.lora.targets);
         const auto laShapes = linearAttentionLinearShapes(x.m);
-        const int64_t laLayers = x.m.linearAttentionLayerCount();
         for (size_t i = 0; i < laOn.size(); ++i) {
             if (!laOn[i])
                 continue;
             const auto [inF, outF] = laShapes[i];
-            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}}) {
-                const int64_t numel = checkedMul(rows, cols);
-                S.total = checkedAdd(S.total, checkedMul(numel, laLayers));
-                S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, laLayers), x.loraBytes));
-                addTrainable(rows, cols, x.loraBytes, laLayers, true);
-            }
+            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}})
+                addAdapter(rows, cols, x.m.linearAttentionLayerCount(), 0);
         }
-        // The wrapped experts' adapters, on every MoE layer.
+        // The shared expert's gate (all-linear) and the wrapped experts' adapters, on every MoE layer.
         int64_t moeLayers = 0;
         for (int64_t l = 0; l < L; ++l)
             moeLayers += x.m.isMoeLayer(l) ? 1 : 0;
         if (sharedExpertGateLora(x.m, cfg.lora.targets))
-            for (auto [rows, cols] : {std::pair{r, x.h}, std::pair{int64_t(1), r}}) {
-                const int64_t numel = checkedMul(rows, cols);
-                S.total = checkedAdd(S.total, checkedMul(numel, moeLayers));
-                S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, moeLayers), x.loraBytes));
-                addTrainable(rows, cols, x.loraBytes, moeLayers, true);
-            }
-        for (auto [rows, cols] : expertsLoraShapes(x.m, x.experts, r)) {
-            const int64_t numel = checkedMul(rows, cols);
-            S.total = checkedAdd(S.total, checkedMul(numel, moeLayers));
-            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(checkedMul(numel, moeLayers), x.loraBytes));
-            layerParamBytes = checkedAdd(layerParamBytes, checkedMul(numel, x.loraBytes));
-            addTrainable(rows, cols, x.loraBytes, moeLayers, true);
-        }
+            for (auto [rows, cols] : {std::pair{r, x.h}, std::pair{int64_t(1), r}})
+                addAdapter(rows, cols, moeLayers, 1);
+        for (auto [rows, cols] : expertsLoraShapes(x.m, x.experts, r))
+            addAdapter(rows, cols, moeLayers, 1);
     }
     if (x.full) {
         P.embedGradBytes = checkedMul(checkedMul(x.V, x.h), p);

@@ -245,9 +245,10 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
                          "a " + m.modelType + " config.json holds its language model's sizes in a text_config object");
     const json &tc = traits.textConfigNested ? c.at("text_config") : c;
     const std::string tctx = traits.textConfigNested ? "config.text_config" : ctx;
-    findFamily(m.modelType)->readConfig(ConfigFields(tc, tctx), m);
-    if (const Family *f = findFamily(m.modelType); f->outer)
-        f->outer(ConfigFields(c, ctx), m); // a composite's own fields (Family::outer)
+    const Family &family = *findFamily(m.modelType); // familyTraits() above refused a type with none
+    family.readConfig(ConfigFields(tc, tctx), m);
+    if (family.outer)
+        family.outer(ConfigFields(c, ctx), m); // a composite's own fields (Family::outer)
     m.qkNorm = traits.qkNorm != QkNorm::None;
     if (traits.norms == NormPlacement::Sandwich)
         m.normsPerLayer = 4;
