@@ -399,7 +399,7 @@ private Q_SLOTS:
         QVERIFY(alloc.size() >= 40);
         for (const char *t : {"llama", "granite", "arcee", "ernie4_5", "exaone4", "olmoe", "stablelm", "phi", "cohere2",
                               "phimoe", "qwen3_moe", "smollm3", "glm4", "deepseek_v3", "gpt_oss", "falcon",
-                              "qwen3_5_text", "qwen3_5_moe_text"})
+                              "qwen3_5_text", "qwen3_5_moe_text", "gemma4_text"})
             QVERIFY2(modelled.count(t), (std::string(t) + " has a row and a real step to hold it to").c_str());
         QVERIFY2(median <= 0.005, "median |error| on peak allocated must be <= 0.5%");
         QVERIFY2(worst <= 0.02, "max |error| on peak allocated must be <= 2%");

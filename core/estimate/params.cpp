@@ -53,7 +53,9 @@ Params countParams(const Ctx &x)
         const int64_t n = checkedMul(t.numel(), t.count);
         S.total = checkedAdd(S.total, n);
         const bool inLayer = t.module != "embed_tokens" && t.module != "embed_positions" &&
-                             t.module != "final_norm" && t.module != "lm_head";
+                             t.module != "final_norm" && t.module != "lm_head" &&
+                             t.module != "embed_tokens_per_layer" && t.module != "per_layer_model_projection" &&
+                             t.module != "per_layer_projection_norm";
         // Weights, as stored (what ZeRO-3 shards and gathers back per unit)
         const bool quantized = x.qlora && t.decoderLinear && !familyTraitsOrLlama(x.m.modelType).conv1dLinears;
         const int64_t stored = quantized ? checkedMul(nf4Bytes(t.numel(), cfg.lora.doubleQuant), t.count)
@@ -81,10 +83,20 @@ Params countParams(const Ctx &x)
         for (int mod = 0; mod < ModuleCount; ++mod) {
             if (!x.lora[mod])
                 continue;
-            const int64_t count = linearModuleLayerCount(x.m, LinearModule(mod));
-            const int64_t inF = x.inFeatures(Module(mod)), outF = x.outFeatures(Module(mod));
+            for (const LinearGroup &g : linearModuleGroups(x.m, LinearModule(mod)))
+                for (auto [rows, cols] : {std::pair{r, g.in}, std::pair{g.out, r}})
+                    addAdapter(rows, cols, g.layers, g.layers / L);
+        }
+        // Gemma 4's per-layer-input Linears: two in every layer, one the model's.
+        const auto pliOn = perLayerInputLora(x.m, cfg.lora.targets);
+        const auto pliShapes = perLayerInputLinearShapes(x.m);
+        for (size_t i = 0; i < pliOn.size(); ++i) {
+            if (!pliOn[i])
+                continue;
+            const auto [inF, outF] = pliShapes[i];
+            const bool model = i + 1 == pliOn.size();
             for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}})
-                addAdapter(rows, cols, count, count / L);
+                addAdapter(rows, cols, model ? 1 : L, model ? 0 : 1);
         }
         // Qwen3.5's gated DeltaNet Linears, on every linear-attention layer (the ledger has no
         // DeltaNet: support.cpp refuses it there).

@@ -123,16 +123,24 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
                        model.modelType + "'s row follows its gated DeltaNet in bf16, fp16 or fp32; under autocast it "
                                          "is traced"};
     if (model.hasLinearAttention() && !isSimulated(cfg))
-        return Refusal{Blocker::LedgerLinearAttention, "model.model_type", model.modelType,
+        return Refusal{Blocker::LedgerLayerKinds, "model.model_type", model.modelType,
                        "the gated DeltaNet is estimated on one GPU, DDP and ZeRO-1; not yet with FSDP (ZeRO 2/3) "
                        "or optimizer offload"};
+    // Gemma 4's global layers and per-layer inputs are simulated op by op (Note [Gemma 4]); the
+    // per-op ledger composes identical layers.
+    if ((!model.globalLayers.empty() || model.hasPerLayerInputs()) && !isSimulated(cfg))
+        return Refusal{Blocker::LedgerLayerKinds, "model.model_type", model.modelType,
+                       "Gemma 4's global layers and per-layer inputs are estimated on one GPU, DDP and ZeRO-1; not "
+                       "yet with FSDP (ZeRO 2/3) or optimizer offload"};
     // PEFT's get_peft_model raises when no target module is found in the model ("Target modules
     // {...} not found in the base model"); an estimate of that run would have no adapters at all.
     if (cfg.finetune != FineTune::Full) {
         const auto on = loraAdaptedModules(model, cfg.lora.targets);
         const auto la = linearAttentionLora(model, cfg.lora.targets);
+        const auto pli = perLayerInputLora(model, cfg.lora.targets);
         if (std::none_of(on.begin(), on.end(), [](bool b) { return b; }) && !expertsLora(model, cfg.lora.targets).any() &&
-            std::none_of(la.begin(), la.end(), [](bool b) { return b; })) {
+            std::none_of(la.begin(), la.end(), [](bool b) { return b; }) &&
+            std::none_of(pli.begin(), pli.end(), [](bool b) { return b; })) {
             std::string targets, names;
             for (const auto &t : cfg.lora.targets)
                 targets += (targets.empty() ? "" : ",") + t;
@@ -142,6 +150,9 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
                     names += (names.empty() ? "" : ", ") + n;
             if (model.hasLinearAttention())
                 for (const auto &n : linearAttentionLinearNames())
+                    names += ", " + n;
+            if (model.hasPerLayerInputs())
+                for (const auto &n : perLayerInputLinearNames())
                     names += ", " + n;
             return Refusal{Blocker::LoraTargetsNotFound, "lora.targets", targets,
                            "none is a Linear module of " + model.modelType + ", so PEFT would refuse the run; its "

@@ -251,13 +251,33 @@ void Sim::beginRegion(std::function<void()> fn, const std::vector<const T *> &in
 
 void Sim::endRegion()
 {
-    if (m_region >= 0 && m_regions[static_cast<size_t>(m_region)].nodes.empty()) {
-        // Nothing in it needs a gradient: the frame holds nothing.
-        for (int sto : m_regions[static_cast<size_t>(m_region)].inputs)
-            unref(sto);
-        m_regions[static_cast<size_t>(m_region)].inputs.clear();
-    }
+    if (m_region >= 0 && m_regions[static_cast<size_t>(m_region)].nodes.empty())
+        releaseRegion(m_regions[static_cast<size_t>(m_region)]); // nothing needs a gradient: the frame holds nothing
     m_region = -1;
+}
+
+void Sim::releaseRegion(Region &r)
+{
+    for (int sto : r.inputs)
+        unref(sto);
+    r.inputs.clear();
+    if (!r.released) {
+        r.released = true;
+        if (r.release) {
+            auto fn = std::move(r.release);
+            r.release = nullptr;
+            fn();
+        }
+    }
+}
+
+void Sim::onRegionRelease(int region, std::function<void()> release)
+{
+    if (region < 0 || static_cast<size_t>(region) >= m_regions.size() || m_regions[static_cast<size_t>(region)].released) {
+        release();
+        return;
+    }
+    m_regions[static_cast<size_t>(region)].release = std::move(release);
 }
 
 void Sim::recompute(int region)
@@ -375,11 +395,8 @@ void Sim::releaseGraph()
             p.requiresGrad = false;
         }
     // Nodes that never ran (not reachable) keep nothing alive once the graph is freed.
-    for (Region &r : m_regions) {
-        for (int sto : r.inputs)
-            unref(sto);
-        r.inputs.clear();
-    }
+    for (Region &r : m_regions)
+        releaseRegion(r);
     m_regions.clear();
     for (Node &n : m_nodes) {
         for (int s : n.saved)
@@ -618,11 +635,8 @@ void Sim::backward(const T &root, int64_t seedBytes)
         n.saved.clear();
         if (n.region >= 0) {
             Region &r = m_regions[static_cast<size_t>(n.region)];
-            if (--r.remaining == 0) {
-                for (int sto : r.inputs)
-                    unref(sto);
-                r.inputs.clear();
-            }
+            if (--r.remaining == 0)
+                releaseRegion(r);
         }
         grads.resize(n.inputs.size(), -1);
         for (size_t k = 0; k < n.inputs.size(); ++k) {

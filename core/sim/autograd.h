@@ -128,6 +128,11 @@ public:
     // forward again, and what each op saves goes to the matching original node; recomputation
     // stops once every node has its tensors (early stop).
     void beginRegion(std::function<void()> recompute, const std::vector<const T *> &inputs);
+    // The region being recorded (or the last one), and a Python object its checkpoint frame keeps
+    // alive besides the inputs (Gemma 4's shared_kv_states dict): `release` runs when the frame
+    // goes, once its last node has run (or with the graph, or at once if it holds nothing).
+    int currentRegion() const { return m_region >= 0 ? m_region : static_cast<int>(m_regions.size()) - 1; }
+    void onRegionRelease(int region, std::function<void()> release);
 
     // torch.autograd.graph.save_on_cpu: while on, a node recorded outside a checkpointed region
     // keeps no device memory for what it saves (pack_to_cpu copies each saved tensor to pinned
@@ -203,7 +208,10 @@ private:
         size_t remaining = 0;    // nodes not run yet
         bool recomputed = false;
         int16_t layer = -1;      // the decoder layer it checkpoints: its recomputation's tensors are that layer's
+        std::function<void()> release; // onRegionRelease's, run when the frame goes
+        bool released = false;
     };
+    void releaseRegion(Region &r);
     struct Param
     {
         int sto = -1;

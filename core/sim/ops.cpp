@@ -240,7 +240,7 @@ T Ops::rsqrt(const T &x)
     return out;
 }
 
-T Ops::rmsNormalize(const T &x32, int64_t rows, bool meanInline, T &variance)
+T Ops::rmsNormalize(const T &x32, int64_t rows, bool meanInline, T &variance, bool powInverse)
 {
     T p = pow2(x32);
     variance = mean(p, rows);
@@ -250,7 +250,9 @@ T Ops::rmsNormalize(const T &x32, int64_t rows, bool meanInline, T &variance)
         s.drop(variance);
         variance = T{};
     }
-    T r = rsqrt(ve);
+    // torch.pow(mean_squared, -0.5) (Gemma 4): PowBackward0 keeps its input, the sum; rsqrt keeps
+    // its result.
+    T r = powInverse ? unary(ve, ve.bytes, ve.elem, Keeps::Input) : rsqrt(ve);
     s.drop(ve);
     T xn = mul(x32, r, x32.numel(), 4, true, false, 0);
     s.drop(r);

@@ -172,8 +172,9 @@ public:
     // ---- normalisation
     // RMSNorm's core on an fp32 x over `rows` rows: x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps).
     // The mean goes to `variance` for the caller to drop where the code's local goes, or, with
-    // `meanInline` (one expression, Gemma's _norm), as soon as the sum is made.
-    T rmsNormalize(const T &x32, int64_t rows, bool meanInline, T &variance);
+    // `meanInline` (one expression, Gemma's _norm), as soon as the sum is made. `powInverse`:
+    // x * pow(mean + eps, -0.5), whose node keeps the sum (Gemma4RMSNorm).
+    T rmsNormalize(const T &x32, int64_t rows, bool meanInline, T &variance, bool powInverse = false);
 
     // ---- linear attention (defined in deltanet.cpp; Note [Gated DeltaNet])
     T exp(const T &x);      // ExpBackward0 saves its result

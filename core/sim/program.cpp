@@ -58,7 +58,10 @@ struct LayerParams
     T laDt, laA, laConv, laNorm, laOut, laQkv, laZ, laB, laAp;
     std::array<LoraPair, kLinearAttentionLinears> laLora; // sim::DeltaNetProjection order
     LoraPair sharedGateLora; // all-linear wraps shared_expert_gate, an nn.Linear(hidden, 1)
-    std::array<T *, 45> registered{}; // the parameter slots in model.parameters() order (Run::layerParameters)
+    // Gemma 4's per-layer input: per_layer_input_gate, per_layer_projection, post_per_layer_input_norm.
+    T pliGate, pliProj, pliNorm;
+    std::array<LoraPair, 2> pliLora;
+    std::array<T *, 48> registered{}; // the parameter slots in model.parameters() order (Run::layerParameters)
 };
 
 class Run
@@ -71,6 +74,9 @@ public:
         , S(tl)
         , O(S)
         , ft(familyTraitsOrLlama(m.modelType))
+        , hc(ft.textConfigNested && m.hfConfig.is_object() && m.hfConfig.contains("text_config")
+                 ? m.hfConfig.at("text_config")
+                 : m.hfConfig)
         , par(sim::makeParallelStrategy({S, c, o}))
     {
         // Room up front (a Llama layer makes about 450 events a micro-batch with its backward;
@@ -105,6 +111,7 @@ public:
             laMask = linearAttentionLora(m, c.lora.targets);
             sharedGateMask = sharedExpertGateLora(m, c.lora.targets);
             expertsWrapped = expertsLora(m, c.lora.targets);
+            pliMask = perLayerInputLora(m, c.lora.targets);
         }
         qlora = c.finetune == FineTune::QLoRA;
         inputRequiresGrad = c.finetune == FineTune::LoRA && c.gradCheckpointing;
@@ -183,6 +190,8 @@ private:
     Sim S;
     Ops O;
     const FamilyTraits &ft;
+    // The language model's config.json fields: a composite's text_config (FamilyTraits::textConfigNested).
+    const nlohmann::json &hc;
     std::unique_ptr<sim::ParallelStrategy> par; // single GPU, DDP, ZeRO-1 or FSDP2 (sim/parallel/)
     int64_t b = 1, s = 1, tok = 1, h = 1, heads = 1, kvHeads = 1, hd = 1, qOut = 1, kvOut = 1, V = 1;
     bool amp = false, full = true, qlora = false, inputRequiresGrad = false;
@@ -195,8 +204,27 @@ private:
     std::array<bool, kLinearModuleCount> loraMask{};
     std::array<bool, kLinearAttentionLinears> laMask{}; // Qwen3.5's DeltaNet Linears LoRA wraps
     bool sharedGateMask = false;                        // ... and the shared expert's gate
+    std::array<bool, kPerLayerInputLinears> pliMask{};  // ... and Gemma 4's per-layer-input Linears
     ExpertsLora expertsWrapped;
     T embed, positions, finalNorm, finalNormB, lmHead, lmHeadB;
+    // Gemma 4's per-layer inputs (Note [Gemma 4]): embed_tokens_per_layer, per_layer_model_projection
+    // (with its adapters) and per_layer_projection_norm; in forward, the inputs every layer slices.
+    T pliEmbed, pliModelProj, pliProjNorm, pliInputs;
+    T layerPli; // the layer's slice of pliInputs (a view), for its forward and recomputation
+    // Gemma 4's shared_kv_states: the keys and values of the last layer of each kind (sliding,
+    // global), kept in a dict until the model's forward returns, or, checkpointed, until the
+    // frame of the first checkpointed layer goes (Note [Gemma 4]). A recomputation replaces them.
+    std::array<std::vector<T>, 2> sharedKv;
+    int firstCheckpointRegion = -1; // this forward's
+    void dropSharedKv()
+    {
+        for (auto &kind : sharedKv) {
+            for (T &t : kind)
+                S.drop(t);
+            kind.clear();
+        }
+    }
+    LoraPair pliModelLora;
     std::vector<T> rotLocals; // an attention forward's rotary locals, dropped when it returns
     T outGate;                // Qwen3.5's attention output gate, until the output is gated
     std::vector<LayerParams> layers;
@@ -249,16 +277,16 @@ private:
     // lists them: the order buildLayer made them in, which is the modules' registration order
     // (the input_layernorm after the MLP, but first in GPT-2 and GPT-NeoX). The slots keep their
     // places when QLoRA replaces what is in them.
-    static std::array<T *, 45> layerSlots(LayerParams &L)
+    static std::array<T *, 48> layerSlots(LayerParams &L)
     {
         return {&L.n1,     &L.n1b,    &L.qa,      &L.qaN,    &L.qb2,     &L.q,       &L.qb,         &L.kva,  &L.kvaB,
                 &L.kvaN,   &L.kvb,    &L.k,       &L.kb,     &L.v,       &L.vb,      &L.o,          &L.ob,   &L.sinks,
                 &L.qn,     &L.kn,     &L.laDt,    &L.laA,    &L.laConv,  &L.laNorm,  &L.laOut,      &L.laQkv, &L.laZ,
                 &L.laB,    &L.laAp,   &L.router,  &L.routerB, &L.gateUp, &L.gateUpB, &L.expDown,    &L.expDownB,
                 &L.gate,   &L.up,     &L.upB,     &L.down,   &L.downB,   &L.sharedGate, &L.n2,      &L.n2b,  &L.n3,
-                &L.n4};
+                &L.n4,     &L.pliGate, &L.pliProj, &L.pliNorm};
     }
-    static const std::array<T *, 45> &layerParameters(LayerParams &L) { return L.registered; }
+    static const std::array<T *, 48> &layerParameters(LayerParams &L) { return L.registered; }
     // After buildLayer: the slots ordered by when their parameters were made (storage ids grow).
     static void recordRegistration(LayerParams &L)
     {
@@ -279,6 +307,8 @@ private:
                 out.push_back(t);
         out.push_back(&finalNorm);
         out.push_back(&finalNormB);
+        for (T *t : {&pliEmbed, &pliModelProj, &pliProjNorm})
+            out.push_back(t);
         if (!m.tiedEmbeddings)
             out.push_back(&lmHead);
         out.push_back(&lmHeadB);
@@ -371,17 +401,22 @@ private:
     }
 
     // A decoder layer's modules, in registration order (model.parameters() follows it).
-    void buildLayer(int64_t l)
+    // The attention's sizes on layer l: the model's, or Gemma 4's global layers' own.
+    void useGeometry(int64_t l)
     {
-        S.setLayer(static_cast<int>(l));
-        LayerParams &L = layers[static_cast<size_t>(l)];
+        const ModelArch::AttentionGeometry g = m.attentionAt(l);
+        hd = g.headDim;
+        kvHeads = g.kvHeads;
+        qOut = checkedMul(heads, hd);
+        kvOut = checkedMul(kvHeads, hd);
+    }
+
+    // The layer's token mixer, in registration order: the gated DeltaNet (Qwen3.5's linear
+    // layers), or the attention's projections (MLA's, a fused q/k/v, Gemma 4's, or q, k, v, o),
+    // with their norms and GPT-OSS's sinks.
+    void buildMixer(LayerParams &L, int64_t l)
+    {
         const bool t = full;
-        const int64_t I = m.intermediateSize;
-        const bool layerNorm = m.norm == NormKind::LayerNorm;
-        if (ft.normRegisteredFirst) { // GPT-2 / NeoX build the first norm before attention
-            L.n1 = param(h, 1, t, "input_layernorm");
-            L.n1b = param(h, 1, t, "input_layernorm");
-        }
         const int64_t H = heads, qk = m.qkNopeDim + m.qkRopeDim;
         auto outProj = [&] {
             L.o = linearWeight(h, m.isMla() ? checkedMul(H, m.vHeadDim) : qOut, t, "o_proj");
@@ -424,6 +459,15 @@ private:
             L.q = linearWeight(qOut + 2 * kvOut, h, t, "qkv_proj");
             if (m.qkvBias)
                 L.qb = linearBias(qOut + 2 * kvOut, t, "qkv_proj");
+        } else if (ft.valueNorm) {
+            // Gemma4TextAttention.__init__: q_proj, q_norm, k_norm, (v_norm has no weight), k_proj,
+            // v_proj (none on a global layer with attention_k_eq_v), then o_proj.
+            L.q = linearWeight(qOut, h, t, "q_proj");
+            L.qn = param(hd, 1, t, "q_norm");
+            L.kn = param(hd, 1, t, "k_norm");
+            L.k = linearWeight(kvOut, h, t, "k_proj");
+            if (m.attentionAt(l).valueProjection)
+                L.v = linearWeight(kvOut, h, t, "v_proj");
         } else {
             const int64_t qRows = ft.attentionOutputGate ? 2 * qOut : qOut; // the queries and their gates
             L.q = linearWeight(qRows, h, t, "q_proj");
@@ -440,11 +484,26 @@ private:
             outProj();
         if (ft.attentionSinks)
             L.sinks = param(heads, 1, t, "self_attn.sinks");
-        if (m.qkNorm && !linearAttn) {
+        if (m.qkNorm && !linearAttn && !ft.valueNorm) {
             const bool projection = ft.qkNorm == QkNorm::Projection; // OLMo 2/3: over all heads
             L.qn = param(projection ? qOut : hd, 1, t, "q_norm");
             L.kn = param(projection ? kvOut : hd, 1, t, "k_norm");
         }
+    }
+
+    void buildLayer(int64_t l)
+    {
+        S.setLayer(static_cast<int>(l));
+        useGeometry(l);
+        LayerParams &L = layers[static_cast<size_t>(l)];
+        const bool t = full;
+        const int64_t I = m.intermediateSize;
+        const bool layerNorm = m.norm == NormKind::LayerNorm;
+        if (ft.normRegisteredFirst) { // GPT-2 / NeoX build the first norm before attention
+            L.n1 = param(h, 1, t, "input_layernorm");
+            L.n1b = param(h, 1, t, "input_layernorm");
+        }
+        buildMixer(L, l);
         if (m.isMoeLayer(l)) {
             const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Is = m.sharedExpertIntermediateSize;
             // Module registration order: Qwen3MoeSparseMoeBlock and DeepSeek's MoE make their
@@ -502,6 +561,15 @@ private:
             L.n3 = param(h, 1, t, "pre_feedforward_layernorm");
         if (ft.norms != NormPlacement::Pre)
             L.n4 = param(h, 1, t, "post_feedforward_layernorm");
+        if (ft.layerScalar) { // Gemma 4's layer_scalar buffer
+            S.setOp("layer_scalar");
+            buffers.push_back(S.make(buildElem(), buildElem(), Category::Weights));
+        }
+        if (m.hasPerLayerInputs()) { // Gemma 4: the layer's gate and projection of its per-layer input
+            L.pliGate = linearWeight(m.perLayerInputSize, h, t, "per_layer_input_gate");
+            L.pliProj = linearWeight(h, m.perLayerInputSize, t, "per_layer_projection");
+            L.pliNorm = param(h, 1, t, "post_per_layer_input_norm");
+        }
         recordRegistration(L);
     }
 
@@ -522,10 +590,17 @@ private:
     {
         std::vector<std::pair<const T *, AdaptedLinear>> found;
         const std::array<const T *, kLinearModuleCount> weights = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+        const int64_t l = &L - layers.data();
         for (int mod = 0; mod < kLinearModuleCount; ++mod)
             if (loraMask[static_cast<size_t>(mod)] && present(mod) && weights[static_cast<size_t>(mod)]->valid())
                 found.push_back({weights[static_cast<size_t>(mod)],
-                                 {&L.lora[static_cast<size_t>(mod)], inFeatures(mod), outFeatures(mod)}});
+                                 {&L.lora[static_cast<size_t>(mod)], linearInFeatures(m, LinearModule(mod), l),
+                                  linearOutFeatures(m, LinearModule(mod), l)}});
+        const int64_t P = m.perLayerInputSize;
+        if (pliMask[0] && L.pliGate.valid())
+            found.push_back({&L.pliGate, {&L.pliLora[0], h, P}});
+        if (pliMask[1] && L.pliProj.valid())
+            found.push_back({&L.pliProj, {&L.pliLora[1], P, h}});
         const auto laWeights = deltaNetLinears(L);
         for (size_t i = 0; i < laWeights.size(); ++i)
             if (laMask[i] && laWeights[i]->valid())
@@ -577,6 +652,8 @@ private:
                 }
             }
         }
+        if (pliMask[2] && pliModelProj.valid()) // Gemma 4's per_layer_model_projection, after the layers
+            order.push_back({-1, &pliModelLora, {{{c.lora.rank, h}, {pliModelProj.rows, c.lora.rank}}}, false, {}, {}});
         auto fp32 = [&](Adapter &ad) {
             S.setLayer(static_cast<int>(ad.layer));
             ad.pair->a = param(ad.shape[0].first, ad.shape[0].second, true, "lora_A", kLoraElem);
@@ -621,15 +698,29 @@ private:
         layers.resize(static_cast<size_t>(m.numLayers));
         for (int64_t l = 0; l < m.numLayers; ++l)
             buildLayer(l);
+        useGeometry(-1);
         S.setLayer(-1);
         finalNorm = param(h, 1, t, "norm", normElem());
         if (m.norm == NormKind::LayerNorm)
             finalNormB = param(h, 1, t, "norm");
-        // Rotary inv_freq and its original copy (fp32 buffers).
+        // Rotary inv_freq and its original copy (fp32 buffers); Gemma 4 keeps a pair per layer
+        // type (sorted: full_attention's, then sliding_attention's), each of its geometry's width.
         if (!m.learnedPositions) {
             S.setOp("rotary_emb");
-            buffers.push_back(S.make(hd / 2 * 4, 4, Category::Weights));
-            buffers.push_back(S.make(hd / 2 * 4, 4, Category::Weights));
+            std::vector<int64_t> widths = {hd};
+            if (!m.globalLayers.empty())
+                widths = {m.attentionAt(m.numLayers - 1).headDim, m.headDim};
+            for (int64_t d : widths) {
+                buffers.push_back(S.make(d / 2 * 4, 4, Category::Weights));
+                buffers.push_back(S.make(d / 2 * 4, 4, Category::Weights));
+            }
+        }
+        if (m.hasPerLayerInputs()) {
+            // Gemma4TextModel's per-layer inputs, registered after the rotary embedding.
+            const int64_t P = m.perLayerInputSize, LP = checkedMul(m.numLayers, P);
+            pliEmbed = param(m.perLayerVocab, LP, t, "embed_tokens_per_layer");
+            pliModelProj = linearWeight(LP, h, t, "per_layer_model_projection");
+            pliProjNorm = param(P, 1, t, "per_layer_projection_norm");
         }
         if (m.tiedEmbeddings) {
             // HF builds the lm_head's own nn.Linear weight in __init__ and post_init's
@@ -700,10 +791,12 @@ private:
                     out.push_back(&L.laLora[i].a);
                     out.push_back(&L.laLora[i].b);
                 }
-            if (t == &L.sharedGate && L.sharedGateLora.on) {
-                out.push_back(&L.sharedGateLora.a);
-                out.push_back(&L.sharedGateLora.b);
-            }
+            for (auto [w, pair] : {std::pair{&L.sharedGate, &L.sharedGateLora}, {&L.pliGate, &L.pliLora[0]},
+                                   {&L.pliProj, &L.pliLora[1]}})
+                if (t == w && pair->on) {
+                    out.push_back(&pair->a);
+                    out.push_back(&pair->b);
+                }
         }
         for (size_t m = 0; m < L.lora.size(); ++m)
             if (L.lora[m].on && !placed[m]) {
@@ -725,7 +818,8 @@ private:
         std::vector<std::vector<T *>> out(layers.size() + 1);
         for (size_t l = 0; l < layers.size(); ++l)
             out[l + 1] = layerUnitParameters(layers[l]);
-        for (T *t : {&embed, &positions, &finalNorm, &finalNormB, m.tiedEmbeddings ? nullptr : &lmHead, &lmHeadB})
+        for (T *t : {&embed, &positions, &finalNorm, &finalNormB, &pliEmbed, &pliModelProj, &pliModelLora.a,
+                     &pliModelLora.b, &pliProjNorm, m.tiedEmbeddings ? nullptr : &lmHead, &lmHeadB})
             if (t && t->valid())
                 out[0].push_back(t);
         return out;
@@ -758,6 +852,8 @@ private:
         }
         add(finalNorm);
         add(finalNormB);
+        for (T *t : {&pliEmbed, &pliModelProj, &pliModelLora.a, &pliModelLora.b, &pliProjNorm})
+            add(*t);
         if (!m.tiedEmbeddings)
             add(lmHead);
         add(lmHeadB);
@@ -877,10 +973,24 @@ private:
         const int64_t n = checkedMul(rows, width);
         T x32 = O.to(x, 4);
         T var;
-        T xn = O.rmsNormalize(x32, rows, ft.rms == RmsNormStyle::Gemma, var); // see the Gemma branch below
+        const bool inlineMean = ft.rms == RmsNormStyle::Gemma || ft.rms == RmsNormStyle::Gemma4;
+        T xn = O.rmsNormalize(x32, rows, inlineMean, var, ft.rms == RmsNormStyle::Gemma4); // see the Gemma branch below
         S.drop(x32);
         T out;
-        if (ft.rms == RmsNormStyle::Olmo) {
+        if (ft.rms == RmsNormStyle::Gemma4 && !weight.valid()) {
+            // Gemma4RMSNorm(with_scale=False), the values' v_norm: only the cast back.
+            out = O.to(xn, x.elem);
+            S.drop(xn);
+        } else if (ft.rms == RmsNormStyle::Gemma4) {
+            // Gemma4RMSNorm: normed_output * self.weight.float(), then type_as(x). The fp32 weight
+            // is made after the normalised x and kept by the product's node.
+            T wf = O.to(weight, 4);
+            T y = O.mul(xn, wf, n, 4, true, false, rows);
+            S.drop(wf);
+            S.drop(xn);
+            out = O.to(y, x.elem);
+            S.drop(y);
+        } else if (ft.rms == RmsNormStyle::Olmo) {
             // Olmo2RMSNorm: (self.weight * hidden_states).to(input_dtype): the product in fp32
             // (MulBackward0 saves the weight and the fp32 normalised x), then the cast.
             T y = O.mul(weight, xn, n, 4, false, true, rows);
@@ -1120,20 +1230,18 @@ private:
     // Gemma 2 slides on every other layer (layer_types), Qwen2 only with use_sliding_window.
     bool hasSlidingWindow() const
     {
-        const nlohmann::json &hc = m.hfConfig;
         return hc.is_object() && hc.contains("sliding_window") && hc.at("sliding_window").is_number_integer() &&
                hc.at("sliding_window").get<int64_t>() > 0;
     }
 
     bool slidingMask(int64_t layer) const
     {
-        return slidesAt(layer) && s >= m.hfConfig.at("sliding_window").get<int64_t>();
+        return slidesAt(layer) && s >= hc.at("sliding_window").get<int64_t>();
     }
 
     // Whether the layer attends through a sliding window at all, whatever the sequence length.
     bool slidesAt(int64_t layer) const
     {
-        const nlohmann::json &hc = m.hfConfig;
         if (!hc.is_object() || !hc.contains("sliding_window") || !hc.at("sliding_window").is_number_integer())
             return false;
         if (ft.slidingWindowOptIn &&
@@ -1162,7 +1270,6 @@ private:
     // no_rope_layer_interval-th layer (its configuration class's default, 4).
     bool noRope(int64_t layer) const
     {
-        const nlohmann::json &hc = m.hfConfig;
         if (hc.contains("no_rope_layers") && hc.at("no_rope_layers").is_array()) {
             const nlohmann::json &l = hc.at("no_rope_layers");
             return layer < static_cast<int64_t>(l.size()) && l.at(static_cast<size_t>(layer)).is_number_integer() &&
@@ -1178,7 +1285,9 @@ private:
     // configuration class derives it from sliding_window_pattern (every 6th layer global).
     bool slidingLayer(int64_t layer) const
     {
-        const nlohmann::json &hc = m.hfConfig;
+        if (!m.globalLayers.empty()) // Gemma 4: read with the configuration class's rules
+            return layer >= 0 && static_cast<size_t>(layer) < m.globalLayers.size() &&
+                   !m.globalLayers[static_cast<size_t>(layer)];
         if (hc.contains("layer_types") && hc.at("layer_types").is_array()) {
             const nlohmann::json &lt = hc.at("layer_types");
             if (layer >= static_cast<int64_t>(lt.size()) || !lt.at(static_cast<size_t>(layer)).is_string())
@@ -1212,9 +1321,8 @@ private:
         if (c.attention == Attention::Eager) {
             // Gemma 2's attn_logit_softcapping: scores / cap, tanh, * cap (eager_attention_forward).
             Ops::EagerStyle style;
-            if (m.hfConfig.is_object() && m.hfConfig.contains("attn_logit_softcapping") &&
-                m.hfConfig.at("attn_logit_softcapping").is_number())
-                style.softcap = m.hfConfig.at("attn_logit_softcapping").get<double>();
+            if (hc.is_object() && hc.contains("attn_logit_softcapping") && hc.at("attn_logit_softcapping").is_number())
+                style.softcap = hc.at("attn_logit_softcapping").get<double>();
             if (ft.eagerSoftmaxInDtype) { // modeling_gpt2.eager_attention_forward
                 style.softmaxFp32 = false;
                 style.stridedQkv = true;
@@ -1431,6 +1539,36 @@ private:
                                                             : attentionBlock(L, hnorm, cos, sin);
         T out = afterAttention(L, x, hnorm, o);
         dropAttnWeights();
+        if (m.hasPerLayerInputs())
+            out = perLayerInput(L, out);
+        if (ft.layerScalar) { // Gemma 4: hidden_states *= self.layer_scalar (a buffer)
+            S.setOp("layer_scalar");
+            T scaled = O.inPlace(out, {});
+            S.drop(out);
+            out = scaled;
+        }
+        return out;
+    }
+
+    // Gemma4TextDecoderLayer's per-layer input (Note [Gemma 4]): residual + norm(projection(
+    // act(gate(x)) * per_layer_input)), the input its layer's slice of the model's per-layer inputs.
+    T perLayerInput(LayerParams &L, T x)
+    {
+        S.setOp("per_layer_input");
+        const int64_t P = m.perLayerInputSize;
+        T g = linear(x, -1, L.pliGate, nullptr, &L.pliLora[0]);
+        T a = activationOf(g);
+        S.drop(g);
+        T p = O.mul(a, layerPli, checkedMul(tok, P), a.elem, true, true, 0);
+        S.drop(a);
+        T proj = linear(p, -1, L.pliProj, nullptr, &L.pliLora[1]);
+        S.drop(p);
+        T n = norm(proj, L.pliNorm, T{});
+        S.drop(proj);
+        S.setOp("residual");
+        T out = O.add(x, n, re);
+        S.drop(n);
+        S.drop(x); // residual, a local of the layer's forward
         return out;
     }
 
@@ -1528,11 +1666,59 @@ private:
 
     // The attention block of the Llama-style families: q, k, v projections, rotary, attention,
     // o_proj.
+    // Gemma4TextAttention.forward (Note [Gemma 4]): q_proj, q_norm and rotary; k_proj and v_proj
+    // (or the keys' projection as the values: attention_k_eq_v), k_norm and rotary, v_norm. The
+    // heads' transposes come after, as views.
+    // Gemma4TextAttention.store_full_length_kv: the last layer of its kind keeps its keys and
+    // values in shared_kv_states (for the layers that share them, when there are).
+    bool storesSharedKv(int64_t l) const
+    {
+        for (int64_t k = l + 1; k < m.numLayers; ++k)
+            if (slidingLayer(k) == slidingLayer(l))
+                return false;
+        return true;
+    }
+
+    void projectGemma4(LayerParams &L, const T &hnorm, const T &cos, const T &sin, T &qe, T &ke, T &v)
+    {
+        using M = LinearModule;
+        T q = linear(hnorm, int(M::Q), L.q, &L.qb, &L.lora[0]);
+        T qn = rmsnorm(q, L.qn, tok * heads, hd);
+        S.drop(q);
+        T qr = rope(qn, cos, sin, qOut);
+        S.drop(qn);
+        qe = O.headsView(qr, false);
+        S.drop(qr);
+        T k = linear(hnorm, int(M::K), L.k, &L.kb, &L.lora[1]);
+        T vp = L.v.valid() ? linear(hnorm, int(M::V), L.v, &L.vb, &L.lora[2]) : S.view(k);
+        T kn = rmsnorm(k, L.kn, tok * kvHeads, hd);
+        S.drop(k); // key_states rebinds (the values' view keeps it with attention_k_eq_v)
+        T kr = rope(kn, cos, sin, kvOut);
+        S.drop(kn);
+        ke = O.headsView(kr, false);
+        S.drop(kr);
+        T vn = rmsnorm(vp, T{}, tok * kvHeads, hd);
+        S.drop(vp);
+        v = O.headsView(vn, false);
+        S.drop(vn);
+    }
+
     T attentionBlock(LayerParams &L, const T &hnorm, const T &cos, const T &sin)
     {
+        const int64_t li = &L - layers.data();
+        if (ft.valueNorm) {
+            T qe, ke, v;
+            projectGemma4(L, hnorm, cos, sin, qe, ke, v);
+            if (storesSharedKv(li)) {
+                auto &kind = sharedKv[slidingLayer(li) ? 0 : 1];
+                for (T &t : kind)
+                    S.drop(t);
+                kind = {S.view(ke), S.view(v)};
+            }
+            return attentionOutput(L, qe, ke, v, false, slidingMask(li));
+        }
         Qkv p = project(L, hnorm);
         T qe, ke;
-        const int64_t li = &L - layers.data();
         if ((ft.noRotaryOnFullLayers && hasSlidingWindow() && !slidingLayer(li)) || (ft.noRopeLayersListed && noRope(li))) {
             qe = S.view(p.q);
             ke = S.view(p.k);
@@ -1590,7 +1776,14 @@ private:
         S.drop(p.q);
         S.drop(p.k);
         const bool catRotary = !m.learnedPositions && (ft.rotaryConcat || ft.rotaryHalfTables);
-        T attn = attention(qe, ke, p.v, catRotary, slidingMask(li), 0, 0, L.sinks.valid() ? &L.sinks : nullptr);
+        return attentionOutput(L, qe, ke, p.v, catRotary, slidingMask(li));
+    }
+
+    // The attention over q, k and v (the block's locals, dropped here once o_proj has run), its
+    // output gate (Qwen3.5) and o_proj.
+    T attentionOutput(LayerParams &L, T &qe, T &ke, T &v, bool catRotary, bool masked)
+    {
+        T attn = attention(qe, ke, v, catRotary, masked, 0, 0, L.sinks.valid() ? &L.sinks : nullptr);
         if (outGate.valid()) { // Qwen3.5: attn_output * torch.sigmoid(gate)
             T sg = O.sigmoid(outGate);
             T gated = O.mul(attn, sg, checkedMul(tok, qOut), attn.elem, true, true, 0);
@@ -1606,7 +1799,7 @@ private:
         // returns, after o_proj: it matters where nothing saves them (a checkpointed forward).
         S.drop(qe);
         S.drop(ke);
-        S.drop(p.v);
+        S.drop(v);
         for (T &t : rotLocals)
             S.drop(t);
         rotLocals.clear();
@@ -1866,9 +2059,8 @@ private:
         std::tie(top, idx) = O.topk(probs, tok, static_cast<int>(K));
         S.drop(probs);
         bool norm = mixtral || ft.topkRenormalized;
-        if (!norm && m.hfConfig.is_object() && m.hfConfig.contains("norm_topk_prob") &&
-            m.hfConfig.at("norm_topk_prob").is_boolean())
-            norm = m.hfConfig.at("norm_topk_prob").get<bool>();
+        if (!norm && hc.is_object() && hc.contains("norm_topk_prob") && hc.at("norm_topk_prob").is_boolean())
+            norm = hc.at("norm_topk_prob").get<bool>();
         weights = S.view(top);
         if (norm) {
             // router_top_value /= router_top_value.sum(-1, keepdim=True): the in-place division
@@ -2186,17 +2378,25 @@ private:
     T decoderLayer(int64_t l, const T &hcur, const T &cos, const T &sin, const T &sdpaMask)
     {
         LayerParams &L = layers[static_cast<size_t>(l)];
+        useGeometry(l);
+        // Gemma 4: per_layer_inputs[:, :, l, :], a view the layer is handed.
+        T pli = pliInputs.valid() ? S.view(pliInputs, checkedMul(tok, m.perLayerInputSize) * pliInputs.elem) : T{};
+        layerPli = pli;
         T next;
         if (c.checkpointed(l) && !checkpointingOff) {
             const T in = hcur;
             // checkpoint() keeps the layer's tensor arguments for the recomputation: the
-            // hidden states, the rotary cos/sin and the attention mask it was given.
+            // hidden states, the rotary cos/sin, the attention mask and Gemma 4's per-layer input.
             std::vector<const T *> regionInputs = {&hcur, &cos, &sin};
+            if (pli.valid())
+                regionInputs.push_back(&pli);
             if (eagerMask.valid()) // the layer's kind's mask
                 regionInputs.push_back(eagerMaskSliding.valid() && slidesAt(l) ? &eagerMaskSliding : &eagerMask);
             else if (sdpaMask.valid() && (slidingMask(l) || ft.sdpaExplicitMask))
                 regionInputs.push_back(&sdpaMask);
-            S.beginRegion([this, &L, in, cos, sin]() mutable {
+            S.beginRegion([this, &L, l, in, cos, sin, pli]() mutable {
+                useGeometry(l);
+                layerPli = pli;
                 // The recomputation runs in its own torch.autocast context (checkpoint.py's
                 // device_autocast_ctx); leaving it clears autocast's cast cache, also when
                 // the early stop unwinds it.
@@ -2208,11 +2408,15 @@ private:
                 T o = layerForward(L, in, cos, sin);
                 S.drop(o);
             }, regionInputs);
+            if (firstCheckpointRegion < 0)
+                firstCheckpointRegion = S.currentRegion();
             next = layerForward(L, hcur, cos, sin);
             S.endRegion();
         } else {
             next = layerForward(L, hcur, cos, sin);
         }
+        if (pli.valid())
+            S.drop(pli);
         return next;
     }
 
@@ -2258,6 +2462,8 @@ private:
             S.drop(x);
             x = xs;
         }
+        if (m.hasPerLayerInputs())
+            perLayerInputs(ids, x);
         T pos;
         if (m.learnedPositions) {
             // GPT-2: wpe(position_ids) has one row per position (position_ids is (1, s)),
@@ -2303,9 +2509,12 @@ private:
                 eagerMaskSliding = S.make(eagerMask.bytes, eagerMask.elem);
         }
         // Rotary cos and sin (fp32 math, cast to the hidden dtype), shared by every layer.
+        // Gemma 4's global layers have their own head size, and so their own table's width.
         T cosGlobal, sinGlobal;
         if (!m.learnedPositions) {
+            useGeometry(m.globalLayers.empty() ? -1 : m.numLayers - 1);
             rotaryTables(x, cosGlobal, sinGlobal);
+            useGeometry(-1);
             if (ft.localRotary) // Gemma 3: rotary_emb_local for the sliding layers, made second
                 rotaryTables(x, cosLocal, sinLocal);
         }
@@ -2349,12 +2558,45 @@ private:
             S.drop(eagerMaskSliding);
         if (sdpaMask.valid())
             S.drop(sdpaMask);
+        if (firstCheckpointRegion >= 0) // the checkpoint frames hold the dict
+            S.onRegionRelease(firstCheckpointRegion, [this]() { dropSharedKv(); });
+        else
+            dropSharedKv();
+        firstCheckpointRegion = -1;
         if (!m.learnedPositions)
             S.drop(x);
         for (T &t : embedLocals)
             S.drop(t);
         embedLocals.clear();
+        if (pliInputs.valid()) {
+            S.drop(pliInputs);
+            pliInputs = T{};
+        }
         return fn;
+    }
+
+    // Gemma4TextModel's per-layer inputs (Note [Gemma 4]): get_per_layer_inputs (the scaled
+    // embedding of the ids in the packed table), then project_per_layer_inputs (the embeddings
+    // through per_layer_model_projection, times a scalar, per_layer_projection_norm over each
+    // layer's slice, plus the first, times 2^-0.5). Every layer reads its slice of the result.
+    void perLayerInputs(const T &ids, const T &x)
+    {
+        S.setOp("per_layer_inputs");
+        const int64_t LP = checkedMul(m.numLayers, m.perLayerInputSize);
+        T e = O.embedding(pliEmbed, ids, tok, m.perLayerVocab, LP);
+        T es = O.mul(e, T{}, e.numel(), e.elem, true, false, 0); // * embed_scale (a buffer)
+        S.drop(e);
+        T proj = linear(x, -1, pliModelProj, nullptr, &pliModelLora);
+        T ps = O.scale(proj);
+        S.drop(proj);
+        T pn = rmsnorm(ps, pliProjNorm, checkedMul(tok, m.numLayers), m.perLayerInputSize);
+        S.drop(ps);
+        S.setOp("per_layer_inputs");
+        T sum = O.add(pn, es);
+        pliInputs = O.scale(sum);
+        S.drop(sum);
+        S.drop(pn);
+        S.drop(es);
     }
 
     // The lm_head over the final norm's output `fn` (kept): the logits, as the CausalLM's forward

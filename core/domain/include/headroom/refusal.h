@@ -23,7 +23,7 @@ enum class Blocker {
     LedgerSelectiveCheckpointing, // the per-op ledger composes identical layers
     LedgerActivationOffload,      // the per-op ledger has no saved-tensor hooks
     LedgerMla,                    // the per-op ledger has no multi-head latent attention
-    LedgerLinearAttention,        // ... nor Qwen3.5's gated DeltaNet
+    LedgerLayerKinds,             // ... nor layers of several kinds (Qwen3.5's DeltaNet, Gemma 4's)
     LoraTargetsNotFound,    // PEFT refuses targets the model does not have
     PreferenceNotModelled,  // DPO is measured (TRL's own step), not yet estimated
     EagerAttentionOnly,     // the model's attention runs in eager only (GPT-OSS's sinks)

@@ -20,8 +20,9 @@ enum class NormPlacement { Pre, Sandwich, Post };
 // projection before it is split into heads (OLMo 2/3).
 enum class QkNorm { None, PerHead, Projection };
 // RMSNorm's last step: weight * x.to(input dtype) (Llama), x * (1 + weight) in fp32 then cast
-// (Gemma), weight * x in fp32 then cast (OLMo 2/3).
-enum class RmsNormStyle { Llama, Gemma, Olmo };
+// (Gemma), weight * x in fp32 then cast (OLMo 2/3), x * weight.float() then cast, the mean a
+// temporary (Gemma 4's Gemma4RMSNorm; without a weight, with_scale=False, only the cast).
+enum class RmsNormStyle { Llama, Gemma, Olmo, Gemma4 };
 
 // How a fused q/k/v projection is split into heads: slices of the last dimension, each viewed per
 // head (Phi-3's qkv_proj); split(hidden, dim=2), each .view().transpose(1, 2) (GPT-2's c_attn,
@@ -131,6 +132,12 @@ struct FamilyTraits
     // Qwen3.5's rotary: position ids for text, height and width (3 x b x s), the tables'
     // frequencies recomposed per section (mrope_section) before cos and sin.
     bool multimodalRotaryTables = false; // the attention registers o_proj before its q/k/v (Phi-3)           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
+    // Gemma 4's attention (Note [Gemma 4]): q_proj, q_norm and rotary before k_proj and v_proj;
+    // then k_norm, rotary, and v_norm (an RMSNorm without a weight) on the values; on the global
+    // layers with attention_k_eq_v no v_proj, the values are k_proj's output.
+    bool valueNorm = false;
+    // `hidden_states *= self.layer_scalar` at the end of each decoder layer (a buffer, in place).
+    bool layerScalar = false;
     // A composite configuration (Qwen3.5's qwen3_5: a vision_config and a text_config) that
     // AutoModelForCausalLM builds as its text model alone (Qwen3_5ForCausalLM reads text_config and
     // ignores the checkpoint's model.visual weights): every size is read from text_config.
@@ -216,6 +223,28 @@ struct ModelArch
     // estimate leaves out (it is the language model's) and the report states.
     int64_t visionTowerParams = 0;
     std::vector<bool> linearLayers; // per layer: true where the layer is linear attention
+    // Gemma 4 (Note [Gemma 4]): the global (full-attention) layers' own head size and kv heads
+    // (config.global_head_dim, num_global_key_value_heads, per_layer_config), the values from
+    // the keys there (attention_k_eq_v), and the per-layer inputs: an embedding of
+    // perLayerVocab x (layers x perLayerInputSize) and a gated projection in every layer.
+    std::vector<bool> globalLayers;
+    int64_t globalHeadDim = 0, globalKvHeads = 0;
+    bool globalKeyIsValue = false;
+    int64_t perLayerInputSize = 0, perLayerVocab = 0;
+    struct AttentionGeometry
+    {
+        int64_t headDim = 0, kvHeads = 0;
+        bool valueProjection = true; // false: the values are the keys' projection
+    };
+    // The attention's geometry on one layer: the model's, or the global layers' own.
+    AttentionGeometry attentionAt(int64_t layer) const
+    {
+        if (layer >= 0 && static_cast<size_t>(layer) < globalLayers.size() && globalLayers[static_cast<size_t>(layer)])
+            return {globalHeadDim > 0 ? globalHeadDim : headDim, globalKvHeads > 0 ? globalKvHeads : numKvHeads,
+                    !globalKeyIsValue};
+        return {headDim, numKvHeads, true};
+    }
+    bool hasPerLayerInputs() const { return perLayerInputSize > 0; }
     int64_t publishedParams = 0;      // from the model card, for tests; 0 when unknown
     // The config.json it came from, kept whole so that the transformers engine builds exactly
     // this model (null for Headroom's flat form without one).
@@ -314,11 +343,26 @@ std::array<bool, kLinearAttentionLinears> linearAttentionLora(const ModelArch &m
 // all-linear also wraps an MoE block's shared_expert_gate (an nn.Linear(hidden, 1): Qwen2-MoE,
 // Qwen3.5-MoE) on every MoE layer.
 bool sharedExpertGateLora(const ModelArch &m, const std::vector<std::string> &targets);
-// The decoder layers that have the module: attention's on a hybrid model's attention layers only.
+// The decoder layers that have the module: attention's on a hybrid model's attention layers only,
+// v_proj not on Gemma 4's global layers with attention_k_eq_v.
 int64_t linearModuleLayerCount(const ModelArch &m, LinearModule mod);
-// In and out features of each Linear above (0 where there is none).
-int64_t linearInFeatures(const ModelArch &m, LinearModule mod);
-int64_t linearOutFeatures(const ModelArch &m, LinearModule mod);
+// In and out features of each Linear above on `layer` (0 where there is none; -1: the model's
+// own geometry, Gemma 4's sliding layers').
+int64_t linearInFeatures(const ModelArch &m, LinearModule mod, int64_t layer = -1);
+int64_t linearOutFeatures(const ModelArch &m, LinearModule mod, int64_t layer = -1);
+// One module's Linears grouped by shape: in and out features, and on how many layers.
+struct LinearGroup
+{
+    int64_t in = 0, out = 0, layers = 0;
+};
+std::vector<LinearGroup> linearModuleGroups(const ModelArch &m, LinearModule mod);
+// Gemma 4's per-layer-input Linears: per_layer_input_gate and per_layer_projection in every
+// layer, per_layer_model_projection once (the model's); what LoRA wraps of them (named, or
+// all-linear: PEFT wraps every Linear but the lm_head).
+constexpr int kPerLayerInputLinears = 3;
+std::array<std::string, kPerLayerInputLinears> perLayerInputLinearNames();
+std::array<std::pair<int64_t, int64_t>, kPerLayerInputLinears> perLayerInputLinearShapes(const ModelArch &m);
+std::array<bool, kPerLayerInputLinears> perLayerInputLora(const ModelArch &m, const std::vector<std::string> &targets);
 int64_t parameterCount(const ModelArch &m);
 
 // Import a Hugging Face config.json. Throws InputError naming the missing field or unknown model_type.
