@@ -351,6 +351,21 @@ def specs():
     a(spec("q35moe-bf16-full-adamw-b1s1024-l2", "qwen3.5-35b-a3b", batch=1, layers=2))
     a(spec("q35moe-bf16-lora16all-b1s4096-l4-ckpt", "qwen3.5-35b-a3b", finetune="lora", batch=1, seq=4096, layers=4,
            ckpt=True, targets=["all-linear"]))
+    # Gemma 4 (the gemma4_text row, Note [Gemma 4]) at the real widths, cut in depth: 31B's language
+    # model (global layers of 512-wide heads, 4 kv heads, keys as values; final softcapping; a
+    # 1024-token window), and E2B's with its key/value sharing off (per-layer inputs beside the
+    # global layers; the sharing itself is traced).
+    g31, e2b, noshare = "gemma-4-31b-text", "gemma-4-e2b-text", {"num_kv_shared_layers": 0}
+    a(spec("g4-31b-bf16-lora16-b2s2048-l6", g31, finetune="lora", batch=2, seq=2048, layers=6))
+    a(spec("g4-31b-bf16-full-adamw-b1s2048-l6", g31, batch=1, seq=2048, layers=6))
+    a(spec("g4-31b-bf16-lora16all-b1s4096-l6-ckpt", g31, finetune="lora", batch=1, seq=4096, layers=6, ckpt=True,
+           targets=["all-linear"]))
+    a(spec("g4-31b-bf16-qlora16-b1s2048-l6-ckpt", g31, finetune="qlora", batch=1, seq=2048, layers=6, ckpt=True))
+    a(spec("g4-31b-ampbf16-lora16-b2s1024-l6", g31, precision="amp-bf16", finetune="lora", batch=2, layers=6))
+    a(spec("g4-e2b-bf16-lora16all-b2s2048-l10", e2b, finetune="lora", batch=2, seq=2048, layers=10,
+           targets=["all-linear"], hf=noshare))
+    a(spec("g4-e2b-bf16-full-adamw-b2s1024-l5", e2b, batch=2, layers=5, hf=noshare))
+    a(spec("g4-e2b-bf16-lora16-b4s1024-l10-ckpt", e2b, finetune="lora", layers=10, ckpt=True, hf=noshare))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",
