@@ -366,6 +366,13 @@ def specs():
            targets=["all-linear"], hf=noshare))
     a(spec("g4-e2b-bf16-full-adamw-b2s1024-l5", e2b, batch=2, layers=5, hf=noshare))
     a(spec("g4-e2b-bf16-lora16-b4s1024-l10-ckpt", e2b, finetune="lora", layers=10, ckpt=True, hf=noshare))
+    # ... and with its key/value sharing: the last 4 of 10 layers read the keys and values the
+    # last earlier sliding and global layers stored, their MLPs twice as wide.
+    share = {"num_kv_shared_layers": 4}
+    a(spec("g4-e2bs-bf16-lora16all-b2s2048-l10", e2b, finetune="lora", batch=2, seq=2048, layers=10,
+           targets=["all-linear"], hf=share))
+    a(spec("g4-e2bs-bf16-full-adamw-b2s1024-l10", e2b, batch=2, layers=10, hf=share))
+    a(spec("g4-e2bs-bf16-lora16-b4s2048-l10-ckpt", e2b, finetune="lora", seq=2048, layers=10, ckpt=True, hf=share))
     # The allocator's expandable segments, on a spread of the above.
     for n in ["l1b-bf16-full-adamw-b4s1024", "l1b-bf16-full-adamw-b4s1024-ckpt", "l1b-ampbf16-full-adamw-b4s1024",
               "l1b-bf16-lora16-b4s2048", "l1b-bf16-lora16-b4s2048-ckpt", "l1b-bf16-full-adamw-b4s1024-ga2",

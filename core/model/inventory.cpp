@@ -13,6 +13,68 @@
 
 namespace headroom {
 
+namespace {
+// The MLP's tensors, or the MoE block's: the router, the stacked experts, the shared expert,
+// DeepSeek's first dense layers.
+void mlpInventory(const ModelArch &m, std::vector<ParamTensor> &p)
+{
+    const int64_t h = m.hiddenSize, L = m.numLayers;
+    const FamilyTraits &ft = familyTraitsOrLlama(m.modelType);
+    auto add = [&](std::string module, int64_t rows, int64_t cols, int64_t count, bool linear = false) {
+        p.push_back({std::move(module), rows, cols, count, linear});
+    };
+    if (m.isMoe()) {
+        const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Lm = L - m.firstDenseLayers;
+        add("router", E, h, Lm);
+        // transformers 5 stacks the experts: [E, 2 x Ie, h] gate_up_proj and [E, h, Ie] down_proj
+        // Parameters, not Linear modules.
+        add("experts.gate_up_proj", E * 2 * Ie, h, Lm);
+        add("experts.down_proj", E * h, Ie, Lm);
+        if (ft.gptOssExperts) { // GPT-OSS: the router's bias and each expert's two biases
+            add("router.bias", E, 1, Lm);
+            add("experts.gate_up_proj_bias", E, 2 * Ie, Lm);
+            add("experts.down_proj_bias", E, h, Lm);
+        }
+        if (m.sharedExpertIntermediateSize > 0) {
+            const int64_t Is = m.sharedExpertIntermediateSize;
+            add("shared_expert.gate_proj", Is, h, Lm, true);
+            add("shared_expert.up_proj", Is, h, Lm, true);
+            add("shared_expert.down_proj", h, Is, Lm, true);
+        }
+        if (m.sharedExpertGate)
+            add("shared_expert_gate", 1, h, Lm);
+        if (m.firstDenseLayers > 0) { // DeepSeek's first_k_dense_replace layers: a dense MLP
+            const int64_t I = m.intermediateSize, Ld = m.firstDenseLayers;
+            add("dense.gate_proj", I, h, Ld);
+            add("dense.up_proj", I, h, Ld);
+            add("dense.down_proj", h, I, Ld);
+        }
+    } else {
+        // Gemma 4's key/value-sharing layers may have an MLP twice as wide (use_double_wide_mlp).
+        int64_t wide = 0;
+        for (int64_t l = 0; l < L; ++l)
+            wide += m.mlpWidth(l) != m.intermediateSize ? 1 : 0;
+        for (auto [I, n] : {std::pair{m.intermediateSize, L - wide}, {2 * m.intermediateSize, wide}}) {
+            if (n == 0)
+                continue;
+            if (m.fusedGateUp)
+                add("gate_up_proj", 2 * I, h, n, true);
+            else if (m.mlp == MlpKind::Gated)
+                add("gate_proj", I, h, n, true);
+            if (!m.fusedGateUp)
+                add("up_proj", I, h, n, true);
+            add("down_proj", h, I, n, true);
+            if (m.mlpBias) {
+                if (m.mlp == MlpKind::Gated)
+                    add("gate_proj.bias", I, 1, n);
+                add("up_proj.bias", I, 1, n);
+                add("down_proj.bias", h, 1, n);
+            }
+        }
+    }
+}
+} // namespace
+
 std::vector<ParamTensor> parameterInventory(const ModelArch &m)
 {
     std::vector<ParamTensor> p;
@@ -78,15 +140,28 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
             add("q_norm", qOut, 1, La);
             add("k_norm", kvOut, 1, La);
         } else {
-            const int64_t Lg = static_cast<int64_t>(std::count(m.globalLayers.begin(), m.globalLayers.end(), true));
-            const int64_t dg = m.attentionAt(m.globalLayers.empty() ? -1 : static_cast<int64_t>(
-                std::find(m.globalLayers.begin(), m.globalLayers.end(), true) - m.globalLayers.begin())).headDim;
-            add("q_norm", d, 1, La - Lg);
-            add("k_norm", d, 1, La - Lg);
-            if (Lg > 0) {
-                add("q_norm", dg, 1, Lg);
-                add("k_norm", dg, 1, Lg);
+            // Per layer: Gemma 4's global layers have their own head size, and its key/value-sharing
+            // layers no k_norm.
+            std::vector<std::pair<int64_t, int64_t>> q, k; // (width, layers)
+            auto count = [](std::vector<std::pair<int64_t, int64_t>> &v, int64_t w) {
+                auto it = std::find_if(v.begin(), v.end(), [&](const auto &x) { return x.first == w; });
+                if (it == v.end())
+                    v.push_back({w, 1});
+                else
+                    ++it->second;
+            };
+            for (int64_t l = 0; l < L; ++l) {
+                if (m.isLinearAttentionLayer(l))
+                    continue;
+                const ModelArch::AttentionGeometry g = m.attentionAt(l);
+                count(q, g.headDim);
+                if (g.keyProjection)
+                    count(k, g.headDim);
             }
+            for (auto [w, n] : q)
+                add("q_norm", w, 1, n);
+            for (auto [w, n] : k)
+                add("k_norm", w, 1, n);
         }
     }
     if (m.hasPerLayerInputs()) { // Gemma 4: each layer's gate and projection of its per-layer input
@@ -106,48 +181,7 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
         add("linear_attn.in_proj_b", la.valueHeads, h, Lin, true);
         add("linear_attn.in_proj_a", la.valueHeads, h, Lin, true);
     }
-    if (m.isMoe()) {
-        const int64_t E = m.numExperts, Ie = m.expertIntermediateSize, Lm = L - m.firstDenseLayers;
-        add("router", E, h, Lm);
-        // transformers 5 stacks the experts: [E, 2 x Ie, h] gate_up_proj and [E, h, Ie] down_proj
-        // Parameters, not Linear modules.
-        add("experts.gate_up_proj", E * 2 * Ie, h, Lm);
-        add("experts.down_proj", E * h, Ie, Lm);
-        if (ft.gptOssExperts) { // GPT-OSS: the router's bias and each expert's two biases
-            add("router.bias", E, 1, Lm);
-            add("experts.gate_up_proj_bias", E, 2 * Ie, Lm);
-            add("experts.down_proj_bias", E, h, Lm);
-        }
-        if (m.sharedExpertIntermediateSize > 0) {
-            const int64_t Is = m.sharedExpertIntermediateSize;
-            add("shared_expert.gate_proj", Is, h, Lm, true);
-            add("shared_expert.up_proj", Is, h, Lm, true);
-            add("shared_expert.down_proj", h, Is, Lm, true);
-        }
-        if (m.sharedExpertGate)
-            add("shared_expert_gate", 1, h, Lm);
-        if (m.firstDenseLayers > 0) { // DeepSeek's first_k_dense_replace layers: a dense MLP
-            const int64_t I = m.intermediateSize, Ld = m.firstDenseLayers;
-            add("dense.gate_proj", I, h, Ld);
-            add("dense.up_proj", I, h, Ld);
-            add("dense.down_proj", h, I, Ld);
-        }
-    } else {
-        const int64_t I = m.intermediateSize;
-        if (m.fusedGateUp)
-            add("gate_up_proj", 2 * I, h, L, true);
-        else if (m.mlp == MlpKind::Gated)
-            add("gate_proj", I, h, L, true);
-        if (!m.fusedGateUp)
-            add("up_proj", I, h, L, true);
-        add("down_proj", h, I, L, true);
-        if (m.mlpBias) {
-            if (m.mlp == MlpKind::Gated)
-                add("gate_proj.bias", I, 1, L);
-            add("up_proj.bias", I, 1, L);
-            add("down_proj.bias", h, 1, L);
-        }
-    }
+    mlpInventory(m, p);
     add("layer_norms", h, 1, L * m.normsPerLayer * normTensors);
     add("final_norm", h, 1, normTensors);
     if (m.hasPerLayerInputs()) { // Gemma 4's per-layer inputs, the model's
@@ -351,6 +385,8 @@ std::vector<LinearGroup> linearModuleGroups(const ModelArch &m, LinearModule mod
             continue;
         if (mod == LinearModule::V && !m.attentionAt(l).valueProjection)
             continue;
+        if (mod == LinearModule::K && !m.attentionAt(l).keyProjection)
+            continue;
         const int64_t in = linearInFeatures(m, mod, l), o = linearOutFeatures(m, mod, l);
         auto it = std::find_if(out.begin(), out.end(), [&](const LinearGroup &g) { return g.in == in && g.out == o; });
         if (it == out.end())
@@ -365,7 +401,7 @@ int64_t linearInFeatures(const ModelArch &m, LinearModule mod, int64_t layer)
 {
     if (linearModuleNames(m)[static_cast<size_t>(mod)].empty())
         return 0;
-    const int64_t width = m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize;
+    const int64_t width = m.isMoe() ? m.sharedExpertIntermediateSize : m.mlpWidth(layer);
     switch (mod) {
     case LinearModule::O: return m.numHeads * (m.isMla() ? m.vHeadDim : m.attentionAt(layer).headDim);
     case LinearModule::Down: return width;
@@ -379,7 +415,7 @@ int64_t linearOutFeatures(const ModelArch &m, LinearModule mod, int64_t layer)
         return 0;
     const ModelArch::AttentionGeometry g = m.attentionAt(layer);
     const int64_t qOut = m.numHeads * g.headDim, kvOut = g.kvHeads * g.headDim;
-    const int64_t width = m.isMoe() ? m.sharedExpertIntermediateSize : m.intermediateSize;
+    const int64_t width = m.isMoe() ? m.sharedExpertIntermediateSize : m.mlpWidth(layer);
     switch (mod) {
     case LinearModule::Q:
         if (m.isMla())

@@ -462,10 +462,13 @@ private:
         } else if (ft.valueNorm) {
             // Gemma4TextAttention.__init__: q_proj, q_norm, k_norm, (v_norm has no weight), k_proj,
             // v_proj (none on a global layer with attention_k_eq_v), then o_proj.
+            // A key/value-sharing layer has q_proj, q_norm and o_proj only.
             L.q = linearWeight(qOut, h, t, "q_proj");
             L.qn = param(hd, 1, t, "q_norm");
-            L.kn = param(hd, 1, t, "k_norm");
-            L.k = linearWeight(kvOut, h, t, "k_proj");
+            if (m.attentionAt(l).keyProjection) {
+                L.kn = param(hd, 1, t, "k_norm");
+                L.k = linearWeight(kvOut, h, t, "k_proj");
+            }
             if (m.attentionAt(l).valueProjection)
                 L.v = linearWeight(kvOut, h, t, "v_proj");
         } else {
@@ -497,7 +500,7 @@ private:
         useGeometry(l);
         LayerParams &L = layers[static_cast<size_t>(l)];
         const bool t = full;
-        const int64_t I = m.intermediateSize;
+        const int64_t I = m.mlpWidth(l);
         const bool layerNorm = m.norm == NormKind::LayerNorm;
         if (ft.normRegisteredFirst) { // GPT-2 / NeoX build the first norm before attention
             L.n1 = param(h, 1, t, "input_layernorm");
@@ -1673,7 +1676,10 @@ private:
     // values in shared_kv_states (for the layers that share them, when there are).
     bool storesSharedKv(int64_t l) const
     {
-        for (int64_t k = l + 1; k < m.numLayers; ++k)
+        const int64_t first = m.kvSharedLayers > 0 ? m.numLayers - m.kvSharedLayers : m.numLayers;
+        if (l >= first)
+            return false;
+        for (int64_t k = l + 1; k < first; ++k)
             if (slidingLayer(k) == slidingLayer(l))
                 return false;
         return true;
@@ -1689,6 +1695,12 @@ private:
         S.drop(qn);
         qe = O.headsView(qr, false);
         S.drop(qr);
+        if (!L.k.valid()) { // a key/value-sharing layer: the stored keys and values (views)
+            const auto &kind = sharedKv[slidingLayer(&L - layers.data()) ? 0 : 1];
+            ke = S.view(kind.at(0));
+            v = S.view(kind.at(1));
+            return;
+        }
         T k = linear(hnorm, int(M::K), L.k, &L.kb, &L.lora[1]);
         T vp = L.v.valid() ? linear(hnorm, int(M::V), L.v, &L.vb, &L.lora[2]) : S.view(k);
         T kn = rmsnorm(k, L.kn, tok * kvHeads, hd);

@@ -11,13 +11,15 @@
 //   then in every layer a gate, its product with the layer's slice, a projection, a norm and a
 //   residual add;
 // - every layer ends with `hidden_states *= layer_scalar` (a buffer, in place).
-// Not followed yet, so traced (ModelArch::rowGap): layers sharing an earlier layer's keys and
-// values (num_kv_shared_layers), the MoE block beside the MLP (enable_moe_block), bidirectional
-// attention over every token.
+// - the last num_kv_shared_layers layers reuse the keys and values the last earlier layer of their
+//   kind stored (no k_proj, v_proj or their norms), their MLP twice as wide with use_double_wide_mlp.
+// Not followed yet, so traced (ModelArch::rowGap): the MoE block beside the MLP
+// (enable_moe_block), bidirectional attention over every token.
 #include "family.h"
 
 #include "headroom/json_input.h"
 
+#include <algorithm>
 #include <string>
 
 namespace headroom {
@@ -128,9 +130,19 @@ void read(const ConfigFields &c, ModelArch &m)
     if (m.perLayerInputSize > (int64_t(1) << 16) || m.perLayerVocab > (int64_t(1) << 24))
         c.refuse("hidden_size_per_layer_input", std::to_string(m.perLayerInputSize),
                  "is implausibly large with vocab_size_per_layer_input " + std::to_string(m.perLayerVocab));
-    if (const int64_t shared = nonNegative(c, "num_kv_shared_layers", 0); shared > 0)
-        ConfigFields::notModelled(m, "num_kv_shared_layers", std::to_string(shared),
-                                  "layers that reuse an earlier layer's keys and values");
+    m.kvSharedLayers = nonNegative(c, "num_kv_shared_layers", 0);
+    m.doubleWideMlp = c.boolean("use_double_wide_mlp", false);
+    if (m.kvSharedLayers > 0) {
+        // Each sharing layer reads the last earlier layer of its kind (store_full_length_kv).
+        const int64_t first = m.numLayers - m.kvSharedLayers;
+        bool kinds[2] = {false, false};
+        for (int64_t l = 0; l < first; ++l)
+            kinds[m.globalLayers[static_cast<size_t>(l)] ? 1 : 0] = true;
+        for (int64_t l = std::max<int64_t>(first, 0); l < m.numLayers; ++l)
+            if (first <= 0 || !kinds[m.globalLayers[static_cast<size_t>(l)] ? 1 : 0])
+                c.refuse("num_kv_shared_layers", std::to_string(m.kvSharedLayers),
+                         "leaves a sharing layer with no earlier layer of its kind to share keys and values with");
+    }
     if (c.boolean("enable_moe_block", false))
         ConfigFields::notModelled(m, "enable_moe_block", "true", "the MoE block beside the MLP");
     if (c.has("use_bidirectional_attention") && c.json().at("use_bidirectional_attention") == "all")

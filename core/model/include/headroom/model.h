@@ -231,19 +231,32 @@ struct ModelArch
     int64_t globalHeadDim = 0, globalKvHeads = 0;
     bool globalKeyIsValue = false;
     int64_t perLayerInputSize = 0, perLayerVocab = 0;
+    // The last kvSharedLayers layers reuse the keys and values of the last earlier layer of their
+    // kind (num_kv_shared_layers): no k_proj, v_proj or their norms; with doubleWideMlp their MLP
+    // is twice as wide (use_double_wide_mlp).
+    int64_t kvSharedLayers = 0;
+    bool doubleWideMlp = false;
     struct AttentionGeometry
     {
         int64_t headDim = 0, kvHeads = 0;
         bool valueProjection = true; // false: the values are the keys' projection
+        bool keyProjection = true;   // false: the keys and values are an earlier layer's
     };
+    bool sharesKv(int64_t layer) const
+    {
+        return kvSharedLayers > 0 && kvSharedLayers < numLayers && layer >= numLayers - kvSharedLayers;
+    }
     // The attention's geometry on one layer: the model's, or the global layers' own.
     AttentionGeometry attentionAt(int64_t layer) const
     {
+        const bool shared = sharesKv(layer);
         if (layer >= 0 && static_cast<size_t>(layer) < globalLayers.size() && globalLayers[static_cast<size_t>(layer)])
             return {globalHeadDim > 0 ? globalHeadDim : headDim, globalKvHeads > 0 ? globalKvHeads : numKvHeads,
-                    !globalKeyIsValue};
-        return {headDim, numKvHeads, true};
+                    !globalKeyIsValue && !shared, !shared};
+        return {headDim, numKvHeads, !shared, !shared};
     }
+    // The dense MLP's width on one layer.
+    int64_t mlpWidth(int64_t layer) const { return doubleWideMlp && sharesKv(layer) ? 2 * intermediateSize : intermediateSize; }
     bool hasPerLayerInputs() const { return perLayerInputSize > 0; }
     int64_t publishedParams = 0;      // from the model card, for tests; 0 when unknown
     // The config.json it came from, kept whole so that the transformers engine builds exactly
