@@ -87,28 +87,22 @@ Params countParams(const Ctx &x)
                 for (auto [rows, cols] : {std::pair{r, g.in}, std::pair{g.out, r}})
                     addAdapter(rows, cols, g.layers, g.layers / L);
         }
-        // Gemma 4's per-layer-input Linears: two in every layer, one the model's.
+        // A family's own Linears: an A and a B on `count` layers for each one wrapped (`on`,
+        // `shapes`: in and out features), `perLayer` of them in each layer the ledger composes.
+        auto addNamed = [&](const auto &on, const auto &shapes, auto count, auto perLayer) {
+            for (size_t i = 0; i < on.size(); ++i)
+                if (on[i])
+                    for (auto [rows, cols] : {std::pair{r, shapes[i].first}, std::pair{shapes[i].second, r}})
+                        addAdapter(rows, cols, count(i), perLayer(i));
+        };
+        // Gemma 4's per-layer-input Linears: two in every layer, the last the model's own.
         const auto pliOn = perLayerInputLora(x.m, cfg.lora.targets);
-        const auto pliShapes = perLayerInputLinearShapes(x.m);
-        for (size_t i = 0; i < pliOn.size(); ++i) {
-            if (!pliOn[i])
-                continue;
-            const auto [inF, outF] = pliShapes[i];
-            const bool model = i + 1 == pliOn.size();
-            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}})
-                addAdapter(rows, cols, model ? 1 : L, model ? 0 : 1);
-        }
+        addNamed(pliOn, perLayerInputLinearShapes(x.m), [&](size_t i) { return i + 1 == pliOn.size() ? int64_t(1) : L; },
+                 [&](size_t i) { return i + 1 == pliOn.size() ? int64_t(0) : int64_t(1); });
         // Qwen3.5's gated DeltaNet Linears, on every linear-attention layer (the ledger has no
         // DeltaNet: support.cpp refuses it there).
-        const auto laOn = linearAttentionLora(x.m, cfg.lora.targets);
-        const auto laShapes = linearAttentionLinearShapes(x.m);
-        for (size_t i = 0; i < laOn.size(); ++i) {
-            if (!laOn[i])
-                continue;
-            const auto [inF, outF] = laShapes[i];
-            for (auto [rows, cols] : {std::pair{r, inF}, std::pair{outF, r}})
-                addAdapter(rows, cols, x.m.linearAttentionLayerCount(), 0);
-        }
+        addNamed(linearAttentionLora(x.m, cfg.lora.targets), linearAttentionLinearShapes(x.m),
+                 [&](size_t) { return x.m.linearAttentionLayerCount(); }, [](size_t) { return int64_t(0); });
         // The shared expert's gate (all-linear) and the wrapped experts' adapters, on every MoE layer.
         int64_t moeLayers = 0;
         for (int64_t l = 0; l < L; ++l)

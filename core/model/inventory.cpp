@@ -324,17 +324,23 @@ std::array<std::pair<int64_t, int64_t>, kLinearAttentionLinears> linearAttention
     return {{{h, la.convWidth()}, {h, la.valueWidth()}, {h, la.valueHeads}, {h, la.valueHeads}, {la.valueWidth(), h}}};
 }
 
-std::array<bool, kLinearAttentionLinears> linearAttentionLora(const ModelArch &m, const std::vector<std::string> &targets)
+namespace {
+// Which of a family's own Linears LoRA wraps: those named, every one for all-linear.
+template<size_t N>
+std::array<bool, N> namedLora(bool present, const std::array<std::string, N> &names, const std::vector<std::string> &targets)
 {
-    std::array<bool, kLinearAttentionLinears> on{};
-    if (!m.hasLinearAttention())
-        return on;
-    const auto names = linearAttentionLinearNames();
-    for (size_t i = 0; i < names.size(); ++i)
+    std::array<bool, N> on{};
+    for (size_t i = 0; present && i < N; ++i)
         for (const auto &t : targets)
             if (t == names[i] || t == "all-linear")
                 on[i] = true;
     return on;
+}
+} // namespace
+
+std::array<bool, kLinearAttentionLinears> linearAttentionLora(const ModelArch &m, const std::vector<std::string> &targets)
+{
+    return namedLora(m.hasLinearAttention(), linearAttentionLinearNames(), targets);
 }
 
 std::array<std::string, kPerLayerInputLinears> perLayerInputLinearNames()
@@ -350,15 +356,7 @@ std::array<std::pair<int64_t, int64_t>, kPerLayerInputLinears> perLayerInputLine
 
 std::array<bool, kPerLayerInputLinears> perLayerInputLora(const ModelArch &m, const std::vector<std::string> &targets)
 {
-    std::array<bool, kPerLayerInputLinears> on{};
-    if (!m.hasPerLayerInputs())
-        return on;
-    const auto names = perLayerInputLinearNames();
-    for (size_t i = 0; i < names.size(); ++i)
-        for (const auto &t : targets)
-            if (t == names[i] || t == "all-linear")
-                on[i] = true;
-    return on;
+    return namedLora(m.hasPerLayerInputs(), perLayerInputLinearNames(), targets);
 }
 
 bool sharedExpertGateLora(const ModelArch &m, const std::vector<std::string> &targets)
