@@ -231,6 +231,9 @@ std::array<bool, kLinearModuleCount> loraTargetMask(const std::vector<std::strin
         // Qwen3.5's gated DeltaNet Linears (model.h linearAttentionLora): none of the seven
         {"in_proj_qkv", {}},         {"in_proj_z", {}},             {"in_proj_b", {}},
         {"in_proj_a", {}},           {"out_proj", {}},
+        // Multi-head latent attention's (model.h mlaLora)
+        {"q_a_proj", {}},            {"q_b_proj", {}},              {"kv_a_proj_with_mqa", {}},
+        {"kv_b_proj", {}},
         // Gemma 4's per-layer-input Linears (model.h perLayerInputLora)
         {"per_layer_input_gate", {}}, {"per_layer_projection", {}}, {"per_layer_model_projection", {}},
         {"all-linear", {M::Q, M::K, M::V, M::O, M::Gate, M::Up, M::Down}},

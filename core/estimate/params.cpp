@@ -99,6 +99,9 @@ Params countParams(const Ctx &x)
         const auto pliOn = perLayerInputLora(x.m, cfg.lora.targets);
         addNamed(pliOn, perLayerInputLinearShapes(x.m), [&](size_t i) { return i + 1 == pliOn.size() ? int64_t(1) : L; },
                  [&](size_t i) { return i + 1 == pliOn.size() ? int64_t(0) : int64_t(1); });
+        // Multi-head latent attention's own Linears, on every layer.
+        addNamed(mlaLora(x.m, cfg.lora.targets), mlaLinearShapes(x.m), [&](size_t) { return L; },
+                 [](size_t) { return int64_t(1); });
         // Qwen3.5's gated DeltaNet Linears, on every linear-attention layer (the ledger has no
         // DeltaNet: support.cpp refuses it there).
         addNamed(linearAttentionLora(x.m, cfg.lora.targets), linearAttentionLinearShapes(x.m),

@@ -138,9 +138,11 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
         const auto on = loraAdaptedModules(model, cfg.lora.targets);
         const auto la = linearAttentionLora(model, cfg.lora.targets);
         const auto pli = perLayerInputLora(model, cfg.lora.targets);
+        const auto mla = mlaLora(model, cfg.lora.targets);
         if (std::none_of(on.begin(), on.end(), [](bool b) { return b; }) && !expertsLora(model, cfg.lora.targets).any() &&
             std::none_of(la.begin(), la.end(), [](bool b) { return b; }) &&
-            std::none_of(pli.begin(), pli.end(), [](bool b) { return b; })) {
+            std::none_of(pli.begin(), pli.end(), [](bool b) { return b; }) &&
+            std::none_of(mla.begin(), mla.end(), [](bool b) { return b; })) {
             std::string targets, names;
             for (const auto &t : cfg.lora.targets)
                 targets += (targets.empty() ? "" : ",") + t;
@@ -154,6 +156,10 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
             if (model.hasPerLayerInputs())
                 for (const auto &n : perLayerInputLinearNames())
                     names += ", " + n;
+            if (model.isMla())
+                for (const auto &n : mlaLinearNames())
+                    if (model.qLoraRank > 0 || n.rfind("q_", 0) != 0)
+                        names += ", " + n;
             return Refusal{Blocker::LoraTargetsNotFound, "lora.targets", targets,
                            "none is a Linear module of " + model.modelType + ", so PEFT would refuse the run; its "
                            "Linear modules are " + names + " (or all-linear)"};

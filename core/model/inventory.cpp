@@ -343,6 +343,26 @@ std::array<bool, kLinearAttentionLinears> linearAttentionLora(const ModelArch &m
     return namedLora(m.hasLinearAttention(), linearAttentionLinearNames(), targets);
 }
 
+std::array<std::string, kMlaLinears> mlaLinearNames()
+{
+    return {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
+}
+
+std::array<std::pair<int64_t, int64_t>, kMlaLinears> mlaLinearShapes(const ModelArch &m)
+{
+    const int64_t h = m.hiddenSize, H = m.numHeads, qk = m.qkNopeDim + m.qkRopeDim;
+    return {{{h, m.qLoraRank}, {m.qLoraRank, checkedMul(H, qk)}, {h, m.kvLoraRank + m.qkRopeDim},
+             {m.kvLoraRank, checkedMul(H, m.qkNopeDim + m.vHeadDim)}}};
+}
+
+std::array<bool, kMlaLinears> mlaLora(const ModelArch &m, const std::vector<std::string> &targets)
+{
+    std::array<bool, kMlaLinears> on = namedLora(m.isMla(), mlaLinearNames(), targets);
+    if (m.qLoraRank <= 0) // q_proj instead of q_a_proj and q_b_proj
+        on[0] = on[1] = false;
+    return on;
+}
+
 std::array<std::string, kPerLayerInputLinears> perLayerInputLinearNames()
 {
     return {"per_layer_input_gate", "per_layer_projection", "per_layer_model_projection"};

@@ -61,6 +61,7 @@ struct LayerParams
     // Gemma 4's per-layer input: per_layer_input_gate, per_layer_projection, post_per_layer_input_norm.
     T pliGate, pliProj, pliNorm;
     std::array<LoraPair, 2> pliLora;
+    std::array<LoraPair, kMlaLinears> mlaLora; // q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj
     std::array<T *, 48> registered{}; // the parameter slots in model.parameters() order (Run::layerParameters)
 };
 
@@ -112,6 +113,7 @@ public:
             sharedGateMask = sharedExpertGateLora(m, c.lora.targets);
             expertsWrapped = expertsLora(m, c.lora.targets);
             pliMask = perLayerInputLora(m, c.lora.targets);
+            mlaMask = mlaLora(m, c.lora.targets);
         }
         qlora = c.finetune == FineTune::QLoRA;
         inputRequiresGrad = c.finetune == FineTune::LoRA && c.gradCheckpointing;
@@ -205,6 +207,7 @@ private:
     std::array<bool, kLinearAttentionLinears> laMask{}; // Qwen3.5's DeltaNet Linears LoRA wraps
     bool sharedGateMask = false;                        // ... and the shared expert's gate
     std::array<bool, kPerLayerInputLinears> pliMask{};  // ... and Gemma 4's per-layer-input Linears
+    std::array<bool, kMlaLinears> mlaMask{};            // ... and multi-head latent attention's
     ExpertsLora expertsWrapped;
     T embed, positions, finalNorm, finalNormB, lmHead, lmHeadB;
     // Gemma 4's per-layer inputs (Note [Gemma 4]): embed_tokens_per_layer, per_layer_model_projection
@@ -576,6 +579,9 @@ private:
         recordRegistration(L);
     }
 
+    // Multi-head latent attention's Linears in mlaLinearNames() order (mlaLora's too).
+    static std::array<T *, kMlaLinears> mlaLinears(LayerParams &L) { return {&L.qa, &L.qb2, &L.kva, &L.kvb}; }
+
     // Qwen3.5's gated DeltaNet Linears in sim::DeltaNetProjection order (laLora's order too).
     static std::array<T *, kLinearAttentionLinears> deltaNetLinears(LayerParams &L)
     {
@@ -599,6 +605,10 @@ private:
                 found.push_back({weights[static_cast<size_t>(mod)],
                                  {&L.lora[static_cast<size_t>(mod)], linearInFeatures(m, LinearModule(mod), l),
                                   linearOutFeatures(m, LinearModule(mod), l)}});
+        const auto mlaWeights = mlaLinears(L);
+        for (size_t i = 0; i < mlaWeights.size(); ++i)
+            if (mlaMask[i] && mlaWeights[i]->valid())
+                found.push_back({mlaWeights[i], {&L.mlaLora[i], mlaWeights[i]->cols, mlaWeights[i]->rows}});
         const int64_t P = m.perLayerInputSize;
         if (pliMask[0] && L.pliGate.valid())
             found.push_back({&L.pliGate, {&L.pliLora[0], h, P}});
@@ -795,7 +805,8 @@ private:
                     out.push_back(&L.laLora[i].b);
                 }
             for (auto [w, pair] : {std::pair{&L.sharedGate, &L.sharedGateLora}, {&L.pliGate, &L.pliLora[0]},
-                                   {&L.pliProj, &L.pliLora[1]}})
+                                   {&L.pliProj, &L.pliLora[1]}, {&L.qa, &L.mlaLora[0]}, {&L.qb2, &L.mlaLora[1]},
+                                   {&L.kva, &L.mlaLora[2]}, {&L.kvb, &L.mlaLora[3]}})
                 if (t == w && pair->on) {
                     out.push_back(&pair->a);
                     out.push_back(&pair->b);
@@ -1618,15 +1629,15 @@ private:
         const int64_t H = heads, dn = m.qkNopeDim, dr = m.qkRopeDim, dv = m.vHeadDim, r = m.kvLoraRank;
         T q;
         if (m.qLoraRank > 0) {
-            T qa = linear(x, -1, L.qa, nullptr, nullptr);
+            T qa = linear(x, -1, L.qa, nullptr, &L.mlaLora[0]);
             T qn = rmsnorm(qa, L.qaN, tok, m.qLoraRank);
             S.drop(qa);
-            q = linear(qn, -1, L.qb2, nullptr, nullptr);
+            q = linear(qn, -1, L.qb2, nullptr, &L.mlaLora[1]);
             S.drop(qn);
         } else {
             q = linear(x, int(M::Q), L.q, nullptr, &L.lora[0]);
         }
-        T ckv = linear(x, -1, L.kva, &L.kvaB, nullptr); // kv_a_proj_with_mqa
+        T ckv = linear(x, -1, L.kva, &L.kvaB, &L.mlaLora[2]); // kv_a_proj_with_mqa
         T kvIn = O.slice(ckv, checkedMul(tok, r));
         T kvn = rmsnorm(kvIn, L.kvaN, tok, r); // kv_a_layernorm on the split's view
         S.drop(kvIn);
@@ -1653,7 +1664,7 @@ private:
         }
         S.setOp("self_attn");
         T query = O.cat({&qnope, &qr}, checkedMul(tok, H * (dn + dr)), q.elem);
-        T kvbOut = linear(kvn, -1, L.kvb, nullptr, nullptr); // kv_b_proj
+        T kvbOut = linear(kvn, -1, L.kvb, nullptr, &L.mlaLora[3]); // kv_b_proj
         T knope = O.slice(kvbOut, checkedMul(tok, H * dn));
         T value = O.slice(kvbOut, checkedMul(tok, H * dv));
         T kexp = O.headsView(kr, true); // k_pe.expand(...): a view; its gradient is summed back

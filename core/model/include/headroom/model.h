@@ -369,6 +369,13 @@ struct LinearGroup
     int64_t in = 0, out = 0, layers = 0;
 };
 std::vector<LinearGroup> linearModuleGroups(const ModelArch &m, LinearModule mod);
+// Multi-head latent attention's own Linears (DeepSeek-V2/V3): q_a_proj, q_b_proj (with
+// q_lora_rank), kv_a_proj_with_mqa, kv_b_proj, as (in, out) features, and those LoRA wraps (named,
+// or all-linear). q_proj and o_proj are LinearModule's Q and O.
+constexpr int kMlaLinears = 4;
+std::array<std::string, kMlaLinears> mlaLinearNames();
+std::array<std::pair<int64_t, int64_t>, kMlaLinears> mlaLinearShapes(const ModelArch &m);
+std::array<bool, kMlaLinears> mlaLora(const ModelArch &m, const std::vector<std::string> &targets);
 // Gemma 4's per-layer-input Linears: per_layer_input_gate and per_layer_projection in every
 // layer, per_layer_model_projection once (the model's); what LoRA wraps of them (named, or
 // all-linear: PEFT wraps every Linear but the lm_head).
