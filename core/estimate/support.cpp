@@ -51,11 +51,13 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
         return Refusal{Blocker::RowVariant, "attention", "eager",
                        model.modelType + "'s row follows its SDPA attention, not its own eager one"};
     // GPT-OSS's attention sinks: Transformers refuses SDPA for the type (_supports_sdpa = False)
-    // and its flash path needs the kernels hub's vllm-flash-attn3, so the step runs eager.
+    // and its flash path needs the kernels hub's vllm-flash-attn3 (Axolotl's gpt-oss recipes name
+    // it; imported as a flash kernel, attention = sdpa), which the row does not follow.
     if (familyTraitsOrLlama(model.modelType).attentionSinks && cfg.attention != Attention::Eager)
         return Refusal{Blocker::EagerAttentionOnly, "attention", std::string(toString(cfg.attention)),
-                       model.modelType + "'s attention sinks run in eager attention only (Transformers has no SDPA "
-                                         "path for them): use eager attention"};
+                       model.modelType + "'s attention sinks run in eager attention or the Hub's vllm-flash-attn3 "
+                                         "kernel, never SDPA; the row follows the eager path (the kernel is not "
+                                         "estimated): use eager attention, or Measure now"};
     // Learned absolute positions (GPT-2's wpe, an nn.Embedding of max_position_embeddings rows):
     // Transformers fails with an index error past them, so there is no run to estimate.
     if (model.learnedPositions && model.maxPositions > 0 && cfg.seqLen > model.maxPositions)

@@ -434,13 +434,17 @@ Resolved resolve(const std::string &id, const Settings &s, const Fetch &fetch, c
     Resolved out;
     // A built-in preset made from this id (resources/models/*.json keep the config.json verbatim):
     // no cache, no network.
-    for (const auto &p : modelPresets())
-        if (!p.source.empty() && lowercase(p.source) == lowercase(id)) {
+    for (const auto &p : modelPresets()) {
+        bool named = !p.source.empty() && lowercase(p.source) == lowercase(id);
+        for (const std::string &a : p.alsoSources)
+            named = named || lowercase(a) == lowercase(id);
+        if (named) {
             out.model = p;
-            out.source = "built-in preset " + p.id;
+            out.source = "built-in preset " + p.id + (lowercase(p.source) == lowercase(id) ? "" : " (the same model as " + p.source + ")");
             out.fromCache = true;
             return out;
         }
+    }
     auto build = [&](const nlohmann::json &config) {
         try {
             out.model = modelFromHfConfig(config, id);

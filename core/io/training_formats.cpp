@@ -123,10 +123,29 @@ void refuseNonTraining(const formats::json &j, const std::string &name)
     };
     if (j.contains("export_dir"))
         refuse("export_dir", "a merge/export config");
+    // LLaMA-Factory v1 nests the export under peft_config.
+    if (j.contains("peft_config") && j.at("peft_config").is_object() && j.at("peft_config").contains("export_dir"))
+        throw InputError(name + ": peft_config.export_dir", showJson(j.at("peft_config").at("export_dir")),
+                         "a merge/export config, not a training run: nothing to estimate");
     if (j.contains("infer_backend"))
         refuse("infer_backend", "an inference config");
     if (truthy("do_predict") && !truthy("do_train"))
         refuse("do_predict", "a predict-only config");
+}
+
+// LLaMA-Factory's Megatron-Core examples (mcore_adapter, Megatron Bridge): a training run, but
+// Megatron's loop, its tensor, pipeline and expert shards and its distributed optimizer, which
+// Headroom does not estimate; refused in one line rather than estimated as a Trainer step.
+void refuseMegatron(const formats::json &j, const std::string &name)
+{
+    if (!j.is_object())
+        return;
+    for (const char *key : {"pipeline_model_parallel_size", "tensor_model_parallel_size", "expert_model_parallel_size",
+                            "use_distributed_optimizer"})
+        if (j.contains(key))
+            throw InputError(name + ": " + key, showJson(j.at(key)),
+                             "a Megatron-Core run (LLaMA-Factory's mcore_adapter or Megatron Bridge): Headroom "
+                             "estimates the Transformers Trainer's step, not Megatron's shards and optimizer");
 }
 } // namespace
 
@@ -134,6 +153,7 @@ TrainingImport importTrainingConfig(const std::string &text, const std::string &
 {
     const formats::json j = formats::parseText(text, name);
     refuseNonTraining(j, name);
+    refuseMegatron(j, name);
     if (!format)
         format = formats::detect(j);
     if (!format)

@@ -352,6 +352,16 @@ ModelArch modelArchFromJson(const json &j)
         ModelArch m = modelFromHfConfig(j.at("config"), optionalString(meta, "id", "", "model.headroom"));
         m.name = optionalString(meta, "name", m.id, "model.headroom");
         m.source = optionalString(meta, "source", "", "model.headroom");
+        if (meta.contains("also")) {
+            const json &also = meta.at("also");
+            if (!also.is_array() || also.size() > 64)
+                throw InputError("model.headroom.also", show(also).substr(0, 40), "must be a list of at most 64 Hub ids");
+            for (const json &a : also) {
+                if (!a.is_string() || a.get<std::string>().empty() || a.get<std::string>().size() > 200)
+                    throw InputError("model.headroom.also", show(a).substr(0, 40), "each entry must be a Hub id");
+                m.alsoSources.push_back(a.get<std::string>());
+            }
+        }
         // 0: not published (a config.json without a model card).
         if (meta.contains("published_params") && !(meta.at("published_params").is_number_integer() &&
                                                    meta.at("published_params").get<int64_t>() == 0))

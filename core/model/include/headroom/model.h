@@ -163,6 +163,10 @@ struct ModelArch
     std::string id;         // preset id, or the file it came from
     std::string name;       // human name
     std::string source;     // the Hugging Face id it was made from ("Qwen/Qwen2.5-0.5B"), when known
+    // Other Hub ids of the same model (mirrors, instruct or chat versions) whose config.json differs
+    // from it at most in fields that leave memory alone (special tokens, rope_theta, context length):
+    // a preset's "also", which resolves them offline.
+    std::vector<std::string> alsoSources;
     std::string modelType;  // HF model_type
     int64_t hiddenSize = 0;
     int64_t numLayers = 0;
