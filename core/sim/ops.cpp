@@ -557,7 +557,7 @@ T Ops::sdpaFlash(const T &q, const T &k, const T &v, const AttnShape &a, int ele
     return out;
 }
 
-T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem, const T *bias)
+T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem, const T *bias, bool wide)
 {
     // aten::_efficient_attention_forward: the output and a logsumexp padded to 32 rows; with a
     // mask (bf16, Mistral at its sliding window) a 256-byte scratch too.
@@ -570,6 +570,20 @@ T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int
         const int scratch = s.allocate(256, Category::Temporaries);
         s.unref(scratch);
     }
+    // See Note [Wide-head SDPA] (docs/estimator.md): the output accumulated in fp32, then cast.
+    if (wide) {
+        const int acc = s.allocate(out.bytes / elem * 4, Category::Temporaries);
+        s.unref(acc);
+    }
+    // ... and backward's workspace: per (batch, head) the fp32 dq tiles (64 query rows by 128
+    // columns and a 16-byte lock each), and dk and dv split over the keys as the kernel's
+    // heuristic splits them (as many splits as fill the H100/H200's 132 SMs, at most one per
+    // 64-key block), 64 rows of the head size each.
+    const int64_t bh = a.b * a.heads;
+    const int64_t splits = std::clamp<int64_t>((132 + bh - 1) / bh, 1, (a.s + 63) / 64);
+    const int64_t gq = ((a.s + 63) / 64) * ((a.dq + 127) / 128) * (64 * 128 + 4);
+    const int64_t gkv = splits * 64 * (((a.dq + 63) / 64) * 64 + ((a.dv + 63) / 64) * 64);
+    const int64_t workspace = wide ? checkedMul(bh, ((gq + gkv + 3) / 4) * 4) * 4 : 0;
     const int64_t qb = q.bytes, kb = k.bytes, vb = v.bytes;
     const int64_t delta = a.b * a.heads * lseLen * 4;
     const bool masked = bias != nullptr;
@@ -591,6 +605,15 @@ T Ops::sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int
                      r[2] = s.allocate(vb, Category::Temporaries);
                      const int acc = s.allocate(qb / elem * 4 + delta, Category::Temporaries);
                      s.unref(acc);
+                 } else if (workspace > 0) {
+                     // dq, dk, dv, then delta and the workspace (H200, gemma-4-31b's global layer)
+                     r[0] = s.allocate(qb, Category::Temporaries);
+                     r[1] = s.allocate(kb, Category::Temporaries);
+                     r[2] = s.allocate(vb, Category::Temporaries);
+                     const int d = s.allocate(delta, Category::Temporaries);
+                     const int w = s.allocate(workspace, Category::Temporaries);
+                     s.unref(d);
+                     s.unref(w);
                  } else {
                      const int d = s.allocate(delta, Category::Temporaries);
                      r[0] = s.allocate(qb, Category::Temporaries);

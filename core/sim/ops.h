@@ -86,7 +86,9 @@ public:
     };
     T sdpaFlash(const T &q, const T &k, const T &v, const AttnShape &a, int elem);
     // `bias`: an additive mask (b, 1, s, s) the op saves (SDPA converts a boolean mask to one).
-    T sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem, const T *bias = nullptr);
+    // `wide`: heads wider than 256 in 16 bits (Gemma 4's global layers; Note [Wide-head SDPA]).
+    T sdpaEfficient(const T &q, const T &k, const T &v, const AttnShape &a, int elem, const T *bias = nullptr,
+                    bool wide = false);
     // transformers' repeat_kv: (b, kv_heads, s, d) expanded to every head and reshaped (a copy);
     // ExpandBackward0 sums the gradient back to kv_heads.
     T repeatKv(const T &x, int64_t fullBytes);

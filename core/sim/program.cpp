@@ -1314,6 +1314,19 @@ private:
         return pattern > 0 && (layer + 1) % pattern != 0;
     }
 
+    // transformers' repeat_kv: k or v copied to every head; with one kv head the reshape of the
+    // expanded tensor is a view, no copy (ExpandBackward sums the heads' gradients back).
+    T repeatKv(const T &x)
+    {
+        if (kvHeads == 1 && heads > 1) {
+            T ex = O.headsView(x, true);
+            T full = S.view(ex, x.bytes * heads);
+            S.drop(ex);
+            return full;
+        }
+        return kvHeads < heads ? O.repeatKv(x, x.bytes / kvHeads * heads) : S.view(x);
+    }
+
     T attention(const T &q, const T &k, const T &v, bool headsMajor = false, bool masked = false, int64_t dq = 0,
                 int64_t dv = 0, const T *sinks = nullptr)
     {
@@ -1372,22 +1385,7 @@ private:
             // sdpa_attention_forward with a mask: repeat_kv copies k and v to every head
             // (use_gqa_in_sdpa needs mask None), SDPA turns the boolean mask into an additive one
             // of (b, 1, s, s), and runs the memory-efficient kernel.
-            T kr = S.view(kc), vr = S.view(vc);
-            auto repeat = [&](const T &x) {
-                if (kvHeads == 1 && heads > 1) {
-                    // One kv head: repeat_kv's reshape of the expanded tensor is a view, no copy
-                    // (of every head's size); ExpandBackward sums the heads' gradients back.
-                    T ex = O.headsView(x, true);
-                    T full = S.view(ex, x.bytes * heads);
-                    S.drop(ex);
-                    return full;
-                }
-                return kvHeads < heads ? O.repeatKv(x, x.bytes / kvHeads * heads) : S.view(x);
-            };
-            S.drop(kr);
-            S.drop(vr);
-            kr = repeat(kc);
-            vr = repeat(vc);
+            T kr = repeatKv(kc), vr = repeatKv(vc);
             if (amp) { // autocast's casts of what repeat_kv made (a no-op for what is bf16 already)
                 T kb = O.to(kr, 2), vb = O.to(vr, 2);
                 S.drop(kr);
@@ -1402,6 +1400,15 @@ private:
             a.kvHeads = heads;
             out = O.sdpaEfficient(qc, kr, vr, a, e, &bias);
             S.drop(bias);
+            S.drop(kr);
+            S.drop(vr);
+        } else if (std::max(a.dq, a.dv) > 256) {
+            // See Note [Wide-head SDPA] (docs/estimator.md): heads wider than flash takes (Gemma 4's
+            // global layers: 512). sdpa_attention.py's use_gqa_in_sdpa wants head_dim <= 256, so
+            // repeat_kv copies k and v to every head; then the memory-efficient kernel.
+            T kr = repeatKv(kc), vr = repeatKv(vc);
+            a.kvHeads = heads;
+            out = O.sdpaEfficient(qc, kr, vr, a, e, nullptr, e == 2);
             S.drop(kr);
             S.drop(vr);
         } else {
@@ -1678,8 +1685,6 @@ private:
         return o;
     }
 
-    // The attention block of the Llama-style families: q, k, v projections, rotary, attention,
-    // o_proj.
     // Gemma4TextAttention.forward (Note [Gemma 4]): q_proj, q_norm and rotary; k_proj and v_proj
     // (or the keys' projection as the values: attention_k_eq_v), k_norm and rotary, v_norm. The
     // heads' transposes come after, as views.
@@ -1726,6 +1731,8 @@ private:
         S.drop(vn);
     }
 
+    // The attention block of the Llama-style families: q, k, v projections, rotary, attention,
+    // o_proj.
     T attentionBlock(LayerParams &L, const T &hnorm, const T &cos, const T &sin)
     {
         const int64_t li = &L - layers.data();
