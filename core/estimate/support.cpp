@@ -158,10 +158,10 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
             if (model.hasPerLayerInputs())
                 for (const auto &n : perLayerInputLinearNames())
                     names += ", " + n;
-            if (model.isMla())
-                for (const auto &n : mlaLinearNames())
-                    if (model.qLoraRank > 0 || n.rfind("q_", 0) != 0)
-                        names += ", " + n;
+            const auto mlaPresent = mlaLora(model, {"all-linear"}); // the MLA Linears this model has
+            for (size_t i = 0; i < mlaPresent.size(); ++i)
+                if (mlaPresent[i])
+                    names += ", " + mlaLinearNames()[i];
             return Refusal{Blocker::LoraTargetsNotFound, "lora.targets", targets,
                            "none is a Linear module of " + model.modelType + ", so PEFT would refuse the run; its "
                            "Linear modules are " + names + " (or all-linear)"};

@@ -403,7 +403,6 @@ private:
         S.emptyCache();
     }
 
-    // A decoder layer's modules, in registration order (model.parameters() follows it).
     // The attention's sizes on layer l: the model's, or Gemma 4's global layers' own.
     void useGeometry(int64_t l)
     {
@@ -497,6 +496,7 @@ private:
         }
     }
 
+    // A decoder layer's modules, in registration order (model.parameters() follows it).
     void buildLayer(int64_t l)
     {
         S.setLayer(static_cast<int>(l));
@@ -609,11 +609,12 @@ private:
         for (size_t i = 0; i < mlaWeights.size(); ++i)
             if (mlaMask[i] && mlaWeights[i]->valid())
                 found.push_back({mlaWeights[i], {&L.mlaLora[i], mlaWeights[i]->cols, mlaWeights[i]->rows}});
-        const int64_t P = m.perLayerInputSize;
-        if (pliMask[0] && L.pliGate.valid())
-            found.push_back({&L.pliGate, {&L.pliLora[0], h, P}});
-        if (pliMask[1] && L.pliProj.valid())
-            found.push_back({&L.pliProj, {&L.pliLora[1], P, h}});
+        const auto pliShapes = perLayerInputLinearShapes(m);
+        for (size_t i = 0; i < L.pliLora.size(); ++i) {
+            const T &w = i == 0 ? L.pliGate : L.pliProj;
+            if (pliMask[i] && w.valid())
+                found.push_back({&w, {&L.pliLora[i], pliShapes[i].first, pliShapes[i].second}});
+        }
         const auto laWeights = deltaNetLinears(L);
         for (size_t i = 0; i < laWeights.size(); ++i)
             if (laMask[i] && laWeights[i]->valid())
@@ -665,8 +666,10 @@ private:
                 }
             }
         }
-        if (pliMask[2] && pliModelProj.valid()) // Gemma 4's per_layer_model_projection, after the layers
-            order.push_back({-1, &pliModelLora, {{{c.lora.rank, h}, {pliModelProj.rows, c.lora.rank}}}, false, {}, {}});
+        if (pliMask[2] && pliModelProj.valid()) { // Gemma 4's per_layer_model_projection, after the layers
+            const auto [in, out] = perLayerInputLinearShapes(m)[2];
+            order.push_back({-1, &pliModelLora, {{{c.lora.rank, in}, {out, c.lora.rank}}}, false, {}, {}});
+        }
         auto fp32 = [&](Adapter &ad) {
             S.setLayer(static_cast<int>(ad.layer));
             ad.pair->a = param(ad.shape[0].first, ad.shape[0].second, true, "lora_A", kLoraElem);
@@ -1685,9 +1688,6 @@ private:
         return o;
     }
 
-    // Gemma4TextAttention.forward (Note [Gemma 4]): q_proj, q_norm and rotary; k_proj and v_proj
-    // (or the keys' projection as the values: attention_k_eq_v), k_norm and rotary, v_norm. The
-    // heads' transposes come after, as views.
     // Gemma4TextAttention.store_full_length_kv: the last layer of its kind keeps its keys and
     // values in shared_kv_states (for the layers that share them, when there are).
     bool storesSharedKv(int64_t l) const
@@ -1701,6 +1701,9 @@ private:
         return true;
     }
 
+    // Gemma4TextAttention.forward (Note [Gemma 4]): q_proj, q_norm and rotary; k_proj and v_proj
+    // (or the keys' projection as the values: attention_k_eq_v), k_norm and rotary, v_norm. The
+    // heads' transposes come after, as views.
     void projectGemma4(LayerParams &L, const T &hnorm, const T &cos, const T &sin, T &qe, T &ke, T &v)
     {
         using M = LinearModule;
