@@ -12,6 +12,6 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD/shared${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import trl, sys; print('trl', getattr(trl, '__version__', '?'))" >>"$OUT/versions.txt" 2>&1
-python3 lab/dpo.py --out "$OUT" --deadline-s "${DEADLINE_S:-450}" ${ONLY:+--only "$ONLY"}
+python3 lab/posttrain.py --set dpo --out "$OUT" --deadline-s "${DEADLINE_S:-450}" ${ONLY:+--only "$ONLY"}
 tar -C "$OUT" -cJf /tmp/dpo.tar.xz --exclude=versions.txt --exclude=cases.jsonl . &&
     find "$OUT" -type f ! -name versions.txt ! -name cases.jsonl -delete && mv /tmp/dpo.tar.xz "$OUT/"

@@ -58,6 +58,14 @@ def cli_flags(cfg):
         f.append("--no-double-quant")
     if cfg.get("loss"):
         f += ["--loss", cfg["loss"]]
+    mode = cfg.get("mode", "sft")
+    if mode != "sft":
+        f += ["--mode", mode]
+        block = cfg.get(mode, {})
+        if "reference" in block and mode != "orpo":
+            f += ["--dpo-reference", block["reference"]]
+        if "prompt_len" in block:
+            f += ["--prompt-len", str(block["prompt_len"])]
     if cfg["finetune"] != "full":
         lo = cfg["lora"]
         f += ["--lora-rank", str(lo["rank"]), "--lora-alpha", str(lo["alpha"]), "--lora-dropout", str(lo["dropout"]),

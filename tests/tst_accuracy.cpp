@@ -175,6 +175,57 @@ private Q_SLOTS:
         }
     }
 
+    // Issue 29: reward models as TRL's RewardTrainer trains them (AutoModelForSequenceClassification,
+    // one label) and KTO as TRL's KTOTrainer runs it (its KL batch; the reference as the disabled
+    // adapter, a copy or none), measured on the H200 (tests/data/h200/posttrain-2026-12-05; three
+    // reward steps held out: predictions-reward.tsv was committed before they ran), against the
+    // estimate (See Note [Reward step], Note [KTO step]): every phase's peak allocated within 0.01%;
+    // peak reserved within 1%, where Llama-3.1-8B LoRA reward without checkpointing is the real
+    // allocator's four more segments in its second steady step (-0.88%: an open case). ORPO is
+    // measured there too, and refused by name until it is simulated.
+    void postTrainingStepsMatchTheRealStack()
+    {
+        const char *dir = "posttrain-2026-12-05";
+        const QStringList runs{QStringLiteral("l1b-rm-full-b4s1024"), QStringLiteral("l1b-rm-lora-b8s1024"),
+                               QStringLiteral("l8b-rm-lora-b2s2048"), QStringLiteral("l8b-rm-lora-ckpt-b4s2048"),
+                               QStringLiteral("q05-rm-full-b8s1024"),
+                               // held out
+                               QStringLiteral("q05-rm-lora-ckpt-b4s2048"), QStringLiteral("l1b-rm-full-ckpt-b8s2048"),
+                               QStringLiteral("l8b-rm-lora-b4s1024"),
+                               // KTO
+                               QStringLiteral("l1b-kto-lora-b4s1024"), QStringLiteral("l1b-kto-lora-ckpt-b8s1024"),
+                               QStringLiteral("l1b-kto-full-copy-b2s1024"), QStringLiteral("l1b-kto-full-none-b2s1024"),
+                               QStringLiteral("l8b-kto-lora-ckpt-b4s2048")};
+        for (const QString &name : runs) {
+            const Measurement m = h200Result(dir, name);
+            QVERIFY(m.config.mode == (name.contains(QStringLiteral("-rm-")) ? TrainingMode::Reward : TrainingMode::KTO));
+            QVERIFY(!m.oom);
+            const Estimate e = estimate(m.model, m.config);
+            QCOMPARE(e.params.total, m.engineInfo.at("params_total").get<int64_t>()); // score for the lm_head (and PEFT's copy)
+            int64_t reserved = 0;
+            for (Phase p : kAllPhases) {
+                const int64_t real = m.steady(p)->peakAllocatedBytes, est = e.phase(p).peakAllocatedBytes;
+                const double err = double(est - real) / double(real);
+                QVERIFY2(std::abs(err) <= 0.0001,
+                         qPrintable(QStringLiteral("%1 %2: %3 vs %4").arg(name, QLatin1String(label(p).data())).arg(est).arg(real)));
+                reserved = std::max(reserved, m.steady(p)->peakReservedBytes);
+            }
+            const double rerr = double(e.peakReservedBytes - reserved) / double(reserved);
+            QVERIFY2(std::abs(rerr) <= 0.01, qPrintable(name + QStringLiteral(" reserved %1").arg(rerr)));
+        }
+        for (const char *name : {"l1b-orpo-lora-b2s1024", "l1b-orpo-full-b2s1024"}) {
+            const Measurement m = h200Result(dir, QLatin1String(name));
+            QVERIFY(m.config.mode == TrainingMode::ORPO);
+            try {
+                (void)estimate(m.model, m.config);
+                QFAIL("estimated");
+            } catch (const Refused &r) {
+                QVERIFY(r.refusal().blocker == Blocker::PreferenceNotModelled && r.refusal().field == "mode");
+                QCOMPARE(r.refusal().value, std::string(toString(m.config.mode)));
+            }
+        }
+    }
+
     void estimateMatchesTheRealStack()
     {
         const std::vector<Run> runs = loadCorpus();

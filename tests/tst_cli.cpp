@@ -881,6 +881,8 @@ private Q_SLOTS:
                               .arg(as >= 0 ? from.mid(as + 4, paren - as - 4) : from,
                                    QString::fromStdString(j.at("model").at("id").get<std::string>()),
                                    QString::fromStdString(j.at("config").at("finetune").get<std::string>()));
+                if (j.at("config").contains("mode")) // issue 29: the mode it is estimated in, where not SFT
+                    outcome += QLatin1Char('\t') + QString::fromStdString(j.at("config").at("mode").get<std::string>());
             } else {
                 const QStringList errors = r.err.split(QLatin1Char('\n')).filter(QStringLiteral("error:"));
                 QVERIFY2(errors.size() == 1, qPrintable(file + QStringLiteral(": ") + r.err));
@@ -894,7 +896,8 @@ private Q_SLOTS:
                 else if (e.contains(QStringLiteral("not a training config Headroom knows")))
                     outcome = QStringLiteral("unknown-format");
                 else if (e.contains(QStringLiteral("never estimates it as one")) || // KTO, GRPO...: issue 29
-                         e.contains(QStringLiteral("not yet estimated")))              // DPO: measured, not estimated
+                         e.contains(QStringLiteral("not yet estimated")) ||            // DPO: measured, not estimated
+                         e.contains(QStringLiteral("Measure now runs TRL's own")))     // a mode estimated elsewhere only
                     outcome = QStringLiteral("post-training\t") + e.section(QStringLiteral(": "), 3, 3).left(60);
                 else // the refusal itself, past the file name (the words a user reads)
                     outcome = QStringLiteral("refused\t") + e.mid(e.indexOf(QStringLiteral("error: ")) + 7).left(160);

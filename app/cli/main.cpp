@@ -411,7 +411,9 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--loss", f.loss, "standard | fused (linear cross-entropy that never materializes the logits, as Liger's)")
         ->capture_default_str();
     cmd->add_option("--mode", f.mode,
-                    "sft | dpo (DPO as TRL runs it: --batch pairs, i.e. 2x the sequences, against a reference)")
+                    "sft | dpo | reward | kto | orpo (DPO as TRL runs it: --batch pairs, i.e. 2x the sequences, "
+                    "against a reference; reward: TRL's reward model, pairs through a one-label score head; kto, orpo: "
+                    "measured by the transformers engine, not estimated yet)")
         ->capture_default_str();
     cmd->add_option("--dpo-reference", f.dpoReference,
                     "adapter | copy | none: the policy with its adapter disabled, a frozen copy, or precomputed "

@@ -29,13 +29,17 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
 {
     std::ostringstream o;
     o << m.name << " | ";
-    if (c.mode == TrainingMode::DPO) // issue 29: the mode and its reference first
-        o << "dpo (" << toString(c.dpo.reference) << " reference, prompt " << c.dpo.prompt(c.seqLen) << ") | ";
+    if (c.mode == TrainingMode::DPO || c.mode == TrainingMode::KTO) // issue 29: the mode and its reference first
+        o << toString(c.mode) << " (" << toString(c.dpo.reference) << " reference, prompt " << c.dpo.prompt(c.seqLen) << ") | ";
+    else if (c.mode == TrainingMode::ORPO)
+        o << "orpo (prompt " << c.dpo.prompt(c.seqLen) << ") | ";
+    else if (c.mode == TrainingMode::Reward)
+        o << "reward model (sequence classifier, 1 label) | ";
     o << toString(c.finetune);
     if (c.finetune != FineTune::Full)
         o << " r" << c.lora.rank;
     o << " | " << toString(c.precision) << " | " << toString(c.optimizer) << " (" << toString(c.optimizerImpl)
-      << ") | batch " << c.microBatch << (c.mode == TrainingMode::DPO ? " pairs" : "") << " x seq " << c.seqLen;
+      << ") | batch " << c.microBatch << (pairedBatch(c.mode) ? " pairs" : "") << " x seq " << c.seqLen;
     if (c.gradAccum > 1)
         o << " x accum " << c.gradAccum;
     o << " | " << toString(c.attention)

@@ -34,6 +34,8 @@
 using namespace headroom;
 
 namespace {
+// The objective combo's data for a reward model (after SFT = 0 and DPO = 1 + its reference).
+constexpr int kRewardObjective = 16;
 
 // Steps by doubling and halving, as batch and sequence length are usually explored.
 class PowerOfTwoSpinBox : public QSpinBox
@@ -131,16 +133,19 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     auto *trainBox = new QGroupBox(tr("Training"), this);
     auto *form = new QFormLayout(trainBox);
     m_finetune = enumCombo("finetune", fineTuneTable(), trainBox);
-    // Issue 29: what the step trains; DPO's batch is pairs (2 sequences each). Data: 0 SFT, else
-    // 1 + the reference.
+    // Issue 29: what the step trains; DPO's and a reward model's batch is pairs (2 sequences
+    // each). Data: 0 SFT, 1 + the reference for DPO, kRewardObjective for a reward model.
     m_objective = new QComboBox(trainBox);
     m_objective->setObjectName(QStringLiteral("objective"));
     m_objective->addItem(tr("Supervised (SFT)"), 0);
     m_objective->addItem(tr("DPO, reference: the adapter disabled"), 1 + static_cast<int>(Reference::Adapter));
     m_objective->addItem(tr("DPO, reference: a frozen copy"), 1 + static_cast<int>(Reference::Copy));
     m_objective->addItem(tr("DPO, reference log-probs precomputed"), 1 + static_cast<int>(Reference::None));
+    m_objective->addItem(tr("Reward model (sequence classifier)"), kRewardObjective);
     m_objective->setToolTip(tr("DPO as TRL's DPOTrainer runs it: the micro-batch counts pairs (a chosen and a "
-                               "rejected sequence each), and the reference's forward runs beside the policy's"));
+                               "rejected sequence each), and the reference's forward runs beside the policy's. "
+                               "A reward model as TRL's RewardTrainer trains it: pairs too, through a one-label "
+                               "score head instead of the lm_head"));
     m_loraRank = new QSpinBox(trainBox);
     m_loraRank->setObjectName(QStringLiteral("loraRank"));
     m_loraRank->setRange(1, 1024);
@@ -331,8 +336,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     };
     onCombo(m_finetune, [](Scenario &s, int v) { s.config.finetune = static_cast<FineTune>(v); });
     onCombo(m_objective, [](Scenario &s, int v) {
-        s.config.mode = v == 0 ? TrainingMode::SFT : TrainingMode::DPO;
-        if (v > 0)
+        s.config.mode = v == 0 ? TrainingMode::SFT : v == kRewardObjective ? TrainingMode::Reward : TrainingMode::DPO;
+        if (s.config.mode == TrainingMode::DPO)
             s.config.dpo.reference = static_cast<Reference>(v - 1);
     });
     onCombo(m_precision, [](Scenario &s, int v) { s.config.precision = static_cast<Precision>(v); });
@@ -551,7 +556,9 @@ void ConfigPanel::syncFromSession()
                                  .arg(static_cast<double>(parameterCount(s.model)) / 1e9, 0, 'f', 2));
     }
     setComboData(m_finetune, static_cast<int>(c.finetune));
-    setComboData(m_objective, c.mode == TrainingMode::SFT ? 0 : 1 + static_cast<int>(c.dpo.reference));
+    setComboData(m_objective, c.mode == TrainingMode::SFT      ? 0
+                              : c.mode == TrainingMode::Reward ? kRewardObjective
+                                                               : 1 + static_cast<int>(c.dpo.reference));
     setComboData(m_precision, static_cast<int>(c.precision));
     setComboData(m_optimizer, static_cast<int>(c.optimizer));
     setComboData(m_optimizerImpl, static_cast<int>(c.optimizerImpl));

@@ -38,10 +38,12 @@ json toJson(const TrainingConfig &c, bool everyField)
         j["activation_offload"] = c.activationOffload;
     if (everyField || c.mode != TrainingMode::SFT)
         j["mode"] = toString(c.mode);
-    if (c.mode == TrainingMode::DPO)
-        j["dpo"] = {{"reference", toString(c.dpo.reference)},
-                    {"prompt_len", c.dpo.prompt(c.seqLen)},
-                    {"beta", c.dpo.beta}};
+    if (hasPreferenceBlock(c.mode)) { // issue 29: under the mode's name; ORPO has no reference
+        json block = {{"prompt_len", c.dpo.prompt(c.seqLen)}, {"beta", c.dpo.beta}};
+        if (c.mode != TrainingMode::ORPO)
+            block["reference"] = toString(c.dpo.reference);
+        j[std::string(toString(c.mode))] = block;
+    }
     return j;
 }
 
@@ -95,9 +97,11 @@ TrainingConfig trainingConfigFromJson(const json &j)
     }
     if (j.contains("mode"))
         c.mode = parseTrainingMode(str("mode"), ctx + ".mode");
-    if (j.contains("dpo")) {
-        const json &d = j.at("dpo");
-        const std::string dc = ctx + ".dpo";
+    // Issue 29: the preference block, under the mode's name (dpo, kto, orpo)
+    const std::string blockName(toString(c.mode));
+    if (hasPreferenceBlock(c.mode) && j.contains(blockName)) {
+        const json &d = j.at(blockName);
+        const std::string dc = ctx + "." + blockName;
         if (!d.is_object())
             throw InputError(dc, showJson(d).substr(0, 40), "must be a JSON object");
         if (d.contains("reference")) {
@@ -117,6 +121,8 @@ TrainingConfig trainingConfigFromJson(const json &j)
     } else if (c.finetune == FineTune::Full) {
         c.dpo.reference = Reference::Copy;
     }
+    if (c.mode == TrainingMode::ORPO)
+        c.dpo.reference = Reference::None; // ORPO has no reference model
     if (j.contains("lora")) {
         const json &l = j.at("lora");
         const std::string lc = ctx + ".lora";

@@ -1,5 +1,6 @@
 #include "headroom/types.h"
 
+#include <cctype>
 #include <algorithm>
 #include <cstdio>
 
@@ -89,7 +90,8 @@ const std::vector<OptimizerTraits> kOptimizerTable = {
      "lion_32bit paged_lion_32bit lion lion_8bit paged_lion_8bit"},
 };
 const std::pair<Loss, std::string_view> kLosses[] = {{Loss::Standard, "standard"}, {Loss::Fused, "fused"}};
-const std::pair<TrainingMode, std::string_view> kModes[] = {{TrainingMode::SFT, "sft"}, {TrainingMode::DPO, "dpo"}};
+const std::pair<TrainingMode, std::string_view> kModes[] = {
+    {TrainingMode::SFT, "sft"}, {TrainingMode::DPO, "dpo"}, {TrainingMode::KTO, "kto"}, {TrainingMode::ORPO, "orpo"}, {TrainingMode::Reward, "reward"}};
 const std::pair<Reference, std::string_view> kReferences[] = {
     {Reference::Adapter, "adapter"}, {Reference::Copy, "copy"}, {Reference::None, "none"}};
 const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights, "weights"},
@@ -158,6 +160,19 @@ std::string_view toString(FineTune e) { return rowName(e, kFineTuneTable); }
 std::string_view toString(Attention e) { return rowName(e, kAttentionTable); }
 std::string_view toString(Loss e) { return nameOf(e, kLosses); }
 std::string_view toString(TrainingMode e) { return nameOf(e, kModes); }
+std::string modeTitle(TrainingMode e)
+{
+    switch (e) {
+    case TrainingMode::SFT: return "supervised";
+    case TrainingMode::Reward: return "reward-model";
+    default: {
+        std::string s(toString(e));
+        for (char &ch : s)
+            ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        return s;
+    }
+    }
+}
 std::string_view toString(Reference e) { return nameOf(e, kReferences); }
 std::string_view toString(Category e) { return nameOf(e, kCategories); }
 std::string_view toString(Phase e) { return nameOf(e, kPhases); }
@@ -270,7 +285,7 @@ bool isAmp(Precision p)
 
 void TrainingConfig::validate() const
 {
-    auto range = [](const char *field, int64_t v, int64_t lo, int64_t hi) {
+    auto range = [](const std::string &field, int64_t v, int64_t lo, int64_t hi) {
         if (v < lo || v > hi)
             throw InputError(field, std::to_string(v),
                              "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
@@ -299,12 +314,15 @@ void TrainingConfig::validate() const
         if (!(lora.dropout >= 0.0 && lora.dropout < 1.0))
             throw InputError("lora_dropout", std::to_string(lora.dropout), "must be in [0, 1)");
     }
-    if (mode == TrainingMode::DPO) {
+    if (hasPreferenceBlock(mode)) {
+        const std::string b(toString(mode));
         if (dpo.reference == Reference::Adapter && finetune == FineTune::Full)
-            throw InputError("dpo.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none");
-        range("dpo.prompt_len", dpo.promptLen, 0, std::max<int64_t>(0, seqLen - 1));
+            throw InputError(b + ".reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none");
+        if (mode == TrainingMode::ORPO && dpo.reference != Reference::None)
+            throw InputError("orpo.reference", std::string(toString(dpo.reference)), "ORPO has no reference model");
+        range(b + ".prompt_len", dpo.promptLen, 0, std::max<int64_t>(0, seqLen - 1));
         if (!(dpo.beta >= 0.0 && dpo.beta <= 1e6))
-            throw InputError("dpo.beta", std::to_string(dpo.beta), "must be in [0, 1e6]");
+            throw InputError(b + ".beta", std::to_string(dpo.beta), "must be in [0, 1e6]");
     }
     if (finetune == FineTune::QLoRA && (precision == Precision::FP32))
         throw Refused({Blocker::QloraInFp32, "precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16"});

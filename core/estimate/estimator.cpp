@@ -147,8 +147,16 @@ void requireRepresentable(const ModelArch &m, const TrainingConfig &c)
 
 } // namespace
 
-Estimate estimate(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt)
+// The model class the step trains: the causal LM, or for reward modelling the same config as
+// AutoModelForSequenceClassification with one label (See Note [Reward step]).
+static ModelArch trainedModel(const ModelArch &model, const TrainingConfig &cfg)
 {
+    return cfg.mode == TrainingMode::Reward ? asSequenceClassifier(model, 1) : model;
+}
+
+Estimate estimate(const ModelArch &given, const TrainingConfig &cfg, const EstimatorOptions &opt)
+{
+    const ModelArch model = trainedModel(given, cfg);
     model.validate();
     cfg.validate();
     requireRepresentable(model, cfg);
@@ -266,9 +274,10 @@ Estimate estimateFromTrace(Timeline traced, const TrainingConfig &cfg, const Est
     return est;
 }
 
-Timeline estimateTimeline(const ModelArch &model, const TrainingConfig &cfg, const EstimatorOptions &opt,
+Timeline estimateTimeline(const ModelArch &given, const TrainingConfig &cfg, const EstimatorOptions &opt,
                           int steadySteps)
 {
+    const ModelArch model = trainedModel(given, cfg);
     model.validate();
     cfg.validate();
     if (steadySteps < 1 || steadySteps > 8)

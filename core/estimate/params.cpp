@@ -53,7 +53,7 @@ Params countParams(const Ctx &x)
         const int64_t n = checkedMul(t.numel(), t.count);
         S.total = checkedAdd(S.total, n);
         const bool inLayer = t.module != "embed_tokens" && t.module != "embed_positions" &&
-                             t.module != "final_norm" && t.module != "lm_head" &&
+                             t.module != "final_norm" && t.module != "lm_head" && t.module != "score" &&
                              t.module != "embed_tokens_per_layer" && t.module != "per_layer_model_projection" &&
                              t.module != "per_layer_projection_norm";
         // Weights, as stored (what ZeRO-3 shards and gathers back per unit)
@@ -115,12 +115,23 @@ Params countParams(const Ctx &x)
                 addAdapter(rows, cols, moeLayers, 1);
         for (auto [rows, cols] : expertsLoraShapes(x.m, x.experts, r))
             addAdapter(rows, cols, moeLayers, 1);
+        // A sequence classifier's score under PEFT (task_type SEQ_CLS): modules_to_save keeps the
+        // frozen original and trains a copy, in the model's dtype.
+        if (x.m.scoreLabels > 0) {
+            const int64_t n = checkedMul(x.m.scoreLabels, x.h);
+            S.total = checkedAdd(S.total, n);
+            S.weightBytes = checkedAdd(S.weightBytes, checkedMul(n, p));
+            P.rootParamBytes = checkedAdd(P.rootParamBytes, checkedMul(n, p));
+            addTrainable(x.m.scoreLabels, x.h, p, 1, false);
+        }
     }
     if (x.full) {
         P.embedGradBytes = checkedMul(checkedMul(x.V, x.h), p);
         if (x.m.learnedPositions)
             P.positionGradBytes = checkedMul(checkedMul(x.m.maxPositions, x.h), p);
-        P.lmHeadGradBytes = x.m.tiedEmbeddings ? 0 : checkedMul(checkedMul(x.V, x.h), p);
+        P.lmHeadGradBytes = x.m.scoreLabels > 0 ? checkedMul(checkedMul(x.m.scoreLabels, x.h), p)
+                            : x.m.tiedEmbeddings ? 0
+                                                 : checkedMul(checkedMul(x.V, x.h), p);
         P.finalNormGradBytes = checkedMul(checkedMul(x.h, x.m.norm == NormKind::LayerNorm ? 2 : 1), p);
     }
     P.largestLayerParamBytes = layerParamBytes;

@@ -23,27 +23,59 @@ bool traceAnswers(Blocker blocker)
            blocker == Blocker::RowVariant;
 }
 
-std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
+namespace {
+
+// Issue 29: the post-training modes where they were not measured (and ORPO, measured and not
+// simulated yet): refused by name, never estimated as supervised fine-tuning.
+std::optional<Refusal> postTrainingRefusal(const TrainingConfig &cfg)
 {
     // Issue 29: DPO is simulated as TRL runs it (See Note [DPO step]) where it was measured: one
     // GPU, LoRA or full fine-tuning; elsewhere it is refused, never estimated as SFT.
+    // KTO likewise (See Note [KTO step]).
     const bool copyWithAdapters = cfg.dpo.reference == Reference::Copy && cfg.finetune != FineTune::Full;
-    if (cfg.mode == TrainingMode::DPO && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
-                                          cfg.finetune == FineTune::QLoRA || cfg.activationOffload || copyWithAdapters))
-        return Refusal{Blocker::PreferenceNotModelled, "mode", "dpo",
-                       "DPO is estimated on one GPU with LoRA (the adapter disabled as the reference) or full "
+    const bool withReference = cfg.mode == TrainingMode::DPO || cfg.mode == TrainingMode::KTO;
+    if (withReference && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
+                          cfg.finetune == FineTune::QLoRA || cfg.activationOffload || copyWithAdapters))
+        return Refusal{Blocker::PreferenceNotModelled, "mode", std::string(toString(cfg.mode)),
+                       modeTitle(cfg.mode) + " is estimated on one GPU with LoRA (the adapter disabled as the reference) or full "
                        "fine-tuning (a frozen copy, or none), as measured; with " +
                            std::string(cfg.finetune == FineTune::QLoRA ? "QLoRA"
                                        : cfg.activationOffload        ? "activation offload"
                                        : copyWithAdapters             ? "adapters and a reference copy"
                                                                        : "several GPUs or ZeRO") +
-                           " it is not yet: Measure now runs TRL's own DPO step"};
+                           " it is not yet: Measure now runs TRL's own " + modeTitle(cfg.mode) + " step"};
     // TRL's use_liger_kernel runs Liger's fused linear DPO loss (no logits, chunked over the
     // batch): neither simulated nor measured, so refused rather than estimated with the logits.
-    if (cfg.mode == TrainingMode::DPO && cfg.loss == Loss::Fused)
+    if (withReference && cfg.loss == Loss::Fused)
         return Refusal{Blocker::PreferenceNotModelled, "loss", "fused",
-                       "DPO with the fused loss (TRL's use_liger_kernel: Liger's fused linear DPO loss) is not "
-                       "estimated or measured yet: use the standard loss"};
+                       modeTitle(cfg.mode) + " with the fused loss (TRL's use_liger_kernel: Liger's fused linear " +
+                           modeTitle(cfg.mode) + " loss) is not estimated or measured yet: use the standard loss"};
+    // ORPO is measured (Measure now runs TRL's own step), not simulated yet.
+    if (cfg.mode == TrainingMode::ORPO)
+        return Refusal{Blocker::PreferenceNotModelled, "mode", std::string(toString(cfg.mode)),
+                       modeTitle(cfg.mode) + " is measured (Measure now runs TRL's own step) but not estimated yet; DPO, KTO and "
+                           "reward models are"};
+    // A reward model (See Note [Reward step]) is simulated where it was measured: one GPU, LoRA
+    // or full fine-tuning.
+    if (cfg.mode == TrainingMode::Reward && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
+                                             cfg.finetune == FineTune::QLoRA || cfg.activationOffload ||
+                                             cfg.loss == Loss::Fused))
+        return Refusal{Blocker::PreferenceNotModelled, "mode", "reward",
+                       "a reward model is estimated on one GPU with LoRA or full fine-tuning, as measured; with " +
+                           std::string(cfg.finetune == FineTune::QLoRA ? "QLoRA"
+                                       : cfg.activationOffload        ? "activation offload"
+                                       : cfg.loss == Loss::Fused      ? "the fused loss (it has no vocabulary logits)"
+                                                                       : "several GPUs or ZeRO") +
+                           " it is not yet: Measure now runs TRL's own step"};
+    return std::nullopt;
+}
+
+} // namespace
+
+std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
+{
+    if (auto no = postTrainingRefusal(cfg))
+        return no;
     if (model.rowGap)
         return Refusal{Blocker::RowVariant, "config." + model.rowGap->field, model.rowGap->value,
                        model.modelType + "'s row does not follow " + model.rowGap->reason};
@@ -209,7 +241,7 @@ std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig 
                                                             "activations to the host; use --engine transformers"};
     if (c.mode != TrainingMode::SFT)
         return Refusal{Blocker::EngineMode, "config.mode", std::string(toString(c.mode)),
-                       "a DPO step is TRL's own loss: use --engine transformers with TRL installed"};
+                       "a " + modeTitle(c.mode) + " step is TRL's own loss: use --engine transformers with TRL installed"};
     if (c.zeroStage > 0)
         return Refusal{Blocker::EngineSharding, "config.zero_stage", std::to_string(c.zeroStage), "ZeRO/FSDP sharding is measured with the real FSDP2 and "
                                             "ZeroRedundancyOptimizer: use --engine transformers"};

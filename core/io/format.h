@@ -136,6 +136,11 @@ void readDeepSpeedPath(Reader &r, const std::string &key, const json &v);
 // Issue 29: the file trains with DPO (mode, and the reference where the file decides it; the
 // rest is TRL's default, TrainingSettings::applyTo).
 void readDpo(Reader &r, const std::string &key, const json &v, std::optional<Reference> reference = std::nullopt);
+// Issue 29: a reward model as TRL's RewardTrainer trains it (AutoModelForSequenceClassification,
+// one label; See Note [Reward step]), from Axolotl's reward_model or RewardConfig's own keys.
+void readReward(Reader &r, const std::string &key, const json &v);
+// Issue 29: KTO as TRL's KTOTrainer runs it (See Note [KTO step]).
+void readKto(Reader &r, const std::string &key, const json &v);
 // Keys that change memory in a way the estimate does not model, said with which way it errs.
 void readLoraKernel(Reader &r, const std::string &key, const json &v);   // Axolotl's fused LoRA kernels
 void readHubKernels(Reader &r, const std::string &key, const json &v);   // use_kernels (the Hub's kernels)

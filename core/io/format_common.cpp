@@ -465,6 +465,25 @@ void readDpo(Reader &r, const std::string &key, const json &v, std::optional<Ref
                  "rejected), its reference's forward and log-probabilities beside the policy's");
 }
 
+void readReward(Reader &r, const std::string &key, const json &v)
+{
+    if (v.is_boolean() && !v.get<bool>())
+        return;
+    if (r.out.settings.mode != TrainingMode::Reward)
+        r.note(key + ": a reward model as TRL's RewardTrainer trains it: the model as a sequence classifier (its "
+                     "score head in the lm_head's place, no vocabulary logits), b pairs as 2b sequences");
+    r.out.settings.mode = TrainingMode::Reward;
+}
+
+void readKto(Reader &r, const std::string &key, const json &v)
+{
+    (void)v;
+    if (r.out.settings.mode != TrainingMode::KTO)
+        r.note(key + ": KTO as TRL's KTOTrainer runs it: b unpaired sequences and the KL batch beside them, "
+                     "through the policy and its reference");
+    r.out.settings.mode = TrainingMode::KTO;
+}
+
 void refusePostTraining(Reader &r, const std::string &key, const json &v, const std::string &mode)
 {
     r.bad(key, v,

@@ -124,9 +124,14 @@ Report buildTracedReport(const Scenario &s, const TracedRun &run)
 std::string summarize(const TrainingConfig &c)
 {
     std::ostringstream o;
-    if (c.mode == TrainingMode::DPO) // "DPO (adapter reference), LoRA r16, ..., batch 2 pairs x 1024"
-        o << "DPO (" << (c.dpo.reference == Reference::None ? std::string("precomputed") : std::string(toString(c.dpo.reference)))
+    if (c.mode == TrainingMode::DPO || c.mode == TrainingMode::KTO) // "DPO (adapter reference), LoRA r16, ..., batch 2 pairs x 1024"
+        o << modeTitle(c.mode) << " ("
+          << (c.dpo.reference == Reference::None ? std::string("precomputed") : std::string(toString(c.dpo.reference)))
           << " reference), ";
+    else if (c.mode == TrainingMode::ORPO)
+        o << "ORPO, ";
+    else if (c.mode == TrainingMode::Reward)
+        o << "reward model, ";
     if (c.finetune == FineTune::Full)
         o << "full";
     else
@@ -134,7 +139,7 @@ std::string summarize(const TrainingConfig &c)
     o << ", " << toString(c.precision) << ", " << toString(c.optimizer);
     if (c.optimizer == Optimizer::AdamW)
         o << " (" << toString(c.optimizerImpl) << ")";
-    o << ", batch " << c.microBatch << (c.mode == TrainingMode::DPO ? " pairs" : "") << " x " << c.seqLen;
+    o << ", batch " << c.microBatch << (pairedBatch(c.mode) ? " pairs" : "") << " x " << c.seqLen;
     if (c.gradAccum > 1)
         o << " (accum " << c.gradAccum << ")";
     if (c.gradCheckpointing)

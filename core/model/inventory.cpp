@@ -190,11 +190,21 @@ std::vector<ParamTensor> parameterInventory(const ModelArch &m)
         add("per_layer_model_projection", LP, h, 1, true);
         add("per_layer_projection_norm", P, 1, 1);
     }
-    if (!m.tiedEmbeddings)
+    if (m.scoreLabels > 0)
+        add("score", m.scoreLabels, h, 1);
+    else if (!m.tiedEmbeddings)
         add("lm_head", m.vocabSize, h, 1);
     if (m.lmHeadBias)
         add("lm_head.bias", m.vocabSize, 1, 1);
     return p;
+}
+
+ModelArch asSequenceClassifier(ModelArch m, int64_t labels)
+{
+    m.scoreLabels = labels;
+    m.tiedEmbeddings = false; // no lm_head to tie
+    m.lmHeadBias = false;
+    return m;
 }
 
 std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m)

@@ -159,10 +159,16 @@ void Sim::blasWorkspace(int thread)
 
 void Sim::blasLtWorkspace()
 {
-    if (m_blasLt || m_blasLtBytes <= 0)
+    const size_t thread = m_recompute >= 0 ? 1 : 0; // a recomputation runs on the autograd thread
+    if (m_blasLt[thread] || m_blasLtBytes <= 0)
         return;
-    m_blasLt = true;
-    allocate(m_blasLtBytes, Category::Temporaries); // never freed
+    m_blasLt[thread] = true;
+    // never freed: the handle's, not the op's (an early-stopped recomputation's unwinding of its
+    // op's locals leaves it)
+    const bool inMake = m_inMake;
+    m_inMake = true;
+    allocate(m_blasLtBytes, Category::Temporaries);
+    m_inMake = inMake;
 }
 
 void Sim::reserve(size_t events)

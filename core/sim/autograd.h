@@ -156,7 +156,9 @@ public:
     // autograd engine's thread).
     void blasWorkspace(int thread);
     void setBlasWorkspaceBytes(int64_t bytes) { m_blasBytes = bytes; }
-    // cuBLASLt's workspace: taken by the first addmm with a bias epilogue, kept.
+    // cuBLASLt's workspace: taken by the first addmm with a bias epilogue on a thread's handle,
+    // kept: the forward's, and the autograd thread's when a checkpointed layer's recomputation
+    // runs one (H200: Qwen2.5's biased q/k/v under checkpointing, a second 1 MiB).
     void blasLtWorkspace();
     void setBlasLtWorkspaceBytes(int64_t bytes) { m_blasLtBytes = bytes; }
 
@@ -253,7 +255,7 @@ private:
     int64_t m_blasBytes = 33554432;
     std::array<bool, 2> m_blas{};
     int64_t m_blasLtBytes = 1048576;
-    bool m_blasLt = false;
+    std::array<bool, 2> m_blasLt{};
 };
 
 } // namespace headroom::sim

@@ -7,8 +7,6 @@
 
 namespace headroom::sim {
 
-namespace {
-
 // TRL's selective_log_softmax for 16-bit logits: one log_softmax per sequence (LogSoftmaxBackward0
 // saves its output), the label's column gathered, the columns stacked. Iterating the logits
 // unbinds them (UnbindBackward0 stacks the rows' gradients: one tensor of the logits' size).
@@ -50,7 +48,26 @@ T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t row
     return masked;
 }
 
-} // namespace
+void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem)
+{
+    T flat = S.make(rows * vocab * elem, elem, Category::Logits);
+    const int64_t chunkRows = std::min<int64_t>(128, rows);
+    T prev;
+    for (int64_t done = 0; done < rows; done += chunkRows) {
+        const int64_t n = std::min<int64_t>(chunkRows, rows - done);
+        T lp = S.make(n * vocab * elem, elem, Category::Logits);
+        if (prev.valid())
+            S.drop(prev);
+        T ex = S.make(n * vocab * elem, elem, Category::Logits);
+        T prod = S.make(n * vocab * elem, elem, Category::Logits);
+        S.drop(ex);
+        S.drop(prod);
+        prev = lp;
+    }
+    if (prev.valid())
+        S.drop(prev);
+    S.drop(flat);
+}
 
 T dpoLoss(Sim &S, Ops &O, T logits, const DpoShape &d, const std::function<T()> &referenceLogits)
 {
@@ -95,23 +112,7 @@ T dpoLoss(Sim &S, Ops &O, T logits, const DpoShape &d, const std::function<T()> 
     const bool grad = S.gradEnabled();
     S.setGradEnabled(false);
     {
-        T flat = S.make(seqs * rows * V * e, e, Category::Logits);
-        const int64_t chunkRows = std::min<int64_t>(128, seqs * rows);
-        T prev;
-        for (int64_t done = 0; done < seqs * rows; done += chunkRows) {
-            const int64_t n = std::min<int64_t>(chunkRows, seqs * rows - done);
-            T lp = S.make(n * V * e, e, Category::Logits);
-            if (prev.valid())
-                S.drop(prev);
-            T ex = S.make(n * V * e, e, Category::Logits);
-            T prod = S.make(n * V * e, e, Category::Logits);
-            S.drop(ex);
-            S.drop(prod);
-            prev = lp;
-        }
-        if (prev.valid())
-            S.drop(prev);
-        S.drop(flat);
+        entropyFromLogits(S, seqs * rows, V, e);
         const int64_t completion = d.pairs * (d.seq - d.prompt); // the mask's ones in one half
         for (int half = 0; half < 2; ++half) {
             T picked = S.make(completion * V * e, e, Category::Logits);

@@ -16,6 +16,14 @@ struct DpoShape
     Reference reference = Reference::Adapter;
 };
 
+// TRL's selective_log_softmax over `logits` (views of `seqs` sequences of `rows` x `vocab`), then
+// `per_token_logps[shift_completion_mask == 0] = 0` with `promptZeros` zeros a row: the per-token
+// log-probabilities (See Note [DPO step]; KTO's and the reference's too).
+T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros);
+// TRL's entropy_from_logits under no_grad: a contiguous copy of the `rows` x `vocab` logits, then
+// 128-row chunks (log_softmax, exp, their product).
+void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem);
+
 // The policy's `logits` [2b, seq, vocab] (consumed) -> the loss. `referenceLogits` runs the
 // reference's forward (called under no_grad) and returns its logits.
 T dpoLoss(Sim &S, Ops &O, T logits, const DpoShape &d, const std::function<T()> &referenceLogits);

@@ -8,6 +8,7 @@
 #include "autograd.h"
 #include "deltanet.h"
 #include "dpo.h"
+#include "kto.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "parallel.h"
@@ -92,7 +93,9 @@ public:
         S.setBlasWorkspaceBytes(o.cublasWorkspaceBytes);
         S.setBlasLtWorkspaceBytes(o.cublasLtWorkspaceBytes);
         dpo = c.mode == TrainingMode::DPO;
-        b = dpo ? checkedMul(2, c.microBatch) : c.microBatch; // DPO: b pairs, 2b sequences
+        reward = m.scoreLabels > 0;
+        kto = c.mode == TrainingMode::KTO;
+        b = dpo || reward ? checkedMul(2, c.microBatch) : c.microBatch; // DPO, reward: b pairs, 2b sequences
         s = c.seqLen;
         tok = checkedMul(b, s);
         h = m.hiddenSize;
@@ -200,6 +203,8 @@ private:
     // Issue 29: a DPO step, and while its reference runs, the adapters off (PEFT's
     // disable_adapter) and checkpointing off (TRL's disable_gradient_checkpointing)
     bool dpo = false, adaptersOff = false, checkpointingOff = false;
+    bool reward = false; // a reward model's step (See Note [Reward step])
+    bool kto = false;    // a KTO step (See Note [KTO step])
     std::vector<T> referenceWeights; // a frozen reference copy
     int pe = 2, ce = 2, re = 2;
     int qe = 2; // QLoRA: Linear4bit's compute dtype
@@ -210,6 +215,7 @@ private:
     std::array<bool, kMlaLinears> mlaMask{};            // ... and multi-head latent attention's
     ExpertsLora expertsWrapped;
     T embed, positions, finalNorm, finalNormB, lmHead, lmHeadB;
+    T scoreFrozen; // under PEFT, a sequence classifier's original score (lmHead is the trained copy)
     // Gemma 4's per-layer inputs (Note [Gemma 4]): embed_tokens_per_layer, per_layer_model_projection
     // (with its adapters) and per_layer_projection_norm; in forward, the inputs every layer slices.
     T pliEmbed, pliModelProj, pliProjNorm, pliInputs;
@@ -747,6 +753,8 @@ private:
             T untied = S.make(checkedMul(checkedMul(V, h), buildElem()), buildElem(), Category::Weights);
             S.drop(untied);
             lmHead = embed;
+        } else if (m.scoreLabels > 0) {
+            lmHead = param(m.scoreLabels, h, t, "score"); // AutoModelForSequenceClassification's head
         } else {
             lmHead = param(V, h, t, "lm_head");
             if (m.lmHeadBias)
@@ -756,13 +764,19 @@ private:
             quantizeForQlora();
         if (!full)
             injectAdapters();
+        if (!full && m.scoreLabels > 0) {
+            // PEFT's task_type SEQ_CLS puts score in modules_to_save: the original stays, frozen,
+            // and a trainable copy (ModulesToSaveWrapper) runs in forward
+            scoreFrozen = lmHead;
+            lmHead = param(m.scoreLabels, h, true, "score");
+        }
         collectTrainable();
         S.setOnHost(false);
         sim::ParallelModel pm{units(), &buffers, trainable};
         stepped = par->wrap(pm);
         if (m.tiedEmbeddings)
             lmHead = embed;
-        if (dpo && c.dpo.reference == Reference::Copy) {
+        if ((dpo || kto) && c.dpo.reference == Reference::Copy) {
             // TRL's trainer builds the reference in its __init__, as the policy was built: the
             // same parameters and buffers again, frozen
             S.setOp("dpo.reference_model");
@@ -774,8 +788,16 @@ private:
         S.setOp("input_ids");
         for (int64_t i = 0; i < c.gradAccum; ++i) {
             batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
-            if (dpo) // the completion mask beside each batch's ids
+            if (dpo || reward) // DPO's completion mask, the reward batch's attention mask
                 dpoMasks.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
+            if (kto) { // the attention and completion masks, the KL batch's ids and masks, the labels
+                for (int k = 0; k < 5; ++k)
+                    dpoMasks.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
+                dpoMasks.push_back(S.make(b, 1, Category::Temporaries));
+                if (c.dpo.reference == Reference::None) // the precomputed log-probabilities
+                    for (int k = 0; k < 2; ++k)
+                        dpoMasks.push_back(S.make(checkedMul(b, 4), 4, Category::Temporaries));
+            }
         }
     }
 
@@ -836,7 +858,7 @@ private:
         for (size_t l = 0; l < layers.size(); ++l)
             out[l + 1] = layerUnitParameters(layers[l]);
         for (T *t : {&embed, &positions, &finalNorm, &finalNormB, &pliEmbed, &pliModelProj, &pliModelLora.a,
-                     &pliModelLora.b, &pliProjNorm, m.tiedEmbeddings ? nullptr : &lmHead, &lmHeadB})
+                     &pliModelLora.b, &pliProjNorm, &scoreFrozen, m.tiedEmbeddings ? nullptr : &lmHead, &lmHeadB})
             if (t && t->valid())
                 out[0].push_back(t);
         return out;
@@ -2455,6 +2477,10 @@ private:
 
     T forward(const T &ids)
     {
+        if (reward)
+            return rewardStep(hidden(ids), ids);
+        if (kto)
+            return ktoStep(ids);
         if (!dpo)
             return headAndLoss(hidden(ids));
         // the engine's batch for TRL: input_ids, torch.ones_like(ids) as the attention mask and
@@ -2683,6 +2709,86 @@ private:
             clearAmpCache();
             adaptersOff = checkpointingOff = false;
             return rl;
+        });
+    }
+
+    // Issue 29: a reward model's step (See Note [Reward step]): GenericForSequenceClassification's
+    // forward after the decoder (score, the last non-pad token of each sequence, the pooled
+    // logits), then TRL's RewardTrainer.compute_loss (-logsigmoid of chosen minus rejected).
+    T rewardStep(T fn, const T &ids)
+    {
+        (void)ids;
+        const int64_t labels = m.scoreLabels;
+        S.setOp("score");
+        T w = weightFor(lmHead);
+        T xin = amp ? O.to(fn, 2) : S.view(fn);
+        const int le = amp ? 2 : ce;
+        T logits = O.linear(xin, w, nullptr, tok, h, labels, le); // saves its input: score trains
+        S.drop(xin);
+        S.drop(w);
+        // last_non_pad_token = (arange(seq, int32) * (input_ids != pad).to(int32)).argmax(-1)
+        S.setOp("score.pooling");
+        const int notPad = S.allocate(tok, Category::Temporaries);
+        const int nonPadMask = S.allocate(checkedMul(tok, 4), Category::Temporaries);
+        S.unref(notPad);
+        const int tokenIndices = S.allocate(checkedMul(s, 4), Category::Temporaries);
+        const int product = S.allocate(checkedMul(tok, 4), Category::Temporaries);
+        const int last = S.allocate(checkedMul(b, 8), Category::Activations);
+        S.unref(product);
+        // logits[arange(batch), last_non_pad_token]: IndexBackward0 saves both indices; its
+        // backward is index_put_ with accumulate into zeros of the logits (a sort of the index)
+        const int rows = S.allocate(checkedMul(b, 8), Category::Activations);
+        T pooled = S.make(checkedMul(b * labels, le), le);
+        const int64_t back = logits.bytes, idx = checkedMul(b, 8);
+        S.record({&pooled}, {&logits}, {rows, last}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+            if (!needs[0] || g[0] < 0)
+                return std::vector<int>{-1};
+            const int z = s.allocate(back, Category::Temporaries);
+            const int lin = s.allocate(idx, Category::Temporaries); // the linear index, sorted with its permutation
+            const int sorted = s.allocate(idx, Category::Temporaries);
+            const int perm = s.allocate(idx, Category::Temporaries);
+            s.unref(perm);
+            s.unref(sorted);
+            s.unref(lin);
+            return std::vector<int>{z};
+        });
+        S.unref(rows);
+        S.unref(last);
+        // the forward returns: its locals and the full logits go (the model output holds the
+        // pooled ones), and last_hidden_state with them (score's node keeps its input)
+        S.unref(tokenIndices);
+        S.unref(nonPadMask);
+        S.drop(logits);
+        S.drop(fn);
+        clearAmpCache();
+        par->forwardDone();
+        // TRL: torch.chunk (views), chosen - rejected, logsigmoid (saves its input), neg, mean:
+        // a few bytes each
+        S.setOp("reward.loss");
+        T loss = O.mean(pooled, 1);
+        S.drop(pooled);
+        return loss;
+    }
+
+    // Issue 29: TRL's KTO step (kto.cpp, See Note [KTO step]): each forward it asks for, the KL
+    // batch's and the batch's, through the policy or the reference (its adapter disabled or the
+    // copy, checkpointing off). A forward under no_grad checkpoints nothing, so the KL batch's
+    // through the policy runs as one without checkpointing too.
+    T ktoStep(const T &ids)
+    {
+        const sim::KtoShape k{b, s, V, c.dpo.prompt(s), c.dpo.reference};
+        return sim::ktoLoss(S, O, k, [&](sim::KtoForward kind) {
+            const bool reference = kind == sim::KtoForward::Reference || kind == sim::KtoForward::ReferenceKl;
+            adaptersOff = reference && c.dpo.reference == Reference::Adapter;
+            checkpointingOff = kind != sim::KtoForward::Policy;
+            T fn = hidden(ids);
+            T logits = lmHeadLogits(fn);
+            S.drop(fn);
+            clearAmpCache();
+            if (kind == sim::KtoForward::Policy)
+                par->forwardDone();
+            adaptersOff = checkpointingOff = false;
+            return logits;
         });
     }
 

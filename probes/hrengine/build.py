@@ -104,7 +104,7 @@ def build_base(torch, R, device, factory, info):
     else:
         transformers = require("transformers", "the transformers engine")  # imported already (worker.preload)
         info["transformers"] = transformers.__version__
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
         try:
             config = AutoConfig.for_model(R["model_type"], **hf)
         except (ValueError, KeyError) as e:
@@ -113,6 +113,15 @@ def build_base(torch, R, device, factory, info):
         except TypeError as e:
             raise BadRequest("model.config", R["model_type"], f"not a valid config ({short(str(e), 160)})")
         config.use_cache = False
+        auto = AutoModelForCausalLM
+        if cfg["mode"] == "reward":
+            # Issue 29: TRL's RewardTrainer builds AutoModelForSequenceClassification with one label,
+            # and sets the pad token (the tokenizer's, else its eos) where the config has none
+            auto = AutoModelForSequenceClassification
+            config.num_labels = 1
+            if getattr(config, "pad_token_id", None) is None:
+                eos = getattr(config, "eos_token_id", None)
+                config.pad_token_id = (eos[0] if isinstance(eos, list) and eos else eos) if eos is not None else 0
         t0 = time.perf_counter()
         old = torch.get_default_dtype()
         torch.set_default_dtype(pdtype)
@@ -122,11 +131,9 @@ def build_base(torch, R, device, factory, info):
                 ctx.__enter__()
             try:
                 try:
-                    model = AutoModelForCausalLM.from_config(config, dtype=pdtype,
-                                                             attn_implementation=cfg["attention"])
+                    model = auto.from_config(config, dtype=pdtype, attn_implementation=cfg["attention"])
                 except TypeError:
-                    model = AutoModelForCausalLM.from_config(config, torch_dtype=pdtype,
-                                                             attn_implementation=cfg["attention"])
+                    model = auto.from_config(config, torch_dtype=pdtype, attn_implementation=cfg["attention"])
             finally:
                 if ctx is not None:
                     ctx.__exit__(None, None, None)
@@ -171,7 +178,7 @@ def build_model(torch, R, device, factory, info):
                              lora_dropout=cfg["lora"]["dropout"],
                              target_modules=(cfg["lora"]["targets"] if cfg["lora"]["targets"] != ["all-linear"]
                                              else "all-linear"),
-                             task_type="CAUSAL_LM")
+                             task_type="SEQ_CLS" if cfg["mode"] == "reward" else "CAUSAL_LM")
         try:
             model = peft.get_peft_model(model, lc)
         except ValueError as e:

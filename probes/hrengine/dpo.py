@@ -6,73 +6,19 @@ engine's, as for supervised fine-tuning. The reference is the policy with its ad
 (PEFT, TRL's default), a frozen copy built like the policy (full fine-tuning), or none
 (precomputed log-probabilities, read from the batch).
 
-TRL's dpo_trainer module imports `datasets` at its top for the dataset pipeline, which a step
-never touches; where `datasets` is not installed a stand-in module answers those imports."""
-import importlib.machinery
-import sys
+TRL is loaded as trlshim.py says."""
 import types
 from collections import defaultdict
 
-
-def _stand_in_datasets():
-    """A module for `from datasets import X` and `from datasets.fingerprint import Hasher` whose
-    names are inert classes: enough for TRL's imports and type hints, never for data."""
-
-    def make(name):
-        mod = types.ModuleType(name)
-        mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
-        mod.__path__ = []  # a package, so its submodules import
-
-        def __getattr__(attr):
-            if attr.startswith("__"):
-                raise AttributeError(attr)
-            cls = type(attr, (), {})
-            setattr(mod, attr, cls)
-            return cls
-
-        mod.__getattr__ = __getattr__
-        return mod
-
-    for name in ("datasets", "datasets.fingerprint", "datasets.distributed", "datasets.utils"):
-        sys.modules.setdefault(name, make(name))
+from .trlshim import Accelerator, load_trl_module
 
 
-def load_trl(info):
-    """TRL's DPOTrainer, or Missing (exit 4) naming TRL and what to install."""
-    from .build import require
-    require("trl", "a DPO step (config.mode = dpo, measured with TRL's own loss; pip install trl)")
-    try:
-        import datasets  # noqa: F401
-    except ImportError:
-        _stand_in_datasets()
-        info["datasets"] = "stand-in (not installed; the step reads no dataset)"
-    import trl
-    dpo = require("trl.trainer.dpo_trainer", "a DPO step (TRL's DPOTrainer)")
-    info["trl"] = getattr(trl, "__version__", "unknown")
-    return dpo.DPOTrainer
-
-
-class _Accelerator:
-    """What _compute_loss asks of accelerate's Accelerator on one process."""
-
-    def __init__(self, device):
-        self.device = device
-
-    def unwrap_model(self, model, *a, **k):
-        return model
-
-    def gather_for_metrics(self, t):
-        return t
-
-    def gather(self, t):
-        return t
-
-
-def dpo_loss_fn(torch, DPOTrainer, model, ref_model, cfg, device, info):
-    """A function (input_ids, attention_mask, completion_mask) -> loss running TRL's DPO loss."""
+def loss_fn(torch, model, ref_model, cfg, device, info):
+    """A function (input_ids, completion_mask, ref_logps) -> loss running TRL's DPO loss."""
+    DPOTrainer = load_trl_module(info, "trl.trainer.dpo_trainer", "a DPO step (TRL's DPOTrainer)").DPOTrainer
     dpo = cfg["dpo"]
     trainer = types.SimpleNamespace(
-        model=model, ref_model=ref_model, accelerator=_Accelerator(device),
+        model=model, ref_model=ref_model, accelerator=Accelerator(device),
         precompute_ref_logps=dpo["reference"] == "none", aux_loss_enabled=False, ld_alpha=None,
         f_divergence_type="reverse_kl", f_alpha_divergence_coef=1.0, loss_types=["sigmoid"], loss_weights=[1.0],
         beta=dpo["beta"], label_smoothing=0.0, use_weighting=False, router_aux_loss_coef=0.0,
@@ -92,7 +38,7 @@ def dpo_loss_fn(torch, DPOTrainer, model, ref_model, cfg, device, info):
     return loss
 
 
-def dpo_batches(torch, vocab, cfg, gen, device):
+def batches(torch, vocab, cfg, gen, device):
     """Per micro-batch: b pairs as TRL's collator lays them out (the b chosen sequences, then the b
     rejected ones, each prompt then completion, padded to seq_len) and the completion mask."""
     b, s, ga = cfg["micro_batch"], cfg["seq_len"], cfg["grad_accum"]

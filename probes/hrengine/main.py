@@ -174,7 +174,7 @@ def run(args, R, out, t_start, rank):
     cfg = R["config"]
     if args.trace:
         if cfg["mode"] != "sft":  # issue 29: TRL's step on fake tensors is not followed yet
-            raise BadRequest("config.mode", cfg["mode"], "a DPO step is measured, not traced yet")
+            raise BadRequest("config.mode", cfg["mode"], f"a {cfg['mode'].upper()} step is measured, not traced yet")
         from .fake import trace
         return trace(args, R, out, factory, torch, t_start)
     D = Dist(torch, args, cfg)

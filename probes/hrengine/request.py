@@ -118,23 +118,30 @@ def parse_config(c):
         raise BadRequest("config.lora.targets", "[]", "LoRA needs at least one target module")
     if cfg["finetune"] == "qlora" and cfg["precision"] == "fp32":
         raise BadRequest("config.precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16")
-    # Issue 29: the training mode; DPO's reference and prompt (its sequences are prompt then completion)
+    # Issue 29: the training mode, and the preference modes' block under the mode's name: the
+    # reference (DPO, KTO), the prompt's tokens (each sequence is prompt then completion), beta
     cfg["mode"] = _choice(c, "mode", ctx, MODES, "sft")
-    if cfg["mode"] == "dpo":
-        d = c.get("dpo", {})
+    m = cfg["mode"]
+    if m in ("dpo", "kto", "orpo"):
+        d = c.get(m, {})
         if not isinstance(d, dict):
-            raise BadRequest("config.dpo", d, "must be a JSON object")
-        default_ref = "copy" if cfg["finetune"] == "full" else "adapter"
-        cfg["dpo"] = {
-            "reference": _choice(d, "reference", "config.dpo", REFERENCES, default_ref),
-            "prompt_len": _int(d, "prompt_len", "config.dpo", 1, max(1, cfg["seq_len"] - 1), max(1, cfg["seq_len"] // 2)),
-            "beta": _number(d, "beta", "config.dpo", 0.0, 1e6, 0.1),
+            raise BadRequest(f"config.{m}", d, "must be a JSON object")
+        default_ref = "none" if m == "orpo" else "copy" if cfg["finetune"] == "full" else "adapter"
+        cfg[m] = {
+            "reference": _choice(d, "reference", f"config.{m}", REFERENCES, default_ref),
+            "prompt_len": _int(d, "prompt_len", f"config.{m}", 1, max(1, cfg["seq_len"] - 1), max(1, cfg["seq_len"] // 2)),
+            "beta": _number(d, "beta", f"config.{m}", 0.0, 1e6, 0.1),
         }
-        if cfg["dpo"]["reference"] == "adapter" and cfg["finetune"] == "full":
-            raise BadRequest("config.dpo.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none")
-        if cfg.get("loss") == "fused":
-            raise BadRequest("config.loss", "fused", "DPO with the fused loss (TRL's use_liger_kernel, Liger's fused "
-                             "linear DPO loss) is not measured yet: use loss standard")
+        if m == "orpo" and cfg[m]["reference"] != "none":
+            raise BadRequest("config.orpo.reference", cfg[m]["reference"], "ORPO has no reference model: use none")
+        if cfg[m]["reference"] == "adapter" and cfg["finetune"] == "full":
+            raise BadRequest(f"config.{m}.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none")
+    if m != "sft" and cfg.get("loss") == "fused":
+        raise BadRequest("config.loss", "fused", f"{m.upper()} with the fused loss (TRL's use_liger_kernel) is not "
+                         "measured yet: use loss standard")
+    if m in ("kto", "orpo", "reward") and cfg["finetune"] == "qlora":
+        raise BadRequest("config.finetune", "qlora", f"a {m} step is measured with full fine-tuning or LoRA; "
+                         "QLoRA is not yet")
     if cfg["offload_optimizer"]:
         raise BadRequest("config.offload_optimizer", True,
                          "the transformers engine keeps the optimizer on the device; offload is estimated, not measured")

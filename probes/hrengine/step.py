@@ -7,9 +7,9 @@ import time
 
 from .attribution import attribute, finalize, rank_peak
 from .build import build_model, find_layers, lap, model_info
-from .dpo import dpo_batches, dpo_loss_fn, load_trl
 from .meters import cpu_name, is_oom, oom_requested_bytes, vm_bytes
 from .optimizers import build_optimizer, storage_bytes
+from .posttrain import reference_of, setup as posttrain_setup
 from .parallel import _Null, gradient_sync_control, parameters_sum, wrap_parallel
 from .protocol import BadRequest, EXIT_OK, EXIT_OUT_OF_MEMORY, Missing, SCHEMA_VERSION, Stopped, VERSION, _stop, check_stop, short, write_atomically
 from .trace import Recorder, finish_trace
@@ -76,18 +76,18 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
             info["fsdp_build"] = "cpu, moved per unit by fully_shard"
         model = build_model(torch, R, build_device, factory, info)
         model, _ = wrap_parallel(torch, model, R, D, cuda, info)
-        # Issue 29: DPO's reference, built with the policy as TRL's trainer does in its __init__
-        ref_model = dpo_loss = None
-        if cfg["mode"] == "dpo":
-            DPOTrainer = load_trl(info)
-            if cfg["dpo"]["reference"] == "copy":
-                if cfg["finetune"] != "full":
-                    raise BadRequest("config.dpo.reference", "copy", "a reference copy is measured with full fine-tuning")
-                ref_model = build_model(torch, R, build_device, factory, {})
-                ref_model.eval()
-                for p in ref_model.parameters():
-                    p.requires_grad_(False)
-            dpo_loss = dpo_loss_fn(torch, DPOTrainer, model, ref_model, cfg, device, info)
+        # Issue 29: a post-training mode's loss (TRL's own) and its reference, built with the
+        # policy as TRL's trainer does in its __init__
+        ref_model = None
+        if reference_of(cfg) == "copy":
+            if cfg["finetune"] != "full":
+                raise BadRequest(f"config.{cfg['mode']}.reference", "copy",
+                                 "a reference copy is measured with full fine-tuning")
+            ref_model = build_model(torch, R, build_device, factory, {})
+            ref_model.eval()
+            for p in ref_model.parameters():
+                p.requires_grad_(False)
+        post_loss, post_batches = posttrain_setup(torch, model, ref_model, cfg, device, info)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise BadRequest("config.finetune", cfg["finetune"], "leaves no trainable parameter")
@@ -104,7 +104,7 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
         b, s, ga = cfg["micro_batch"], cfg["seq_len"], cfg["grad_accum"]
         gen = torch.Generator(device="cpu")
         gen.manual_seed(1 + D.rank)  # each rank reads its own batch
-        batches = dpo_batches(torch, vocab, cfg, gen, device) if dpo_loss else \
+        batches = post_batches(torch, vocab, cfg, gen, device) if post_loss else \
             [torch.randint(0, vocab, (b, s), generator=gen).to(device) for _ in range(ga)]
         meter.sync()
         info.update(model_info(torch, model, opt))
@@ -147,7 +147,7 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
             ctx = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else _Null()
             hooks_ctx = torch.autograd.graph.save_on_cpu(pin_memory=cuda) if offload else _Null()
             with hooks_ctx, ctx:
-                loss = dpo_loss(*ids) if dpo_loss else model(input_ids=ids, labels=ids).loss
+                loss = post_loss(*ids) if post_loss else model(input_ids=ids, labels=ids).loss
             return loss / ga if ga > 1 else loss
 
         def backward(loss):
@@ -188,7 +188,7 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
             lap(info, "timeline", t1)
         for h in hooks:
             h.remove()
-        if not args.no_attribution and not dpo_loss:
+        if not args.no_attribution and not post_loss:
             t1 = time.perf_counter()
             A = attribute(torch, model, opt, meter, vocab, forward, backward, optimizer_step, ga, batches, sync_ctx, D)
             lap(info, "attribution", t1)

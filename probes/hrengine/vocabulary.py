@@ -18,6 +18,6 @@ ATTENTIONS = ("sdpa", "eager")
 
 LOSSES = ("standard", "fused")
 
-MODES = ("sft", "dpo")
+MODES = ("sft", "dpo", "kto", "orpo", "reward")
 
 REFERENCES = ("adapter", "copy", "none")

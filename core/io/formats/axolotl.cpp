@@ -90,10 +90,22 @@ void read(Reader &r, const json &j)
                    // IPO is DPO's step with another loss on the same log-probabilities
                    if (mode == "dpo" || mode == "ipo")
                        return readDpo(r, k, v);
+                   if (mode == "kto")
+                       return readKto(r, k, v);
                    for (char &c : mode)
                        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
                    refusePostTraining(r, k, v, mode + " training");
                }},
+              {"reward_model", [](Reader &r, const std::string &k, const json &v) {
+                   if (r.flag(k, v))
+                       readReward(r, k, v);
+               }},
+              {"process_reward_model", [](Reader &r, const std::string &k, const json &v) {
+                   if (r.flag(k, v))
+                       refusePostTraining(r, k, v, "process reward modelling (TRL's PRMTrainer, a token classifier)");
+               }},
+              {"center_rewards_coefficient", ignoreKey}, // a few bytes of the reward loss
+              {"num_labels", ignoreKey}, // the model class's (reward_model: one label)
               {"rl_beta", [](Reader &r, const std::string &k, const json &v) { r.out.settings.beta = r.number(k, v, 0.0, 1e6); }},
               {"max_prompt_len", [](Reader &r, const std::string &k, const json &v) {
                    r.out.settings.promptLen = r.integer(k, v, 1, 1 << 24);
@@ -175,6 +187,16 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
         kv(y, "max_prompt_len", c.dpo.prompt(c.seqLen));
         if (c.dpo.reference == Reference::None)
             notes.push_back("a precomputed reference has no Axolotl key: written as DPO with its reference");
+    }
+    if (c.mode == TrainingMode::KTO) {
+        kv(y, "rl", "kto");
+        kv(y, "rl_beta", c.dpo.beta);
+        kv(y, "max_prompt_len", c.dpo.prompt(c.seqLen));
+    }
+    if (c.mode == TrainingMode::Reward) { // issue 29: TRL's RewardTrainer on a sequence classifier
+        kv(y, "model_type", "AutoModelForSequenceClassification");
+        kv(y, "num_labels", 1);
+        kv(y, "reward_model", true);
     }
     kv(y, "sequence_len", c.seqLen);
     kv(y, "micro_batch_size", c.microBatch);

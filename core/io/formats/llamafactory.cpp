@@ -31,10 +31,13 @@ void read(Reader &r, const json &j)
                    const std::string s = r.text(k, v);
                    if (s == "dpo")
                        readDpo(r, k, v);
-                   else if (s == "kto" || s == "ppo")
-                       refusePostTraining(r, k, v, s == "kto" ? "KTO training" : "PPO training");
-                   else if (s == "rm")
-                       refusePostTraining(r, k, v, "reward modelling");
+                   else if (s == "kto")
+                       readKto(r, k, v);
+                   else if (s == "ppo")
+                       refusePostTraining(r, k, v, "PPO training");
+                   else if (s == "rm") // not TRL's sequence classifier (Note [Reward step])
+                       refusePostTraining(r, k, v, "LLaMA-Factory's reward modelling (TRL's AutoModelForCausalLMWithValueHead: "
+                                                   "the lm_head's logits and a value head)");
                    else if (s != "sft" && s != "pt")
                        r.bad(k, v, "must be sft, pt, rm, dpo, kto or ppo");
                }},
@@ -138,7 +141,9 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
     YAML::Emitter y;
     y << YAML::BeginMap;
     kv(y, "model_name_or_path", model);
-    kv(y, "stage", c.mode == TrainingMode::DPO ? "dpo" : "sft");
+    kv(y, "stage", c.mode == TrainingMode::DPO ? "dpo" : c.mode == TrainingMode::KTO ? "kto" : "sft");
+    if (c.mode == TrainingMode::KTO)
+        kv(y, "pref_beta", c.dpo.beta);
     if (c.mode == TrainingMode::DPO) {
         kv(y, "pref_beta", c.dpo.beta);
         if (c.dpo.reference == Reference::None)

@@ -34,6 +34,8 @@ void read(Reader &r, const json &j)
             refusePostTraining(r, k, v, "GRPO (generation in the training step)");
         if (k == "beta")
             r.out.settings.beta = r.number(k, v, 0.0, 1e6);
+        if (j.contains("desirable_weight") || j.contains("undesirable_weight")) // KTOConfig's beta
+            return readKto(r, k, v);
         readDpo(r, k, v);
     };
     readKeys(r, j,
@@ -76,6 +78,9 @@ void read(Reader &r, const json &j)
                    if (r.flag(k, v))
                        r.out.settings.reference = Reference::None;
                }},
+              {"center_rewards_coefficient", readReward}, // RewardConfig's own key
+              {"desirable_weight", readKto},                // KTOConfig's own keys
+              {"undesirable_weight", readKto},
               {"num_generations", refuseTrl},
               {"reward_funcs", refuseTrl},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},
@@ -139,6 +144,14 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
         j["max_prompt_length"] = c.dpo.prompt(c.seqLen);
         j["precompute_ref_log_probs"] = c.dpo.reference == Reference::None;
     }
+    if (c.mode == TrainingMode::KTO) { // TRL's KTOConfig: its own keys say so
+        j["beta"] = c.dpo.beta;
+        j["desirable_weight"] = 1.0;
+        j["undesirable_weight"] = 1.0;
+        j["precompute_ref_log_probs"] = c.dpo.reference == Reference::None;
+    }
+    if (c.mode == TrainingMode::Reward) // TRL's RewardConfig: its own key says so (None: no centring)
+        j["center_rewards_coefficient"] = nullptr;
     switch (c.precision) {
     case Precision::BF16: j["bf16"] = true; j["torch_dtype"] = "bfloat16"; break;
     case Precision::FP16: j["fp16"] = true; j["torch_dtype"] = "float16"; break;

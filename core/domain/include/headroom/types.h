@@ -25,7 +25,7 @@ enum class Loss { Standard, Fused };
 // sequences (the chosen ones, then the rejected ones; each its prompt, then its completion)
 // against a reference: the policy with its adapter disabled, a frozen copy, or none (the
 // reference's log-probabilities precomputed).
-enum class TrainingMode { SFT, DPO };
+enum class TrainingMode { SFT, DPO, KTO, ORPO, Reward };
 enum class Reference { Adapter, Copy, None };
 
 // One word per concept across core, probe, GUI and JSON (docs/style.md point 15).
@@ -56,6 +56,18 @@ std::string_view toString(FineTune);
 std::string_view toString(Attention);
 std::string_view toString(Loss);
 std::string_view toString(TrainingMode);
+// The mode as prose names it: "DPO", "KTO", "ORPO", "reward-model" ("supervised" for SFT).
+std::string modeTitle(TrainingMode);
+// DPO, KTO and ORPO: sequences of a prompt then a completion, with beta (and a reference: not ORPO).
+// A batch of pairs (chosen then rejected: DPO, ORPO, reward models): micro_batch counts pairs.
+inline bool pairedBatch(TrainingMode m)
+{
+    return m == TrainingMode::DPO || m == TrainingMode::ORPO || m == TrainingMode::Reward;
+}
+inline bool hasPreferenceBlock(TrainingMode m)
+{
+    return m == TrainingMode::DPO || m == TrainingMode::KTO || m == TrainingMode::ORPO;
+}
 std::string_view toString(Reference);
 std::string_view toString(Category);
 std::string_view toString(Phase);

@@ -194,6 +194,11 @@ struct ModelArch
     bool fusedGateUp = false;
     bool parallelResidual = false;    // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
     bool lmHeadBias = false;          // an lm_head with a bias (Phi)
+    // The head: 0, the causal LM's lm_head over the vocabulary; n > 0, a sequence classifier's
+    // `score` Linear(hidden, n, bias=False) in its place (AutoModelForSequenceClassification:
+    // never tied; TRL's reward models have one label). Set by asSequenceClassifier, never read
+    // from a config.json: the same config builds either class.
+    int64_t scoreLabels = 0;
     double rotaryFraction = 1.0;      // share of head_dim that rotary embedding turns
     // Dropout probabilities in training (GPT-2's embd/attn/resid_pdrop, Phi-3's, NeoX's).
     double embdDropout = 0.0;
@@ -304,6 +309,10 @@ struct ParamTensor
 };
 
 std::vector<ParamTensor> parameterInventory(const ModelArch &m);
+
+// The same config built as AutoModelForSequenceClassification with `labels` labels (issue 29's
+// reward models): the decoder, then `score` in the lm_head's place (See Note [Reward step]).
+ModelArch asSequenceClassifier(ModelArch m, int64_t labels);
 
 // The decoder layer's Linear modules as Hugging Face names them, indexed by LinearModule. A
 // fused q/k/v projection sits at Q (K and V empty), a fused gate/up at Gate (Up empty); an

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""The cases of lab/dpo.sh (issue 29): DPO steps as TRL runs them (probes/hrengine/dpo.py), each
-with its allocator timeline, beside a supervised step of the same model at the same tokens."""
+"""The cases of lab/dpo.sh and lab/posttrain.sh (issue 29): post-training steps as TRL runs them
+(probes/hrengine/posttrain.py: DPO, KTO, ORPO, reward modelling), each with its allocator timeline,
+beside a supervised step of the same model at the same tokens. --set names the plan's cases."""
 import argparse, json, os, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINE = os.path.join(ROOT, "probes", "headroom_engine.py")
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
-# name: (preset, finetune, micro_batch pairs, seq_len, checkpointing, reference, mode[, prompt_len])
-CASES = {
+# name: (preset, finetune, micro_batch (pairs; KTO: sequences), seq_len, checkpointing, reference, mode[, prompt_len])
+DPO = {
     "l1b-dpo-lora-b2s1024": ("llama-3.2-1b", "lora", 2, 1024, False, "adapter", "dpo"),
     "l1b-dpo-lora-ckpt-b4s1024": ("llama-3.2-1b", "lora", 4, 1024, True, "adapter", "dpo"),
     "l1b-dpo-full-copy-b1s1024": ("llama-3.2-1b", "full", 1, 1024, False, "copy", "dpo"),
@@ -26,6 +27,32 @@ CASES = {
     "l8b-dpo-lora-ckpt-p768-b4s1024": ("llama-3.1-8b", "lora", 4, 1024, True, "adapter", "dpo", 768),
 }
 
+# 2026-12-05: reward models (AutoModelForSequenceClassification, TRL's RewardTrainer), KTO (the KL
+# batch; the reference as the disabled adapter, a copy or none) and ORPO (no reference)
+POSTTRAIN = {
+    "l1b-rm-full-b4s1024": ("llama-3.2-1b", "full", 4, 1024, False, None, "reward"),
+    "l1b-rm-lora-b8s1024": ("llama-3.2-1b", "lora", 8, 1024, False, None, "reward"),
+    "l8b-rm-lora-b2s2048": ("llama-3.1-8b", "lora", 2, 2048, False, None, "reward"),
+    "l8b-rm-lora-ckpt-b4s2048": ("llama-3.1-8b", "lora", 4, 2048, True, None, "reward"),
+    "q05-rm-full-b8s1024": ("qwen2.5-0.5b", "full", 8, 1024, False, None, "reward"),
+    "l1b-kto-lora-b4s1024": ("llama-3.2-1b", "lora", 4, 1024, False, "adapter", "kto"),
+    "l1b-kto-lora-ckpt-b8s1024": ("llama-3.2-1b", "lora", 8, 1024, True, "adapter", "kto"),
+    "l1b-kto-full-copy-b2s1024": ("llama-3.2-1b", "full", 2, 1024, False, "copy", "kto"),
+    "l1b-kto-full-none-b2s1024": ("llama-3.2-1b", "full", 2, 1024, False, "none", "kto"),
+    "l8b-kto-lora-ckpt-b4s2048": ("llama-3.1-8b", "lora", 4, 2048, True, "adapter", "kto"),
+    "l1b-orpo-lora-b2s1024": ("llama-3.2-1b", "lora", 2, 1024, False, "none", "orpo"),
+    "l1b-orpo-full-b2s1024": ("llama-3.2-1b", "full", 2, 1024, False, "none", "orpo"),
+    "l8b-orpo-lora-ckpt-b2s2048": ("llama-3.1-8b", "lora", 2, 2048, True, "none", "orpo"),
+    "q05-orpo-lora-b4s1024": ("qwen2.5-0.5b", "lora", 4, 1024, False, "none", "orpo"),
+    # held out: reward steps predicted before they ran (predictions-reward.tsv)
+    "q05-rm-lora-ckpt-b4s2048": ("qwen2.5-0.5b", "lora", 4, 2048, True, None, "reward"),
+    "l1b-rm-full-ckpt-b8s2048": ("llama-3.2-1b", "full", 8, 2048, True, None, "reward"),
+    "l8b-rm-lora-b4s1024": ("llama-3.1-8b", "lora", 4, 1024, False, None, "reward"),
+}
+
+SETS = {"dpo": DPO, "posttrain": POSTTRAIN}
+CASES = {**DPO, **POSTTRAIN}
+
 
 def request(name):
     preset, ft, b, s, ckpt, ref, mode = CASES[name][:7]
@@ -35,9 +62,10 @@ def request(name):
     cfg = {"precision": "bf16", "optimizer": "adamw", "optimizer_impl": "foreach", "finetune": ft,
            "micro_batch": b, "seq_len": s, "grad_checkpointing": ckpt, "attention": "sdpa",
            "lora": {"rank": 16, "alpha": 32, "dropout": 0.0, "targets": ALL_LINEAR}}
-    if mode == "dpo":
-        cfg["mode"] = "dpo"
-        cfg["dpo"] = {"reference": ref, "prompt_len": prompt, "beta": 0.1}
+    if mode != "sft":
+        cfg["mode"] = mode
+    if mode in ("dpo", "kto", "orpo"):
+        cfg[mode] = {"reference": ref, "prompt_len": prompt, "beta": 0.1}
     return {"schema_version": 1, "kind": "probe_request", "model": model, "steps": 2, "device": "cuda",
             "config": cfg}
 
@@ -46,9 +74,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
+    ap.add_argument("--set", default="dpo", choices=sorted(SETS))
     ap.add_argument("--deadline-s", type=float, default=480)
     a = ap.parse_args()
-    names = [n for n in CASES if not a.only or n in a.only.split(",")]
+    names = [n for n in SETS[a.set] if not a.only or n in a.only.split(",")]
     t0 = time.time()
     with open(os.path.join(a.out, "cases.jsonl"), "a") as log:
         for n in names:
