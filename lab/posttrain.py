@@ -50,8 +50,20 @@ POSTTRAIN = {
     "l8b-rm-lora-b4s1024": ("llama-3.1-8b", "lora", 4, 1024, False, None, "reward"),
 }
 
-SETS = {"dpo": DPO, "posttrain": POSTTRAIN}
-CASES = {**DPO, **POSTTRAIN}
+# held out: KTO and ORPO steps predicted before they ran (predictions-heldout.tsv)
+HELDOUT = {
+    "q05-kto-lora-b8s2048": ("qwen2.5-0.5b", "lora", 8, 2048, False, "adapter", "kto"),
+    "l8b-kto-lora-b2s2048": ("llama-3.1-8b", "lora", 2, 2048, False, "adapter", "kto"),
+    "l1b-kto-full-copy-ckpt-b4s2048": ("llama-3.2-1b", "full", 4, 2048, True, "copy", "kto"),
+    "l1b-kto-lora-p256-b4s1024": ("llama-3.2-1b", "lora", 4, 1024, False, "adapter", "kto", 256),
+    "l1b-orpo-lora-ckpt-b4s2048": ("llama-3.2-1b", "lora", 4, 2048, True, "none", "orpo"),
+    "q05-orpo-full-b4s1024": ("qwen2.5-0.5b", "full", 4, 1024, False, "none", "orpo"),
+    "l8b-orpo-lora-b2s1024": ("llama-3.1-8b", "lora", 2, 1024, False, "none", "orpo"),
+    "l1b-orpo-lora-p768-b2s1024": ("llama-3.2-1b", "lora", 2, 1024, False, "none", "orpo", 768),
+}
+
+SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT}
+CASES = {**DPO, **POSTTRAIN, **HELDOUT}
 
 
 def request(name):

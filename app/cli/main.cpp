@@ -163,9 +163,10 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.attention = parseAttention(f.attention, "--attention");
     c.loss = parseLoss(f.loss, "--loss");
     c.mode = parseTrainingMode(f.mode, "--mode");
-    c.dpo.reference = !f.dpoReference.empty() ? parseReference(f.dpoReference, "--dpo-reference")
-                      : c.finetune == FineTune::Full ? Reference::Copy
-                                                      : Reference::Adapter;
+    c.dpo.reference = !f.dpoReference.empty()        ? parseReference(f.dpoReference, "--dpo-reference")
+                      : c.mode == TrainingMode::ORPO   ? Reference::None // ORPO has no reference model
+                      : c.finetune == FineTune::Full   ? Reference::Copy
+                                                       : Reference::Adapter;
     c.dpo.promptLen = parseInteger("--prompt-len", f.promptLen, 0, 1 << 24);
     {
         char *end = nullptr;

@@ -34,6 +34,7 @@ std::optional<Refusal> postTrainingRefusal(const TrainingConfig &cfg)
     // KTO likewise (See Note [KTO step]).
     const bool copyWithAdapters = cfg.dpo.reference == Reference::Copy && cfg.finetune != FineTune::Full;
     const bool withReference = cfg.mode == TrainingMode::DPO || cfg.mode == TrainingMode::KTO;
+    const bool paired = cfg.mode == TrainingMode::ORPO || cfg.mode == TrainingMode::Reward; // no reference
     if (withReference && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
                           cfg.finetune == FineTune::QLoRA || cfg.activationOffload || copyWithAdapters))
         return Refusal{Blocker::PreferenceNotModelled, "mode", std::string(toString(cfg.mode)),
@@ -50,21 +51,17 @@ std::optional<Refusal> postTrainingRefusal(const TrainingConfig &cfg)
         return Refusal{Blocker::PreferenceNotModelled, "loss", "fused",
                        modeTitle(cfg.mode) + " with the fused loss (TRL's use_liger_kernel: Liger's fused linear " +
                            modeTitle(cfg.mode) + " loss) is not estimated or measured yet: use the standard loss"};
-    // ORPO is measured (Measure now runs TRL's own step), not simulated yet.
-    if (cfg.mode == TrainingMode::ORPO)
-        return Refusal{Blocker::PreferenceNotModelled, "mode", std::string(toString(cfg.mode)),
-                       modeTitle(cfg.mode) + " is measured (Measure now runs TRL's own step) but not estimated yet; DPO, KTO and "
-                           "reward models are"};
-    // A reward model (See Note [Reward step]) is simulated where it was measured: one GPU, LoRA
-    // or full fine-tuning.
-    if (cfg.mode == TrainingMode::Reward && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
+    // A reward model (See Note [Reward step]) and ORPO (See Note [ORPO step]) are simulated where
+    // they were measured: one GPU, LoRA or full fine-tuning.
+    if (paired && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
                                              cfg.finetune == FineTune::QLoRA || cfg.activationOffload ||
                                              cfg.loss == Loss::Fused))
-        return Refusal{Blocker::PreferenceNotModelled, "mode", "reward",
-                       "a reward model is estimated on one GPU with LoRA or full fine-tuning, as measured; with " +
+        return Refusal{Blocker::PreferenceNotModelled, "mode", std::string(toString(cfg.mode)),
+                       (cfg.mode == TrainingMode::Reward ? std::string("a reward model") : std::string("ORPO")) +
+                           " is estimated on one GPU with LoRA or full fine-tuning, as measured; with " +
                            std::string(cfg.finetune == FineTune::QLoRA ? "QLoRA"
                                        : cfg.activationOffload        ? "activation offload"
-                                       : cfg.loss == Loss::Fused      ? "the fused loss (it has no vocabulary logits)"
+                                       : cfg.loss == Loss::Fused      ? "the fused loss"
                                                                        : "several GPUs or ZeRO") +
                            " it is not yet: Measure now runs TRL's own step"};
     return std::nullopt;

@@ -141,6 +141,8 @@ void readDpo(Reader &r, const std::string &key, const json &v, std::optional<Ref
 void readReward(Reader &r, const std::string &key, const json &v);
 // Issue 29: KTO as TRL's KTOTrainer runs it (See Note [KTO step]).
 void readKto(Reader &r, const std::string &key, const json &v);
+// Issue 29: ORPO as TRL's ORPOTrainer runs it (See Note [ORPO step]): no reference.
+void readOrpo(Reader &r, const std::string &key, const json &v);
 // Keys that change memory in a way the estimate does not model, said with which way it errs.
 void readLoraKernel(Reader &r, const std::string &key, const json &v);   // Axolotl's fused LoRA kernels
 void readHubKernels(Reader &r, const std::string &key, const json &v);   // use_kernels (the Hub's kernels)

@@ -484,6 +484,16 @@ void readKto(Reader &r, const std::string &key, const json &v)
     r.out.settings.mode = TrainingMode::KTO;
 }
 
+void readOrpo(Reader &r, const std::string &key, const json &v)
+{
+    (void)v;
+    if (r.out.settings.mode != TrainingMode::ORPO)
+        r.note(key + ": ORPO as TRL's ORPOTrainer runs it: b pairs as one batch of 2b sequences, the chosen half's "
+                     "cross-entropy beside the log-probabilities of all, no reference model");
+    r.out.settings.mode = TrainingMode::ORPO;
+    r.out.settings.reference = Reference::None;
+}
+
 void refusePostTraining(Reader &r, const std::string &key, const json &v, const std::string &mode)
 {
     r.bad(key, v,

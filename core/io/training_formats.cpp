@@ -254,8 +254,9 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
     if (c.mode == TrainingMode::Reward && format != TrainingFormat::Axolotl && format != TrainingFormat::Trainer)
         notes.push_back("TRL's reward model has no key in this format (LLaMA-Factory's stage rm trains a value head "
                         "over the lm_head instead): written as supervised fine-tuning; use TRL's RewardTrainer");
-    if (c.mode == TrainingMode::ORPO || (c.mode == TrainingMode::KTO && format != TrainingFormat::Axolotl &&
-                                         format != TrainingFormat::Trainer && format != TrainingFormat::LlamaFactory))
+    if ((c.mode == TrainingMode::ORPO && format != TrainingFormat::Axolotl) ||
+        (c.mode == TrainingMode::KTO && format != TrainingFormat::Axolotl && format != TrainingFormat::Trainer &&
+         format != TrainingFormat::LlamaFactory))
         notes.push_back(modeTitle(c.mode) + " has no key in this format: the training script (TRL's trainer) decides it");
     std::string text = formats::format(format).write(model, c, notes);
     if (notesOut)

@@ -12,7 +12,8 @@ namespace headroom::sim {
 // unbinds them (UnbindBackward0 stacks the rows' gradients: one tensor of the logits' size).
 // Without grad a row's output goes when the loop's variable takes the next one, and the last at
 // the function's return.
-T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros)
+T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
+                      bool maskInPlace)
 {
     std::vector<int64_t> sizes(static_cast<size_t>(seqs), rows * vocab);
     std::vector<T> seq = O.split(logits, sizes); // the unbind: views
@@ -36,6 +37,8 @@ T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t row
         S.drop(row);
     if (previous.valid())
         S.drop(previous);
+    if (!maskInPlace)
+        return stacked;
     // per_token_logps[shift_completion_mask == 0] = 0.0 (in _compute_loss): the comparison's bool
     // tensor, then index_put_ in place through the mask's nonzero() indices ([zeros, 2] int64,
     // saved by IndexPutBackward0, whose backward clones the gradient)

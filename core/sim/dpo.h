@@ -18,8 +18,10 @@ struct DpoShape
 
 // TRL's selective_log_softmax over `logits` (views of `seqs` sequences of `rows` x `vocab`), then
 // `per_token_logps[shift_completion_mask == 0] = 0` with `promptZeros` zeros a row: the per-token
-// log-probabilities (See Note [DPO step]; KTO's and the reference's too).
-T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros);
+// log-probabilities (See Note [DPO step]; KTO's and the reference's too). Without `maskInPlace`
+// the stacked log-probabilities as they come (ORPO masks by a product).
+T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
+                      bool maskInPlace = true);
 // TRL's entropy_from_logits under no_grad: a contiguous copy of the `rows` x `vocab` logits, then
 // 128-row chunks (log_softmax, exp, their product).
 void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem);

@@ -9,6 +9,7 @@
 #include "deltanet.h"
 #include "dpo.h"
 #include "kto.h"
+#include "orpo.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "parallel.h"
@@ -95,7 +96,8 @@ public:
         dpo = c.mode == TrainingMode::DPO;
         reward = m.scoreLabels > 0;
         kto = c.mode == TrainingMode::KTO;
-        b = dpo || reward ? checkedMul(2, c.microBatch) : c.microBatch; // DPO, reward: b pairs, 2b sequences
+        orpo = c.mode == TrainingMode::ORPO;
+        b = dpo || reward || orpo ? checkedMul(2, c.microBatch) : c.microBatch; // b pairs, 2b sequences
         s = c.seqLen;
         tok = checkedMul(b, s);
         h = m.hiddenSize;
@@ -205,6 +207,7 @@ private:
     bool dpo = false, adaptersOff = false, checkpointingOff = false;
     bool reward = false; // a reward model's step (See Note [Reward step])
     bool kto = false;    // a KTO step (See Note [KTO step])
+    bool orpo = false;   // an ORPO step (See Note [ORPO step])
     std::vector<T> referenceWeights; // a frozen reference copy
     int pe = 2, ce = 2, re = 2;
     int qe = 2; // QLoRA: Linear4bit's compute dtype
@@ -787,6 +790,12 @@ private:
         }
         S.setOp("input_ids");
         for (int64_t i = 0; i < c.gradAccum; ++i) {
+            if (orpo) { // the chosen and the rejected ids, masks and labels, b x seq each
+                batches.push_back(S.make(checkedMul(tok / 2, 8), 8, Category::Temporaries));
+                for (int k = 0; k < 5; ++k)
+                    dpoMasks.push_back(S.make(checkedMul(tok / 2, 8), 8, Category::Temporaries));
+                continue;
+            }
             batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
             if (dpo || reward) // DPO's completion mask, the reward batch's attention mask
                 dpoMasks.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
@@ -2481,6 +2490,18 @@ private:
             return rewardStep(hidden(ids), ids);
         if (kto)
             return ktoStep(ids);
+        if (orpo) {
+            // concatenated_inputs: the halves' ids, masks and labels concatenated (torch.cat),
+            // until concatenated_forward returns
+            S.setOp("orpo.concatenated_inputs");
+            std::vector<T> concatenated;
+            for (int k = 0; k < 3; ++k)
+                concatenated.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
+            T loss = orpoStep(hidden(ids));
+            for (T &t : concatenated)
+                S.drop(t);
+            return loss;
+        }
         if (!dpo)
             return headAndLoss(hidden(ids));
         // the engine's batch for TRL: input_ids, torch.ones_like(ids) as the attention mask and
@@ -2790,6 +2811,16 @@ private:
             adaptersOff = checkpointingOff = false;
             return logits;
         });
+    }
+
+    // Issue 29: the policy's logits, then TRL's ORPO loss (orpo.cpp, See Note [ORPO step]).
+    T orpoStep(T fn)
+    {
+        T logits = lmHeadLogits(fn);
+        S.drop(fn);
+        clearAmpCache();
+        par->forwardDone();
+        return sim::orpoLoss(S, O, logits, sim::OrpoShape{c.microBatch, s, V, c.dpo.prompt(s)});
     }
 
     // The lm_head and the loss over the final norm's output `fn` (consumed).

@@ -92,6 +92,8 @@ void read(Reader &r, const json &j)
                        return readDpo(r, k, v);
                    if (mode == "kto")
                        return readKto(r, k, v);
+                   if (mode == "orpo")
+                       return readOrpo(r, k, v);
                    for (char &c : mode)
                        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
                    refusePostTraining(r, k, v, mode + " training");
@@ -187,6 +189,11 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
         kv(y, "max_prompt_len", c.dpo.prompt(c.seqLen));
         if (c.dpo.reference == Reference::None)
             notes.push_back("a precomputed reference has no Axolotl key: written as DPO with its reference");
+    }
+    if (c.mode == TrainingMode::ORPO) {
+        kv(y, "rl", "orpo");
+        kv(y, "rl_beta", c.dpo.beta);
+        kv(y, "max_prompt_len", c.dpo.prompt(c.seqLen));
     }
     if (c.mode == TrainingMode::KTO) {
         kv(y, "rl", "kto");
