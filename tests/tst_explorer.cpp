@@ -377,6 +377,20 @@ private Q_SLOTS:
         QVERIFY2(QString::fromStdString(s.report().error).contains(QStringLiteral("adapters and a reference copy")),
                  s.report().error.c_str());
         QVERIFY(!QString::fromStdString(s.report().error).contains(QLatin1Char('\n')));
+        // issue 29's other modes: each estimated in its own mode, its batch described as it counts
+        for (const auto &[text, mode, summary] :
+             {std::tuple{"KTO, reference: the adapter disabled", TrainingMode::KTO, "KTO (adapter reference)"},
+              std::tuple{"ORPO (no reference)", TrainingMode::ORPO, "ORPO, "},
+              std::tuple{"Reward model (sequence classifier)", TrainingMode::Reward, "reward model, "}}) {
+            objective->setCurrentIndex(objective->findText(QLatin1String(text)));
+            QVERIFY(settle(s));
+            s.recomputeNow();
+            QVERIFY(s.scenario().config.mode == mode);
+            QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+            QVERIFY(QString::fromStdString(summarize(s.scenario().config)).startsWith(QLatin1String(summary)));
+        }
+        // a reward model has no vocabulary logits
+        QCOMPARE(s.report().estimate.peak[Category::Logits], int64_t(0));
         // back to SFT: the same number as before
         objective->setCurrentIndex(0);
         QVERIFY(settle(s));

@@ -40,6 +40,7 @@ QColor categoryColor(int row)
         QColor(0xb0, 0x7a, 0xa1), // communication
         QColor(0xba, 0xb0, 0xac), // allocator slack
         QColor(0x9c, 0x75, 0x5f), // cuda context
+        QColor(0xff, 0x9d, 0xa7), // reference model
         QColor(0x5a, 0x5a, 0x5a), // measured, not split
     };
     return row >= 0 && row < static_cast<int>(std::size(colors)) ? colors[row] : QColor(Qt::gray);
@@ -217,9 +218,12 @@ BreakdownChart::BreakdownChart(QWidget *parent)
 {
     m_sets.resize(BreakdownModel::kUnattributedRow + 1);
     // The unattributed measured total stacks first (at the bottom), under the measured slack and context.
-    std::vector<int> order = {BreakdownModel::kUnattributedRow};
-    for (int row = 0; row < BreakdownModel::kUnattributedRow; ++row)
-        order.push_back(row);
+    // A reference copy stacks right on the weights it copies.
+    const int reference = static_cast<int>(headroom::Category::ReferenceModel);
+    std::vector<int> order = {BreakdownModel::kUnattributedRow, 0, reference};
+    for (int row = 1; row < BreakdownModel::kUnattributedRow; ++row)
+        if (row != reference)
+            order.push_back(row);
     for (int row : order) {
         auto *set = new QBarSet(BreakdownModel::rowLabel(row));
         set->setColor(categoryColor(row));

@@ -34,7 +34,10 @@
 using namespace headroom;
 
 namespace {
-// The objective combo's data for a reward model (after SFT = 0 and DPO = 1 + its reference).
+// The objective combo's data: SFT 0, DPO 1 + its reference, KTO kKtoObjective + its reference,
+// ORPO kOrpoObjective, a reward model kRewardObjective.
+constexpr int kKtoObjective = 4;
+constexpr int kOrpoObjective = 8;
 constexpr int kRewardObjective = 16;
 
 // Steps by doubling and halving, as batch and sequence length are usually explored.
@@ -141,11 +144,16 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_objective->addItem(tr("DPO, reference: the adapter disabled"), 1 + static_cast<int>(Reference::Adapter));
     m_objective->addItem(tr("DPO, reference: a frozen copy"), 1 + static_cast<int>(Reference::Copy));
     m_objective->addItem(tr("DPO, reference log-probs precomputed"), 1 + static_cast<int>(Reference::None));
+    m_objective->addItem(tr("KTO, reference: the adapter disabled"), kKtoObjective + static_cast<int>(Reference::Adapter));
+    m_objective->addItem(tr("KTO, reference: a frozen copy"), kKtoObjective + static_cast<int>(Reference::Copy));
+    m_objective->addItem(tr("KTO, reference log-probs precomputed"), kKtoObjective + static_cast<int>(Reference::None));
+    m_objective->addItem(tr("ORPO (no reference)"), kOrpoObjective);
     m_objective->addItem(tr("Reward model (sequence classifier)"), kRewardObjective);
     m_objective->setToolTip(tr("DPO as TRL's DPOTrainer runs it: the micro-batch counts pairs (a chosen and a "
                                "rejected sequence each), and the reference's forward runs beside the policy's. "
-                               "A reward model as TRL's RewardTrainer trains it: pairs too, through a one-label "
-                               "score head instead of the lm_head"));
+                               "KTO as TRL's KTOTrainer runs it: unpaired sequences and its KL batch, through the "
+                               "policy and the reference. ORPO: pairs, no reference. A reward model as TRL's "
+                               "RewardTrainer trains it: pairs through a one-label score head instead of the lm_head"));
     m_loraRank = new QSpinBox(trainBox);
     m_loraRank->setObjectName(QStringLiteral("loraRank"));
     m_loraRank->setRange(1, 1024);
@@ -336,9 +344,17 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     };
     onCombo(m_finetune, [](Scenario &s, int v) { s.config.finetune = static_cast<FineTune>(v); });
     onCombo(m_objective, [](Scenario &s, int v) {
-        s.config.mode = v == 0 ? TrainingMode::SFT : v == kRewardObjective ? TrainingMode::Reward : TrainingMode::DPO;
+        s.config.mode = v == 0                  ? TrainingMode::SFT
+                        : v == kRewardObjective ? TrainingMode::Reward
+                        : v == kOrpoObjective   ? TrainingMode::ORPO
+                        : v >= kKtoObjective    ? TrainingMode::KTO
+                                                : TrainingMode::DPO;
         if (s.config.mode == TrainingMode::DPO)
             s.config.dpo.reference = static_cast<Reference>(v - 1);
+        else if (s.config.mode == TrainingMode::KTO)
+            s.config.dpo.reference = static_cast<Reference>(v - kKtoObjective);
+        else if (s.config.mode == TrainingMode::ORPO)
+            s.config.dpo.reference = Reference::None;
     });
     onCombo(m_precision, [](Scenario &s, int v) { s.config.precision = static_cast<Precision>(v); });
     onCombo(m_optimizer, [](Scenario &s, int v) { s.config.optimizer = static_cast<Optimizer>(v); });
@@ -558,6 +574,8 @@ void ConfigPanel::syncFromSession()
     setComboData(m_finetune, static_cast<int>(c.finetune));
     setComboData(m_objective, c.mode == TrainingMode::SFT      ? 0
                               : c.mode == TrainingMode::Reward ? kRewardObjective
+                              : c.mode == TrainingMode::ORPO   ? kOrpoObjective
+                              : c.mode == TrainingMode::KTO    ? kKtoObjective + static_cast<int>(c.dpo.reference)
                                                                : 1 + static_cast<int>(c.dpo.reference));
     setComboData(m_precision, static_cast<int>(c.precision));
     setComboData(m_optimizer, static_cast<int>(c.optimizer));

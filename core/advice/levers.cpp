@@ -31,8 +31,8 @@ using G = RecommendationGroup;
 TrainingConfig adaptable(const ModelArch &m, TrainingConfig t)
 {
     t.lora.targets = loraTargetsFor(m, t.lora.targets);
-    // DPO with adapters: TRL's reference becomes the policy with its adapter disabled, no copy
-    if (t.mode == TrainingMode::DPO && t.dpo.reference == Reference::Copy)
+    // DPO and KTO with adapters: TRL's reference becomes the policy with its adapter disabled, no copy
+    if ((t.mode == TrainingMode::DPO || t.mode == TrainingMode::KTO) && t.dpo.reference == Reference::Copy)
         t.dpo.reference = Reference::Adapter;
     return t;
 }
@@ -155,11 +155,12 @@ const Lever kActivationOffload{
                  changed(x.c, [](TrainingConfig &t) { t.activationOffload = true; })}};
     }};
 
-// Issue 29: DPO's reference computed once before training (TRL's precompute_ref_log_probs): the
-// step runs no reference forward and keeps no reference logits, and a frozen copy is not loaded.
+// Issue 29: DPO's and KTO's reference computed once before training (TRL's
+// precompute_ref_log_probs): the step runs no reference forward and keeps no reference logits,
+// and a frozen copy is not loaded.
 const Lever kPrecomputeReference{
     G::Dynamic, [](const LeverContext &x) -> std::vector<Change> {
-        if (x.c.mode != TrainingMode::DPO || x.c.dpo.reference == Reference::None)
+        if ((x.c.mode != TrainingMode::DPO && x.c.mode != TrainingMode::KTO) || x.c.dpo.reference == Reference::None)
             return {};
         return {{"precompute-reference", "Precompute the reference's log-probabilities (precompute_ref_log_probs)",
                  "one pass of the reference over the dataset before training; no reference model in the step",

@@ -102,7 +102,8 @@ const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights,
                                                               {Category::Temporaries, "temporaries"},
                                                               {Category::Communication, "communication"},
                                                               {Category::AllocatorSlack, "allocator_slack"},
-                                                              {Category::CudaContext, "cuda_context"}};
+                                                              {Category::CudaContext, "cuda_context"},
+                                                              {Category::ReferenceModel, "reference_model"}};
 const std::pair<Phase, std::string_view> kPhases[] = {{Phase::AfterLoad, "after_load"},
                                                        {Phase::Forward, "forward"},
                                                        {Phase::Backward, "backward"},
@@ -200,6 +201,7 @@ std::string_view describe(Category c)
     case Category::Communication: return "Buffers for collectives between GPUs (DDP buckets, ZeRO gathers, NCCL).";
     case Category::AllocatorSlack: return "Memory PyTorch's caching allocator has reserved but not handed out.";
     case Category::CudaContext: return "The CUDA context, cuBLAS and kernels: memory used outside PyTorch's allocator.";
+    case Category::ReferenceModel: return "A frozen copy of the model as the preference loss's reference (DPO, KTO): its weights and buffers.";
     }
     return "";
 }
@@ -216,6 +218,7 @@ std::string_view label(Category c)
     case Category::Communication: return "Communication";
     case Category::AllocatorSlack: return "Allocator slack";
     case Category::CudaContext: return "CUDA context";
+    case Category::ReferenceModel: return "Reference model";
     }
     return "";
 }

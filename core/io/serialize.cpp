@@ -15,7 +15,8 @@ json toJson(const Breakdown &b)
 {
     json j = json::object();
     for (Category c : kAllCategories)
-        j[std::string(toString(c))] = b[c];
+        if (writesCategory(c, b[c]))
+            j[std::string(toString(c))] = b[c];
     return j;
 }
 

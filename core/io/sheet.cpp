@@ -434,7 +434,8 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
              {"Category", "Estimated", "Measured"}, {}};
     const Breakdown mb = m ? measuredBreakdown(*m) : Breakdown{};
     for (Category cat : kAllCategories)
-        bd.rows.push_back({std::string(label(cat)), fmt(r.estimate.peak[cat]), m ? fmt(mb[cat]) : "-"});
+        if (writesCategory(cat, r.estimate.peak[cat] + mb[cat]))
+            bd.rows.push_back({std::string(label(cat)), fmt(r.estimate.peak[cat]), m ? fmt(mb[cat]) : "-"});
     bd.rows.push_back({"Peak allocated", fmt(r.estimate.peakAllocatedBytes), m ? fmt(m->peakAllocatedBytes) : "-"});
     bd.rows.push_back({"Peak reserved", fmt(r.estimate.peakReservedBytes), m ? fmt(m->peakReservedBytes) : "-"});
     bd.rows.push_back({"Device total", fmt(r.estimate.deviceTotalBytes), m ? fmt(m->deviceTotalBytes()) : "-"});
@@ -619,7 +620,8 @@ std::string sheetCsv(const Sheet &s)
         o << section << "," << name << "," << est << "," << (meas ? std::to_string(*meas) : "") << "\n";
     };
     for (Category c : kAllCategories)
-        row("category", toString(c), r.estimate.peak[c], m ? std::optional<int64_t>(mb[c]) : std::nullopt);
+        if (writesCategory(c, r.estimate.peak[c] + mb[c]))
+            row("category", toString(c), r.estimate.peak[c], m ? std::optional<int64_t>(mb[c]) : std::nullopt);
     for (Phase p : kAllPhases) {
         const auto mp = m ? m->steady(p) : std::nullopt;
         row("phase", toString(p), r.estimate.phase(p).peakAllocatedBytes,
@@ -633,7 +635,8 @@ std::string sheetCsv(const Sheet &s)
     if (s.pinned) { // the pinned configuration's estimate, in the estimated column (issue 31)
         const Report p = reportOrThrow(*s.pinned, false);
         for (Category c : kAllCategories)
-            row("pinned_category", toString(c), p.estimate.peak[c], std::nullopt);
+            if (writesCategory(c, p.estimate.peak[c]))
+                row("pinned_category", toString(c), p.estimate.peak[c], std::nullopt);
         row("pinned_total", "peak_allocated", p.estimate.peakAllocatedBytes, std::nullopt);
         row("pinned_total", "peak_reserved", p.estimate.peakReservedBytes, std::nullopt);
         row("pinned_total", "device_total", p.estimate.deviceTotalBytes, std::nullopt);

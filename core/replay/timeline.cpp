@@ -427,9 +427,14 @@ json toJson(const Timeline &t)
     json marks = json::array();
     for (const auto &m : t.marks)
         marks.push_back({{"step", m.step}, {"phase", toString(m.phase)}, {"micro_batch", m.microBatch}, {"event", m.event}});
+    // The categories by number; the reference model's only where an event has it (writesCategory).
+    bool reference = false;
+    for (const MemEvent &e : t.events)
+        reference = reference || e.category == Category::ReferenceModel;
     json cats = json::array();
     for (Category c : kAllCategories)
-        cats.push_back(toString(c));
+        if (c != Category::ReferenceModel || reference)
+            cats.push_back(toString(c));
     return {{"schema_version", kSchemaVersion}, {"kind", "probe_timeline"}, {"engine", t.source},
             {"frames", t.ops},  {"events", events}, {"marks", marks}, {"categories", cats},
             {"step", t.steadyStep}, {"startup_bytes", t.startupBytes}};

@@ -784,9 +784,9 @@ private:
             // same parameters and buffers again, frozen
             S.setOp("dpo.reference_model");
             for (const T *p : trainable)
-                referenceWeights.push_back(S.make(p->bytes, p->elem, Category::Weights));
+                referenceWeights.push_back(S.make(p->bytes, p->elem, Category::ReferenceModel));
             for (const T &buf : buffers)
-                referenceWeights.push_back(S.make(buf.bytes, buf.elem, Category::Weights));
+                referenceWeights.push_back(S.make(buf.bytes, buf.elem, Category::ReferenceModel));
         }
         S.setOp("input_ids");
         for (int64_t i = 0; i < c.gradAccum; ++i) {

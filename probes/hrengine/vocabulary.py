@@ -4,7 +4,7 @@ when this file and the tables differ (gen_vocabulary --write rewrites it)."""
 
 PHASES = ("after_load", "forward", "backward", "optimizer")
 
-CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits", "temporaries", "communication", "allocator_slack", "cuda_context")
+CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits", "temporaries", "communication", "allocator_slack", "cuda_context", "reference_model")
 
 PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
 

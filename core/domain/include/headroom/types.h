@@ -39,12 +39,18 @@ enum class Category {
     Communication,
     AllocatorSlack,
     CudaContext,
+    // Issue 29: a frozen reference copy's weights and buffers (DPO, KTO): last, so that the
+    // timelines' category numbers stay; written only where it holds bytes.
+    ReferenceModel,
 };
-constexpr int kCategoryCount = 9;
+constexpr int kCategoryCount = 10;
 constexpr std::array<Category, kCategoryCount> kAllCategories = {
     Category::Weights,     Category::Gradients,     Category::OptimizerState,
     Category::Activations, Category::Logits,        Category::Temporaries,
-    Category::Communication, Category::AllocatorSlack, Category::CudaContext};
+    Category::Communication, Category::AllocatorSlack, Category::CudaContext, Category::ReferenceModel};
+// Whether a breakdown writes category `c` holding `bytes`: every category, but the reference
+// model only where a step has one (documents without one stay as they were).
+inline bool writesCategory(Category c, int64_t bytes) { return c != Category::ReferenceModel || bytes > 0; }
 
 enum class Phase { AfterLoad, Forward, Backward, Optimizer };
 constexpr std::array<Phase, 4> kAllPhases = {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer};
