@@ -90,6 +90,17 @@ private Q_SLOTS:
                 sum += model.data(model.index(row, 1), BreakdownModel::BytesRole).toLongLong();
             QCOMPARE(sum, m.peakReservedBytes + m.cudaContextBytes); // attribution + slack + context
         }
+        // A step the engine did not split by category (a post-training step: TRL's loss runs no
+        // attribution pass) stacks as one measured block, not as "temporaries".
+        if (measured && view == int(BreakdownModel::View::Step)) {
+            const Measurement kto = sheetio::readMeasurement(testData("h200/posttrain-2026-12-05/l1b-kto-lora-b4s1024.json"));
+            QVERIFY(m.attributed() && !kto.attributed());
+            model.setContent(r, &kto, Unit::GiB, BreakdownModel::View::Step);
+            const auto bytes = [&](int row) { return model.data(model.index(row, 1), BreakdownModel::BytesRole).toLongLong(); };
+            QCOMPARE(bytes(BreakdownModel::kUnattributedRow), kto.peakAllocatedBytes);
+            QCOMPARE(bytes(static_cast<int>(Category::Temporaries)), 0);
+            QCOMPARE(bytes(static_cast<int>(Category::CudaContext)), kto.cudaContextBytes);
+        }
         Report failed;
         failed.error = "config.micro_batch = 0: must be at least 1";
         model.setContent(failed, nullptr, Unit::GB, BreakdownModel::View::Step); // an error report: no bars

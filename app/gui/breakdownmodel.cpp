@@ -41,8 +41,16 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
         const Estimate &e = report.estimate;
         if (view == View::Step) {
             m_bars.push_back(barOf(tr("Estimated"), false, e.peak));
-            if (measured)
+            if (measured && measured->attributed()) {
                 m_bars.push_back(barOf(tr("Measured"), true, measuredBreakdown(*measured)));
+            } else if (measured) { // one block of the peak allocation, as the phases view shows it
+                Bar bar{tr("Measured"), true, {}};
+                const Breakdown mb = measuredBreakdown(*measured);
+                bar.bytes[kUnattributedRow] = measured->peakAllocatedBytes;
+                for (Category c : {Category::AllocatorSlack, Category::CudaContext})
+                    bar.bytes[static_cast<size_t>(c)] = mb[c];
+                m_bars.push_back(bar);
+            }
         } else {
             static const char *const shortNames[] = {"Load", "Fwd", "Bwd", "Opt"};
             for (Phase p : kAllPhases) {

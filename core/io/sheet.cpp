@@ -158,6 +158,11 @@ std::string summarize(const TrainingConfig &c)
     return o.str();
 }
 
+bool measuredSplits(const Measurement &m, Category c)
+{
+    return m.attributed() || c == Category::AllocatorSlack || c == Category::CudaContext;
+}
+
 Breakdown measuredBreakdown(const Measurement &m)
 {
     Breakdown b = m.attribution;
@@ -435,7 +440,8 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     const Breakdown mb = m ? measuredBreakdown(*m) : Breakdown{};
     for (Category cat : kAllCategories)
         if (writesCategory(cat, r.estimate.peak[cat] + mb[cat]))
-            bd.rows.push_back({std::string(label(cat)), fmt(r.estimate.peak[cat]), m ? fmt(mb[cat]) : "-"});
+            bd.rows.push_back({std::string(label(cat)), fmt(r.estimate.peak[cat]),
+                               m && measuredSplits(*m, cat) ? fmt(mb[cat]) : "-"});
     bd.rows.push_back({"Peak allocated", fmt(r.estimate.peakAllocatedBytes), m ? fmt(m->peakAllocatedBytes) : "-"});
     bd.rows.push_back({"Peak reserved", fmt(r.estimate.peakReservedBytes), m ? fmt(m->peakReservedBytes) : "-"});
     bd.rows.push_back({"Device total", fmt(r.estimate.deviceTotalBytes), m ? fmt(m->deviceTotalBytes()) : "-"});
@@ -621,7 +627,8 @@ std::string sheetCsv(const Sheet &s)
     };
     for (Category c : kAllCategories)
         if (writesCategory(c, r.estimate.peak[c] + mb[c]))
-            row("category", toString(c), r.estimate.peak[c], m ? std::optional<int64_t>(mb[c]) : std::nullopt);
+            row("category", toString(c), r.estimate.peak[c],
+                m && measuredSplits(*m, c) ? std::optional<int64_t>(mb[c]) : std::nullopt);
     for (Phase p : kAllPhases) {
         const auto mp = m ? m->steady(p) : std::nullopt;
         row("phase", toString(p), r.estimate.phase(p).peakAllocatedBytes,

@@ -93,6 +93,13 @@ struct Measurement
     int skippedSteps = 0;
     std::vector<PhaseMeasurement> phases; // every phase of every step, in order
     Breakdown attribution;                // bytes by category at the steady-state peak
+    // Whether the engine split the peak by category. Without an attribution pass (post-training
+    // steps, --no-attribution) its result holds the whole peak as temporaries: no weights at all,
+    // which an attributed peak always has.
+    bool attributed() const
+    {
+        return attribution[Category::Weights] > 0 || attribution[Category::Temporaries] != peakAllocatedBytes;
+    }
     // The same at each steady phase's peak (forward, backward, optimizer; none for after_load),
     // when the engine reported it ("phase_attribution").
     std::array<std::optional<Breakdown>, 4> phaseAttribution;

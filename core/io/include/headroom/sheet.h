@@ -133,4 +133,7 @@ std::string summarize(const TrainingConfig &c);
 // A measurement's device picture: its attribution plus the allocator's slack (reserved -
 // allocated) and the CUDA context, so it stacks like an estimate.
 Breakdown measuredBreakdown(const Measurement &m);
+// Whether a measurement knows category `c` at its peak: all of them where the engine attributed
+// the peak; only the allocator's slack and the CUDA context where it did not.
+bool measuredSplits(const Measurement &m, Category c);
 } // namespace headroom
