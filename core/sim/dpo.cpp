@@ -51,6 +51,23 @@ T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t row
     return masked;
 }
 
+T noGradLogps(Sim &S, Ops &O, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
+              const std::function<T()> &forward, const char *logpsOp)
+{
+    const bool grad = S.gradEnabled();
+    S.setGradEnabled(false);
+    T logits = forward();
+    S.recategorize(logits.sto, Category::Logits);
+    if (logpsOp)
+        S.setOp(logpsOp);
+    T shift = S.view(logits, seqs * rows * vocab * logits.elem);
+    T logps = selectiveLogSoftmax(S, O, shift, seqs, rows, vocab, promptZeros);
+    S.drop(shift);
+    S.drop(logps);
+    S.setGradEnabled(grad);
+    return logits;
+}
+
 void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem)
 {
     T flat = S.make(rows * vocab * elem, elem, Category::Logits);
@@ -91,16 +108,7 @@ T dpoLoss(Sim &S, Ops &O, T logits, const DpoShape &d, const std::function<T()> 
     if (d.reference != Reference::None) {
         // with torch.no_grad(), the adapter disabled or the frozen copy, checkpointing off
         S.setOp("dpo.reference");
-        const bool grad = S.gradEnabled();
-        S.setGradEnabled(false);
-        refLogits = referenceLogits();
-        S.recategorize(refLogits.sto, Category::Logits);
-        S.setOp("dpo.reference_logps");
-        T refShift = S.view(refLogits, seqs * rows * V * e);
-        T refLogps = selectiveLogSoftmax(S, O, refShift, seqs, rows, V, promptZeros);
-        S.drop(refShift);
-        S.drop(refLogps);
-        S.setGradEnabled(grad);
+        refLogits = noGradLogps(S, O, seqs, rows, V, promptZeros, referenceLogits, "dpo.reference_logps");
     }
 
     // The sigmoid loss over per-sequence sums: a few bytes.

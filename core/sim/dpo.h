@@ -22,6 +22,12 @@ struct DpoShape
 // the stacked log-probabilities as they come (ORPO masks by a product).
 T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
                       bool maskInPlace = true);
+// A forward under no_grad (`forward` makes its logits, `seqs` sequences of `rows` + 1 tokens),
+// then selective_log_softmax over its shifted logits (a row at a time, under op `logpsOp` where
+// given): the reference's log-probabilities, and KTO's KL batch. Returns the logits, which the
+// caller keeps (outputs held until the loss returns) or drops.
+T noGradLogps(Sim &S, Ops &O, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
+              const std::function<T()> &forward, const char *logpsOp = nullptr);
 // TRL's entropy_from_logits under no_grad: a contiguous copy of the `rows` x `vocab` logits, then
 // 128-row chunks (log_softmax, exp, their product).
 void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem);

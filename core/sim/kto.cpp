@@ -9,38 +9,20 @@
 
 namespace headroom::sim {
 
-namespace {
-
-// _compute_kl_logps and the reference's log-probabilities: a forward under no_grad, its shifted
-// logits through selective_log_softmax (a row at a time), the mask, the sum; the logits go when
-// the function returns (`keep`: the reference's outputs stay until the loss returns).
-T noGradLogps(Sim &S, Ops &O, const KtoShape &k, const std::function<T(KtoForward)> &forward, KtoForward kind,
-              bool keep)
-{
-    const bool grad = S.gradEnabled();
-    S.setGradEnabled(false);
-    T logits = forward(kind);
-    S.recategorize(logits.sto, Category::Logits);
-    const int64_t rows = k.seq - 1, e = logits.elem;
-    T shift = S.view(logits, k.seqs * rows * k.vocab * e);
-    T logps = selectiveLogSoftmax(S, O, shift, k.seqs, rows, k.vocab, std::max<int64_t>(0, k.prompt - 1));
-    S.drop(shift);
-    S.drop(logps);
-    S.setGradEnabled(grad);
-    if (!keep)
-        S.drop(logits);
-    return keep ? logits : T{};
-}
-
-} // namespace
-
 T ktoLoss(Sim &S, Ops &O, const KtoShape &k, const std::function<T(KtoForward)> &forward)
 {
     const int64_t rows = k.seq - 1, V = k.vocab;
     const int64_t promptZeros = std::max<int64_t>(0, k.prompt - 1);
+    // _compute_kl_logps and the reference's log-probabilities: a forward under no_grad, its
+    // shifted logits through selective_log_softmax (a row at a time), the mask, the sum; the KL
+    // batch's logits go when the function returns, the reference's outputs stay until the loss does
+    const auto noGrad = [&](KtoForward kind) {
+        return noGradLogps(S, O, k.seqs, rows, V, promptZeros, [&] { return forward(kind); });
+    };
     // KL_logps: the KL batch (each prompt with another's completion) through the policy, no_grad
     S.setOp("kto.kl");
-    (void)noGradLogps(S, O, k, forward, KtoForward::PolicyKl, false);
+    T kl = noGrad(KtoForward::PolicyKl);
+    S.drop(kl);
 
     // the policy's forward, its shifted logits through selective_log_softmax (saved), the mask, the sum
     T logits = forward(KtoForward::Policy);
@@ -57,8 +39,9 @@ T ktoLoss(Sim &S, Ops &O, const KtoShape &k, const std::function<T(KtoForward)> 
     T refLogits;
     if (k.reference != Reference::None) {
         S.setOp("kto.reference");
-        (void)noGradLogps(S, O, k, forward, KtoForward::ReferenceKl, false);
-        refLogits = noGradLogps(S, O, k, forward, KtoForward::Reference, true);
+        T refKl = noGrad(KtoForward::ReferenceKl);
+        S.drop(refKl);
+        refLogits = noGrad(KtoForward::Reference);
     }
 
     // the KTO loss over per-sequence sums: a few bytes
