@@ -897,7 +897,8 @@ private Q_SLOTS:
                     outcome = QStringLiteral("unknown-format");
                 else if (e.contains(QStringLiteral("never estimates it as one")) || // KTO, GRPO...: issue 29
                          e.contains(QStringLiteral("not yet estimated")) ||            // DPO: measured, not estimated
-                         e.contains(QStringLiteral("Measure now runs TRL's own")))     // a mode estimated elsewhere only
+                         e.contains(QStringLiteral("Measure now runs TRL's own")) ||   // a mode estimated elsewhere only
+                         e.contains(QStringLiteral("neither estimated nor measured yet")))
                     outcome = QStringLiteral("post-training\t") + e.section(QStringLiteral(": "), 3, 3).left(60);
                 else // the refusal itself, past the file name (the words a user reads)
                     outcome = QStringLiteral("refused\t") + e.mid(e.indexOf(QStringLiteral("error: ")) + 7).left(160);
@@ -1068,6 +1069,38 @@ private Q_SLOTS:
         sft.replace(sft.indexOf(QStringLiteral("dpo")), QStringLiteral("sft"));
         const Run plain = cli(QStringList{QStringLiteral("estimate"), QStringLiteral("--json")} + sft);
         QVERIFY(peakOf(est) > peakOf(plain));
+    }
+
+    // Issue 29: KTO, ORPO and reward models export to the formats that have a key for them and
+    // read back in their own mode, to the same estimate as the flags give.
+    void postTrainingRecipesKeepTheirMode_data()
+    {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<QString>("mode");
+        QTest::addRow("axolotl kto") << "axolotl" << "kto";
+        QTest::addRow("llamafactory kto") << "llamafactory" << "kto";
+        QTest::addRow("trainer kto") << "trainer" << "kto";
+        QTest::addRow("axolotl orpo") << "axolotl" << "orpo";
+        QTest::addRow("axolotl reward") << "axolotl" << "reward";
+        QTest::addRow("trainer reward") << "trainer" << "reward";
+    }
+    void postTrainingRecipesKeepTheirMode()
+    {
+        QFETCH(QString, format);
+        QFETCH(QString, mode);
+        QTemporaryDir dir;
+        const QString file = dir.filePath(QStringLiteral("exported.") + format);
+        const QStringList settings{QStringLiteral("--model"), QStringLiteral("llama-3.2-1b"), QStringLiteral("--mode"), mode,
+                                   QStringLiteral("--finetune"), QStringLiteral("lora"), QStringLiteral("--seq"), QStringLiteral("1024"),
+                                   QStringLiteral("--batch"), QStringLiteral("4")};
+        const Run ex = cli(QStringList{QStringLiteral("export"), QStringLiteral("--format"), format, QStringLiteral("--out"), file} + settings);
+        QVERIFY2(ex.code == 0, qPrintable(ex.err));
+        const Run back = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), file});
+        QVERIFY2(back.code == 0, qPrintable(back.err));
+        QCOMPARE(QString::fromStdString(nlohmann::json::parse(back.out.toStdString()).at("config").at("mode").get<std::string>()), mode);
+        const Run flags = cli(QStringList{QStringLiteral("estimate"), QStringLiteral("--json")} + settings);
+        QVERIFY2(flags.code == 0, qPrintable(flags.err));
+        QCOMPARE(peakOf(back), peakOf(flags));
     }
 
     // Issue 28: a recipe reads as its authors' own tools read it. PyYAML (YAML 1.1, what Axolotl,

@@ -25,46 +25,36 @@ bool traceAnswers(Blocker blocker)
 
 namespace {
 
-// Issue 29: the post-training modes where they were not measured (and ORPO, measured and not
-// simulated yet): refused by name, never estimated as supervised fine-tuning.
+// Issue 29: the post-training modes are simulated as TRL runs them (See Note [DPO step], Note
+// [KTO step], Note [ORPO step], Note [Reward step]) where they were measured: one GPU, LoRA or
+// full fine-tuning. Elsewhere they are refused by name, never estimated as supervised
+// fine-tuning; the refusal says whether Measure now runs the step (the engine measures DPO with
+// QLoRA, no mode with TRL's fused loss).
 std::optional<Refusal> postTrainingRefusal(const TrainingConfig &cfg)
 {
-    // Issue 29: DPO is simulated as TRL runs it (See Note [DPO step]) where it was measured: one
-    // GPU, LoRA or full fine-tuning; elsewhere it is refused, never estimated as SFT.
-    // KTO likewise (See Note [KTO step]).
-    const bool copyWithAdapters = cfg.dpo.reference == Reference::Copy && cfg.finetune != FineTune::Full;
+    if (cfg.mode == TrainingMode::SFT)
+        return std::nullopt;
     const bool withReference = cfg.mode == TrainingMode::DPO || cfg.mode == TrainingMode::KTO;
-    const bool paired = cfg.mode == TrainingMode::ORPO || cfg.mode == TrainingMode::Reward; // no reference
-    if (withReference && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
-                          cfg.finetune == FineTune::QLoRA || cfg.activationOffload || copyWithAdapters))
-        return Refusal{Blocker::PreferenceNotModelled, "mode", std::string(toString(cfg.mode)),
-                       modeTitle(cfg.mode) + " is estimated on one GPU with LoRA (the adapter disabled as the reference) or full "
-                       "fine-tuning (a frozen copy, or none), as measured; with " +
-                           std::string(cfg.finetune == FineTune::QLoRA ? "QLoRA"
-                                       : cfg.activationOffload        ? "activation offload"
-                                       : copyWithAdapters             ? "adapters and a reference copy"
-                                                                       : "several GPUs or ZeRO") +
-                           " it is not yet: Measure now runs TRL's own " + modeTitle(cfg.mode) + " step"};
-    // TRL's use_liger_kernel runs Liger's fused linear DPO loss (no logits, chunked over the
-    // batch): neither simulated nor measured, so refused rather than estimated with the logits.
-    if (withReference && cfg.loss == Loss::Fused)
-        return Refusal{Blocker::PreferenceNotModelled, "loss", "fused",
-                       modeTitle(cfg.mode) + " with the fused loss (TRL's use_liger_kernel: Liger's fused linear " +
-                           modeTitle(cfg.mode) + " loss) is not estimated or measured yet: use the standard loss"};
-    // A reward model (See Note [Reward step]) and ORPO (See Note [ORPO step]) are simulated where
-    // they were measured: one GPU, LoRA or full fine-tuning.
-    if (paired && (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ||
-                                             cfg.finetune == FineTune::QLoRA || cfg.activationOffload ||
-                                             cfg.loss == Loss::Fused))
-        return Refusal{Blocker::PreferenceNotModelled, "mode", std::string(toString(cfg.mode)),
-                       (cfg.mode == TrainingMode::Reward ? std::string("a reward model") : std::string("ORPO")) +
-                           " is estimated on one GPU with LoRA or full fine-tuning, as measured; with " +
-                           std::string(cfg.finetune == FineTune::QLoRA ? "QLoRA"
-                                       : cfg.activationOffload        ? "activation offload"
-                                       : cfg.loss == Loss::Fused      ? "the fused loss"
-                                                                       : "several GPUs or ZeRO") +
-                           " it is not yet: Measure now runs TRL's own step"};
-    return std::nullopt;
+    const bool copyWithAdapters = withReference && cfg.dpo.reference == Reference::Copy && cfg.finetune != FineTune::Full;
+    const bool fused = cfg.loss == Loss::Fused;
+    const char *gap = cfg.finetune == FineTune::QLoRA ? "QLoRA"
+                      : cfg.activationOffload        ? "activation offload"
+                      : copyWithAdapters             ? "adapters and a reference copy"
+                      : fused                        ? "the fused loss (TRL's use_liger_kernel: Liger's fused linear loss, no logits)"
+                      : cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ? "several GPUs or ZeRO"
+                                                                                        : nullptr;
+    if (!gap)
+        return std::nullopt;
+    const bool measured = !fused && (cfg.mode == TrainingMode::DPO || cfg.finetune != FineTune::QLoRA);
+    const std::string what = cfg.mode == TrainingMode::Reward ? std::string("a reward model") : modeTitle(cfg.mode);
+    return Refusal{Blocker::PreferenceNotModelled, fused ? "loss" : "mode",
+                   fused ? std::string("fused") : std::string(toString(cfg.mode)),
+                   what + " is estimated on one GPU with LoRA" +
+                       (withReference ? " (the adapter disabled as the reference) or full fine-tuning (a frozen copy, or none)"
+                                      : " or full fine-tuning") +
+                       ", as measured; with " + gap +
+                       (measured ? " it is not yet: Measure now runs TRL's own " + modeTitle(cfg.mode) + " step"
+                                 : std::string(" it is neither estimated nor measured yet"))};
 }
 
 } // namespace

@@ -150,8 +150,10 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
         j["undesirable_weight"] = 1.0;
         j["precompute_ref_log_probs"] = c.dpo.reference == Reference::None;
     }
-    if (c.mode == TrainingMode::Reward) // TRL's RewardConfig: its own key says so (None: no centring)
-        j["center_rewards_coefficient"] = nullptr;
+    // TRL's RewardConfig: its own key says so (0: no centring to speak of; None would read back as
+    // a key left empty, which says nothing)
+    if (c.mode == TrainingMode::Reward)
+        j["center_rewards_coefficient"] = 0.0;
     switch (c.precision) {
     case Precision::BF16: j["bf16"] = true; j["torch_dtype"] = "bfloat16"; break;
     case Precision::FP16: j["fp16"] = true; j["torch_dtype"] = "float16"; break;
