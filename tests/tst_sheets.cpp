@@ -199,6 +199,26 @@ private Q_SLOTS:
         j["config"]["lora"].erase("targets");
         QCOMPARE(sheetFromJson(j).scenario.config.lora.targets, defaultLoraTargets(findModelPreset("gpt2")));
     }
+    // Issue 29: a post-training sheet says its objective, reopens in it, and shows a frozen
+    // reference copy as its own category.
+    void postTrainingSheetsSayTheirObjective()
+    {
+        Sheet s;
+        s.scenario.model = findModelPreset("llama-3.2-1b");
+        s.scenario.gpu = findGpu("h200");
+        s.scenario.config.mode = TrainingMode::KTO;
+        s.scenario.config.dpo.reference = Reference::Copy;
+        s.scenario.config.seqLen = 1024;
+        const std::string md = sheetMarkdown(s);
+        QVERIFY2(md.find("| Objective | KTO, reference copy, prompt 512 tokens, beta 0.1 |") != std::string::npos, md.c_str());
+        QVERIFY(md.find("| Reference model |") != std::string::npos);
+        const Sheet back = sheetFromJson(toJson(s));
+        QVERIFY(back.scenario.config.mode == TrainingMode::KTO && back.scenario.config.dpo.reference == Reference::Copy);
+        s.scenario.config.mode = TrainingMode::SFT; // a supervised sheet has neither row
+        const std::string sft = sheetMarkdown(s);
+        QVERIFY(sft.find("Objective") == std::string::npos && sft.find("Reference model") == std::string::npos);
+    }
+
     void openingASheetRestoresTheSession()
     {
         QTemporaryDir dir;

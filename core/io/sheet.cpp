@@ -200,6 +200,14 @@ GpuSpec gpuFromJson(const json &j, const std::string &ctx)
 
 namespace {
 
+// A setting's number as a person writes it: 0.1, not 0.100000.
+std::string shortNumber(double v)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
 std::string nowIso()
 {
     char buf[32];
@@ -433,6 +441,16 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
                 {"GPU", s.scenario.gpu.name + " (" + fmt(s.scenario.gpu.memoryBytes) + ")"},
                 {"Reserve", std::to_string(static_cast<int>(std::lround(s.scenario.reserve * 100))) + "%"},
                 {"Allocator (PYTORCH_CUDA_ALLOC_CONF)", s.scenario.allocConf.empty() ? "defaults" : s.scenario.allocConf}};
+    if (c.mode != TrainingMode::SFT) { // issue 29: the objective, where it is not supervised fine-tuning
+        std::string obj = c.mode == TrainingMode::Reward ? std::string("reward model (sequence classifier, one label), pairs")
+                                                         : modeTitle(c.mode);
+        if (hasPreferenceBlock(c.mode)) {
+            if (c.mode != TrainingMode::ORPO)
+                obj += ", reference " + std::string(c.dpo.reference == Reference::None ? "precomputed" : toString(c.dpo.reference));
+            obj += ", prompt " + std::to_string(c.dpo.prompt(c.seqLen)) + " tokens, beta " + shortNumber(c.dpo.beta);
+        }
+        cfg.rows.insert(cfg.rows.begin() + 3, {"Objective", obj});
+    }
     t.push_back(cfg);
 
     Table bd{"Breakdown at the peak (" + std::string(label(r.estimate.peakPhase)) + ")",
