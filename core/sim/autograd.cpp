@@ -606,7 +606,11 @@ void Sim::backward(const T &root, int64_t seedBytes)
         }
     };
 
+    // loss.backward()'s gradient of the loss (ones_like), held by torch.autograd.backward's
+    // grad_tensors_ until the engine returns: alive through the whole backward (every H200
+    // stream: the step's one 512-byte block that outlives the root node).
     const int seed = allocate(seedBytes, Category::Temporaries);
+    ref(seed);
     Node &r = m_nodes[static_cast<size_t>(root.node)];
     accumulate(r.buffer[static_cast<size_t>(root.out)], seed);
     ready.push(root.node);
@@ -657,6 +661,7 @@ void Sim::backward(const T &root, int64_t seedBytes)
     }
     releaseGraph();
     m_nodes.clear();
+    unref(seed);
 }
 
 } // namespace headroom::sim
