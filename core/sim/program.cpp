@@ -10,6 +10,7 @@
 #include "dpo.h"
 #include "kto.h"
 #include "orpo.h"
+#include "reward.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "parallel.h"
@@ -2733,9 +2734,8 @@ private:
         });
     }
 
-    // Issue 29: a reward model's step (See Note [Reward step]): GenericForSequenceClassification's
-    // forward after the decoder (score, the last non-pad token of each sequence, the pooled
-    // logits), then TRL's RewardTrainer.compute_loss (-logsigmoid of chosen minus rejected).
+    // Issue 29: a reward model's step (See Note [Reward step]): the score Linear over the final
+    // norm's output, then the pooling and TRL's loss (reward.cpp).
     T rewardStep(T fn, const T &ids)
     {
         (void)ids;
@@ -2747,48 +2747,11 @@ private:
         T logits = O.linear(xin, w, nullptr, tok, h, labels, le); // saves its input: score trains
         S.drop(xin);
         S.drop(w);
-        // last_non_pad_token = (arange(seq, int32) * (input_ids != pad).to(int32)).argmax(-1)
-        S.setOp("score.pooling");
-        const int notPad = S.allocate(tok, Category::Temporaries);
-        const int nonPadMask = S.allocate(checkedMul(tok, 4), Category::Temporaries);
-        S.unref(notPad);
-        const int tokenIndices = S.allocate(checkedMul(s, 4), Category::Temporaries);
-        const int product = S.allocate(checkedMul(tok, 4), Category::Temporaries);
-        const int last = S.allocate(checkedMul(b, 8), Category::Activations);
-        S.unref(product);
-        // logits[arange(batch), last_non_pad_token]: IndexBackward0 saves both indices; its
-        // backward is index_put_ with accumulate into zeros of the logits (a sort of the index)
-        const int rows = S.allocate(checkedMul(b, 8), Category::Activations);
-        T pooled = S.make(checkedMul(b * labels, le), le);
-        const int64_t back = logits.bytes, idx = checkedMul(b, 8);
-        S.record({&pooled}, {&logits}, {rows, last}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-            if (!needs[0] || g[0] < 0)
-                return std::vector<int>{-1};
-            const int z = s.allocate(back, Category::Temporaries);
-            const int lin = s.allocate(idx, Category::Temporaries); // the linear index, sorted with its permutation
-            const int sorted = s.allocate(idx, Category::Temporaries);
-            const int perm = s.allocate(idx, Category::Temporaries);
-            s.unref(perm);
-            s.unref(sorted);
-            s.unref(lin);
-            return std::vector<int>{z};
+        return sim::rewardLoss(S, O, logits, sim::RewardShape{b, s, labels}, [&] {
+            S.drop(fn);
+            clearAmpCache();
+            par->forwardDone();
         });
-        S.unref(rows);
-        S.unref(last);
-        // the forward returns: its locals and the full logits go (the model output holds the
-        // pooled ones), and last_hidden_state with them (score's node keeps its input)
-        S.unref(tokenIndices);
-        S.unref(nonPadMask);
-        S.drop(logits);
-        S.drop(fn);
-        clearAmpCache();
-        par->forwardDone();
-        // TRL: torch.chunk (views), chosen - rejected, logsigmoid (saves its input), neg, mean:
-        // a few bytes each
-        S.setOp("reward.loss");
-        T loss = O.mean(pooled, 1);
-        S.drop(pooled);
-        return loss;
     }
 
     // Issue 29: TRL's KTO step (kto.cpp, See Note [KTO step]): each forward it asks for, the KL
