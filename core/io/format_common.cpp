@@ -497,8 +497,8 @@ void readOrpo(Reader &r, const std::string &key, const json &v)
 void refusePostTraining(Reader &r, const std::string &key, const json &v, const std::string &mode)
 {
     r.bad(key, v,
-          mode + " is not modelled yet: its reference model, paired or generated sequences are not in a supervised "
-                 "fine-tuning estimate, and Headroom never estimates it as one");
+          mode + " is not modelled yet: what it adds to a supervised step (a reference or value model, paired or "
+                 "generated sequences, another head) is not in the estimate, and Headroom never estimates it as one");
 }
 
 void readLoraKernel(Reader &r, const std::string &key, const json &v)
