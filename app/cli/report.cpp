@@ -59,7 +59,7 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
     std::printf("%s\n", describeConfig(m, c).c_str());
     std::printf("Parameters: %.3f B total, %.2f M trainable\n\n", e.params.total / 1e9, e.params.trainable / 1e6);
     std::printf("%-18s %14s\n", "category", ("at " + std::string(toString(e.peakPhase)) + " peak").c_str());
-    for (Category cat : kAllCategories)
+    for (Category cat : kDisplayCategories)
         if (e.peak[cat] > 0)
             std::printf("%-18s %14s\n", std::string(toString(cat)).c_str(), human(e.peak[cat]).c_str());
     std::printf("\nphase peaks (allocated):");

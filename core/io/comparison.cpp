@@ -88,8 +88,9 @@ std::vector<ScenarioChange> diffScenarios(const Scenario &pinned, const Scenario
 std::vector<ComparedAmount> compareReports(const Report &pr, const Report &cr)
 {
     std::vector<ComparedAmount> out;
-    for (Category cat : kAllCategories)
-        out.push_back({std::string(label(cat)), pr.estimate.peak[cat], cr.estimate.peak[cat]});
+    for (Category cat : kDisplayCategories)
+        if (writesCategory(cat, pr.estimate.peak[cat] + cr.estimate.peak[cat]))
+            out.push_back({std::string(label(cat)), pr.estimate.peak[cat], cr.estimate.peak[cat]});
     out.push_back({"Peak allocated", pr.estimate.peakAllocatedBytes, cr.estimate.peakAllocatedBytes});
     out.push_back({"Peak reserved", pr.estimate.peakReservedBytes, cr.estimate.peakReservedBytes});
     out.push_back({"Device total", pr.estimate.deviceTotalBytes, cr.estimate.deviceTotalBytes});

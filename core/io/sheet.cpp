@@ -456,7 +456,7 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     Table bd{"Breakdown at the peak (" + std::string(label(r.estimate.peakPhase)) + ")",
              {"Category", "Estimated", "Measured"}, {}};
     const Breakdown mb = m ? measuredBreakdown(*m) : Breakdown{};
-    for (Category cat : kAllCategories)
+    for (Category cat : kDisplayCategories)
         if (writesCategory(cat, r.estimate.peak[cat] + mb[cat]))
             bd.rows.push_back({std::string(label(cat)), fmt(r.estimate.peak[cat]),
                                m && measuredSplits(*m, cat) ? fmt(mb[cat]) : "-"});

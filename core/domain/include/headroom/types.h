@@ -48,6 +48,11 @@ constexpr std::array<Category, kCategoryCount> kAllCategories = {
     Category::Weights,     Category::Gradients,     Category::OptimizerState,
     Category::Activations, Category::Logits,        Category::Temporaries,
     Category::Communication, Category::AllocatorSlack, Category::CudaContext, Category::ReferenceModel};
+// The order tables and charts show them in: a reference copy beside the weights it copies.
+constexpr std::array<Category, kCategoryCount> kDisplayCategories = {
+    Category::Weights,     Category::ReferenceModel, Category::Gradients,     Category::OptimizerState,
+    Category::Activations, Category::Logits,         Category::Temporaries,   Category::Communication,
+    Category::AllocatorSlack, Category::CudaContext};
 // Whether a breakdown writes category `c` holding `bytes`: every category, but the reference
 // model only where a step has one (documents without one stay as they were).
 inline bool writesCategory(Category c, int64_t bytes) { return c != Category::ReferenceModel || bytes > 0; }
