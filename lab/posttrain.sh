@@ -5,8 +5,8 @@
 # ORPOTrainer.compute_loss) on the H200 with its allocator timeline. TRL travels as source under
 # shared/trl (`datasets` is stood in for, the step reads no dataset).
 # Results under $OUT: cases.jsonl, and per case NAME.request.json, NAME.json (result), NAME.log,
-# NAME.tl.json (timeline), all packed in posttrain.tar.xz (what comes back is few files).
-# Usage: bash lab/run posttrain [ONLY=a,b] [SET=posttrain|heldout]
+# NAME.tl.json (timeline), all packed in SET.tar.xz (what comes back is few files).
+# Usage: bash lab/run posttrain [ONLY=a,b] [SET=posttrain|heldout|dpo] (lab/dpo.sh: SET=dpo)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/headroom-out}
@@ -14,6 +14,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD/shared${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import trl, sys; print('trl', getattr(trl, '__version__', '?'))" >>"$OUT/versions.txt" 2>&1
-python3 lab/posttrain.py --set "${SET:-posttrain}" --out "$OUT" --deadline-s "${DEADLINE_S:-540}" ${ONLY:+--only "$ONLY"}
-tar -C "$OUT" -cJf /tmp/posttrain.tar.xz --exclude=versions.txt --exclude=cases.jsonl . &&
-    find "$OUT" -type f ! -name versions.txt ! -name cases.jsonl -delete && mv /tmp/posttrain.tar.xz "$OUT/"
+SET=${SET:-posttrain}
+python3 lab/posttrain.py --set "$SET" --out "$OUT" --deadline-s "${DEADLINE_S:-540}" ${ONLY:+--only "$ONLY"}
+tar -C "$OUT" -cJf "/tmp/$SET.tar.xz" --exclude=versions.txt --exclude=cases.jsonl . &&
+    find "$OUT" -type f ! -name versions.txt ! -name cases.jsonl -delete && mv "/tmp/$SET.tar.xz" "$OUT/"
