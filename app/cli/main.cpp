@@ -191,13 +191,6 @@ struct Budget
     double reserve = 0.1;
 };
 
-std::string formatNumber(double v)
-{
-    std::ostringstream o;
-    o << v;
-    return o.str();
-}
-
 // --from: the training configs' settings become the flags' values, except for flags given on
 // the command line, which win. What the files hold that Headroom did not use is said on stderr.
 Flags withImports(Flags f)
@@ -262,9 +255,9 @@ Flags withImports(Flags f)
     if (st.loraRank)
         take("--lora-rank", f.loraRank, std::to_string(*st.loraRank));
     if (st.loraAlpha)
-        take("--lora-alpha", f.loraAlpha, formatNumber(*st.loraAlpha));
+        take("--lora-alpha", f.loraAlpha, formatSetting(*st.loraAlpha));
     if (st.loraDropout)
-        take("--lora-dropout", f.loraDropout, formatNumber(*st.loraDropout));
+        take("--lora-dropout", f.loraDropout, formatSetting(*st.loraDropout));
     if (st.loraTargets) {
         std::string t;
         for (const auto &x : *st.loraTargets)
@@ -294,7 +287,7 @@ Flags withImports(Flags f)
     if (st.promptLen)
         take("--prompt-len", f.promptLen, std::to_string(*st.promptLen));
     if (st.beta)
-        take("--dpo-beta", f.dpoBeta, formatNumber(*st.beta));
+        take("--dpo-beta", f.dpoBeta, formatSetting(*st.beta));
     if (st.worldSize)
         take("--gpus", f.gpus, std::to_string(*st.worldSize));
     if (st.zeroStage)

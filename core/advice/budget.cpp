@@ -57,6 +57,13 @@ std::string formatScaled(int64_t bytes, int decimals, double base, double step, 
     return groupThousands(buf) + " " + (up ? bigUnit : unit);
 }
 
+std::string formatSetting(double v)
+{
+    std::ostringstream o;
+    o << v;
+    return o.str();
+}
+
 std::string formatParameterCount(int64_t n)
 {
     char buf[64];

@@ -465,32 +465,41 @@ void readDpo(Reader &r, const std::string &key, const json &v, std::optional<Ref
                  "rejected), its reference's forward and log-probabilities beside the policy's");
 }
 
+namespace {
+
+// A post-training mode read from `key`: said once, with what the estimate does for it.
+void enterMode(Reader &r, const std::string &key, TrainingMode mode, const char *meaning)
+{
+    if (r.out.settings.mode != mode)
+        r.note(key + ": " + meaning);
+    r.out.settings.mode = mode;
+}
+
+} // namespace
+
 void readReward(Reader &r, const std::string &key, const json &v)
 {
     if (v.is_boolean() && !v.get<bool>())
         return;
-    if (r.out.settings.mode != TrainingMode::Reward)
-        r.note(key + ": a reward model as TRL's RewardTrainer trains it: the model as a sequence classifier (its "
-                     "score head in the lm_head's place, no vocabulary logits), b pairs as 2b sequences");
-    r.out.settings.mode = TrainingMode::Reward;
+    enterMode(r, key, TrainingMode::Reward,
+              "a reward model as TRL's RewardTrainer trains it: the model as a sequence classifier (its score head "
+              "in the lm_head's place, no vocabulary logits), b pairs as 2b sequences");
 }
 
 void readKto(Reader &r, const std::string &key, const json &v)
 {
     (void)v;
-    if (r.out.settings.mode != TrainingMode::KTO)
-        r.note(key + ": KTO as TRL's KTOTrainer runs it: b unpaired sequences and the KL batch beside them, "
-                     "through the policy and its reference");
-    r.out.settings.mode = TrainingMode::KTO;
+    enterMode(r, key, TrainingMode::KTO,
+              "KTO as TRL's KTOTrainer runs it: b unpaired sequences and the KL batch beside them, through the "
+              "policy and its reference");
 }
 
 void readOrpo(Reader &r, const std::string &key, const json &v)
 {
     (void)v;
-    if (r.out.settings.mode != TrainingMode::ORPO)
-        r.note(key + ": ORPO as TRL's ORPOTrainer runs it: b pairs as one batch of 2b sequences, the chosen half's "
-                     "cross-entropy beside the log-probabilities of all, no reference model");
-    r.out.settings.mode = TrainingMode::ORPO;
+    enterMode(r, key, TrainingMode::ORPO,
+              "ORPO as TRL's ORPOTrainer runs it: b pairs as one batch of 2b sequences, the chosen half's "
+              "cross-entropy beside the log-probabilities of all, no reference model");
     r.out.settings.reference = Reference::None;
 }
 

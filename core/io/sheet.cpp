@@ -121,13 +121,19 @@ Report buildTracedReport(const Scenario &s, const TracedRun &run)
     return r;
 }
 
+namespace {
+// A preference loss's reference as a sheet names it: "adapter", "copy", "precomputed".
+std::string referenceTitle(Reference r)
+{
+    return r == Reference::None ? std::string("precomputed") : std::string(toString(r));
+}
+} // namespace
+
 std::string summarize(const TrainingConfig &c)
 {
     std::ostringstream o;
     if (c.mode == TrainingMode::DPO || c.mode == TrainingMode::KTO) // "DPO (adapter reference), LoRA r16, ..., batch 2 pairs x 1024"
-        o << modeTitle(c.mode) << " ("
-          << (c.dpo.reference == Reference::None ? std::string("precomputed") : std::string(toString(c.dpo.reference)))
-          << " reference), ";
+        o << modeTitle(c.mode) << " (" << referenceTitle(c.dpo.reference) << " reference), ";
     else if (c.mode == TrainingMode::ORPO)
         o << "ORPO, ";
     else if (c.mode == TrainingMode::Reward)
@@ -199,14 +205,6 @@ GpuSpec gpuFromJson(const json &j, const std::string &ctx)
 }
 
 namespace {
-
-// A setting's number as a person writes it: 0.1, not 0.100000.
-std::string shortNumber(double v)
-{
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-}
 
 std::string nowIso()
 {
@@ -446,8 +444,8 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
                                                          : modeTitle(c.mode);
         if (hasPreferenceBlock(c.mode)) {
             if (c.mode != TrainingMode::ORPO)
-                obj += ", reference " + std::string(c.dpo.reference == Reference::None ? "precomputed" : toString(c.dpo.reference));
-            obj += ", prompt " + std::to_string(c.dpo.prompt(c.seqLen)) + " tokens, beta " + shortNumber(c.dpo.beta);
+                obj += ", reference " + referenceTitle(c.dpo.reference);
+            obj += ", prompt " + std::to_string(c.dpo.prompt(c.seqLen)) + " tokens, beta " + formatSetting(c.dpo.beta);
         }
         cfg.rows.insert(cfg.rows.begin() + 3, {"Objective", obj});
     }

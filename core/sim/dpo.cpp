@@ -51,6 +51,18 @@ T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t row
     return masked;
 }
 
+T sequenceLogpSums(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
+                   T &shift)
+{
+    shift = O.slice(logits, seqs * rows * vocab);
+    T logps = selectiveLogSoftmax(S, O, shift, seqs, rows, vocab, promptZeros);
+    // .sum(1) (and DPO's chunk): columns of seqs x rows (what they allocate is a few bytes a
+    // token, left out)
+    T sums = O.sumGroups(logps, seqs);
+    S.drop(logps);
+    return sums;
+}
+
 T noGradLogps(Sim &S, Ops &O, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
               const std::function<T()> &forward, const char *logpsOp)
 {
@@ -94,15 +106,9 @@ T dpoLoss(Sim &S, Ops &O, T logits, const DpoShape &d, const std::function<T()> 
     const int64_t seqs = 2 * d.pairs, rows = d.seq - 1, V = d.vocab, e = logits.elem;
     S.recategorize(logits.sto, Category::Logits); // the breakdown's logits: every vocabulary-wide tensor below
     S.setOp("dpo.logps");
-    // shift_logits = outputs.logits[..., :-1, :]: a view (SliceBackward0: zeros of the logits'
-    // size in backward)
-    T shift = O.slice(logits, seqs * rows * V);
     const int64_t promptZeros = std::max<int64_t>(0, d.prompt - 1); // the shifted mask's zeros in a row
-    T logps = selectiveLogSoftmax(S, O, shift, seqs, rows, V, promptZeros);
-    // per_token_logps[mask == 0] = 0; .sum(1); chunk: columns of seqs x rows (what they allocate
-    // is a few bytes a token, left out)
-    T sums = O.sumGroups(logps, seqs);
-    S.drop(logps);
+    T shift;
+    T sums = sequenceLogpSums(S, O, logits, seqs, rows, V, promptZeros, shift);
 
     T refLogits;
     if (d.reference != Reference::None) {

@@ -22,6 +22,12 @@ struct DpoShape
 // the stacked log-probabilities as they come (ORPO masks by a product).
 T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
                       bool maskInPlace = true);
+// The policy's per-sequence log-probabilities as DPO's and KTO's _compute_loss make them, with
+// grad: `shift` = logits[:, :-1, :] (a view; SliceBackward0 makes zeros of the logits' size in
+// backward, and the caller keeps it until the loss returns), selectiveLogSoftmax over it with
+// the completion mask in place, the sum over each sequence (what the loss reads).
+T sequenceLogpSums(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
+                   T &shift);
 // A forward under no_grad (`forward` makes its logits, `seqs` sequences of `rows` + 1 tokens),
 // then selective_log_softmax over its shifted logits (a row at a time, under op `logpsOp` where
 // given): the reference's log-probabilities, and KTO's KL batch. Returns the logits, which the

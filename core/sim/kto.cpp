@@ -29,10 +29,8 @@ T ktoLoss(Sim &S, Ops &O, const KtoShape &k, const std::function<T(KtoForward)> 
     const int e = logits.elem;
     S.recategorize(logits.sto, Category::Logits);
     S.setOp("kto.logps");
-    T shift = O.slice(logits, k.seqs * rows * V); // numel
-    T logps = selectiveLogSoftmax(S, O, shift, k.seqs, rows, V, promptZeros);
-    T sums = O.sumGroups(logps, k.seqs);
-    S.drop(logps);
+    T shift;
+    T sums = sequenceLogpSums(S, O, logits, k.seqs, rows, V, promptZeros, shift);
 
     // the reference under no_grad (the adapter disabled or the copy; checkpointing off): its KL
     // batch, then its own forward, whose outputs stay until the loss returns

@@ -1289,6 +1289,19 @@ T Ops::fusedLinearCrossEntropy(const T &x, const T &w, int64_t b, int64_t seq, i
     return loss;
 }
 
+T Ops::nllLoss(const T &lp, int target)
+{
+    T loss = s.make(lp.elem, lp.elem);
+    const int totalWeight = s.allocate(lp.elem, Category::Activations);
+    s.record({&loss}, {&lp}, {target, totalWeight}, [n = lp.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
+        if (!nd[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(n, Category::Logits)}; // nll_loss_backward: zeros + scatter
+    });
+    s.unref(totalWeight);
+    return loss;
+}
+
 T Ops::causalLmLoss(const T &logits, int64_t b, int64_t seq, int64_t vocab)
 {
     // ForCausalLMLoss: logits.float(); labels padded with ignore_index and shifted (a contiguous
@@ -1305,14 +1318,7 @@ T Ops::causalLmLoss(const T &logits, int64_t b, int64_t seq, int64_t vocab)
             return std::vector<int>{-1};
         return std::vector<int>{s.allocate(n, Category::Logits)}; // _log_softmax_backward_data
     });
-    T loss = s.make(4, 4);
-    const int totalWeight = s.allocate(4, Category::Activations);
-    s.record({&loss}, {&lp}, {target, totalWeight}, [n = tokens * vocab * 4](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
-        if (!nd[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(n, Category::Logits)}; // nll_loss_backward: zeros + scatter
-    });
-    s.unref(totalWeight);
+    T loss = o.nllLoss(lp, target);
     s.unref(target);
     s.drop(lp);
     s.drop(f);

@@ -201,6 +201,9 @@ public:
 
     // ---- loss: logits (tokens x vocab) -> scalar, as ForCausalLMLoss does it.
     T causalLmLoss(const T &logits, int64_t b, int64_t s, int64_t vocab);
+    // nll_loss over log-probabilities `lp` and the `target` storage: a scalar in lp's dtype; keeps
+    // the target and total_weight; its backward makes zeros of lp's size and scatters into them.
+    T nllLoss(const T &lp, int target);
     // ---- loss: hidden states (tokens x hidden) and the lm_head weight -> scalar, without the
     // logits: Liger's fused linear cross-entropy. `w` is the lm_head parameter (its gradient is
     // made in forward when it trains); `cast` the autocast copy the chunks' matmuls use, if any.

@@ -25,14 +25,7 @@ T orpoLoss(Sim &S, Ops &O, T logits, const OrpoShape &d)
     const int labels = S.allocate(d.pairs * rows * 8, Category::Activations);
     T lp = O.logSoftmax(contiguous);
     S.recategorize(lp.sto, Category::Logits);
-    T nll = S.make(lp.elem, lp.elem);
-    const int totalWeight = S.allocate(lp.elem, Category::Activations);
-    S.record({&nll}, {&lp}, {labels, totalWeight}, [n = lp.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
-        if (!nd[0] || g[0] < 0)
-            return std::vector<int>{-1};
-        return std::vector<int>{s.allocate(n, Category::Logits)}; // nll_loss_backward: zeros + scatter
-    });
-    S.unref(totalWeight);
+    T nll = O.nllLoss(lp, labels);
     S.unref(labels);
     S.drop(lp);
     S.drop(contiguous); // cross_entropy_loss returns

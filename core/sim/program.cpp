@@ -242,7 +242,7 @@ private:
     T outGate;                // Qwen3.5's attention output gate, until the output is gated
     std::vector<LayerParams> layers;
     std::vector<T> batches;
-    std::vector<T> dpoMasks;
+    std::vector<T> batchRest; // each micro-batch's tensors beside its ids (batchTensors)
     std::vector<T *> trainable; // in model.parameters() order
     std::vector<T *> stepped;   // what this rank's optimizer steps: all, or its ZeRO-1 share
     std::map<int, T> ampCache; // autocast's cast of each trainable weight, for one forward
@@ -791,24 +791,31 @@ private:
         }
         S.setOp("input_ids");
         for (int64_t i = 0; i < c.gradAccum; ++i) {
-            if (orpo) { // the chosen and the rejected ids, masks and labels, b x seq each
-                batches.push_back(S.make(checkedMul(tok / 2, 8), 8, Category::Temporaries));
-                for (int k = 0; k < 5; ++k)
-                    dpoMasks.push_back(S.make(checkedMul(tok / 2, 8), 8, Category::Temporaries));
-                continue;
-            }
-            batches.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
-            if (dpo || reward) // DPO's completion mask, the reward batch's attention mask
-                dpoMasks.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
-            if (kto) { // the attention and completion masks, the KL batch's ids and masks, the labels
-                for (int k = 0; k < 5; ++k)
-                    dpoMasks.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
-                dpoMasks.push_back(S.make(b, 1, Category::Temporaries));
-                if (c.dpo.reference == Reference::None) // the precomputed log-probabilities
-                    for (int k = 0; k < 2; ++k)
-                        dpoMasks.push_back(S.make(checkedMul(b, 4), 4, Category::Temporaries));
-            }
+            const std::vector<std::pair<int64_t, int>> tensors = batchTensors();
+            batches.push_back(S.make(tensors[0].first, tensors[0].second, Category::Temporaries));
+            for (size_t k = 1; k < tensors.size(); ++k)
+                batchRest.push_back(S.make(tensors[k].first, tensors[k].second, Category::Temporaries));
         }
+    }
+
+    // A micro-batch as the engine puts it on the device before the step, (bytes, element size)
+    // each, in the order it makes them: the ids the embedding reads first, then what the mode's
+    // loss reads beside them (issue 29).
+    std::vector<std::pair<int64_t, int>> batchTensors() const
+    {
+        const int64_t ids = checkedMul(orpo ? tok / 2 : tok, 8);
+        std::vector<std::pair<int64_t, int>> t{{ids, 8}};
+        if (dpo || reward) // DPO's completion mask, the reward batch's attention mask
+            t.push_back({ids, 8});
+        if (orpo) // the chosen ids' masks and labels, the rejected ids, masks and labels: b x seq each
+            t.insert(t.end(), 5, {ids, 8});
+        if (kto) { // the attention and completion masks, the KL batch's ids and masks, the labels
+            t.insert(t.end(), 5, {ids, 8});
+            t.push_back({b, 1});
+            if (c.dpo.reference == Reference::None) // the precomputed log-probabilities
+                t.insert(t.end(), 2, {checkedMul(b, 4), 4});
+        }
+        return t;
     }
 
     // A decoder layer's parameters in model.parameters() order: each adapted Linear's base
@@ -2488,7 +2495,7 @@ private:
     T forward(const T &ids)
     {
         if (reward)
-            return rewardStep(hidden(ids), ids);
+            return rewardStep(hidden(ids));
         if (kto)
             return ktoStep(ids);
         if (orpo) {
@@ -2498,7 +2505,7 @@ private:
             std::vector<T> concatenated;
             for (int k = 0; k < 3; ++k)
                 concatenated.push_back(S.make(checkedMul(tok, 8), 8, Category::Temporaries));
-            T loss = orpoStep(hidden(ids));
+            T loss = orpoStep(ids);
             for (T &t : concatenated)
                 S.drop(t);
             return loss;
@@ -2509,7 +2516,7 @@ private:
         // the completion mask, until the loss returns
         S.setOp("attention_mask");
         T attentionMask = S.make(checkedMul(tok, 8), 8);
-        T loss = dpoStep(hidden(ids), ids);
+        T loss = dpoStep(ids);
         S.drop(attentionMask);
         return loss;
     }
@@ -2715,30 +2722,39 @@ private:
 
     // Issue 29: the policy's logits, then TRL's DPO loss (dpo.cpp) with the reference's forward
     // (See Note [DPO step]).
-    T dpoStep(T fn, const T &ids)
+    T dpoStep(const T &ids)
     {
-        T logits = lmHeadLogits(fn);
-        S.drop(fn); // the model's forward returns: the output object holds the logits only
-        clearAmpCache();
-        par->forwardDone();
+        T logits = modelLogits(ids, Pass::Policy);
         const sim::DpoShape d{c.microBatch, s, V, c.dpo.prompt(s), c.dpo.reference};
-        return sim::dpoLoss(S, O, logits, d, [&] {
-            adaptersOff = c.dpo.reference == Reference::Adapter;
-            checkpointingOff = true;
-            T rfn = hidden(ids);
-            T rl = lmHeadLogits(rfn);
-            S.drop(rfn);
-            clearAmpCache();
-            adaptersOff = checkpointingOff = false;
-            return rl;
-        });
+        return sim::dpoLoss(S, O, logits, d, [&] { return modelLogits(ids, Pass::Reference); });
+    }
+
+    // Issue 29: which forward a post-training loss asks for: the policy's own (with grad), the
+    // policy's under no_grad (KTO's KL batch: it saves nothing, so checkpointing changes
+    // nothing), or the reference's (TRL's no_grad and disable_gradient_checkpointing; the adapter
+    // disabled, or the frozen copy, whose shapes are the policy's).
+    enum class Pass { Policy, PolicyNoGrad, Reference };
+
+    // The model's forward to its logits for `pass`: the model's forward returns, the output
+    // object holding the logits only; the policy's own forward ends the parallel strategy's.
+    T modelLogits(const T &ids, Pass pass)
+    {
+        adaptersOff = pass == Pass::Reference && c.dpo.reference == Reference::Adapter;
+        checkpointingOff = pass != Pass::Policy;
+        T fn = hidden(ids);
+        T logits = lmHeadLogits(fn);
+        S.drop(fn);
+        clearAmpCache();
+        if (pass == Pass::Policy)
+            par->forwardDone();
+        adaptersOff = checkpointingOff = false;
+        return logits;
     }
 
     // Issue 29: a reward model's step (See Note [Reward step]): the score Linear over the final
     // norm's output, then the pooling and TRL's loss (reward.cpp).
-    T rewardStep(T fn, const T &ids)
+    T rewardStep(T fn)
     {
-        (void)ids;
         const int64_t labels = m.scoreLabels;
         S.setOp("score");
         T w = weightFor(lmHead);
@@ -2755,34 +2771,21 @@ private:
     }
 
     // Issue 29: TRL's KTO step (kto.cpp, See Note [KTO step]): each forward it asks for, the KL
-    // batch's and the batch's, through the policy or the reference (its adapter disabled or the
-    // copy, checkpointing off). A forward under no_grad checkpoints nothing, so the KL batch's
-    // through the policy runs as one without checkpointing too.
+    // batch's and the batch's, through the policy or the reference.
     T ktoStep(const T &ids)
     {
         const sim::KtoShape k{b, s, V, c.dpo.prompt(s), c.dpo.reference};
         return sim::ktoLoss(S, O, k, [&](sim::KtoForward kind) {
-            const bool reference = kind == sim::KtoForward::Reference || kind == sim::KtoForward::ReferenceKl;
-            adaptersOff = reference && c.dpo.reference == Reference::Adapter;
-            checkpointingOff = kind != sim::KtoForward::Policy;
-            T fn = hidden(ids);
-            T logits = lmHeadLogits(fn);
-            S.drop(fn);
-            clearAmpCache();
-            if (kind == sim::KtoForward::Policy)
-                par->forwardDone();
-            adaptersOff = checkpointingOff = false;
-            return logits;
+            return modelLogits(ids, kind == sim::KtoForward::Policy     ? Pass::Policy
+                                    : kind == sim::KtoForward::PolicyKl ? Pass::PolicyNoGrad
+                                                                        : Pass::Reference);
         });
     }
 
     // Issue 29: the policy's logits, then TRL's ORPO loss (orpo.cpp, See Note [ORPO step]).
-    T orpoStep(T fn)
+    T orpoStep(const T &ids)
     {
-        T logits = lmHeadLogits(fn);
-        S.drop(fn);
-        clearAmpCache();
-        par->forwardDone();
+        T logits = modelLogits(ids, Pass::Policy);
         return sim::orpoLoss(S, O, logits, sim::OrpoShape{c.microBatch, s, V, c.dpo.prompt(s)});
     }
 

@@ -7,7 +7,6 @@ namespace headroom::sim {
 
 T rewardLoss(Sim &S, Ops &O, T logits, const RewardShape &r, const std::function<void()> &forwardReturns)
 {
-    (void)O;
     const int64_t tok = r.seqs * r.seq, le = logits.elem;
     // last_non_pad_token = (arange(seq, int32) * (input_ids != pad).to(int32)).argmax(-1)
     S.setOp("score.pooling");

@@ -102,6 +102,8 @@ std::string headroomPhrase(const Verdict &v);
 // A parameter count as people say it, with the exact number: "8.03 B (8,030,261,248)",
 // "124.4 M (124,439,808)", "12,345".
 std::string formatParameterCount(int64_t n);
+// A setting's number as a person writes it: "0.1", "32", "1e-05" (the shortest of six digits).
+std::string formatSetting(double v);
 // "12.34 GiB"; "1,000.00 GiB"; from 1,024 GiB on "1.50 TiB" (thousands grouped with commas).
 std::string formatGiB(int64_t bytes, int decimals = 2);
 // `bytes` in `base`-byte units, in the next unit up from `step` of them (GiB/TiB: 2^30, 1,024;
