@@ -30,6 +30,65 @@ class TestEstimator : public QObject
 {
     Q_OBJECT
 private Q_SLOTS:
+    // Issue 29 (Note [GRPO step]): the generation phase holds the DynamicCache, which grows by
+    // every layer's keys and values a token; beta > 0 adds the reference's phase and, in full
+    // fine-tuning, its frozen copy; what is not simulated is refused by what is missing.
+    void grpoGenerationHoldsItsKvCache()
+    {
+        const ModelArch &m = findModelPreset("llama-3.2-1b");
+        TrainingConfig c = base();
+        c.mode = TrainingMode::GRPO;
+        c.finetune = FineTune::LoRA;
+        c.gradAccum = 2;
+        c.dpo.beta = 0.0;
+        c.dpo.reference = Reference::None;
+        // short prompts, long completions: the cache, not the prefill, makes generation's peak
+        c.dpo.promptLen = 64;
+        c.seqLen = 64 + 1024;
+        c.grpo.numGenerations = 4;
+        const Estimate short_ = estimate(m, c);
+        c.seqLen = 64 + 1088;
+        const Estimate long_ = estimate(m, c);
+        // 64 more tokens in each of G = 8 completions' caches: keys and values, every layer, bf16
+        const int64_t cache = 2 * m.numLayers * 8 * m.numKvHeads * m.headDim * 2 * 64;
+        const int64_t grew = long_.phase(Phase::Generation).peakAllocatedBytes -
+                             short_.phase(Phase::Generation).peakAllocatedBytes;
+        QVERIFY2(grew >= cache && grew <= cache + cache / 50,
+                 qPrintable(QStringLiteral("the generation peak grew %1 bytes for %2 of cache").arg(grew).arg(cache)));
+        QCOMPARE(short_.rollout.size(), size_t(1)); // beta 0: no reference
+        // beta > 0: the reference's phase after generation (the adapter disabled: no weights)
+        c.dpo.beta = 0.04;
+        c.dpo.reference = Reference::Adapter;
+        const Estimate ref = estimate(m, c);
+        QCOMPARE(ref.rollout.size(), size_t(2));
+        QVERIFY(ref.rollout[1].phase == Phase::Reference);
+        QVERIFY(ref.phase(Phase::Reference).peakAllocatedBytes > ref.phases[0].peakAllocatedBytes);
+        const nlohmann::json doc = toJson(ref);
+        QCOMPARE(doc.at("phases").at(1).at("phase").get<std::string>(), std::string("generation"));
+        QCOMPARE(doc.at("phases").at(2).at("phase").get<std::string>(), std::string("reference"));
+        // full fine-tuning: the frozen copy, a category of its own
+        c.finetune = FineTune::Full;
+        c.dpo.reference = Reference::Copy;
+        const Estimate copy = estimate(m, c);
+        // its parameters and buffers (the rotary tables: a few KB)
+        const int64_t copied = copy.phases[0].atPeak[Category::ReferenceModel];
+        QVERIFY(copied >= copy.params.weightBytes && copied < copy.params.weightBytes + (int64_t(1) << 20));
+        // refused by name: vLLM generating, QLoRA, a cache the simulation does not follow
+        c.grpo.vllm = true;
+        QVERIFY(estimateRefusal(m, c)->field == "grpo.vllm");
+        c.grpo.vllm = false;
+        c.finetune = FineTune::QLoRA;
+        c.dpo.reference = Reference::Adapter;
+        QVERIFY(estimateRefusal(m, c)->reason.find("QLoRA") != std::string::npos);
+        c.finetune = FineTune::LoRA;
+        QVERIFY(!estimateRefusal(m, c));
+        const auto mla = estimateRefusal(findModelPreset("deepseek-v2-lite"), c);
+        QVERIFY(mla && mla->reason.find("multi-head latent attention") != std::string::npos);
+        // TRL's checks: at least two completions a prompt, dividing the generation batch
+        c.grpo.numGenerations = 3;
+        QVERIFY_THROWS_EXCEPTION(InputError, c.validate());
+    }
+
     void activationsDependOnTokensNotShape()
     {
         TrainingConfig a = base(), b = base();

@@ -67,7 +67,10 @@ struct Flags
     std::string mode = "sft";
     std::string dpoReference; // empty: TRL's default (adapter with LoRA, copy in full fine-tuning)
     std::string promptLen = "0";
-    std::string dpoBeta = "0.1";
+    std::string dpoBeta;             // empty: TRL's default (0.1; GRPO: 0)
+    std::string numGenerations;       // GRPO; empty: TrainingConfig::fittingGenerations
+    std::string vllm = "off";         // GRPO's use_vllm: off | colocate | server
+    std::string vllmShare = "0.3";    // vllm_gpu_memory_utilization
     std::string gpus = "1";
     std::string zero = "0";
     std::string gpu = "h100-80";
@@ -163,19 +166,28 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.attention = parseAttention(f.attention, "--attention");
     c.loss = parseLoss(f.loss, "--loss");
     c.mode = parseTrainingMode(f.mode, "--mode");
-    c.dpo.reference = !f.dpoReference.empty()        ? parseReference(f.dpoReference, "--dpo-reference")
-                      : c.mode == TrainingMode::ORPO   ? Reference::None // ORPO has no reference model
-                      : c.finetune == FineTune::Full   ? Reference::Copy
-                                                       : Reference::Adapter;
     c.dpo.promptLen = parseInteger("--prompt-len", f.promptLen, 0, 1 << 24);
-    {
+    c.dpo.beta = c.mode == TrainingMode::GRPO ? 0.0 : 0.1; // TRL's defaults
+    if (!f.dpoBeta.empty()) {
         char *end = nullptr;
         c.dpo.beta = std::strtod(f.dpoBeta.c_str(), &end);
-        if (f.dpoBeta.empty() || end == f.dpoBeta.c_str() || *end != '\0' || !(c.dpo.beta >= 0.0 && c.dpo.beta <= 1e6))
+        if (end == f.dpoBeta.c_str() || *end != '\0' || !(c.dpo.beta >= 0.0 && c.dpo.beta <= 1e6))
             throw InputError("--dpo-beta", f.dpoBeta, "must be a number in [0, 1e6]");
     }
+    c.dpo.reference = !f.dpoReference.empty() ? parseReference(f.dpoReference, "--dpo-reference")
+                      : c.mode == TrainingMode::ORPO || (c.mode == TrainingMode::GRPO && c.dpo.beta == 0.0)
+                          ? Reference::None // ORPO has no reference model; GRPO with beta 0 loads none
+                      : c.finetune == FineTune::Full ? Reference::Copy
+                                                     : Reference::Adapter;
+    if (f.vllm != "off" && f.vllm != "colocate" && f.vllm != "server")
+        throw InputError("--vllm", f.vllm, "must be off, colocate or server");
+    c.grpo.vllm = f.vllm != "off";
+    c.grpo.vllmServer = f.vllm == "server";
+    c.grpo.vllmGpuMemoryUtilization = parseFraction("--vllm-share", f.vllmShare);
     c.worldSize = static_cast<int>(parseInteger("--gpus", f.gpus, 1, 65536));
     c.zeroStage = static_cast<int>(parseInteger("--zero", f.zero, 0, 3));
+    c.grpo.numGenerations = f.numGenerations.empty() ? c.fittingGenerations()
+                                                     : parseInteger("--num-generations", f.numGenerations, 1, int64_t(1) << 16);
     if (c.finetune == FineTune::QLoRA && c.precision == Precision::FP32)
         throw InputError("--precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16");
     c.validate();
@@ -288,6 +300,19 @@ Flags withImports(Flags f)
         take("--prompt-len", f.promptLen, std::to_string(*st.promptLen));
     if (st.beta)
         take("--dpo-beta", f.dpoBeta, formatSetting(*st.beta));
+    if (st.mode == TrainingMode::GRPO) { // the sequence is the prompt, then the completion
+        const int64_t prompt = st.promptLen.value_or(TrainingSettings::kGrpoPromptTokens);
+        if (st.completionLen) {
+            take("--prompt-len", f.promptLen, std::to_string(prompt));
+            take("--seq", f.seq, std::to_string(checkedAdd(prompt, *st.completionLen)));
+        }
+        if (st.numGenerations)
+            take("--num-generations", f.numGenerations, std::to_string(*st.numGenerations));
+        if (st.vllm)
+            take("--vllm", f.vllm, !*st.vllm ? "off" : st.vllmServer.value_or(false) ? "server" : "colocate");
+        if (st.vllmGpuMemoryUtilization)
+            take("--vllm-share", f.vllmShare, formatSetting(*st.vllmGpuMemoryUtilization));
+    }
     if (st.worldSize)
         take("--gpus", f.gpus, std::to_string(*st.worldSize));
     if (st.zeroStage)
@@ -405,16 +430,24 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--loss", f.loss, "standard | fused (linear cross-entropy that never materializes the logits, as Liger's)")
         ->capture_default_str();
     cmd->add_option("--mode", f.mode,
-                    "sft | dpo | reward | kto | orpo (DPO as TRL runs it: --batch pairs, i.e. 2x the sequences, "
-                    "against a reference; reward: TRL's reward model, pairs through a one-label score head; kto, orpo: "
-                    "measured by the transformers engine, not estimated yet)")
+                    "sft | dpo | reward | kto | orpo | grpo (DPO as TRL runs it: --batch pairs, i.e. 2x the sequences, "
+                    "against a reference; reward: TRL's reward model, pairs through a one-label score head; kto, "
+                    "orpo: TRL's steps; grpo: TRL's GRPOTrainer, measured by the transformers engine, not estimated "
+                    "yet)")
         ->capture_default_str();
     cmd->add_option("--dpo-reference", f.dpoReference,
                     "adapter | copy | none: the policy with its adapter disabled, a frozen copy, or precomputed "
                     "log-probs (default: adapter with LoRA, copy in full fine-tuning)");
     cmd->add_option("--prompt-len", f.promptLen, "DPO: prompt tokens of each sequence (0: half of --seq)")
         ->capture_default_str();
-    cmd->add_option("--dpo-beta", f.dpoBeta, "DPO's beta")->capture_default_str();
+    cmd->add_option("--dpo-beta", f.dpoBeta, "The preference modes' beta (default 0.1; GRPO: 0, no reference)");
+    cmd->add_option("--vllm", f.vllm, "GRPO's generation: off (HF generate) | colocate | server (TRL's use_vllm)")
+        ->capture_default_str();
+    cmd->add_option("--vllm-share", f.vllmShare, "GRPO with vLLM colocated: its gpu_memory_utilization")
+        ->capture_default_str();
+    cmd->add_option("--num-generations", f.numGenerations,
+                    "GRPO: completions a prompt (divides --batch x --grad-accum x --gpus; default: TRL's 8, or "
+                    "the most below it that divide; --seq is the prompt, then the completion)");
     cmd->add_option("--gpus", f.gpus, "Data-parallel world size")->capture_default_str();
     cmd->add_option("--zero", f.zero, "ZeRO stage 0..3 (3 = FSDP full shard)")->capture_default_str();
     cmd->add_option("--gpu", f.gpu, "GPU catalog id (see `gpus`)")->capture_default_str();

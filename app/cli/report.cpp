@@ -63,8 +63,8 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
         if (e.peak[cat] > 0)
             std::printf("%-18s %14s\n", std::string(toString(cat)).c_str(), human(e.peak[cat]).c_str());
     std::printf("\nphase peaks (allocated):");
-    for (const auto &p : e.phases)
-        std::printf("  %s %s", std::string(toString(p.phase)).c_str(), human(p.peakAllocatedBytes).c_str());
+    for (const PhaseEstimate *p : e.stepPhases())
+        std::printf("  %s %s", std::string(toString(p->phase)).c_str(), human(p->peakAllocatedBytes).c_str());
     std::printf("\npeak allocated %s | peak reserved %s | nvidia-smi total %s\n", human(e.peakAllocatedBytes).c_str(),
                 human(e.peakReservedBytes).c_str(), human(e.deviceTotalBytes).c_str());
     const Verdict v = judge(m, c, e, gpu, reserve, opt);
@@ -136,7 +136,7 @@ int compare(const std::string &path, double tolerance, bool asJson)
     bool ok = true;
     int compared = 0;
     nlohmann::json phases = nlohmann::json::array(), ranks = nlohmann::json::array();
-    for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+    for (Phase p : kStepOrder) {
         const auto sp = m.steady(p);
         if (!sp)
             continue;

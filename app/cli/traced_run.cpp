@@ -220,9 +220,9 @@ json tracedDocument(const TracedRun &run, const std::string &source, const Estim
                    const GpuSpec &gpu)
 {
     json phases = json::array();
-    for (const auto &p : e.phases)
-        phases.push_back({{"phase", toString(p.phase)}, {"peak_allocated_bytes", p.peakAllocatedBytes},
-                          {"peak_reserved_bytes", p.peakReservedBytes}});
+    for (const PhaseEstimate *p : e.stepPhases())
+        phases.push_back({{"phase", toString(p->phase)}, {"peak_allocated_bytes", p->peakAllocatedBytes},
+                          {"peak_reserved_bytes", p->peakReservedBytes}});
     return {{"source", "traced"},
             {"trace", source},
             {"model_type", run.modelType},

@@ -39,6 +39,7 @@ namespace {
 constexpr int kKtoObjective = 4;
 constexpr int kOrpoObjective = 8;
 constexpr int kRewardObjective = 16;
+constexpr int kGrpoObjective = 32; // GRPO, beta 0 (TRL's default: no reference)
 
 // Steps by doubling and halving, as batch and sequence length are usually explored.
 class PowerOfTwoSpinBox : public QSpinBox
@@ -149,6 +150,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_objective->addItem(tr("KTO, reference log-probs precomputed"), kKtoObjective + static_cast<int>(Reference::None));
     m_objective->addItem(tr("ORPO (no reference)"), kOrpoObjective);
     m_objective->addItem(tr("Reward model (sequence classifier)"), kRewardObjective);
+    m_objective->addItem(tr("GRPO (generates its completions)"), kGrpoObjective);
     m_objective->setToolTip(tr("DPO as TRL's DPOTrainer runs it: the micro-batch counts pairs (a chosen and a "
                                "rejected sequence each), and the reference's forward runs beside the policy's. "
                                "KTO as TRL's KTOTrainer runs it: unpaired sequences and its KL batch, through the "
@@ -344,7 +346,9 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     };
     onCombo(m_finetune, [](Scenario &s, int v) { s.config.finetune = static_cast<FineTune>(v); });
     onCombo(m_objective, [](Scenario &s, int v) {
+        const bool wasGrpo = s.config.mode == TrainingMode::GRPO;
         s.config.mode = v == 0                  ? TrainingMode::SFT
+                        : v == kGrpoObjective   ? TrainingMode::GRPO
                         : v == kRewardObjective ? TrainingMode::Reward
                         : v == kOrpoObjective   ? TrainingMode::ORPO
                         : v >= kKtoObjective    ? TrainingMode::KTO
@@ -355,6 +359,15 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
             s.config.dpo.reference = static_cast<Reference>(v - kKtoObjective);
         else if (s.config.mode == TrainingMode::ORPO)
             s.config.dpo.reference = Reference::None;
+        if (s.config.mode == TrainingMode::GRPO) {
+            // TRL's defaults: beta 0 (no reference), and as many completions a prompt as divide
+            // the generation batch, up to GRPOConfig's 8
+            s.config.dpo.beta = 0.0;
+            s.config.dpo.reference = Reference::None;
+            s.config.grpo.numGenerations = s.config.fittingGenerations();
+        } else if (wasGrpo) {
+            s.config.dpo.beta = 0.1; // the preference modes' default
+        }
     });
     onCombo(m_precision, [](Scenario &s, int v) { s.config.precision = static_cast<Precision>(v); });
     onCombo(m_optimizer, [](Scenario &s, int v) { s.config.optimizer = static_cast<Optimizer>(v); });
@@ -573,6 +586,7 @@ void ConfigPanel::syncFromSession()
     }
     setComboData(m_finetune, static_cast<int>(c.finetune));
     setComboData(m_objective, c.mode == TrainingMode::SFT      ? 0
+                              : c.mode == TrainingMode::GRPO   ? kGrpoObjective
                               : c.mode == TrainingMode::Reward ? kRewardObjective
                               : c.mode == TrainingMode::ORPO   ? kOrpoObjective
                               : c.mode == TrainingMode::KTO    ? kKtoObjective + static_cast<int>(c.dpo.reference)

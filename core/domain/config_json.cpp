@@ -42,9 +42,47 @@ json toJson(const TrainingConfig &c, bool everyField)
         json block = {{"prompt_len", c.dpo.prompt(c.seqLen)}, {"beta", c.dpo.beta}};
         if (c.mode != TrainingMode::ORPO)
             block["reference"] = toString(c.dpo.reference);
+        if (c.mode == TrainingMode::GRPO) {
+            block["num_generations"] = c.grpo.numGenerations;
+            block["temperature"] = c.grpo.temperature;
+            if (c.grpo.vllm)
+                block["vllm"] = {{"mode", c.grpo.vllmServer ? "server" : "colocate"},
+                                 {"gpu_memory_utilization", c.grpo.vllmGpuMemoryUtilization}};
+        }
         j[std::string(toString(c.mode))] = block;
     }
     return j;
+}
+
+// Issue 29: GRPO's own keys in its block (num_generations, temperature, vllm).
+static void readRollout(TrainingConfig &c, const json &d, const std::string &dc)
+{
+    if (d.contains("num_generations"))
+        c.grpo.numGenerations = requireInt64(d, "num_generations", dc, 2, int64_t(1) << 16);
+    if (d.contains("temperature")) {
+        if (!d.at("temperature").is_number())
+            throw InputError(dc + ".temperature", showJson(d.at("temperature")), "must be a number");
+        c.grpo.temperature = d.at("temperature").get<double>();
+    }
+    if (d.contains("vllm")) {
+        const json &v = d.at("vllm");
+        const std::string vc = dc + ".vllm";
+        if (!v.is_object())
+            throw InputError(vc, showJson(v).substr(0, 40), "must be a JSON object");
+        c.grpo.vllm = true;
+        if (v.contains("mode")) {
+            const json &m = v.at("mode");
+            if (!m.is_string() || (m != "colocate" && m != "server"))
+                throw InputError(vc + ".mode", showJson(m).substr(0, 40), "must be colocate or server");
+            c.grpo.vllmServer = m == "server";
+        }
+        if (v.contains("gpu_memory_utilization")) {
+            if (!v.at("gpu_memory_utilization").is_number())
+                throw InputError(vc + ".gpu_memory_utilization", showJson(v.at("gpu_memory_utilization")),
+                                 "must be a number");
+            c.grpo.vllmGpuMemoryUtilization = v.at("gpu_memory_utilization").get<double>();
+        }
+    }
 }
 
 TrainingConfig trainingConfigFromJson(const json &j)
@@ -117,10 +155,18 @@ TrainingConfig trainingConfigFromJson(const json &j)
             if (!d.at("beta").is_number())
                 throw InputError(dc + ".beta", showJson(d.at("beta")), "must be a number");
             c.dpo.beta = d.at("beta").get<double>();
+        } else if (c.mode == TrainingMode::GRPO) {
+            c.dpo.beta = 0.0; // GRPOConfig's default
         }
+        if (c.mode == TrainingMode::GRPO)
+            readRollout(c, d, dc);
+    } else if (c.mode == TrainingMode::GRPO) {
+        c.dpo.beta = 0.0;
     } else if (c.finetune == FineTune::Full) {
         c.dpo.reference = Reference::Copy;
     }
+    if (c.mode == TrainingMode::GRPO && c.dpo.beta == 0.0 && !(j.contains(blockName) && j.at(blockName).contains("reference")))
+        c.dpo.reference = Reference::None; // beta = 0: TRL loads no reference
     if (c.mode == TrainingMode::ORPO)
         c.dpo.reference = Reference::None; // ORPO has no reference model
     if (j.contains("lora")) {

@@ -91,7 +91,8 @@ const std::vector<OptimizerTraits> kOptimizerTable = {
 };
 const std::pair<Loss, std::string_view> kLosses[] = {{Loss::Standard, "standard"}, {Loss::Fused, "fused"}};
 const std::pair<TrainingMode, std::string_view> kModes[] = {
-    {TrainingMode::SFT, "sft"}, {TrainingMode::DPO, "dpo"}, {TrainingMode::KTO, "kto"}, {TrainingMode::ORPO, "orpo"}, {TrainingMode::Reward, "reward"}};
+    {TrainingMode::SFT, "sft"}, {TrainingMode::DPO, "dpo"}, {TrainingMode::KTO, "kto"}, {TrainingMode::ORPO, "orpo"}, {TrainingMode::Reward, "reward"},
+    {TrainingMode::GRPO, "grpo"}};
 const std::pair<Reference, std::string_view> kReferences[] = {
     {Reference::Adapter, "adapter"}, {Reference::Copy, "copy"}, {Reference::None, "none"}};
 const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights, "weights"},
@@ -107,7 +108,9 @@ const std::pair<Category, std::string_view> kCategories[] = {{Category::Weights,
 const std::pair<Phase, std::string_view> kPhases[] = {{Phase::AfterLoad, "after_load"},
                                                        {Phase::Forward, "forward"},
                                                        {Phase::Backward, "backward"},
-                                                       {Phase::Optimizer, "optimizer"}};
+                                                       {Phase::Optimizer, "optimizer"},
+                                                       {Phase::Generation, "generation"},
+                                                       {Phase::Reference, "reference"}};
 
 } // namespace
 
@@ -142,7 +145,7 @@ std::vector<std::string_view> namesInOrder(size_t count)
 
 std::vector<std::pair<std::string_view, std::vector<std::string_view>>> sharedVocabulary()
 {
-    return {{"PHASES", namesInOrder<Phase>(kAllPhases.size())},
+    return {{"PHASES", namesInOrder<Phase>(kPhaseCount)},
             {"CATEGORIES", namesInOrder<Category>(kCategoryCount)},
             {"PRECISIONS", namesInOrder<Precision>(kPrecisionTable.size())},
             {"OPTIMIZERS", namesInOrder<Optimizer>(kOptimizerTable.size())},
@@ -230,6 +233,8 @@ std::string_view label(Phase p)
     case Phase::Forward: return "Forward peak";
     case Phase::Backward: return "Backward peak";
     case Phase::Optimizer: return "Optimizer peak";
+    case Phase::Generation: return "Generation peak";
+    case Phase::Reference: return "Reference peak";
     }
     return "";
 }
@@ -324,11 +329,47 @@ void TrainingConfig::validate() const
         if (mode == TrainingMode::ORPO && dpo.reference != Reference::None)
             throw InputError("orpo.reference", std::string(toString(dpo.reference)), "ORPO has no reference model");
         range(b + ".prompt_len", dpo.promptLen, 0, std::max<int64_t>(0, seqLen - 1));
+        if (mode == TrainingMode::GRPO)
+            validateRollout();
         if (!(dpo.beta >= 0.0 && dpo.beta <= 1e6))
             throw InputError(b + ".beta", std::to_string(dpo.beta), "must be in [0, 1e6]");
     }
     if (finetune == FineTune::QLoRA && (precision == Precision::FP32))
         throw Refused({Blocker::QloraInFp32, "precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16"});
+}
+
+int64_t TrainingConfig::fittingGenerations() const
+{
+    const int64_t rows = checkedMul(checkedMul(microBatch, gradAccum), worldSize);
+    int64_t g = std::min<int64_t>(8, rows);
+    while (g > 2 && rows % g != 0)
+        --g;
+    return std::max<int64_t>(2, g);
+}
+
+void TrainingConfig::validateRollout() const
+{
+    if ((dpo.reference == Reference::None) != (dpo.beta == 0.0))
+        throw InputError("grpo.reference", std::string(toString(dpo.reference)),
+                         dpo.beta == 0.0 ? "GRPO loads no reference with beta = 0 (TRL's default): use none"
+                                         : "GRPO with beta > 0 needs its reference: adapter (LoRA) or copy");
+    const int64_t generated = checkedMul(checkedMul(microBatch, gradAccum), worldSize);
+    if (generated < 2)
+        throw InputError("micro_batch", std::to_string(microBatch),
+                         "GRPO compares at least two completions of a prompt, and micro_batch x grad_accum x GPUs is "
+                         "1: raise the micro-batch or the accumulation");
+    if (grpo.numGenerations < 2 || grpo.numGenerations > (int64_t(1) << 16))
+        throw InputError("grpo.num_generations", std::to_string(grpo.numGenerations),
+                         "must be in [2, 65536] (GRPO compares at least two completions of a prompt)");
+    if (generated % grpo.numGenerations != 0)
+        throw InputError("grpo.num_generations", std::to_string(grpo.numGenerations),
+                         "must divide the generation batch (micro_batch x grad_accum x GPUs = " +
+                             std::to_string(generated) + "), as TRL requires");
+    if (!(grpo.temperature > 0.0 && grpo.temperature <= 1e6))
+        throw InputError("grpo.temperature", std::to_string(grpo.temperature), "must be in (0, 1e6]");
+    if (!(grpo.vllmGpuMemoryUtilization > 0.0 && grpo.vllmGpuMemoryUtilization < 1.0))
+        throw InputError("grpo.vllm_gpu_memory_utilization", std::to_string(grpo.vllmGpuMemoryUtilization),
+                         "must be in (0, 1)");
 }
 
 } // namespace headroom

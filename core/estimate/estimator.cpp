@@ -48,13 +48,16 @@ double defaultSlackFraction()
 // is never the step's peak), its breakdown the estimate's.
 void takePeakPhase(Estimate &est)
 {
-    size_t top = 1;
+    const PhaseEstimate *top = &est.phases[1];
     for (size_t i = 2; i < 4; ++i)
-        if (est.phases[i].peakAllocatedBytes > est.phases[top].peakAllocatedBytes)
-            top = i;
-    est.peakPhase = est.phases[top].phase;
-    est.peakAllocatedBytes = est.phases[top].peakAllocatedBytes;
-    est.peak = est.phases[top].atPeak;
+        if (est.phases[i].peakAllocatedBytes > top->peakAllocatedBytes)
+            top = &est.phases[i];
+    for (const PhaseEstimate &p : est.rollout) // GRPO's generation can be the step's peak
+        if (p.peakAllocatedBytes > top->peakAllocatedBytes)
+            top = &p;
+    est.peakPhase = top->phase;
+    est.peakAllocatedBytes = top->peakAllocatedBytes;
+    est.peak = top->atPeak;
 }
 
 // Any collective (DDP, or ZeRO at any N) brings up an NCCL communicator.
@@ -80,6 +83,28 @@ void addOutsideAllocator(Estimate &est, const TrainingConfig &cfg, const Estimat
 }
 
 } // namespace est
+
+const PhaseEstimate &Estimate::phase(Phase p) const
+{
+    const size_t i = static_cast<size_t>(p);
+    if (i < phases.size())
+        return phases[i];
+    for (const PhaseEstimate &r : rollout)
+        if (r.phase == p)
+            return r;
+    static const PhaseEstimate none{p, 0, 0, {}};
+    return none;
+}
+
+std::vector<const PhaseEstimate *> Estimate::stepPhases() const
+{
+    std::vector<const PhaseEstimate *> out{&phases[0]};
+    for (const PhaseEstimate &r : rollout)
+        out.push_back(&r);
+    for (size_t i = 1; i < phases.size(); ++i)
+        out.push_back(&phases[i]);
+    return out;
+}
 
 using namespace est;
 
@@ -196,7 +221,7 @@ void budgetFromRun(Estimate &est, const TrainingConfig &cfg, const EstimatorOpti
     const Replay r = replay(t, ac);
 
     // Steady state: the phases of steps 1 and 2 (step 0 is the warm-up), as the probe reports.
-    std::array<const ReplayPhase *, 4> best{};
+    std::array<const ReplayPhase *, kPhaseCount> best{};
     int64_t reserved = 0;
     for (const auto &p : r.phases) {
         const size_t i = static_cast<size_t>(p.mark.phase);
@@ -212,7 +237,7 @@ void budgetFromRun(Estimate &est, const TrainingConfig &cfg, const EstimatorOpti
             best[i] = &p;
     }
     std::vector<size_t> at;
-    for (size_t i = 0; i < 4; ++i) {
+    for (size_t i = 0; i < kPhaseCount; ++i) {
         size_t ev = 0;
         if (best[i] && i == 0) {
             // After load: the tensors alive at its end, where the first forward begins.
@@ -229,9 +254,13 @@ void budgetFromRun(Estimate &est, const TrainingConfig &cfg, const EstimatorOpti
         at.push_back(ev);
     }
     const std::vector<Breakdown> bd = breakdownsAt(t, at);
-    for (size_t i = 0; i < 4; ++i) {
-        PhaseEstimate &pe = est.phases[i];
-        pe.phase = kAllPhases[i];
+    est.rollout.clear();
+    for (size_t i = 0; i < kPhaseCount; ++i) {
+        const Phase phase = static_cast<Phase>(i);
+        if (i >= est.phases.size() && !best[i])
+            continue; // a rollout phase this step does not have
+        PhaseEstimate &pe = i < est.phases.size() ? est.phases[i] : est.rollout.emplace_back();
+        pe.phase = phase;
         if (!best[i])
             continue;
         pe.peakAllocatedBytes = i == 0 ? best[i]->endAllocatedBytes : best[i]->peakAllocatedBytes;

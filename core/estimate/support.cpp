@@ -34,6 +34,8 @@ std::optional<Refusal> postTrainingRefusal(const TrainingConfig &cfg)
 {
     if (cfg.mode == TrainingMode::SFT)
         return std::nullopt;
+    if (cfg.mode == TrainingMode::GRPO)
+        return std::nullopt; // grpoRefusal, which needs the model
     const bool withReference = cfg.mode == TrainingMode::DPO || cfg.mode == TrainingMode::KTO;
     const bool copyWithAdapters = withReference && cfg.dpo.reference == Reference::Copy && cfg.finetune != FineTune::Full;
     const bool fused = cfg.loss == Loss::Fused;
@@ -57,12 +59,60 @@ std::optional<Refusal> postTrainingRefusal(const TrainingConfig &cfg)
                                  : std::string(" it is neither estimated nor measured yet"))};
 }
 
+// Issue 29: GRPO is simulated as TRL's GRPOTrainer runs it with use_vllm = false (See Note [GRPO
+// step]): HF generate's DynamicCache on a decoder whose every layer attends to the whole sequence,
+// in 16 bits, on one GPU, with LoRA or full fine-tuning. Elsewhere refused by what is missing.
+std::optional<Refusal> grpoRefusal(const ModelArch &model, const TrainingConfig &cfg)
+{
+    const auto refuse = [](const std::string &field, const std::string &value, const std::string &why) {
+        return Refusal{Blocker::PreferenceNotModelled, field, value, why};
+    };
+    if (cfg.grpo.vllm)
+        return refuse("grpo.vllm", cfg.grpo.vllmServer ? "server" : "colocate",
+                      "GRPO with vLLM generating (use_vllm) is neither estimated nor measured yet (vLLM is not built "
+                      "on the measuring machine); use_vllm = false is");
+    const bool sixteen = cfg.precision == Precision::BF16 || cfg.precision == Precision::FP16;
+    const char *gap = cfg.finetune == FineTune::QLoRA ? "QLoRA"
+                      : !sixteen                      ? "this precision (it is estimated in bf16 or fp16: generate "
+                                                        "runs outside autocast, and TRL's log-softmax is its 16-bit one)"
+                      : cfg.activationOffload         ? "activation offload"
+                      : cfg.loss == Loss::Fused       ? "the fused loss (TRL's use_liger_kernel)"
+                      : cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer ? "several GPUs or ZeRO"
+                      : cfg.attention == Attention::Eager ? "eager attention"
+                      : cfg.gradCheckpointing && !cfg.checkpointingUniform(model.numLayers)
+                          ? "selective checkpointing (TRL turns checkpointing back on for every layer after generating)"
+                          : nullptr;
+    if (gap)
+        return refuse("mode", "grpo",
+                      "GRPO is estimated on one GPU in bf16 or fp16 with LoRA or full fine-tuning, as measured; with " +
+                          std::string(gap) + " it is not yet: Measure now runs TRL's own GRPO step");
+    const nlohmann::json &hc = model.hfConfig;
+    const bool sliding = hc.is_object() && hc.contains("sliding_window") && hc.at("sliding_window").is_number_integer() &&
+                         hc.at("sliding_window").get<int64_t>() > 0 &&
+                         !(hc.contains("use_sliding_window") && hc.at("use_sliding_window").is_boolean() &&
+                           !hc.at("use_sliding_window").get<bool>());
+    const char *cache = model.isMla()                ? "multi-head latent attention's cache"
+                        : model.hasLinearAttention() ? "the linear-attention layers' recurrent state"
+                        : model.hasPerLayerInputs() || !model.globalLayers.empty() ? "Gemma 4's shared key-value cache"
+                        : sliding                    ? "a sliding-window cache"
+                                                     : nullptr;
+    if (cache)
+        return refuse("model.model_type", model.modelType,
+                      "GRPO's generation is estimated with the DynamicCache of layers that attend to the whole "
+                      "sequence; " + model.modelType + "'s " + cache +
+                          " is not yet: Measure now runs TRL's own GRPO step");
+    return std::nullopt;
+}
+
 } // namespace
 
 std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
 {
     if (auto no = postTrainingRefusal(cfg))
         return no;
+    if (cfg.mode == TrainingMode::GRPO)
+        if (auto no = grpoRefusal(model, cfg))
+            return no;
     if (model.rowGap)
         return Refusal{Blocker::RowVariant, "config." + model.rowGap->field, model.rowGap->value,
                        model.modelType + "'s row does not follow " + model.rowGap->reason};

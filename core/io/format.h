@@ -143,6 +143,16 @@ void readReward(Reader &r, const std::string &key, const json &v);
 void readKto(Reader &r, const std::string &key, const json &v);
 // Issue 29: ORPO as TRL's ORPOTrainer runs it (See Note [ORPO step]): no reference.
 void readOrpo(Reader &r, const std::string &key, const json &v);
+// Issue 29: GRPO as TRL's GRPOTrainer runs it (generation, then the step on prompt + completion).
+void readGrpo(Reader &r, const std::string &key, const json &v);
+// GRPOConfig's own keys (TRL's config, Axolotl's trl: block): num_generations and reward_funcs
+// enter GRPO; max_completion_length, temperature, use_vllm, vllm_mode and vllm_gpu_memory_utilization
+// are read for it (DPOConfig shares max_completion_length: it applies to GRPO only).
+const std::map<std::string, Handler> &grpoKeys();
+// GRPOConfig's keys for the scenario (TRL's config and Axolotl's trl: block), each through
+// `put`; the prompt's length has no key (TRL no longer truncates prompts): said in `notes`.
+void writeGrpoKeys(const TrainingConfig &c, std::vector<std::string> &notes,
+                   const std::function<void(const char *, const json &)> &put);
 // Keys that change memory in a way the estimate does not model, said with which way it errs.
 void readLoraKernel(Reader &r, const std::string &key, const json &v);   // Axolotl's fused LoRA kernels
 void readHubKernels(Reader &r, const std::string &key, const json &v);   // use_kernels (the Hub's kernels)

@@ -503,6 +503,61 @@ void readOrpo(Reader &r, const std::string &key, const json &v)
     r.out.settings.reference = Reference::None;
 }
 
+void readGrpo(Reader &r, const std::string &key, const json &v)
+{
+    (void)v;
+    enterMode(r, key, TrainingMode::GRPO,
+              "GRPO as TRL's GRPOTrainer runs it: micro_batch x grad_accum completions generated per step (HF "
+              "generate with its KV cache, or vLLM), then the policy's step on prompt + completion (a reference "
+              "beside it when beta > 0)");
+}
+
+const std::map<std::string, Handler> &grpoKeys()
+{
+    static const std::map<std::string, Handler> keys = {
+        {"num_generations", [](Reader &r, const std::string &k, const json &v) {
+             readGrpo(r, k, v);
+             r.out.settings.numGenerations = r.integer(k, v, 1, int64_t(1) << 16);
+         }},
+        {"max_completion_length", [](Reader &r, const std::string &k, const json &v) {
+             r.out.settings.completionLen = r.integer(k, v, 1, 1 << 24);
+         }},
+        {"temperature", [](Reader &r, const std::string &k, const json &v) {
+             r.out.settings.temperature = r.number(k, v, 1e-6, 1e6);
+         }},
+        {"use_vllm", [](Reader &r, const std::string &k, const json &v) { r.out.settings.vllm = r.flag(k, v); }},
+        {"vllm_mode", [](Reader &r, const std::string &k, const json &v) {
+             const std::string m = r.text(k, v);
+             if (m != "colocate" && m != "server")
+                 r.bad(k, v, "must be colocate or server");
+             r.out.settings.vllmServer = m == "server";
+         }},
+        {"vllm_gpu_memory_utilization", [](Reader &r, const std::string &k, const json &v) {
+             r.out.settings.vllmGpuMemoryUtilization = r.number(k, v, 1e-6, 0.999999);
+         }},
+        {"reward_funcs", readGrpo}};
+    return keys;
+}
+
+void writeGrpoKeys(const TrainingConfig &c, std::vector<std::string> &notes,
+                   const std::function<void(const char *, const json &)> &put)
+{
+    const int64_t prompt = c.dpo.prompt(c.seqLen);
+    put("beta", c.dpo.beta);
+    put("num_generations", c.grpo.numGenerations);
+    put("max_completion_length", c.seqLen - prompt);
+    put("temperature", c.grpo.temperature);
+    put("use_vllm", c.grpo.vllm);
+    if (c.grpo.vllm) {
+        put("vllm_mode", c.grpo.vllmServer ? "server" : "colocate");
+        put("vllm_gpu_memory_utilization", c.grpo.vllmGpuMemoryUtilization);
+    }
+    if (prompt != TrainingSettings::kGrpoPromptTokens)
+        notes.push_back("GRPOConfig has no prompt length (TRL no longer truncates prompts): the estimate's " +
+                        std::to_string(prompt) + "-token prompts are not written, and read back as " +
+                        std::to_string(TrainingSettings::kGrpoPromptTokens));
+}
+
 void refusePostTraining(Reader &r, const std::string &key, const json &v, const std::string &mode)
 {
     r.bad(key, v,

@@ -114,7 +114,7 @@ std::optional<PhaseMeasurement> Measurement::steady(Phase p) const
 
 void settleSteadyPeak(Measurement &m)
 {
-    for (Phase p : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+    for (Phase p : kStepPhases) {
         auto sp = m.steady(p);
         if (sp && sp->peakAllocatedBytes >= m.peakAllocatedBytes) {
             m.peakAllocatedBytes = sp->peakAllocatedBytes;
@@ -172,7 +172,7 @@ RankPeak rankPeak(const Measurement &m, int rank)
     RankPeak r;
     r.rank = rank;
     r.deviceName = m.deviceName;
-    for (Phase p : {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer})
+    for (Phase p : kStepOrder)
         if (auto sp = m.steady(p))
             r.phases.push_back(*sp);
     r.peakAllocatedBytes = m.peakAllocatedBytes;
@@ -280,7 +280,7 @@ json toJson(const Measurement &m)
                           {"steps_s", m.stepsSeconds}}},
               {"note", m.note}};
     json byPhase = json::object();
-    for (Phase p : kAllPhases)
+    for (Phase p : kStepOrder)
         if (const auto &b = m.phaseAttribution[static_cast<size_t>(p)])
             byPhase[std::string(toString(p))] = toJson(*b);
     if (!byPhase.empty())

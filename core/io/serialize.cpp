@@ -37,11 +37,13 @@ Breakdown breakdownFromJson(const json &j, const std::string &field)
 json toJson(const Estimate &e)
 {
     json phases = json::array();
-    for (const auto &p : e.phases)
+    for (const PhaseEstimate *pp : e.stepPhases()) {
+        const PhaseEstimate &p = *pp;
         phases.push_back({{"phase", toString(p.phase)},
                           {"peak_allocated_bytes", p.peakAllocatedBytes},
                           {"peak_reserved_bytes", p.peakReservedBytes},
                           {"breakdown", toJson(p.atPeak)}});
+    }
     return {{"tokens", e.tokens},
             {"parameters",
              {{"total", e.params.total},

@@ -102,6 +102,29 @@ void TrainingSettings::applyTo(TrainingConfig &c) const
     }
     if (promptLen) c.dpo.promptLen = *promptLen;
     if (beta) c.dpo.beta = *beta;
+    if (mode == TrainingMode::GRPO)
+        applyRollout(c);
+}
+
+// GRPO: beta 0 (GRPOConfig's default) loads no reference; the sequence is the prompt (the
+// file's max_prompt_length, else kGrpoPromptTokens, said by the import) then the completion.
+void TrainingSettings::applyRollout(TrainingConfig &c) const
+{
+    if (!beta)
+        c.dpo.beta = 0.0;
+    if (!reference)
+        c.dpo.reference = c.dpo.beta == 0.0              ? Reference::None
+                          : c.finetune == FineTune::Full ? Reference::Copy
+                                                         : Reference::Adapter;
+    if (completionLen) {
+        c.dpo.promptLen = promptLen ? *promptLen : kGrpoPromptTokens;
+        c.seqLen = checkedAdd(c.dpo.promptLen, *completionLen);
+    }
+    if (numGenerations) c.grpo.numGenerations = *numGenerations;
+    if (temperature) c.grpo.temperature = *temperature;
+    if (vllm) c.grpo.vllm = *vllm;
+    if (vllmServer) c.grpo.vllmServer = *vllmServer;
+    if (vllmGpuMemoryUtilization) c.grpo.vllmGpuMemoryUtilization = *vllmGpuMemoryUtilization;
 }
 
 namespace {
@@ -164,6 +187,9 @@ TrainingImport importTrainingConfig(const std::string &text, const std::string &
     out.format = *format;
     formats::Reader r{name, out};
     formats::format(*format).read(r, j);
+    if (out.settings.mode == TrainingMode::GRPO && out.settings.completionLen && !out.settings.promptLen)
+        r.note("max_prompt_length: not given (TRL's GRPOConfig no longer truncates prompts): prompts taken as " +
+               std::to_string(TrainingSettings::kGrpoPromptTokens) + " tokens, before max_completion_length");
     // Keys and values echoed back come from the file: one line each, control characters escaped,
     // bounded (issue 32, row 7), wherever they are shown.
     for (auto *list : {&out.unknownKeys, &out.conflicts, &out.notes})
@@ -224,6 +250,12 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.reference, b.reference, "the DPO reference", fmt);
         merge(a.promptLen, b.promptLen, "the prompt length", fmt);
         merge(a.beta, b.beta, "DPO's beta", fmt);
+        merge(a.completionLen, b.completionLen, "GRPO's completion length", fmt);
+        merge(a.numGenerations, b.numGenerations, "GRPO's generations per prompt", fmt);
+        merge(a.temperature, b.temperature, "GRPO's temperature", fmt);
+        merge(a.vllm, b.vllm, "GRPO's use_vllm", fmt);
+        merge(a.vllmServer, b.vllmServer, "GRPO's vLLM mode", fmt);
+        merge(a.vllmGpuMemoryUtilization, b.vllmGpuMemoryUtilization, "vLLM's GPU memory share", fmt);
         out.unknownKeys.insert(out.unknownKeys.end(), f.unknownKeys.begin(), f.unknownKeys.end());
         out.conflicts.insert(out.conflicts.end(), f.conflicts.begin(), f.conflicts.end());
         out.notes.insert(out.notes.end(), f.notes.begin(), f.notes.end());
@@ -254,9 +286,9 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
     if (c.mode == TrainingMode::Reward && format != TrainingFormat::Axolotl && format != TrainingFormat::Trainer)
         notes.push_back("TRL's reward model has no key in this format (LLaMA-Factory's stage rm trains a value head "
                         "over the lm_head instead): written as supervised fine-tuning; use TRL's RewardTrainer");
-    if ((c.mode == TrainingMode::ORPO && format != TrainingFormat::Axolotl) ||
-        (c.mode == TrainingMode::KTO && format != TrainingFormat::Axolotl && format != TrainingFormat::Trainer &&
-         format != TrainingFormat::LlamaFactory))
+    if ((c.mode == TrainingMode::ORPO && format != TrainingFormat::Axolotl && format != TrainingFormat::LlamaFactory) ||
+        ((c.mode == TrainingMode::KTO || c.mode == TrainingMode::GRPO) && format != TrainingFormat::Axolotl &&
+         format != TrainingFormat::Trainer && format != TrainingFormat::LlamaFactory))
         notes.push_back(modeTitle(c.mode) + " has no key in this format: the training script (TRL's trainer) decides it");
     std::string text = formats::format(format).write(model, c, notes);
     if (notesOut)

@@ -80,9 +80,9 @@ T noGradLogps(Sim &S, Ops &O, int64_t seqs, int64_t rows, int64_t vocab, int64_t
     return logits;
 }
 
-void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem)
+void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem, bool copies)
 {
-    T flat = S.make(rows * vocab * elem, elem, Category::Logits);
+    T flat = copies ? S.make(rows * vocab * elem, elem, Category::Logits) : T{};
     const int64_t chunkRows = std::min<int64_t>(128, rows);
     T prev;
     for (int64_t done = 0; done < rows; done += chunkRows) {
@@ -98,7 +98,8 @@ void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem)
     }
     if (prev.valid())
         S.drop(prev);
-    S.drop(flat);
+    if (flat.valid())
+        S.drop(flat);
 }
 
 T dpoLoss(Sim &S, Ops &O, T logits, const DpoShape &d, const std::function<T()> &referenceLogits)

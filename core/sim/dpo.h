@@ -34,9 +34,10 @@ T sequenceLogpSums(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, 
 // caller keeps (outputs held until the loss returns) or drops.
 T noGradLogps(Sim &S, Ops &O, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
               const std::function<T()> &forward, const char *logpsOp = nullptr);
-// TRL's entropy_from_logits under no_grad: a contiguous copy of the `rows` x `vocab` logits, then
-// 128-row chunks (log_softmax, exp, their product).
-void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem);
+// TRL's entropy_from_logits under no_grad: a contiguous copy of the `rows` x `vocab` logits (none
+// where they are contiguous already: `copies` false), then 128-row chunks (log_softmax, exp,
+// their product).
+void entropyFromLogits(Sim &S, int64_t rows, int64_t vocab, int elem, bool copies = true);
 
 // The policy's `logits` [2b, seq, vocab] (consumed) -> the loss. `referenceLogits` runs the
 // reference's forward (called under no_grad) and returns its logits.

@@ -8,6 +8,7 @@
 #include "autograd.h"
 #include "deltanet.h"
 #include "dpo.h"
+#include "grpo.h"
 #include "kto.h"
 #include "orpo.h"
 #include "reward.h"
@@ -88,16 +89,22 @@ public:
         // simulation's time (Llama-3.1-8B LoRA: 2.76 -> 1.42 ms). Only what is written is touched.
         // The gated DeltaNet's scan adds about 100 events a 64-token chunk per linear-attention layer.
         const int64_t scanEvents = m.linearAttentionLayerCount() * ((c.seqLen + 63) / 64) * 100;
+        // GRPO's generation: every layer's two cache concatenations a token, the prefill and the
+        // reference's chunks (Note [GRPO step])
+        const int64_t rolloutEvents = c.mode == TrainingMode::GRPO
+                                          ? (m.numLayers * 8 + 32) * c.seqLen + m.numLayers * 640 * (c.gradAccum + 1)
+                                          : 0;
         S.reserve(static_cast<size_t>(std::min<int64_t>(
             int64_t(1) << 22, (m.numLayers * 640 + 4 * 640 + scanEvents) *
                                       std::clamp<int64_t>(c.gradAccum, 1, kSimulatedMiddleMicroBatches + 2) * 4 +
-                                  4096)));
+                                  rolloutEvents * 4 + 4096)));
         S.setBlasWorkspaceBytes(o.cublasWorkspaceBytes);
         S.setBlasLtWorkspaceBytes(o.cublasLtWorkspaceBytes);
         dpo = c.mode == TrainingMode::DPO;
         reward = m.scoreLabels > 0;
         kto = c.mode == TrainingMode::KTO;
         orpo = c.mode == TrainingMode::ORPO;
+        grpo = c.mode == TrainingMode::GRPO;
         b = dpo || reward || orpo ? checkedMul(2, c.microBatch) : c.microBatch; // b pairs, 2b sequences
         s = c.seqLen;
         tok = checkedMul(b, s);
@@ -123,6 +130,14 @@ public:
         }
         qlora = c.finetune == FineTune::QLoRA;
         inputRequiresGrad = c.finetune == FineTune::LoRA && c.gradCheckpointing;
+        if (grpo) {
+            gs.completions = checkedMul(c.microBatch, c.gradAccum);
+            gs.micro = c.microBatch;
+            gs.prompt = c.dpo.prompt(c.seqLen);
+            gs.completion = c.seqLen - gs.prompt;
+            gs.vocab = V;
+            gs.temperature = c.grpo.temperature;
+        }
         if (par->replacesAutocast(amp)) { // FSDP2's mixed-precision policy: a pure bf16 step
             amp = false;
             ce = re = 2;
@@ -147,6 +162,8 @@ public:
     {
         load();
         for (int step = 0; step <= measuredSteps; ++step) {
+            if (grpo)
+                rollout(step);
             for (int64_t micro = 0; micro < c.gradAccum; micro = nextSimulatedMicroBatch(micro)) {
                 S.setPhase(step, Phase::Forward, static_cast<int>(micro));
                 S.setSavedToHost(c.activationOffload); // save_on_cpu wraps model(...) only
@@ -206,9 +223,21 @@ private:
     // Issue 29: a DPO step, and while its reference runs, the adapters off (PEFT's
     // disable_adapter) and checkpointing off (TRL's disable_gradient_checkpointing)
     bool dpo = false, adaptersOff = false, checkpointingOff = false;
+    bool referencePass = false; // the reference's forward: its weights frozen (GRPO's lm_head)
     bool reward = false; // a reward model's step (See Note [Reward step])
     bool kto = false;    // a KTO step (See Note [KTO step])
     bool orpo = false;   // an ORPO step (See Note [ORPO step])
+    bool grpo = false;   // a GRPO step (See Note [GRPO step])
+    sim::GrpoShape gs;
+    // GRPO: while generate runs, every layer's DynamicCache keys and values; `decoding` once the
+    // prefill has filled them
+    struct KvCache
+    {
+        bool on = false;
+        std::vector<T> keys, values;
+    } kv;
+    T prompts, promptMask;    // GRPO: the generation batch's prompts, made once
+    std::vector<T> rolloutOut; // GRPO: the step's completions, masks, advantages, reference log-probs
     std::vector<T> referenceWeights; // a frozen reference copy
     int pe = 2, ce = 2, re = 2;
     int qe = 2; // QLoRA: Linear4bit's compute dtype
@@ -780,7 +809,7 @@ private:
         stepped = par->wrap(pm);
         if (m.tiedEmbeddings)
             lmHead = embed;
-        if ((dpo || kto) && c.dpo.reference == Reference::Copy) {
+        if ((dpo || kto || grpo) && c.dpo.reference == Reference::Copy) {
             // TRL's trainer builds the reference in its __init__, as the policy was built: the
             // same parameters and buffers again, frozen
             S.setOp("dpo.reference_model");
@@ -790,6 +819,13 @@ private:
                 referenceWeights.push_back(S.make(buf.bytes, buf.elem, Category::ReferenceModel));
         }
         S.setOp("input_ids");
+        if (grpo) { // the generation batch's prompts and their attention mask, on the device
+            prompts = S.make(checkedMul(gs.completions, gs.prompt) * 8, 8);
+            promptMask = S.make(prompts.bytes, 8);
+            for (int64_t i = 0; i < c.gradAccum; ++i)
+                batches.push_back(S.view(prompts));
+            return;
+        }
         for (int64_t i = 0; i < c.gradAccum; ++i) {
             const std::vector<std::pair<int64_t, int>> tensors = batchTensors();
             batches.push_back(S.make(tensors[0].first, tensors[0].second, Category::Temporaries));
@@ -1855,6 +1891,18 @@ private:
     // output gate (Qwen3.5) and o_proj.
     T attentionOutput(LayerParams &L, T &qe, T &ke, T &v, bool catRotary, bool masked)
     {
+        if (kv.on) {
+            // GRPO's prefill (Note [GRPO step]): DynamicLayer.update's torch.cat onto the empty
+            // cache copies the keys and the values; key_states and value_states rebind to them
+            const size_t li = static_cast<size_t>(&L - layers.data());
+            S.setOp("generate.kv_cache");
+            kv.keys[li] = S.make(ke.bytes, ke.elem, Category::Activations);
+            kv.values[li] = S.make(v.bytes, v.elem, Category::Activations);
+            S.drop(ke);
+            S.drop(v);
+            ke = S.view(kv.keys[li]);
+            v = S.view(kv.values[li]);
+        }
         T attn = attention(qe, ke, v, catRotary, masked, 0, 0, L.sinks.valid() ? &L.sinks : nullptr);
         if (outGate.valid()) { // Qwen3.5: attn_output * torch.sigmoid(gate)
             T sg = O.sigmoid(outGate);
@@ -2494,6 +2542,8 @@ private:
 
     T forward(const T &ids)
     {
+        if (grpo)
+            return grpoStep(ids);
         if (reward)
             return rewardStep(hidden(ids));
         if (kto)
@@ -2720,6 +2770,174 @@ private:
         return logits;
     }
 
+    // Issue 29: which forward a post-training loss asks for: the policy's own (with grad), the
+    // policy's under no_grad (KTO's KL batch: it saves nothing, so checkpointing changes
+    // nothing), or the reference's (TRL's no_grad and disable_gradient_checkpointing; the adapter
+    // disabled, or the frozen copy, whose shapes are the policy's).
+    enum class Pass { Policy, PolicyNoGrad, Reference };
+
+    // ------------------------------------------------------------------ GRPO (See Note [GRPO step])
+    // A pass at other shapes than the step's (GRPO's generation): b sequences of s tokens, the
+    // step's shapes back when the scope ends.
+    struct ShapeScope
+    {
+        Run &r;
+        int64_t b, s, tok;
+        ShapeScope(Run &run, int64_t nb, int64_t ns) : r(run), b(run.b), s(run.s), tok(run.tok)
+        {
+            r.b = nb;
+            r.s = ns;
+            r.tok = checkedMul(nb, ns);
+        }
+        ~ShapeScope()
+        {
+            r.b = b;
+            r.s = s;
+            r.tok = tok;
+        }
+    };
+
+    // The step's rollout, before its micro-batches: generation, then the reference's
+    // log-probabilities where beta > 0; the previous step's tensors go when these replace them
+    // (the engine's `batches` rebinds once the rollout returns).
+    void rollout(int step)
+    {
+        S.setPhase(step, Phase::Generation, 0);
+        S.setLayer(-1);
+        std::vector<T> out = generate();
+        if (c.dpo.reference != Reference::None) {
+            S.setPhase(step, Phase::Reference, 0);
+            out.push_back(referenceLogps());
+        }
+        S.setOp("grpo.advantages");
+        out.push_back(S.make(8, 8));                   // completion_mask.sum()
+        out.push_back(S.make(gs.completions * 4, 4)); // the advantages
+        for (T &t : rolloutOut)
+            S.drop(t);
+        rolloutOut = std::move(out);
+    }
+
+    // HF generate over the G prompts under no_grad, checkpointing off (TRL's
+    // unwrap_model_for_generation): the prefill fills every layer's cache (attentionOutput), each
+    // decode step concatenates a token onto every layer's keys and values. The decode step's own
+    // tensors (a token a sequence: a few KB a layer) are left out.
+    std::vector<T> generate()
+    {
+        const int64_t G = gs.completions;
+        ShapeScope shape(*this, G, gs.prompt);
+        const bool grad = S.gradEnabled();
+        S.setGradEnabled(false);
+        checkpointingOff = true;
+        int64_t cached = 0;
+        sim::GenerationModel model;
+        model.prefill = [&] {
+            kv.on = true;
+            kv.keys.assign(layers.size(), T{});
+            kv.values.assign(layers.size(), T{});
+            T fn = hidden(prompts);
+            kv.on = false;
+            cached = gs.prompt;
+            T logits = keptLogits(fn, 1); // logits_to_keep = 1
+            S.drop(fn);
+            clearAmpCache();
+            return logits;
+        };
+        model.decode = [&] {
+            S.setOp("generate.kv_cache");
+            for (size_t l = 0; l < layers.size(); ++l) {
+                S.setLayer(static_cast<int>(l));
+                for (T *cache : {&kv.keys[l], &kv.values[l]}) {
+                    T grown = S.make(cache->bytes / cached * (cached + 1), cache->elem, Category::Activations);
+                    S.drop(*cache);
+                    *cache = grown;
+                }
+            }
+            S.setLayer(-1);
+            ++cached;
+            S.setOp("lm_head");
+            return S.make(checkedMul(checkedMul(G, V), ce), ce, Category::Logits);
+        };
+        model.release = [&] {
+            for (auto *list : {&kv.keys, &kv.values}) {
+                for (T &t : *list)
+                    S.drop(t);
+                list->clear();
+            }
+        };
+        std::vector<T> out = sim::grpoGenerate(S, gs, model, prompts, promptMask);
+        checkpointingOff = false;
+        S.setGradEnabled(grad);
+        return out;
+    }
+
+    // The CausalLM's lm_head over the last `keep` positions of each sequence (logits_to_keep):
+    // hidden_states[:, -keep:, :] (a view), then F.linear. matmul folds the sequences into rows,
+    // copying a slice that is not contiguous (several sequences), where the weight requires grad
+    // (at::native should_fold); elsewhere bmm reads the view.
+    T keptLogits(const T &fn, int64_t keep)
+    {
+        S.setOp("lm_head");
+        const int64_t rows = checkedMul(b, keep);
+        T sliced = O.slice(fn, checkedMul(rows, h));
+        const bool fold = full && !referencePass && b > 1 && keep > 1;
+        T xin = fold ? O.copy(sliced) : S.view(sliced);
+        const int64_t stepTok = tok;
+        tok = rows;
+        T logits = lmHeadLogits(xin);
+        tok = stepTok;
+        S.drop(xin);
+        S.drop(sliced);
+        return logits;
+    }
+
+    // GRPO's forward to its kept logits (logits_to_keep = C + 1) over `ids` [b, P + C]: the
+    // policy's own, or the reference's (no_grad; the adapter off, or the frozen copy).
+    T grpoLogits(const T &ids, Pass pass)
+    {
+        adaptersOff = pass == Pass::Reference && c.dpo.reference == Reference::Adapter;
+        checkpointingOff = pass != Pass::Policy;
+        referencePass = pass == Pass::Reference;
+        T fn = hidden(ids);
+        T logits = keptLogits(fn, gs.completion + 1);
+        S.drop(fn);
+        clearAmpCache();
+        if (pass == Pass::Policy)
+            par->forwardDone();
+        adaptersOff = checkpointingOff = referencePass = false;
+        return logits;
+    }
+
+    // The engine's reference phase: torch.cat of the prompts and the completions (and of their
+    // masks), then TRL's no_grad log-probabilities a micro-batch at a time.
+    T referenceLogps()
+    {
+        S.setOp("grpo.reference_inputs");
+        const int64_t all = checkedMul(gs.completions, s) * 8;
+        T ids = S.make(all, 8), mask = S.make(all, 8);
+        T logps = sim::grpoReferenceLogps(S, O, gs, [&] {
+            T chunk = S.view(ids, checkedMul(tok, 8)); // input_ids[start : start + b]
+            T logits = grpoLogits(chunk, Pass::Reference);
+            S.drop(chunk);
+            return logits;
+        });
+        S.drop(ids);
+        S.drop(mask);
+        return logps;
+    }
+
+    // A micro-batch's _compute_loss: torch.cat of its prompts and completions (and masks), the
+    // policy's forward, TRL's loss (grpo.cpp).
+    T grpoStep(const T &)
+    {
+        S.setOp("grpo.inputs");
+        T ids = S.make(checkedMul(tok, 8), 8), mask = S.make(checkedMul(tok, 8), 8);
+        T logits = grpoLogits(ids, Pass::Policy);
+        T loss = sim::grpoLoss(S, O, logits, gs);
+        S.drop(ids);
+        S.drop(mask);
+        return loss;
+    }
+
     // Issue 29: the policy's logits, then TRL's DPO loss (dpo.cpp) with the reference's forward
     // (See Note [DPO step]).
     T dpoStep(const T &ids)
@@ -2729,11 +2947,6 @@ private:
         return sim::dpoLoss(S, O, logits, d, [&] { return modelLogits(ids, Pass::Reference); });
     }
 
-    // Issue 29: which forward a post-training loss asks for: the policy's own (with grad), the
-    // policy's under no_grad (KTO's KL batch: it saves nothing, so checkpointing changes
-    // nothing), or the reference's (TRL's no_grad and disable_gradient_checkpointing; the adapter
-    // disabled, or the frozen copy, whose shapes are the policy's).
-    enum class Pass { Policy, PolicyNoGrad, Reference };
 
     // The model's forward to its logits for `pass`: the model's forward returns, the output
     // object holding the logits only; the policy's own forward ends the parallel strategy's.

@@ -136,6 +136,8 @@ def parse_config(c):
             raise BadRequest("config.orpo.reference", cfg[m]["reference"], "ORPO has no reference model: use none")
         if cfg[m]["reference"] == "adapter" and cfg["finetune"] == "full":
             raise BadRequest(f"config.{m}.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none")
+    if m == "grpo":
+        cfg["grpo"] = _grpo_block(c, cfg)
     if m != "sft" and cfg.get("loss") == "fused":
         raise BadRequest("config.loss", "fused", f"{m.upper()} with the fused loss (TRL's use_liger_kernel) is not "
                          "measured yet: use loss standard")
@@ -146,6 +148,36 @@ def parse_config(c):
         raise BadRequest("config.offload_optimizer", True,
                          "the transformers engine keeps the optimizer on the device; offload is estimated, not measured")
     return cfg
+
+
+def _grpo_block(c, cfg):
+    """Issue 29: GRPO's block (grpo.py): the prompt's tokens (seq_len is prompt + completion),
+    the completions per prompt, beta (0: no reference, TRL's default), the reference when beta > 0,
+    the sampling temperature."""
+    d = c.get("grpo", {})
+    if not isinstance(d, dict):
+        raise BadRequest("config.grpo", d, "must be a JSON object")
+    s, rows = cfg["seq_len"], cfg["micro_batch"] * cfg["grad_accum"]
+    g = {"prompt_len": _int(d, "prompt_len", "config.grpo", 1, max(1, s - 1), max(1, s // 2)),
+         "num_generations": _int(d, "num_generations", "config.grpo", 1, 1 << 16, min(8, rows)),
+         "beta": _number(d, "beta", "config.grpo", 0.0, 1e6, 0.0),
+         "temperature": _number(d, "temperature", "config.grpo", 1e-6, 1e6, 1.0)}
+    default_ref = "none" if g["beta"] == 0.0 else "copy" if cfg["finetune"] == "full" else "adapter"
+    g["reference"] = _choice(d, "reference", "config.grpo", REFERENCES, default_ref)
+    if (g["reference"] == "none") != (g["beta"] == 0.0):
+        raise BadRequest("config.grpo.reference", g["reference"], "GRPO has a reference exactly when beta > 0 "
+                         f"(beta = {g['beta']:g})")
+    if g["reference"] == "adapter" and cfg["finetune"] == "full":
+        raise BadRequest("config.grpo.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy")
+    if rows % g["num_generations"]:
+        raise BadRequest("config.grpo.num_generations", g["num_generations"],
+                         f"must divide the generation batch (micro_batch x grad_accum = {rows})")
+    if cfg["world_size"] > 1 or cfg["zero_stage"] > 0:
+        raise BadRequest("config.world_size", cfg["world_size"], "a GRPO step is measured on one GPU")
+    if cfg["grad_checkpointing"] and (cfg["checkpoint_layers"] or cfg["checkpoint_every"] > 1):
+        raise BadRequest("config.checkpoint_layers", cfg["checkpoint_layers"] or cfg["checkpoint_every"],
+                         "TRL turns checkpointing back on for every layer after generating: checkpoint all or none")
+    return g
 
 
 # Headroom's flat model form (toJson(ModelArch)) back to a config.json, for requests made

@@ -9,7 +9,7 @@ from .attribution import attribute, finalize, rank_peak
 from .build import build_model, find_layers, lap, model_info
 from .meters import cpu_name, is_oom, oom_requested_bytes, vm_bytes
 from .optimizers import build_optimizer, storage_bytes
-from .posttrain import reference_of, setup as posttrain_setup
+from .posttrain import reference_of, rollout_of, setup as posttrain_setup
 from .parallel import _Null, gradient_sync_control, parameters_sum, wrap_parallel
 from .protocol import BadRequest, EXIT_OK, EXIT_OUT_OF_MEMORY, Missing, SCHEMA_VERSION, Stopped, VERSION, _stop, check_stop, short, write_atomically
 from .trace import Recorder, finish_trace
@@ -104,7 +104,8 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
         b, s, ga = cfg["micro_batch"], cfg["seq_len"], cfg["grad_accum"]
         gen = torch.Generator(device="cpu")
         gen.manual_seed(1 + D.rank)  # each rank reads its own batch
-        batches = post_batches(torch, vocab, cfg, gen, device) if post_loss else \
+        rollout = rollout_of(cfg)
+        prompts = batches = post_batches(torch, vocab, cfg, gen, device) if post_loss else \
             [torch.randint(0, vocab, (b, s), generator=gen).to(device) for _ in range(ga)]
         meter.sync()
         info.update(model_info(torch, model, opt))
@@ -163,6 +164,14 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
         t_steps0 = time.time()
         for k in range(1 + R["steps"]):
             t1 = time.perf_counter()
+            if rollout:  # issue 29: GRPO generates the step's completions first (grpo.py)
+                state.update(step=k, phase="generation", micro=0)
+
+                def phase(name, fn, k=k):
+                    state["phase"] = name
+                    return timed_phase(meter, progress, recorder, record_phase, k, name, 0, fn)
+
+                batches = rollout(torch, model, ref_model, cfg, device, prompts, post_loss, phase)
             for m in range(ga):
                 with sync_ctx(m == ga - 1):
                     state.update(step=k, phase="forward", micro=m)
@@ -262,7 +271,8 @@ class Progress:
 
     def emit(self, layer):
         step, phase, micro = self.cur
-        idx = {"forward": 2 * micro, "backward": 2 * micro + 1, "optimizer": 2 * self.ga}[phase]
+        idx = {"generation": 0, "reference": 0, "forward": 2 * micro, "backward": 2 * micro + 1,
+               "optimizer": 2 * self.ga}[phase]
         frac = (step * self.per_step + idx) / (self.steps * self.per_step)
         ev = {"event": "progress", "step": step, "phase": phase, "fraction": round(min(frac, 1.0), 4)}
         if self.ga > 1:

@@ -2,7 +2,7 @@
 core/domain/types.cpp) by tests/gen_vocabulary.cpp: do not edit; ctest engine_vocabulary fails
 when this file and the tables differ (gen_vocabulary --write rewrites it)."""
 
-PHASES = ("after_load", "forward", "backward", "optimizer")
+PHASES = ("after_load", "forward", "backward", "optimizer", "generation", "reference")
 
 CATEGORIES = ("weights", "gradients", "optimizer_state", "activations", "logits", "temporaries", "communication", "allocator_slack", "cuda_context", "reference_model")
 
@@ -18,6 +18,6 @@ ATTENTIONS = ("sdpa", "eager")
 
 LOSSES = ("standard", "fused")
 
-MODES = ("sft", "dpo", "kto", "orpo", "reward")
+MODES = ("sft", "dpo", "kto", "orpo", "reward", "grpo")
 
 REFERENCES = ("adapter", "copy", "none")

@@ -19,6 +19,19 @@ bool detects(const json &j)
     return j.contains("base_model") || j.contains("micro_batch_size") || j.contains("sequence_len");
 }
 
+// Axolotl's trl: block: TRL's config keys for rl: grpo (and beta, max_prompt_length for any rl).
+void readTrlBlock(Reader &r, const std::string &k, const json &v)
+{
+    if (!v.is_object())
+        r.bad(k, v, "must be a mapping of TRL's settings");
+    std::map<std::string, Handler> keys = grpoKeys();
+    keys["beta"] = [](Reader &r, const std::string &k, const json &v) { r.out.settings.beta = r.number(k, v, 0.0, 1e6); };
+    keys["max_prompt_length"] = [](Reader &r, const std::string &k, const json &v) {
+        r.out.settings.promptLen = r.integer(k, v, 1, 1 << 24);
+    };
+    readKeys(r, v, keys, k + ".");
+}
+
 void read(Reader &r, const json &j)
 {
     auto &st = r.out.settings;
@@ -94,10 +107,14 @@ void read(Reader &r, const json &j)
                        return readKto(r, k, v);
                    if (mode == "orpo")
                        return readOrpo(r, k, v);
+                   // GDPO is GRPO's step with its rewards normalised per objective (a few numbers)
+                   if (mode == "grpo" || mode == "gdpo")
+                       return readGrpo(r, k, v);
                    for (char &c : mode)
                        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
                    refusePostTraining(r, k, v, mode + " training");
                }},
+              {"trl", readTrlBlock},
               {"reward_model", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
                        readReward(r, k, v);
@@ -199,6 +216,21 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
         kv(y, "rl", "kto");
         kv(y, "rl_beta", c.dpo.beta);
         kv(y, "max_prompt_len", c.dpo.prompt(c.seqLen));
+    }
+    if (c.mode == TrainingMode::GRPO) { // issue 29: rl: grpo with TRL's GRPOConfig keys in trl:
+        kv(y, "rl", "grpo");
+        y << YAML::Key << "trl" << YAML::Value << YAML::BeginMap;
+        writeGrpoKeys(c, notes, [&](const char *k, const json &v) {
+            if (v.is_boolean())
+                kv(y, k, v.get<bool>());
+            else if (v.is_number_integer())
+                kv(y, k, v.get<int64_t>());
+            else if (v.is_number())
+                kv(y, k, v.get<double>());
+            else
+                kv(y, k, v.get<std::string>());
+        });
+        y << YAML::EndMap;
     }
     if (c.mode == TrainingMode::Reward) { // issue 29: TRL's RewardTrainer on a sequence classifier
         kv(y, "model_type", "AutoModelForSequenceClassification");

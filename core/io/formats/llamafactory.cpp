@@ -141,7 +141,14 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
     YAML::Emitter y;
     y << YAML::BeginMap;
     kv(y, "model_name_or_path", model);
-    kv(y, "stage", c.mode == TrainingMode::DPO ? "dpo" : c.mode == TrainingMode::KTO ? "kto" : "sft");
+    // LLaMA-Factory has no GRPO stage: refused rather than written as another step
+    if (c.mode == TrainingMode::GRPO)
+        throw InputError("--format", "llamafactory", "LLaMA-Factory has no GRPO stage: export to axolotl or trainer");
+    kv(y, "stage", c.mode == TrainingMode::DPO || c.mode == TrainingMode::ORPO ? "dpo"
+                   : c.mode == TrainingMode::KTO                               ? "kto"
+                                                                               : "sft");
+    if (c.mode == TrainingMode::ORPO) // LLaMA-Factory's own ORPO loss in its DPO stage
+        kv(y, "pref_loss", "orpo");
     if (c.mode == TrainingMode::KTO)
         kv(y, "pref_beta", c.dpo.beta);
     if (c.mode == TrainingMode::DPO) {

@@ -24,21 +24,21 @@ void read(Reader &r, const json &j)
     auto &st = r.out.settings;
     bool bf16 = false, fp16 = false, peft = false, fourBit = false;
     std::optional<std::string> dtype;
-    // TRL's preference and RL configs, by their keys: GRPO where it generates, else the DPO family.
-    // TRL's preference and RL configs, by their keys: GRPO where it generates (refused), else read
-    // as DPOConfig (issue 29): ORPO/KTO/CPO share its keys, and a reference-free one reads as DPO
-    // with a reference, an over-estimate.
-    const Handler refuseTrl = [&j](Reader &r, const std::string &k, const json &v) {
-        const bool grpo = j.contains("num_generations") || j.contains("reward_funcs");
-        if (grpo)
-            refusePostTraining(r, k, v, "GRPO (generation in the training step)");
+    // TRL's preference and RL configs, by their keys (issue 29): GRPO where it generates, else read
+    // as DPOConfig: ORPO/KTO/CPO share its keys, and a reference-free one reads as DPO with a
+    // reference, an over-estimate.
+    const bool grpo = j.contains("num_generations") || j.contains("reward_funcs");
+    const Handler refuseTrl = [grpo, &j](Reader &r, const std::string &k, const json &v) {
         if (k == "beta")
             r.out.settings.beta = r.number(k, v, 0.0, 1e6);
+        if (grpo)
+            return readGrpo(r, k, v);
         if (j.contains("desirable_weight") || j.contains("undesirable_weight")) // KTOConfig's beta
             return readKto(r, k, v);
         readDpo(r, k, v);
     };
-    readKeys(r, j,
+    std::map<std::string, Handler> keys = grpoKeys();
+    keys.insert(
              {{"model_name_or_path", [](Reader &r, const std::string &k, const json &v) { r.out.settings.model = r.text(k, v); }},
               {"per_device_train_batch_size", setInt(&TrainingSettings::microBatch, 1, 1 << 20)},
               {"gradient_accumulation_steps", setInt(&TrainingSettings::gradAccum, 1, kMaxGradAccum)},
@@ -81,8 +81,6 @@ void read(Reader &r, const json &j)
               {"center_rewards_coefficient", readReward}, // RewardConfig's own key
               {"desirable_weight", readKto},                // KTOConfig's own keys
               {"undesirable_weight", readKto},
-              {"num_generations", refuseTrl},
-              {"reward_funcs", refuseTrl},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},
               {"load_in_8bit", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
@@ -108,6 +106,7 @@ void read(Reader &r, const json &j)
                    else
                        readDeepSpeedPath(r, k, v);
                }}});
+    readKeys(r, j, keys);
     if (peft || fourBit)
         st.finetune = fourBit ? FineTune::QLoRA : FineTune::LoRA;
     else if (j.contains("use_peft"))
@@ -149,6 +148,10 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
         j["desirable_weight"] = 1.0;
         j["undesirable_weight"] = 1.0;
         j["precompute_ref_log_probs"] = c.dpo.reference == Reference::None;
+    }
+    if (c.mode == TrainingMode::GRPO) { // TRL's GRPOConfig: no max_length (prompt + completion)
+        j.erase("max_length");
+        writeGrpoKeys(c, notes, [&](const char *k, const json &v) { j[k] = v; });
     }
     // TRL's RewardConfig: its own key says so (0: no centring to speak of; None would read back as
     // a key left empty, which says nothing)

@@ -25,7 +25,9 @@ enum class Loss { Standard, Fused };
 // sequences (the chosen ones, then the rejected ones; each its prompt, then its completion)
 // against a reference: the policy with its adapter disabled, a frozen copy, or none (the
 // reference's log-probabilities precomputed).
-enum class TrainingMode { SFT, DPO, KTO, ORPO, Reward };
+// GRPO (TRL's GRPOTrainer with use_vllm=False) generates micro_batch x grad_accum completions
+// with HF generate before the step's micro-batches, then trains on prompt + completion.
+enum class TrainingMode { SFT, DPO, KTO, ORPO, Reward, GRPO };
 enum class Reference { Adapter, Copy, None };
 
 // One word per concept across core, probe, GUI and JSON (docs/style.md point 15).
@@ -57,8 +59,18 @@ constexpr std::array<Category, kCategoryCount> kDisplayCategories = {
 // model only where a step has one (documents without one stay as they were).
 inline bool writesCategory(Category c, int64_t bytes) { return c != Category::ReferenceModel || bytes > 0; }
 
-enum class Phase { AfterLoad, Forward, Backward, Optimizer };
+// Issue 29: GRPO's step begins with its generation and (beta > 0) the reference's pass over the
+// completions: last, so that the phase numbers of every document stay.
+enum class Phase { AfterLoad, Forward, Backward, Optimizer, Generation, Reference };
+constexpr int kPhaseCount = 6;
+// The phases every step has (estimates and sheets list these).
 constexpr std::array<Phase, 4> kAllPhases = {Phase::AfterLoad, Phase::Forward, Phase::Backward, Phase::Optimizer};
+// Every phase in the order a step runs them (a measurement lists those it has).
+constexpr std::array<Phase, kPhaseCount> kStepOrder = {Phase::AfterLoad, Phase::Generation, Phase::Reference,
+                                                      Phase::Forward,   Phase::Backward,   Phase::Optimizer};
+// The phases after load, in step order.
+constexpr std::array<Phase, kPhaseCount - 1> kStepPhases = {Phase::Generation, Phase::Reference, Phase::Forward,
+                                                           Phase::Backward, Phase::Optimizer};
 
 std::string_view toString(Precision);
 std::string_view toString(Optimizer);
@@ -77,7 +89,7 @@ inline bool pairedBatch(TrainingMode m)
 }
 inline bool hasPreferenceBlock(TrainingMode m)
 {
-    return m == TrainingMode::DPO || m == TrainingMode::KTO || m == TrainingMode::ORPO;
+    return m == TrainingMode::DPO || m == TrainingMode::KTO || m == TrainingMode::ORPO || m == TrainingMode::GRPO;
 }
 std::string_view toString(Reference);
 std::string_view toString(Category);
@@ -193,6 +205,18 @@ struct TrainingConfig
         double beta = 0.1;
         int64_t prompt(int64_t seq) const { return promptLen > 0 ? promptLen : seq / 2; }
     } dpo;
+    // Issue 29: GRPO's own settings beside the block above (its prompt_len, beta and reference;
+    // seqLen is prompt + completion). TRL's GRPOConfig defaults.
+    struct Rollout
+    {
+        int64_t numGenerations = 8; // completions per prompt: divides micro_batch x grad_accum x GPUs
+        double temperature = 1.0;
+        // use_vllm: generation by vLLM (colocate: in the training process, holding
+        // gpu_memory_utilization of the card; server: on other GPUs), not HF generate
+        bool vllm = false;
+        bool vllmServer = false;
+        double vllmGpuMemoryUtilization = 0.3;
+    } grpo;
     int worldSize = 1;
     int zeroStage = 0;
     // DeepSpeed offload_optimizer: cpu (ZeRO-Offload): the optimizer state and its step live on
@@ -218,6 +242,11 @@ struct TrainingConfig
     int64_t tokens() const { return microBatch * seqLen; }
     // Throws InputError on the first out-of-range field.
     void validate() const;
+    // GRPO's settings, as GRPOConfig.__post_init__ checks them (validate calls it for GRPO).
+    void validateRollout() const;
+    // GRPO's completions a prompt where none is given: GRPOConfig's 8, or the most below it that
+    // divide the generation batch (at least 2; the count changes nothing on the device).
+    int64_t fittingGenerations() const;
 };
 
 } // namespace headroom

@@ -50,7 +50,9 @@ struct ParamSummary
 struct Estimate
 {
     ParamSummary params;
-    std::array<PhaseEstimate, 4> phases;
+    std::array<PhaseEstimate, 4> phases; // after load, forward, backward, optimizer (kAllPhases)
+    // Issue 29: GRPO's generation and (beta > 0) reference phases, in step order; empty otherwise.
+    std::vector<PhaseEstimate> rollout;
     Phase peakPhase = Phase::Forward;
     Breakdown peak;                 // at the overall peak, slack and context included
     int64_t peakAllocatedBytes = 0; // torch.cuda.max_memory_allocated
@@ -66,7 +68,10 @@ struct Estimate
     // it again at the card's limit instead of simulating the step a second time.
     std::shared_ptr<const Timeline> run;
 
-    const PhaseEstimate &phase(Phase p) const { return phases[static_cast<size_t>(p)]; }
+    // A phase the step has (one of kAllPhases, or a rollout phase it ran; else an empty one).
+    const PhaseEstimate &phase(Phase p) const;
+    // Every phase the step has, in step order (after load, generation, reference, forward, ...).
+    std::vector<const PhaseEstimate *> stepPhases() const;
 };
 
 // Per-GPU estimate of one steady-state training step (after the first optimizer step).

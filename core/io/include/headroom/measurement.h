@@ -102,7 +102,7 @@ struct Measurement
     }
     // The same at each steady phase's peak (forward, backward, optimizer; none for after_load),
     // when the engine reported it ("phase_attribution").
-    std::array<std::optional<Breakdown>, 4> phaseAttribution;
+    std::array<std::optional<Breakdown>, kPhaseCount> phaseAttribution;
     int64_t peakAllocatedBytes = 0;       // steady state: max over measured steps
     int64_t peakReservedBytes = 0;
     int64_t cudaContextBytes = 0;         // device used - reserved, on CUDA

@@ -49,9 +49,20 @@ struct TrainingSettings
     std::optional<Reference> reference;
     std::optional<int64_t> promptLen;
     std::optional<double> beta;
+    // GRPO (TRL's GRPOConfig, Axolotl rl: grpo and its trl: block): seqLen is prompt + completion
+    std::optional<int64_t> completionLen; // max_completion_length
+    std::optional<int64_t> numGenerations;
+    std::optional<double> temperature;
+    std::optional<bool> vllm;
+    std::optional<bool> vllmServer;
+    std::optional<double> vllmGpuMemoryUtilization;
 
     // Onto a configuration: the fields set here replace the config's.
     void applyTo(TrainingConfig &c) const;
+    void applyRollout(TrainingConfig &c) const; // GRPO's part of applyTo
+    // GRPO's prompt where a file gives only max_completion_length (TRL's GRPOConfig no longer
+    // truncates prompts; 512 was its max_prompt_length default): said by the import.
+    static constexpr int64_t kGrpoPromptTokens = 512;
 };
 
 struct TrainingImport
