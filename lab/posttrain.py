@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The cases of lab/dpo.sh and lab/posttrain.sh (issue 29): post-training steps as TRL runs them
-(probes/hrengine/posttrain.py: DPO, KTO, ORPO, reward modelling), each with its allocator timeline,
-beside a supervised step of the same model at the same tokens. --set names the plan's cases."""
+(probes/hrengine/posttrain.py: DPO, KTO, ORPO, reward modelling, GRPO), each with its allocator
+timeline, beside a supervised step of the same model at the same tokens. --set names the plan's
+cases; --predict HEADROOM_CLI prints their estimates instead (committed before they run)."""
 import argparse, json, os, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,8 +63,23 @@ HELDOUT = {
     "l1b-orpo-lora-p768-b2s1024": ("llama-3.2-1b", "lora", 2, 1024, False, "none", "orpo", 768),
 }
 
-SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT}
-CASES = {**DPO, **POSTTRAIN, **HELDOUT}
+# 2026-12-05 (later): GRPO (TRL's GRPOTrainer, use_vllm=False: HF generate, then the step), all
+# predicted before any ran (tests/data/h200/grpo-plan/predictions.tsv). name: (preset, finetune,
+# micro_batch (completions), seq_len (prompt + completion), checkpointing, reference, "grpo",
+# prompt_len, grad_accum, beta)
+GRPO = {
+    "l1b-grpo-lora-b4g2-p256s512": ("llama-3.2-1b", "lora", 4, 512, False, "none", "grpo", 256, 2, 0.0),
+    "l1b-grpo-lora-ckpt-ref-b4g2-p128s512": ("llama-3.2-1b", "lora", 4, 512, True, "adapter", "grpo", 128, 2, 0.04),
+    "l1b-grpo-full-copy-b2g2-p256s512": ("llama-3.2-1b", "full", 2, 512, False, "copy", "grpo", 256, 2, 0.04),
+    "l1b-grpo-full-b4g1-p256s768": ("llama-3.2-1b", "full", 4, 768, False, "none", "grpo", 256, 1, 0.0),
+    "q05-grpo-lora-b8g1-p128s640": ("qwen2.5-0.5b", "lora", 8, 640, False, "none", "grpo", 128, 1, 0.0),
+    "q05-grpo-full-ckpt-b4g2-p64s1088": ("qwen2.5-0.5b", "full", 4, 1088, True, "none", "grpo", 64, 2, 0.0),
+    "l8b-grpo-lora-ckpt-ref-b4g2-p256s768": ("llama-3.1-8b", "lora", 4, 768, True, "adapter", "grpo", 256, 2, 0.04),
+    "l8b-grpo-lora-b2g2-p512s768": ("llama-3.1-8b", "lora", 2, 768, False, "none", "grpo", 512, 2, 0.0),
+}
+
+SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO}
+CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO}
 
 
 def request(name):
@@ -78,8 +94,38 @@ def request(name):
         cfg["mode"] = mode
     if mode in ("dpo", "kto", "orpo"):
         cfg[mode] = {"reference": ref, "prompt_len": prompt, "beta": 0.1}
+    if mode == "grpo":
+        ga, beta = CASES[name][8:10]
+        cfg["grad_accum"] = ga
+        gens = max(g for g in range(2, 9) if (b * ga) % g == 0)
+        cfg["grpo"] = {"reference": ref, "prompt_len": prompt, "beta": beta, "num_generations": gens,
+                       "temperature": 1.0}
     return {"schema_version": 1, "kind": "probe_request", "model": model, "steps": 2, "device": "cuda",
             "config": cfg}
+
+
+def predict(names, cli):
+    """The estimate of each case before it runs: headroom-cli with the request's settings."""
+    cols = ["after_load", "generation", "reference", "forward", "backward", "optimizer"]
+    print("\t".join(["name", "peak_allocated_bytes", "peak_reserved_bytes"] + cols))
+    for n in names:
+        r = request(n)
+        c = r["config"]
+        args = [cli, "estimate", "--json", "--model", CASES[n][0], "--precision", c["precision"], "--finetune",
+                c["finetune"], "--batch", str(c["micro_batch"]), "--seq", str(c["seq_len"]), "--grad-accum",
+                str(c.get("grad_accum", 1)), "--mode", c.get("mode", "sft")]
+        if c["grad_checkpointing"]:
+            args.append("--grad-checkpointing")
+        block = c.get(c.get("mode", ""), {})
+        if block:
+            args += ["--prompt-len", str(block["prompt_len"]), "--dpo-beta", str(block["beta"]),
+                     "--dpo-reference", block["reference"]]
+        if "num_generations" in block:
+            args += ["--num-generations", str(block["num_generations"])]
+        d = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+        phases = {p["phase"]: p["peak_allocated_bytes"] for p in d["phases"]}
+        print("\t".join([n, str(d["peak"]["allocated_bytes"]), str(d["peak"]["reserved_bytes"])] +
+                        [str(phases.get(k, "")) for k in cols]))
 
 
 def main():
@@ -88,8 +134,11 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--set", default="dpo", choices=sorted(SETS))
     ap.add_argument("--deadline-s", type=float, default=480)
+    ap.add_argument("--predict", metavar="HEADROOM_CLI", help="print the estimates (TSV) instead of running")
     a = ap.parse_args()
     names = [n for n in SETS[a.set] if not a.only or n in a.only.split(",")]
+    if a.predict:
+        return predict(names, a.predict)
     t0 = time.time()
     with open(os.path.join(a.out, "cases.jsonl"), "a") as log:
         for n in names:

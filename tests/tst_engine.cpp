@@ -703,6 +703,24 @@ private Q_SLOTS:
         QVERIFY(!r.result());
     }
 
+    // GRPO's block as GRPOConfig checks it, field by field; without TRL the step stops with exit 4
+    // naming it (never an SFT step in its place).
+    void grpoNeedsTrlAndSaysSo()
+    {
+        const Run gens = runEngine(request({{"mode", "grpo"}, {"grpo", {{"num_generations", 3}}}}));
+        QCOMPARE(gens.code, 2); // the generation batch is micro_batch 2 x grad_accum 1
+        QVERIFY(QString::fromStdString(gens.error().value("field", "")).endsWith(QStringLiteral("grpo.num_generations")));
+        const Run ref = runEngine(request({{"mode", "grpo"}, {"grpo", {{"beta", 0.04}, {"reference", "none"}}}}));
+        QCOMPARE(ref.code, 2); // beta > 0 reads the reference's log-probabilities
+        QVERIFY(QString::fromStdString(ref.error().value("field", "")).endsWith(QStringLiteral("grpo.reference")));
+        const Run r = runEngine(request({{"mode", "grpo"}, {"grpo", {{"num_generations", 2}}}}));
+        if (r.code == 0)
+            QSKIP("this interpreter has TRL and Transformers: the H200 runs hold the step");
+        QCOMPARE(r.code, 4);
+        QCOMPARE(QString::fromStdString(r.error().value("field", "")), QStringLiteral("package"));
+        QVERIFY(!r.result());
+    }
+
     // What the trace cannot follow yet is refused in one line naming the field; --trace writes
     // its stream to --timeline, which it needs.
     void traceRefusesWhatItCannotFollow()

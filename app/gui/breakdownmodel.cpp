@@ -52,16 +52,21 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
                 m_bars.push_back(bar);
             }
         } else {
-            static const char *const shortNames[] = {"Load", "Fwd", "Bwd", "Opt"};
-            for (Phase p : kAllPhases) {
+            static const char *const shortNames[] = {"Load", "Fwd", "Bwd", "Opt", "Gen", "Ref"}; // by Phase
+            for (Phase p : kStepOrder) {
                 const auto mp = measured ? measured->steady(p) : std::nullopt;
+                // GRPO's generation and reference: only where the step has them
+                const bool rollout = p == Phase::Generation || p == Phase::Reference;
+                if (rollout && e.phase(p).peakAllocatedBytes == 0 && !mp)
+                    continue;
                 const bool pair = mp.has_value();
                 // the phase's name without " peak" ("After load", not "After": issue 31 row 6); short
                 // beside a measured twin
                 QString whole = qs(label(p));
                 if (whole.endsWith(QLatin1String(" peak")))
                     whole.chop(5);
-                const QString name = pair ? QLatin1String(shortNames[static_cast<int>(p)]) : whole;
+                // short beside a measured twin, and where a rollout makes six bars
+                const QString name = pair || !e.rollout.empty() ? QLatin1String(shortNames[static_cast<int>(p)]) : whole;
                 Breakdown b = e.phase(p).atPeak;
                 // As for the measured bar: what the allocator holds in the phase beyond the tensors
                 // (the replayed reserved pool; the ledger path has none per phase).

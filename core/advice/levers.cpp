@@ -167,8 +167,33 @@ const Lever kPrecomputeReference{
                  changed(x.c, [](TrainingConfig &t) { t.dpo.reference = Reference::None; })}};
     }};
 
+// Issue 29: GRPO without its KL term (beta 0, GRPOConfig's default): no reference pass, and no
+// frozen copy to load.
+const Lever kGrpoWithoutReference{
+    G::Dynamic, [](const LeverContext &x) -> std::vector<Change> {
+        if (x.c.mode != TrainingMode::GRPO || x.c.dpo.reference == Reference::None)
+            return {};
+        return {{"grpo-beta-0", "GRPO with beta = 0 (TRL's default): no reference model",
+                 "no KL penalty towards the reference: the policy may drift further from where it started",
+                 changed(x.c, [](TrainingConfig &t) {
+                     t.dpo.beta = 0.0;
+                     t.dpo.reference = Reference::None;
+                 })}};
+    }};
+
 const Lever kShorterSeq{
     G::Dynamic, [](const LeverContext &x) -> std::vector<Change> {
+        if (x.c.mode == TrainingMode::GRPO) { // the prompt stays; the completion halves
+            const int64_t prompt = x.c.dpo.prompt(x.c.seqLen), completion = x.c.seqLen - prompt;
+            if (completion <= 128)
+                return {};
+            const TrainingConfig t = changed(x.c, [&](TrainingConfig &n) {
+                n.dpo.promptLen = prompt;
+                n.seqLen = prompt + completion / 2;
+            });
+            return {{"shorter-completions", "Shorter completions: max_completion_length " + std::to_string(completion / 2),
+                     "completions that reach the limit are cut off; a smaller KV cache and fewer logits", t}};
+        }
         if (x.c.seqLen <= 256)
             return {};
         const TrainingConfig t = changed(x.c, [](TrainingConfig &n) { n.seqLen = n.seqLen / 2; });
@@ -298,7 +323,7 @@ const Lever kZero{
 const std::vector<Lever> &levers()
 {
     static const std::vector<Lever> all = {kFusedLoss,  kSdpa,    kMicroBatch, kCheckpointing, kActivationOffload,
-                                           kPrecomputeReference, kShorterSeq, kAmpBf16, kLora, kQlora, kAdamW8bit,
+                                           kPrecomputeReference, kGrpoWithoutReference, kShorterSeq, kAmpBf16, kLora, kQlora, kAdamW8bit,
                                            kPagedAdamW8bit, kOffloadOptimizer, kZero};
     return all;
 }

@@ -241,6 +241,9 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
 
 std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig &c)
 {
+    if (c.mode != TrainingMode::SFT)
+        return Refusal{Blocker::EngineMode, "config.mode", std::string(toString(c.mode)),
+                       "a " + modeTitle(c.mode) + " step is TRL's own loss: use --engine transformers with TRL installed"};
     const FamilyTraits &ft = familyTraitsOrLlama(m.modelType);
     const bool known = ft.modelType == m.modelType && ft.libtorchEngine;
     if (!known || m.isMoe() || m.fusedQkv || m.fusedGateUp || m.norm != NormKind::RMSNorm)
@@ -276,9 +279,6 @@ std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig 
     if (c.activationOffload)
         return Refusal{Blocker::EngineActivationOffload, "config.activation_offload", "true", "the LibTorch engine has no saved-tensor hooks to move "
                                                             "activations to the host; use --engine transformers"};
-    if (c.mode != TrainingMode::SFT)
-        return Refusal{Blocker::EngineMode, "config.mode", std::string(toString(c.mode)),
-                       "a " + modeTitle(c.mode) + " step is TRL's own loss: use --engine transformers with TRL installed"};
     if (c.zeroStage > 0)
         return Refusal{Blocker::EngineSharding, "config.zero_stage", std::to_string(c.zeroStage), "ZeRO/FSDP sharding is measured with the real FSDP2 and "
                                             "ZeroRedundancyOptimizer: use --engine transformers"};

@@ -5,16 +5,26 @@ engine's backward and optimizer step as for supervised fine-tuning (dpo.py, kto.
 reward.py; posttrain.py names them).
 
 TRL's trainer modules import `datasets` at their top for the dataset pipeline, which a step never
-touches; where `datasets` is not installed a stand-in module answers those imports."""
+touches, and GRPO's imports `requests` and `urllib3` for its vLLM server client, which a step
+with use_vllm=False never calls; where one is not installed a stand-in module answers those
+imports."""
 import importlib
 import importlib.machinery
 import sys
 import types
 
 
-def _stand_in_datasets():
-    """A module for `from datasets import X` and `from datasets.fingerprint import Hasher` whose
-    names are inert classes: enough for TRL's imports and type hints, never for data."""
+# What each stand-in answers: the package and the submodules TRL imports names from.
+STAND_INS = {
+    "datasets": ("datasets", "datasets.fingerprint", "datasets.distributed", "datasets.utils"),
+    "requests": ("requests", "requests.adapters"),
+    "urllib3": ("urllib3", "urllib3.util", "urllib3.util.retry"),
+}
+
+
+def _stand_in(package):
+    """Modules for `from <package> import X` whose names are inert classes: enough for TRL's
+    imports and type hints, never for data or the network."""
 
     def make(name):
         mod = types.ModuleType(name)
@@ -31,7 +41,7 @@ def _stand_in_datasets():
         mod.__getattr__ = __getattr__
         return mod
 
-    for name in ("datasets", "datasets.fingerprint", "datasets.distributed", "datasets.utils"):
+    for name in STAND_INS[package]:
         sys.modules.setdefault(name, make(name))
 
 
@@ -39,11 +49,12 @@ def load_trl_module(info, module, what):
     """TRL's module `module`, or Missing (exit 4) naming TRL and what to install."""
     from .build import require
     require("trl", f"{what} (measured with TRL's own loss; pip install trl)")
-    try:
-        import datasets  # noqa: F401
-    except ImportError:
-        _stand_in_datasets()
-        info["datasets"] = "stand-in (not installed; the step reads no dataset)"
+    for package in STAND_INS:
+        try:
+            importlib.import_module(package)
+        except ImportError:
+            _stand_in(package)
+            info[package] = "stand-in (not installed; the step reads no dataset and calls no server)"
     import trl
     info["trl"] = getattr(trl, "__version__", "unknown")
     return require(module, what)
