@@ -31,6 +31,7 @@ class GrpoAccelerator(Accelerator):
     """What GRPOTrainer's generation and loss ask of accelerate's Accelerator on one process."""
 
     num_processes = 1
+    is_main_process = True  # TRL's profiling_decorator asks
     state = types.SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=None)
 
     def reduce(self, t, reduction="sum"):
