@@ -253,7 +253,9 @@ std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, 
         return out;
     }
     const int64_t b = maxMicroBatch(m, c, gpu, reserve, opt);
-    const int64_t s = maxSeqLen(m, c, gpu, reserve, opt, 128);
+    // GRPO: a longer sequence is a longer generation, each token of it simulated; the search over
+    // lengths a card could hold is left to max-seq (seconds a probe), not run for every estimate
+    const int64_t s = c.mode == TrainingMode::GRPO ? 0 : maxSeqLen(m, c, gpu, reserve, opt, 128);
     std::string room = "room to grow on " + gpu.name + ":";
     if (b > c.microBatch)
         room += " micro-batch up to " + std::to_string(b) + " (at sequence " + std::to_string(c.seqLen) + ")";
@@ -385,7 +387,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                      t);
             }
         }
-        const int64_t seq = maxSeqLen(m, c, gpu, reserve, opt, 128);
+        const int64_t seq = c.mode == TrainingMode::GRPO ? 0 : maxSeqLen(m, c, gpu, reserve, opt, 128); // as above
         if (seq > c.seqLen) {
             TrainingConfig t = c;
             t.seqLen = seq;
