@@ -73,10 +73,19 @@ private Q_SLOTS:
         // its parameters and buffers (the rotary tables: a few KB)
         const int64_t copied = copy.phases[0].atPeak[Category::ReferenceModel];
         QVERIFY(copied >= copy.params.weightBytes && copied < copy.params.weightBytes + (int64_t(1) << 20));
-        // refused by name: vLLM generating, QLoRA, a cache the simulation does not follow
+        // vLLM colocated: no generation in the step, and its share of the card (modelled) out of
+        // the verdict's capacity
         c.grpo.vllm = true;
-        QVERIFY(estimateRefusal(m, c)->field == "grpo.vllm");
-        c.grpo.vllm = false;
+        const Estimate colocated = estimate(m, c);
+        QCOMPARE(colocated.colocatedShare, 0.3);
+        const GpuSpec &h200 = findGpu("h200");
+        const Verdict with = judge(colocated, h200, 0.1), without = judge(copy, h200, 0.1);
+        QCOMPARE(with.colocatedBytes, static_cast<int64_t>(std::ceil(0.3 * static_cast<double>(h200.memoryBytes))));
+        QCOMPARE(with.capacityBytes, without.capacityBytes - with.colocatedBytes);
+        c.grpo.vllmServer = true; // on other GPUs: nothing of this card
+        QCOMPARE(estimate(m, c).colocatedShare, 0.0);
+        c.grpo.vllm = c.grpo.vllmServer = false;
+        // refused by name: QLoRA, a cache the simulation does not follow
         c.finetune = FineTune::QLoRA;
         c.dpo.reference = Reference::Adapter;
         QVERIFY(estimateRefusal(m, c)->reason.find("QLoRA") != std::string::npos);

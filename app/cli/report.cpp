@@ -68,10 +68,12 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
     std::printf("\npeak allocated %s | peak reserved %s | nvidia-smi total %s\n", human(e.peakAllocatedBytes).c_str(),
                 human(e.peakReservedBytes).c_str(), human(e.deviceTotalBytes).c_str());
     const Verdict v = judge(m, c, e, gpu, reserve, opt);
-    std::printf("\n%s on %s: needs %s of %s (%s, %.0f%% reserve; the card's %s less %s its driver keeps)\n",
+    const std::string vllm = v.colocatedBytes > 0 ? " and " + human(v.colocatedBytes) + " colocated vLLM holds" : "";
+    std::printf("\n%s on %s: needs %s of %s (%s, %.0f%% reserve; the card's %s less %s its driver keeps%s)\n",
                 v.fit == Fit::Fits ? "FITS" : v.fit == Fit::Tight ? "TIGHT" : "OOM", gpu.name.c_str(),
                 human(v.neededBytes).c_str(), human(v.capacityBytes).c_str(), headroomPhrase(v).c_str(),
-                100.0 * reserve, human(gpu.memoryBytes).c_str(), human(gpu.memoryBytes - v.capacityBytes).c_str());
+                100.0 * reserve, human(gpu.memoryBytes).c_str(),
+                human(gpu.memoryBytes - v.capacityBytes - v.colocatedBytes).c_str(), vllm.c_str());
     if (v.cacheFlushes > 0)
         cli::say(stdout, "note: ", cacheFlushNote(v));
     if (m.estimable) // a traced estimate has no model row for the card's notes

@@ -48,7 +48,12 @@ QString VerdictBanner::compose(const Report &r, const Measurement *m, Unit u, co
     QString t = tr("<b>%1</b> — peak %2 of %3, %4 on %5")
                     .arg(word, qs(formatBytes(v.neededBytes, u, 1)), qs(formatBytes(v.capacityBytes, u, 1)),
                          qs(headroomPhrase(v)), qs(r.scenario.gpu.name).toHtmlEscaped());
-    if (r.scenario.gpu.memoryBytes > v.capacityBytes)
+    if (v.colocatedBytes > 0) // GRPO with vLLM colocated: its share is out of the step's capacity
+        t += tr(" (the card's %1 less %2 its driver keeps and %3 colocated vLLM holds)")
+                 .arg(qs(formatBytes(r.scenario.gpu.memoryBytes, u, 1)),
+                      qs(formatBytes(r.scenario.gpu.memoryBytes - v.capacityBytes - v.colocatedBytes, u, 1)),
+                      qs(formatBytes(v.colocatedBytes, u, 1)));
+    else if (r.scenario.gpu.memoryBytes > v.capacityBytes)
         t += tr(" (the card's %1 less %2 its driver keeps)")
                  .arg(qs(formatBytes(r.scenario.gpu.memoryBytes, u, 1)),
                       qs(formatBytes(r.scenario.gpu.memoryBytes - v.capacityBytes, u, 1)));

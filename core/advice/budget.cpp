@@ -108,6 +108,10 @@ Verdict judge(const Estimate &e, const GpuSpec &gpu, double reserve)
     Verdict v;
     v.reserve = reserve;
     v.capacityBytes = processCapacityBytes(gpu, e.driverReservedBytes);
+    if (e.colocatedShare > 0.0) { // a colocated vLLM's share of the card (Note [GRPO step])
+        v.colocatedBytes = static_cast<int64_t>(std::ceil(e.colocatedShare * static_cast<double>(gpu.memoryBytes)));
+        v.capacityBytes = std::max<int64_t>(0, v.capacityBytes - v.colocatedBytes);
+    }
     v.usableBytes = static_cast<int64_t>(std::floor(static_cast<double>(v.capacityBytes) * (1.0 - reserve)));
     v.neededBytes = e.deviceTotalBytes;
     v.fit = v.neededBytes <= v.usableBytes ? Fit::Fits : v.neededBytes <= v.capacityBytes ? Fit::Tight : Fit::OOM;

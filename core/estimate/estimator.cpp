@@ -16,6 +16,7 @@
 #include "headroom/timeline.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -76,6 +77,15 @@ void addOutsideAllocator(Estimate &est, const TrainingConfig &cfg, const Estimat
     est.peak[Category::CudaContext] = opt.cudaContextBytes;
     est.deviceTotalBytes = checkedAdd(est.peakReservedBytes, opt.cudaContextBytes);
     est.driverReservedBytes = opt.driverReservedBytes;
+    if (cfg.mode == TrainingMode::GRPO && cfg.grpo.vllm && !cfg.grpo.vllmServer) {
+        est.colocatedShare = cfg.grpo.vllmGpuMemoryUtilization;
+        char share[32];
+        std::snprintf(share, sizeof share, "%.2f", cfg.grpo.vllmGpuMemoryUtilization);
+        est.notes.push_back(std::string("vLLM colocated holds ") + share +
+                            " of the card (vllm_gpu_memory_utilization: its weights, activations and KV cache) beside "
+                            "the step, which gets the rest: modelled as vLLM documents it, not measured; a lower "
+                            "share leaves the step more and vLLM a smaller KV cache (fewer sequences at once)");
+    }
     if (usesCollectives(cfg)) {
         est.peak[Category::Communication] = checkedAdd(est.peak[Category::Communication], opt.ncclCommunicatorBytes);
         est.deviceTotalBytes = checkedAdd(est.deviceTotalBytes, opt.ncclCommunicatorBytes);

@@ -67,10 +67,6 @@ std::optional<Refusal> grpoRefusal(const ModelArch &model, const TrainingConfig 
     const auto refuse = [](const std::string &field, const std::string &value, const std::string &why) {
         return Refusal{Blocker::PreferenceNotModelled, field, value, why};
     };
-    if (cfg.grpo.vllm)
-        return refuse("grpo.vllm", cfg.grpo.vllmServer ? "server" : "colocate",
-                      "GRPO with vLLM generating (use_vllm) is neither estimated nor measured yet (vLLM is not built "
-                      "on the measuring machine); use_vllm = false is");
     const bool sixteen = cfg.precision == Precision::BF16 || cfg.precision == Precision::FP16;
     const char *gap = cfg.finetune == FineTune::QLoRA ? "QLoRA"
                       : !sixteen                      ? "this precision (it is estimated in bf16 or fp16: generate "

@@ -2804,7 +2804,7 @@ private:
     {
         S.setPhase(step, Phase::Generation, 0);
         S.setLayer(-1);
-        std::vector<T> out = generate();
+        std::vector<T> out = c.grpo.vllm ? vllmRollout() : generate();
         if (c.dpo.reference != Reference::None) {
             S.setPhase(step, Phase::Reference, 0);
             out.push_back(referenceLogps());
@@ -2867,6 +2867,33 @@ private:
         std::vector<T> out = sim::grpoGenerate(S, gs, model, prompts, promptMask);
         checkpointingOff = false;
         S.setGradEnabled(grad);
+        return out;
+    }
+
+    // With use_vllm, vLLM generates (its share of the card is the verdict's, Estimate::colocatedShare;
+    // with vllm_mode server it runs on other GPUs); TRL pads what it returns onto the device:
+    // completion ids and mask [G, C] int64 and vLLM's log-probabilities of the sampled tokens [G, C]
+    // fp32; then the policy's own log-probabilities under no_grad, a micro-batch at a time
+    // (old_per_token_logps, for vLLM's importance-sampling correction), and the ratio [G, C] fp32
+    // the loss multiplies by. vLLM's weight sync (LoRA's merge and unmerge) is left out.
+    std::vector<T> vllmRollout()
+    {
+        const int64_t rows = checkedMul(gs.completions, gs.completion);
+        S.setOp("vllm.completions");
+        std::vector<T> out = {S.make(rows * 8, 8), S.make(rows * 8, 8), S.make(rows * 4, 4)};
+        S.setOp("grpo.old_logps_inputs");
+        const int64_t all = checkedMul(gs.completions, s) * 8;
+        T ids = S.make(all, 8), mask = S.make(all, 8);
+        out.push_back(sim::grpoReferenceLogps(S, O, gs, [&] {
+            T chunk = S.view(ids, checkedMul(tok, 8));
+            T logits = grpoLogits(chunk, Pass::PolicyNoGrad);
+            S.drop(chunk);
+            return logits;
+        }));
+        S.drop(ids);
+        S.drop(mask);
+        S.setOp("grpo.importance_sampling");
+        out.push_back(S.make(rows * 4, 4));
         return out;
     }
 

@@ -157,6 +157,9 @@ def _grpo_block(c, cfg):
     d = c.get("grpo", {})
     if not isinstance(d, dict):
         raise BadRequest("config.grpo", d, "must be a JSON object")
+    if "vllm" in d:
+        raise BadRequest("config.grpo.vllm", d["vllm"], "generation by vLLM (use_vllm) is not measured: the engine "
+                         "runs TRL's use_vllm=False path (HF generate); vLLM's share is modelled by the estimate")
     s, rows = cfg["seq_len"], cfg["micro_batch"] * cfg["grad_accum"]
     g = {"prompt_len": _int(d, "prompt_len", "config.grpo", 1, max(1, s - 1), max(1, s // 2)),
          "num_generations": _int(d, "num_generations", "config.grpo", 1, 1 << 16, min(8, rows)),

@@ -15,6 +15,7 @@ struct Verdict
 {
     Fit fit = Fit::Fits;
     int64_t capacityBytes = 0; // the card less the driver's reservation (what processes can get)
+    int64_t colocatedBytes = 0; // ... and less a colocated vLLM's share (GRPO), also out of capacity
     int64_t usableBytes = 0;   // that minus the reserve
     int64_t neededBytes = 0;   // device total (what nvidia-smi would show as Used)
     double reserve = 0.10;

@@ -62,6 +62,10 @@ struct Estimate
     // What the driver keeps of the card (nvidia-smi's Reserved): the verdict's capacity is the
     // card's total less this, PyTorch's "total capacity" in its OOM message.
     int64_t driverReservedBytes = 0;
+    // Issue 29: GRPO with vLLM colocated: the fraction of the card vLLM holds beside the step
+    // (gpu_memory_utilization, modelled as vLLM documents it: its weights, activations and KV
+    // cache within it); the verdict gives the step the rest. 0 otherwise.
+    double colocatedShare = 0.0;
     int64_t tokens = 0;
     std::vector<std::string> notes; // mechanisms in play worth telling the user
     // The simulated run this estimate replayed (null from the per-op ledger): the verdict replays
