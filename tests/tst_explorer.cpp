@@ -21,6 +21,7 @@
 #include <QFile>
 #include <QLabel>
 #include <QMenuBar>
+#include <QSpinBox>
 #include <QTableWidget>
 #include <QTimer>
 #include <QUndoStack>
@@ -391,6 +392,32 @@ private Q_SLOTS:
         }
         // a reward model has no vocabulary logits
         QCOMPARE(s.report().estimate.peak[Category::Logits], int64_t(0));
+        // GRPO: its own phases; the KL entry adds the reference's, the vLLM entry its share of the
+        // card; the prompt's tokens are a control of their own
+        auto *prompt = w.findChild<QSpinBox *>(QStringLiteral("promptLen"));
+        QVERIFY(prompt);
+        auto *batch = w.findChild<QSpinBox *>(QStringLiteral("microBatch"));
+        QVERIFY(batch);
+        const int batchBefore = batch->value();
+        batch->setValue(4);
+        for (const auto &[text, phases, share] : {std::tuple{"GRPO (generates its completions)", size_t(1), 0.0},
+                                                  std::tuple{"GRPO with KL to the reference", size_t(2), 0.0},
+                                                  std::tuple{"GRPO, vLLM colocated (0.3)", size_t(1), 0.3}}) {
+            objective->setCurrentIndex(objective->findText(QLatin1String(text)));
+            QVERIFY(settle(s));
+            s.recomputeNow();
+            QVERIFY(s.scenario().config.mode == TrainingMode::GRPO);
+            QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+            QCOMPARE(s.report().estimate.rollout.size(), phases);
+            QCOMPARE(s.report().estimate.colocatedShare, share);
+            QVERIFY(prompt->isEnabled());
+        }
+        prompt->setValue(256);
+        QVERIFY(settle(s));
+        QCOMPARE(s.scenario().config.dpo.promptLen, int64_t(256));
+        QVERIFY(QString::fromStdString(summarize(s.scenario().config)).contains(QStringLiteral("prompt 256")));
+        batch->setValue(batchBefore);
+        QVERIFY(settle(s));
         // back to SFT: the same number as before
         objective->setCurrentIndex(0);
         QVERIFY(settle(s));

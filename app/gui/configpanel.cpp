@@ -40,6 +40,8 @@ constexpr int kKtoObjective = 4;
 constexpr int kOrpoObjective = 8;
 constexpr int kRewardObjective = 16;
 constexpr int kGrpoObjective = 32; // GRPO, beta 0 (TRL's default: no reference)
+constexpr int kGrpoKlObjective = 33;     // GRPO with beta 0.04: the adapter disabled (LoRA) or a copy
+constexpr int kGrpoVllmObjective = 34;   // GRPO, vLLM colocated (its share of the card modelled)
 
 // Steps by doubling and halving, as batch and sequence length are usually explored.
 class PowerOfTwoSpinBox : public QSpinBox
@@ -151,11 +153,16 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_objective->addItem(tr("ORPO (no reference)"), kOrpoObjective);
     m_objective->addItem(tr("Reward model (sequence classifier)"), kRewardObjective);
     m_objective->addItem(tr("GRPO (generates its completions)"), kGrpoObjective);
+    m_objective->addItem(tr("GRPO with KL to the reference"), kGrpoKlObjective);
+    m_objective->addItem(tr("GRPO, vLLM colocated (0.3)"), kGrpoVllmObjective);
     m_objective->setToolTip(tr("DPO as TRL's DPOTrainer runs it: the micro-batch counts pairs (a chosen and a "
                                "rejected sequence each), and the reference's forward runs beside the policy's. "
                                "KTO as TRL's KTOTrainer runs it: unpaired sequences and its KL batch, through the "
                                "policy and the reference. ORPO: pairs, no reference. A reward model as TRL's "
-                               "RewardTrainer trains it: pairs through a one-label score head instead of the lm_head"));
+                               "RewardTrainer trains it: pairs through a one-label score head instead of the lm_head. "
+                               "GRPO as TRL's GRPOTrainer runs it: micro-batch x accumulation completions generated "
+                               "each step (HF generate's KV cache; or vLLM, whose share of the card is modelled), then "
+                               "the step on prompt + completion; beta > 0 adds the reference's pass"));
     m_loraRank = new QSpinBox(trainBox);
     m_loraRank->setObjectName(QStringLiteral("loraRank"));
     m_loraRank->setRange(1, 1024);
@@ -228,6 +235,14 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     };
     shape->addRow(tr("Micro-batch"), sliderRow("microBatch", 1, 1024, m_batchSlider, m_batch));
     shape->addRow(tr("Sequence"), sliderRow("seqLen", 128, 131072, m_seqSlider, m_seq));
+    m_prompt = new QSpinBox(shapeBox);
+    m_prompt->setObjectName(QStringLiteral("promptLen"));
+    m_prompt->setRange(0, 131071);
+    m_prompt->setSpecialValueText(tr("half the sequence"));
+    m_prompt->setSuffix(tr(" tokens"));
+    m_prompt->setToolTip(tr("Post-training: each sequence is its prompt, then its completion (GRPO generates the "
+                            "completion: the sequence less the prompt)"));
+    shape->addRow(tr("Prompt"), m_prompt);
     m_gradAccum = new QSpinBox(shapeBox);
     m_gradAccum->setObjectName(QStringLiteral("gradAccum"));
     m_gradAccum->setRange(1, 4096);
@@ -348,7 +363,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     onCombo(m_objective, [](Scenario &s, int v) {
         const bool wasGrpo = s.config.mode == TrainingMode::GRPO;
         s.config.mode = v == 0                  ? TrainingMode::SFT
-                        : v == kGrpoObjective   ? TrainingMode::GRPO
+                        : v >= kGrpoObjective   ? TrainingMode::GRPO
                         : v == kRewardObjective ? TrainingMode::Reward
                         : v == kOrpoObjective   ? TrainingMode::ORPO
                         : v >= kKtoObjective    ? TrainingMode::KTO
@@ -362,8 +377,13 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
         if (s.config.mode == TrainingMode::GRPO) {
             // TRL's defaults: beta 0 (no reference), and as many completions a prompt as divide
             // the generation batch, up to GRPOConfig's 8
-            s.config.dpo.beta = 0.0;
-            s.config.dpo.reference = Reference::None;
+            const bool kl = v == kGrpoKlObjective;
+            s.config.dpo.beta = kl ? 0.04 : 0.0;
+            s.config.dpo.reference = !kl ? Reference::None
+                                     : s.config.finetune == FineTune::Full ? Reference::Copy
+                                                                           : Reference::Adapter;
+            s.config.grpo.vllm = v == kGrpoVllmObjective;
+            s.config.grpo.vllmServer = false;
             s.config.grpo.numGenerations = s.config.fittingGenerations();
         } else if (wasGrpo) {
             s.config.dpo.beta = 0.1; // the preference modes' default
@@ -415,6 +435,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     connect(m_batch, qOverload<int>(&QSpinBox::valueChanged), this,
             [this](int v) { edit([&](Scenario &s) { s.config.microBatch = v; }); });
     connect(m_seq, qOverload<int>(&QSpinBox::valueChanged), this, [this](int v) { edit([&](Scenario &s) { s.config.seqLen = v; }); });
+    connect(m_prompt, qOverload<int>(&QSpinBox::valueChanged), this,
+            [this](int v) { edit([&](Scenario &s) { s.config.dpo.promptLen = v; }); });
     connect(m_gradAccum, qOverload<int>(&QSpinBox::valueChanged), this,
             [this](int v) { edit([&](Scenario &s) { s.config.gradAccum = v; }); });
     connect(m_gpuCount, qOverload<int>(&QSpinBox::valueChanged), this,
@@ -564,7 +586,7 @@ void ConfigPanel::syncFromSession()
     const Scenario &s = m_session->scenario();
     const TrainingConfig &c = s.config;
     const QList<QObject *> all = {m_model, m_loraRank, m_loraTargets, m_doubleQuant, m_checkpointing, m_checkpointLayers, m_fusedLoss, m_activationOffload, m_batchSlider,
-                                  m_batch, m_seqSlider, m_seq, m_gradAccum, m_gpu, m_capacity, m_gpuCount, m_reserve, m_offload, m_allocConf};
+                                  m_batch, m_seqSlider, m_seq, m_prompt, m_gradAccum, m_gpu, m_capacity, m_gpuCount, m_reserve, m_offload, m_allocConf};
     std::vector<std::unique_ptr<QSignalBlocker>> blocks;
     for (QObject *o : all)
         blocks.push_back(std::make_unique<QSignalBlocker>(o));
@@ -585,8 +607,9 @@ void ConfigPanel::syncFromSession()
                                  .arg(static_cast<double>(parameterCount(s.model)) / 1e9, 0, 'f', 2));
     }
     setComboData(m_finetune, static_cast<int>(c.finetune));
-    setComboData(m_objective, c.mode == TrainingMode::SFT      ? 0
-                              : c.mode == TrainingMode::GRPO   ? kGrpoObjective
+    setComboData(m_objective, c.mode == TrainingMode::SFT ? 0
+                              : c.mode == TrainingMode::GRPO
+                                  ? (c.grpo.vllm ? kGrpoVllmObjective : c.dpo.beta > 0 ? kGrpoKlObjective : kGrpoObjective)
                               : c.mode == TrainingMode::Reward ? kRewardObjective
                               : c.mode == TrainingMode::ORPO   ? kOrpoObjective
                               : c.mode == TrainingMode::KTO    ? kKtoObjective + static_cast<int>(c.dpo.reference)
@@ -613,6 +636,9 @@ void ConfigPanel::syncFromSession()
     m_batchSlider->setValue(log2Floor(c.microBatch));
     m_seq->setValue(static_cast<int>(c.seqLen));
     m_seqSlider->setValue(log2Floor(c.seqLen));
+    m_prompt->setMaximum(static_cast<int>(std::max<int64_t>(0, c.seqLen - 1)));
+    m_prompt->setValue(static_cast<int>(c.dpo.promptLen));
+    m_prompt->setEnabled(hasPreferenceBlock(c.mode));
     m_gradAccum->setValue(static_cast<int>(c.gradAccum));
     const int gpuIndex = m_gpu->findData(qs(s.gpu.id));
     m_gpu->setCurrentIndex(gpuIndex >= 0 ? gpuIndex : m_gpu->count() - 1);

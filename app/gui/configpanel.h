@@ -63,6 +63,7 @@ private:
     QSpinBox *m_batch;
     QSlider *m_seqSlider;
     QSpinBox *m_seq;
+    QSpinBox *m_prompt; // issue 29: the prompt's tokens of each sequence (0: half), post-training modes
     QSpinBox *m_gradAccum;
     QComboBox *m_gpu;
     QDoubleSpinBox *m_capacity; // the custom card's memory, in the chosen units (object name customGiB)

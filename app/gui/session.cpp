@@ -75,8 +75,10 @@ void scalingTable(const Scenario &s, ScalingData &out)
                                  i == 0 ? 0 : rows[i].estimate.deviceTotalBytes - rows[i - 1].estimate.deviceTotalBytes});
     };
     std::vector<int64_t> seqs;
-    for (int64_t L = std::max<int64_t>(128, base.seqLen / 4); L <= base.seqLen * 2; L *= 2)
-        seqs.push_back(L);
+    // GRPO with its prompt's length set: the completion scales, the prompt stays
+    const int64_t prompt = base.mode == TrainingMode::GRPO ? base.dpo.promptLen : 0;
+    for (int64_t L = std::max<int64_t>(128, (base.seqLen - prompt) / 4); L <= (base.seqLen - prompt) * 2; L *= 2)
+        seqs.push_back(prompt + L);
     std::vector<int64_t> batches;
     for (int64_t b = std::max<int64_t>(1, base.microBatch / 4); b <= base.microBatch * 2; b *= 2)
         batches.push_back(b);
@@ -166,7 +168,11 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
             return std::nullopt;
         }
     };
-    const int64_t seqMax = std::min<int64_t>(131072, std::max<int64_t>(s.model.maxPositions, 128));
+    // GRPO simulates every generated token (Note [GRPO step]): its curve stops at 16k tokens of
+    // completion, each point the prompt (where set) then the completion
+    const bool grpo = s.config.mode == TrainingMode::GRPO;
+    const int64_t prompt = grpo ? s.config.dpo.promptLen : 0;
+    const int64_t seqMax = std::min<int64_t>(grpo ? 16384 : 131072, std::max<int64_t>(s.model.maxPositions, 128));
     for (bool ckpt : {false, true}) {
         // short: both fit the legend of a chart half a 1280-pixel window wide (issue 31 row 3)
         const QString name = ckpt ? QStringLiteral("checkpointed") : QStringLiteral("plain");
@@ -174,11 +180,11 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
         TrainingConfig cfg = s.config;
         cfg.gradCheckpointing = ckpt;
         for (int64_t L : powersOfTwo(128, seqMax)) {
-            cfg.seqLen = L;
+            cfg.seqLen = prompt + L;
             const auto v = point(cfg);
             if (!v)
                 break;
-            seq.points.emplace_back(L, *v);
+            seq.points.emplace_back(cfg.seqLen, *v);
         }
         cfg.seqLen = s.config.seqLen;
         for (int64_t b : powersOfTwo(1, 1024)) {

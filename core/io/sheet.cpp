@@ -138,6 +138,12 @@ std::string summarize(const TrainingConfig &c)
         o << "ORPO, ";
     else if (c.mode == TrainingMode::Reward)
         o << "reward model, ";
+    else if (c.mode == TrainingMode::GRPO) // "GRPO (no reference, vLLM colocated 0.3), 8 a prompt, prompt 512, ..."
+        o << "GRPO (" << (c.dpo.reference == Reference::None ? std::string("no") : referenceTitle(c.dpo.reference))
+          << " reference" << (c.grpo.vllm ? c.grpo.vllmServer ? ", vLLM server" : ", vLLM colocated " +
+                                                 [&] { std::ostringstream v; v << c.grpo.vllmGpuMemoryUtilization; return v.str(); }()
+                                          : std::string())
+          << "), " << c.grpo.numGenerations << " a prompt, prompt " << c.dpo.prompt(c.seqLen) << ", ";
     if (c.finetune == FineTune::Full)
         o << "full";
     else
