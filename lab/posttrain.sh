@@ -16,5 +16,10 @@ export PYTHONPATH="$PWD/shared${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import trl, sys; print('trl', getattr(trl, '__version__', '?'))" >>"$OUT/versions.txt" 2>&1
 SET=${SET:-posttrain}
 python3 lab/posttrain.py --set "$SET" --out "$OUT" --deadline-s "${DEADLINE_S:-540}" ${ONLY:+--only "$ONLY"}
-tar -C "$OUT" -cJf "/tmp/$SET.tar.xz" --exclude=versions.txt --exclude=cases.jsonl . &&
-    find "$OUT" -type f ! -name versions.txt ! -name cases.jsonl -delete && mv "/tmp/$SET.tar.xz" "$OUT/"
+# What comes back is at most 8 files of 16 MiB: the results (small) in one archive, the
+# timelines in another, split into 15 MiB parts where it is larger (cat SET-timelines.tar.xz.* | tar -xJ)
+(cd "$OUT" && tar -cJf "/tmp/$SET.tar.xz" --exclude='*.tl.json' --exclude=versions.txt --exclude=cases.jsonl . &&
+    tar -cJf "/tmp/$SET-timelines.tar.xz" ./*.tl.json 2>/dev/null) &&
+    find "$OUT" -type f ! -name versions.txt ! -name cases.jsonl -delete && mv "/tmp/$SET.tar.xz" "$OUT/" &&
+    split -b 15M -d -a 1 "/tmp/$SET-timelines.tar.xz" "$OUT/$SET-timelines.tar.xz."
+ls -la "$OUT"
