@@ -18,8 +18,11 @@ SET=${SET:-posttrain}
 python3 lab/posttrain.py --set "$SET" --out "$OUT" --deadline-s "${DEADLINE_S:-540}" ${ONLY:+--only "$ONLY"}
 # What comes back is at most 8 files of 16 MiB: the results (small) in one archive, the
 # timelines in another, split into 15 MiB parts where it is larger (cat SET-timelines.tar.xz.* | tar -xJ)
-(cd "$OUT" && tar -cJf "/tmp/$SET.tar.xz" --exclude='*.tl.json' --exclude=versions.txt --exclude=cases.jsonl . &&
-    tar -cJf "/tmp/$SET-timelines.tar.xz" ./*.tl.json 2>/dev/null) &&
-    find "$OUT" -type f ! -name versions.txt ! -name cases.jsonl -delete && mv "/tmp/$SET.tar.xz" "$OUT/" &&
-    split -b 15M -d -a 1 "/tmp/$SET-timelines.tar.xz" "$OUT/$SET-timelines.tar.xz."
+cd "$OUT" || exit 1
+tar -cJf "/tmp/$SET.tar.xz" --exclude='*.tl.json' --exclude=versions.txt --exclude=cases.jsonl .
+timelines=$(ls ./*.tl.json 2>/dev/null)
+[ -n "$timelines" ] && tar -cJf "/tmp/$SET-timelines.tar.xz" $timelines
+find "$OUT" -type f ! -name versions.txt ! -name cases.jsonl -delete
+mv "/tmp/$SET.tar.xz" "$OUT/"
+[ -n "$timelines" ] && split -b 15M -d -a 1 "/tmp/$SET-timelines.tar.xz" "$OUT/$SET-timelines.tar.xz."
 ls -la "$OUT"
