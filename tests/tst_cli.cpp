@@ -1110,6 +1110,37 @@ private Q_SLOTS:
         QCOMPARE(peakOf(back), peakOf(flags));
     }
 
+    // Issue 29: TRL's GRPOConfig as TRL reads it: the mode from its own keys, the sequence as the
+    // prompt then the completion, the reference where beta > 0 (the disabled adapter under PEFT),
+    // vLLM's mode and share; a share outside (0, 1) is one line naming the key.
+    void grpoConfigsReadAsTrlReadsThem()
+    {
+        QTemporaryDir dir;
+        const QString grpo = writeIn(dir, "grpo.yaml",
+                                     "model_name_or_path: meta-llama/Llama-3.2-1B\nuse_peft: true\nbf16: true\n"
+                                     "torch_dtype: bfloat16\nper_device_train_batch_size: 4\n"
+                                     "gradient_accumulation_steps: 2\nnum_generations: 4\nmax_prompt_length: 128\n"
+                                     "max_completion_length: 256\nbeta: 0.04\nuse_vllm: true\nvllm_mode: server\n"
+                                     "reward_funcs: [accuracy]\n");
+        const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), grpo});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const auto c = nlohmann::json::parse(r.out.toStdString()).at("config");
+        QCOMPARE(c.at("mode").get<std::string>(), std::string("grpo"));
+        QCOMPARE(c.at("seq_len").get<int>(), 128 + 256);
+        QCOMPARE(c.at("grpo").at("prompt_len").get<int>(), 128);
+        QCOMPARE(c.at("grpo").at("reference").get<std::string>(), std::string("adapter"));
+        QCOMPARE(c.at("grpo").at("num_generations").get<int>(), 4);
+        QCOMPARE(c.at("grpo").at("vllm").at("mode").get<std::string>(), std::string("server"));
+        const QString share = writeIn(dir, "share.yaml",
+                                      "model_name_or_path: meta-llama/Llama-3.2-1B\nnum_generations: 2\n"
+                                      "per_device_train_batch_size: 2\nuse_vllm: true\n"
+                                      "vllm_gpu_memory_utilization: 1.5\n");
+        const Run bad = cli({QStringLiteral("estimate"), QStringLiteral("--from"), share});
+        QCOMPARE(bad.code, 2);
+        QVERIFY2(bad.err.contains(QStringLiteral("vllm_gpu_memory_utilization")) && bad.err.count(QLatin1Char('\n')) == 1,
+                 qPrintable(bad.err));
+    }
+
     // Issue 28: a recipe reads as its authors' own tools read it. PyYAML (YAML 1.1, what Axolotl,
     // LLaMA-Factory and TRL load with) takes 500_000 as a number and yes/no/on/off as booleans; an
     // empty or null value is the tool's default, said once; OFT's adapters are a note, not an
