@@ -66,6 +66,10 @@ def cli_flags(cfg):
             f += ["--dpo-reference", block["reference"]]
         if "prompt_len" in block:
             f += ["--prompt-len", str(block["prompt_len"])]
+        if "beta" in block:
+            f += ["--dpo-beta", str(block["beta"])]
+        if "num_generations" in block:  # GRPO
+            f += ["--num-generations", str(block["num_generations"])]
     if cfg["finetune"] != "full":
         lo = cfg["lora"]
         f += ["--lora-rank", str(lo["rank"]), "--lora-alpha", str(lo["alpha"]), "--lora-dropout", str(lo["dropout"]),
