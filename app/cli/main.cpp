@@ -432,8 +432,8 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--mode", f.mode,
                     "sft | dpo | reward | kto | orpo | grpo (DPO as TRL runs it: --batch pairs, i.e. 2x the sequences, "
                     "against a reference; reward: TRL's reward model, pairs through a one-label score head; kto, "
-                    "orpo: TRL's steps; grpo: TRL's GRPOTrainer, measured by the transformers engine, not estimated "
-                    "yet)")
+                    "orpo: TRL's steps; grpo: TRL's GRPOTrainer, --batch x --grad-accum completions generated a "
+                    "step, --seq the prompt then the completion)")
         ->capture_default_str();
     cmd->add_option("--dpo-reference", f.dpoReference,
                     "adapter | copy | none: the policy with its adapter disabled, a frozen copy, or precomputed "
