@@ -104,6 +104,7 @@ double parseFraction(const std::string &flag, const std::string &text)
         throw InputError(flag, text, "must be a number");
     if (!(v >= 0.0 && v < 1.0))
         throw InputError(flag, text, flag == "--lora-dropout" ? "must be in [0, 1), e.g. 0.05"
+                                     : flag == "--vllm-share" ? "must be in (0, 1): vLLM's gpu_memory_utilization, e.g. 0.3"
                                                               : "must be in [0, 1), e.g. 0.10 for a 10% reserve");
     return v;
 }
