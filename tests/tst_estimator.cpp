@@ -82,6 +82,14 @@ private Q_SLOTS:
         const Verdict with = judge(colocated, h200, 0.1), without = judge(copy, h200, 0.1);
         QCOMPARE(with.colocatedBytes, static_cast<int64_t>(std::ceil(0.3 * static_cast<double>(h200.memoryBytes))));
         QCOMPARE(with.capacityBytes, without.capacityBytes - with.colocatedBytes);
+        // too large a share: the note names the largest that fits
+        c.grpo.vllmGpuMemoryUtilization = 0.9;
+        const Estimate crowded = estimate(m, c);
+        const auto notes = cardNotes(m, c, crowded, h200, 0.1);
+        QVERIFY(std::any_of(notes.begin(), notes.end(), [](const std::string &n) {
+            return n.find("with vllm_gpu_memory_utilization 0.") != std::string::npos;
+        }));
+        c.grpo.vllmGpuMemoryUtilization = 0.3;
         c.grpo.vllmServer = true; // on other GPUs: nothing of this card
         QCOMPARE(estimate(m, c).colocatedShare, 0.0);
         c.grpo.vllm = c.grpo.vllmServer = false;

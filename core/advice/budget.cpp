@@ -245,7 +245,25 @@ std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, 
     const bool bf16 = c.precision == Precision::BF16 || c.precision == Precision::AmpBF16;
     if (bf16 && !gpu.bf16)
         out.push_back(gpu.name + " has no bf16: use fp16 mixed precision (amp-fp16, with a GradScaler)");
-    if (judge(m, c, e, gpu, reserve, opt).fit != Fit::Fits) {
+    const Verdict here = judge(m, c, e, gpu, reserve, opt);
+    if (here.fit != Fit::Fits && here.colocatedBytes > 0) {
+        // GRPO beside a colocated vLLM: the largest gpu_memory_utilization that leaves the step
+        // its need within the reserve (Note [GRPO step]: vLLM's share is modelled)
+        const double withoutVllm = static_cast<double>(here.capacityBytes + here.colocatedBytes);
+        const double room = withoutVllm - static_cast<double>(here.neededBytes) / (1.0 - reserve);
+        const double share = std::floor(room / static_cast<double>(gpu.memoryBytes) * 100.0) / 100.0;
+        char text[160];
+        if (share >= 0.05)
+            std::snprintf(text, sizeof text,
+                          "with vllm_gpu_memory_utilization %.2f (now %.2f) the step fits beside vLLM, whose KV cache "
+                          "gets smaller (fewer sequences generated at once)",
+                          share, e.colocatedShare);
+        else
+            std::snprintf(text, sizeof text, "no share left for a colocated vLLM: run it as a server on other GPUs "
+                                             "(vllm_mode: server)");
+        out.push_back(text);
+    }
+    if (here.fit != Fit::Fits) {
         // The smallest card of the catalog this configuration fits as it is, if any.
         const GpuSpec *best = nullptr;
         for (const GpuSpec &g : gpuCatalog())
