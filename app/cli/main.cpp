@@ -168,18 +168,14 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.loss = parseLoss(f.loss, "--loss");
     c.mode = parseTrainingMode(f.mode, "--mode");
     c.dpo.promptLen = parseInteger("--prompt-len", f.promptLen, 0, 1 << 24);
-    c.dpo.beta = c.mode == TrainingMode::GRPO ? 0.0 : 0.1; // TRL's defaults
+    c.dpo.beta = TrainingConfig::defaultBeta(c.mode);
     if (!f.dpoBeta.empty()) {
         char *end = nullptr;
         c.dpo.beta = std::strtod(f.dpoBeta.c_str(), &end);
         if (end == f.dpoBeta.c_str() || *end != '\0' || !(c.dpo.beta >= 0.0 && c.dpo.beta <= 1e6))
             throw InputError("--dpo-beta", f.dpoBeta, "must be a number in [0, 1e6]");
     }
-    c.dpo.reference = !f.dpoReference.empty() ? parseReference(f.dpoReference, "--dpo-reference")
-                      : c.mode == TrainingMode::ORPO || (c.mode == TrainingMode::GRPO && c.dpo.beta == 0.0)
-                          ? Reference::None // ORPO has no reference model; GRPO with beta 0 loads none
-                      : c.finetune == FineTune::Full ? Reference::Copy
-                                                     : Reference::Adapter;
+    c.dpo.reference = !f.dpoReference.empty() ? parseReference(f.dpoReference, "--dpo-reference") : c.defaultReference();
     if (f.vllm != "off" && f.vllm != "colocate" && f.vllm != "server")
         throw InputError("--vllm", f.vllm, "must be off, colocate or server");
     c.grpo.vllm = f.vllm != "off";

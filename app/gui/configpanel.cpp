@@ -377,16 +377,13 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
         if (s.config.mode == TrainingMode::GRPO) {
             // TRL's defaults: beta 0 (no reference), and as many completions a prompt as divide
             // the generation batch, up to GRPOConfig's 8
-            const bool kl = v == kGrpoKlObjective;
-            s.config.dpo.beta = kl ? 0.04 : 0.0;
-            s.config.dpo.reference = !kl ? Reference::None
-                                     : s.config.finetune == FineTune::Full ? Reference::Copy
-                                                                           : Reference::Adapter;
+            s.config.dpo.beta = v == kGrpoKlObjective ? 0.04 : TrainingConfig::defaultBeta(TrainingMode::GRPO);
+            s.config.dpo.reference = s.config.defaultReference();
             s.config.grpo.vllm = v == kGrpoVllmObjective;
             s.config.grpo.vllmServer = false;
             s.config.grpo.numGenerations = s.config.fittingGenerations();
         } else if (wasGrpo) {
-            s.config.dpo.beta = 0.1; // the preference modes' default
+            s.config.dpo.beta = TrainingConfig::defaultBeta(s.config.mode);
         }
     });
     onCombo(m_precision, [](Scenario &s, int v) { s.config.precision = static_cast<Precision>(v); });

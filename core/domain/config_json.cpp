@@ -137,6 +137,10 @@ TrainingConfig trainingConfigFromJson(const json &j)
         c.mode = parseTrainingMode(str("mode"), ctx + ".mode");
     // Issue 29: the preference block, under the mode's name (dpo, kto, orpo)
     const std::string blockName(toString(c.mode));
+    // TRL's defaults where the block does not say (TrainingConfig::defaultBeta, defaultReference)
+    if (c.mode == TrainingMode::GRPO)
+        c.dpo.beta = TrainingConfig::defaultBeta(c.mode);
+    std::optional<Reference> reference;
     if (hasPreferenceBlock(c.mode) && j.contains(blockName)) {
         const json &d = j.at(blockName);
         const std::string dc = ctx + "." + blockName;
@@ -145,9 +149,7 @@ TrainingConfig trainingConfigFromJson(const json &j)
         if (d.contains("reference")) {
             if (!d.at("reference").is_string())
                 throw InputError(dc + ".reference", showJson(d.at("reference")), "must be adapter, copy or none");
-            c.dpo.reference = parseReference(d.at("reference").get<std::string>(), dc + ".reference");
-        } else if (c.finetune == FineTune::Full) {
-            c.dpo.reference = Reference::Copy; // TRL's default without an adapter: a frozen copy
+            reference = parseReference(d.at("reference").get<std::string>(), dc + ".reference");
         }
         if (d.contains("prompt_len"))
             c.dpo.promptLen = requireInt64(d, "prompt_len", dc, 0, 1 << 24);
@@ -155,18 +157,11 @@ TrainingConfig trainingConfigFromJson(const json &j)
             if (!d.at("beta").is_number())
                 throw InputError(dc + ".beta", showJson(d.at("beta")), "must be a number");
             c.dpo.beta = d.at("beta").get<double>();
-        } else if (c.mode == TrainingMode::GRPO) {
-            c.dpo.beta = 0.0; // GRPOConfig's default
         }
         if (c.mode == TrainingMode::GRPO)
             readRollout(c, d, dc);
-    } else if (c.mode == TrainingMode::GRPO) {
-        c.dpo.beta = 0.0;
-    } else if (c.finetune == FineTune::Full) {
-        c.dpo.reference = Reference::Copy;
     }
-    if (c.mode == TrainingMode::GRPO && c.dpo.beta == 0.0 && !(j.contains(blockName) && j.at(blockName).contains("reference")))
-        c.dpo.reference = Reference::None; // beta = 0: TRL loads no reference
+    c.dpo.reference = reference ? *reference : c.defaultReference();
     if (c.mode == TrainingMode::ORPO)
         c.dpo.reference = Reference::None; // ORPO has no reference model
     if (j.contains("lora")) {

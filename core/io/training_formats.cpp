@@ -94,28 +94,23 @@ void TrainingSettings::applyTo(TrainingConfig &c) const
     if (zeroStage) c.zeroStage = *zeroStage;
     if (offloadOptimizer) c.offloadOptimizer = *offloadOptimizer;
     if (activationOffload) c.activationOffload = *activationOffload;
-    if (mode) {
+    if (mode)
         c.mode = *mode;
-        // TRL's reference unless the file says: the policy with its adapter disabled under PEFT, a
-        // frozen copy in full fine-tuning
-        c.dpo.reference = reference ? *reference : c.finetune == FineTune::Full ? Reference::Copy : Reference::Adapter;
-    }
     if (promptLen) c.dpo.promptLen = *promptLen;
-    if (beta) c.dpo.beta = *beta;
+    if (beta)
+        c.dpo.beta = *beta;
+    else if (mode == TrainingMode::GRPO)
+        c.dpo.beta = TrainingConfig::defaultBeta(*mode);
+    if (mode) // TRL's reference unless the file says (TrainingConfig::defaultReference)
+        c.dpo.reference = reference ? *reference : c.defaultReference();
     if (mode == TrainingMode::GRPO)
         applyRollout(c);
 }
 
-// GRPO: beta 0 (GRPOConfig's default) loads no reference; the sequence is the prompt (the
-// file's max_prompt_length, else kGrpoPromptTokens, said by the import) then the completion.
+// GRPO: the sequence is the prompt (the file's max_prompt_length, else kGrpoPromptTokens, said by
+// the import) then the completion.
 void TrainingSettings::applyRollout(TrainingConfig &c) const
 {
-    if (!beta)
-        c.dpo.beta = 0.0;
-    if (!reference)
-        c.dpo.reference = c.dpo.beta == 0.0              ? Reference::None
-                          : c.finetune == FineTune::Full ? Reference::Copy
-                                                         : Reference::Adapter;
     if (completionLen) {
         c.dpo.promptLen = promptLen ? *promptLen : kGrpoPromptTokens;
         c.seqLen = checkedAdd(c.dpo.promptLen, *completionLen);

@@ -244,6 +244,17 @@ struct TrainingConfig
     void validate() const;
     // GRPO's settings, as GRPOConfig.__post_init__ checks them (validate calls it for GRPO).
     void validateRollout() const;
+    // TRL's defaults where a file or the command line does not say: beta (GRPOConfig's 0, the
+    // preference configs' 0.1), and the reference for this mode, beta and fine-tuning (none for
+    // ORPO and for GRPO at beta 0; the disabled adapter under PEFT; a frozen copy in full
+    // fine-tuning). One place for the CLI, the imports, the sheets' JSON and the explorer.
+    static double defaultBeta(TrainingMode m) { return m == TrainingMode::GRPO ? 0.0 : 0.1; }
+    Reference defaultReference() const
+    {
+        if (mode == TrainingMode::ORPO || (mode == TrainingMode::GRPO && dpo.beta == 0.0))
+            return Reference::None;
+        return finetune == FineTune::Full ? Reference::Copy : Reference::Adapter;
+    }
     // GRPO's completions a prompt where none is given: GRPOConfig's 8, or the most below it that
     // divide the generation batch (at least 2; the count changes nothing on the device).
     int64_t fittingGenerations() const;
