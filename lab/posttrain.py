@@ -78,11 +78,16 @@ GRPO = {
     "l8b-grpo-lora-b2g2-p512s768": ("llama-3.1-8b", "lora", 2, 768, False, "none", "grpo", 512, 2, 0.0),
 }
 
-SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vl  # noqa: E402  (issue 30's vision-language cases)
+
+SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "vl": vl.VL}
 CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO}
 
 
 def request(name):
+    if name in vl.VL:
+        return vl.request(name)
     preset, ft, b, s, ckpt, ref, mode = CASES[name][:7]
     prompt = CASES[name][7] if len(CASES[name]) > 7 else s // 2
     with open(os.path.join(ROOT, "resources", "models", preset + ".json")) as f:

@@ -6,7 +6,7 @@
 # shared/trl (`datasets` is stood in for, the step reads no dataset).
 # Results under $OUT: cases.jsonl, and per case NAME.request.json, NAME.json (result), NAME.log,
 # NAME.tl.json (timeline), all packed in SET.tar.xz (what comes back is few files).
-# Usage: [ONLY=a,b] [SET=posttrain|heldout|dpo|grpo] bash lab/run posttrain (lab/dpo.sh: SET=dpo)
+# Usage: [ONLY=a,b] [SET=posttrain|heldout|dpo|grpo|vl] bash lab/run posttrain (lab/dpo.sh: SET=dpo)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/headroom-out}

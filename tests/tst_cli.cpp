@@ -767,7 +767,7 @@ private Q_SLOTS:
     // Issue 28: the keys the issue lists as changing memory are read, each said with the way the
     // estimate errs (never "not understood"): Axolotl's LoRA kernels, use_kernels, torchao's 4-bit
     // AdamW, dp_shard_size as the GPU count, tensor parallelism; accelerate's parallelism_config;
-    // DeepSpeed's ZeRO-3 limits; LLaMA-Factory's image bounds (an UNDER-estimate, said so). And the
+    // DeepSpeed's ZeRO-3 limits; LLaMA-Factory's image bounds (on a text model: not used, said so). And the
     // tools' inference, merge and predict-only files are refused as such.
     void memoryKeysAreReadAndSaid()
     {
@@ -804,7 +804,7 @@ private Q_SLOTS:
              R"({"zero_stage":3,"micro_batch":2})", {QStringLiteral("stage3_max_live_parameters")}},
             {write("lf.yaml", "model_name_or_path: x/y\nstage: sft\nfinetuning_type: lora\ncutoff_len: 2048\n"
                               "image_max_pixels: 262144\nvideo_max_pixels: 16384\n"),
-             R"({"seq_len":2048})", {QStringLiteral("UNDER-estimate")}},
+             R"({"seq_len":2048})", {QStringLiteral("a text model, so they are not used")}},
         };
         // The same tools' other files are refused as what they are, in one line.
         for (const auto &[file, says] : std::vector<std::pair<QString, QString>>{

@@ -329,6 +329,15 @@ private Q_SLOTS:
         QTest::addRow("schema") << QStringLiteral(R"({"schema_version": 7})") << QStringLiteral("request.schema_version");
         QTest::addRow("lora targets") << QStringLiteral(R"({"config": {"finetune": "lora", "lora": {"targets": []}}})")
                                       << QStringLiteral("lora_targets");
+        // issue 30: the vision block, read (by core, then the engine) before any model is built
+        QTest::addRow("vision images") << QStringLiteral(R"({"config": {"vision": {"images": -1}}})")
+                                       << QStringLiteral("config.vision.images");
+        QTest::addRow("vision size") << QStringLiteral(R"({"config": {"vision": {"image_size": [448]}}})")
+                                     << QStringLiteral("config.vision.image_size");
+        QTest::addRow("vision frames") << QStringLiteral(R"({"config": {"vision": {"videos": 1}}})")
+                                       << QStringLiteral("vision.video_frames = 0");
+        QTest::addRow("vision frozen") << QStringLiteral(R"({"config": {"vision": {"train_language_model": false}}})")
+                                       << QStringLiteral("vision.train_language_model = false");
     }
     void badRequestsNameTheField()
     {

@@ -92,7 +92,7 @@ private Q_SLOTS:
         const int64_t H = 64, I = 128, M = 4 * H, out = 256;
         const int64_t tower = (3 * 2 * 16 * 16 + 1) * H + 2304 * H + 2 * (4 * H + 3 * H * H + 3 * H + H * H + H + H * I + I + I * H + H) +
                               2 * H + M * M + M + M * out + out;
-        QCOMPARE(m.visionTowerParams, tower);
+        QCOMPARE(m.vision.towerParams, tower);
         json textOnly = text;
         textOnly["model_type"] = "qwen3_5_text";
         QCOMPARE(parameterCount(modelFromHfConfig(textOnly, "t")), parameterCount(m)); // the same language model

@@ -15,6 +15,7 @@
 #include "headroom/timeline.h"
 #include "headroom/traced.h"
 #include "headroom/training_formats.h"
+#include "headroom/vision.h"
 
 #include "hubfetch.h"
 #include "report.h"
@@ -71,6 +72,10 @@ struct Flags
     std::string numGenerations;       // GRPO; empty: TrainingConfig::fittingGenerations
     std::string vllm = "off";         // GRPO's use_vllm: off | colocate | server
     std::string vllmShare = "0.3";    // vllm_gpu_memory_utilization
+    // Issue 30: a vision-language step's pixels, per sample (TrainingConfig::Vision)
+    std::string images = "0", imageSize = "448x448", maxPixels = "0", minPixels = "0";
+    std::string videos = "0", videoFrames = "0", videoSize = "256x256", videoMaxPixels = "0", videoMinPixels = "0";
+    bool trainVisionTower = false, trainProjector = false, freezeLanguageModel = false;
     std::string gpus = "1";
     std::string zero = "0";
     std::string gpu = "h100-80";
@@ -130,6 +135,40 @@ std::vector<int64_t> parseIntegerList(const std::string &flag, const std::string
     return v;
 }
 
+// "HxW" (or one number for a square) in pixels.
+std::pair<int64_t, int64_t> parseSize(const std::string &flag, const std::string &text)
+{
+    const auto x = text.find('x');
+    try {
+        if (x == std::string::npos) {
+            const int64_t side = parseInteger(flag, text, 1, int64_t(1) << 15);
+            return {side, side};
+        }
+        return {parseInteger(flag, text.substr(0, x), 1, int64_t(1) << 15),
+                parseInteger(flag, text.substr(x + 1), 1, int64_t(1) << 15)};
+    } catch (const InputError &) {
+        throw InputError(flag, text, "must be HxW in pixels (e.g. 448x448), each side 1 to 32768");
+    }
+}
+
+TrainingConfig::Vision buildVision(const Flags &f)
+{
+    TrainingConfig::Vision v;
+    constexpr int64_t pixels = int64_t(1) << 28;
+    v.images = parseInteger("--images", f.images, 0, 64);
+    std::tie(v.imageHeight, v.imageWidth) = parseSize("--image-size", f.imageSize);
+    v.maxPixels = parseInteger("--max-pixels", f.maxPixels, 0, pixels);
+    v.minPixels = parseInteger("--min-pixels", f.minPixels, 0, pixels);
+    v.videos = parseInteger("--videos", f.videos, 0, 16);
+    v.videoFrames = parseInteger("--video-frames", f.videoFrames, 0, 4096);
+    std::tie(v.videoHeight, v.videoWidth) = parseSize("--video-size", f.videoSize);
+    v.videoMaxPixels = parseInteger("--video-max-pixels", f.videoMaxPixels, 0, pixels);
+    v.videoMinPixels = parseInteger("--video-min-pixels", f.videoMinPixels, 0, pixels);
+    std::tie(v.trainTower, v.trainProjector, v.trainLanguage) =
+        std::tuple{f.trainVisionTower, f.trainProjector, !f.freezeLanguageModel};
+    return v;
+}
+
 TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
 {
     TrainingConfig c;
@@ -185,6 +224,7 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     c.zeroStage = static_cast<int>(parseInteger("--zero", f.zero, 0, 3));
     c.grpo.numGenerations = f.numGenerations.empty() ? c.fittingGenerations()
                                                      : parseInteger("--num-generations", f.numGenerations, 1, int64_t(1) << 16);
+    c.vision = buildVision(f);
     if (c.finetune == FineTune::QLoRA && c.precision == Precision::FP32)
         throw InputError("--precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16");
     c.validate();
@@ -310,16 +350,25 @@ Flags withImports(Flags f)
         if (st.vllmGpuMemoryUtilization)
             take("--vllm-share", f.vllmShare, formatSetting(*st.vllmGpuMemoryUtilization));
     }
+    for (const auto &[flag, into, value] : {std::tuple{"--max-pixels", &f.maxPixels, st.imageMaxPixels}, // issue 30
+                                            {"--min-pixels", &f.minPixels, st.imageMinPixels},
+                                            {"--video-max-pixels", &f.videoMaxPixels, st.videoMaxPixels},
+                                            {"--video-min-pixels", &f.videoMinPixels, st.videoMinPixels}})
+        if (value)
+            take(flag, *into, std::to_string(*value));
+    for (const auto &[flag, into, value, negated] :
+         {std::tuple{"--train-vision-tower", &f.trainVisionTower, st.freezeVisionTower, true},
+          {"--train-projector", &f.trainProjector, st.freezeProjector, true},
+          {"--freeze-language-model", &f.freezeLanguageModel, st.freezeLanguageModel, false},
+          {"--offload-optimizer", &f.offloadOptimizer, st.offloadOptimizer, false},
+          {"--activation-offload", &f.activationOffload, st.activationOffload, false},
+          {"--no-double-quant", &f.noDoubleQuant, st.doubleQuant, true}})
+        if (value && !given(flag))
+            *into = negated ? !*value : *value;
     if (st.worldSize)
         take("--gpus", f.gpus, std::to_string(*st.worldSize));
     if (st.zeroStage)
         take("--zero", f.zero, std::to_string(*st.zeroStage));
-    if (st.offloadOptimizer && !given("--offload-optimizer"))
-        f.offloadOptimizer = *st.offloadOptimizer;
-    if (st.activationOffload && !given("--activation-offload"))
-        f.activationOffload = *st.activationOffload;
-    if (st.doubleQuant && !given("--no-double-quant"))
-        f.noDoubleQuant = !*st.doubleQuant;
     // What neither the files nor the command line state is Headroom's default, said; a model is
     // never assumed (a DeepSpeed or accelerate file alone names none).
     if (!st.model && !given("--model")) {
@@ -365,6 +414,8 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
     // c_attn, c_proj, c_fc; NeoX's query_key_value...), not a Llama's names.
     if (f.loraTargets.empty())
         b.config.lora.targets = defaultLoraTargets(b.model);
+    if (const auto note = dropVisionOfTextModel(b.model, b.config)) // issue 30: a recipe's pixel bounds
+        cli::say(stderr, "headroom-cli: note: ", *note);
     // The default sequence (2048) on a model with learned positions that stop before it: the most
     // it takes, said on stderr. A --seq given on the command line is checked as given.
     const bool seqGiven = f.cmd != nullptr && f.cmd->count("--seq") > 0;
@@ -445,6 +496,20 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--num-generations", f.numGenerations,
                     "GRPO: completions a prompt (divides --batch x --grad-accum x --gpus; default: TRL's 8, or "
                     "the most below it that divide; --seq is the prompt, then the completion)");
+    for (const auto &[flag, into, help] : std::initializer_list<std::tuple<const char *, std::string *, const char *>>{
+             {"--images", &f.images, "Vision-language: images per sample"},
+             {"--image-size", &f.imageSize, "Their size in pixels, HxW, before the processor"},
+             {"--max-pixels", &f.maxPixels, "The recipe's image bound (LLaMA-Factory's image_max_pixels; 0: none)"},
+             {"--min-pixels", &f.minPixels, "... and lower bound (image_min_pixels; 0: none)"},
+             {"--videos", &f.videos, "Vision-language: videos per sample"},
+             {"--video-frames", &f.videoFrames, "Frames sampled from each video"},
+             {"--video-size", &f.videoSize, "Their frames' size in pixels, HxW"},
+             {"--video-max-pixels", &f.videoMaxPixels, "The recipe's frame bound (video_max_pixels; 0: none)"},
+             {"--video-min-pixels", &f.videoMinPixels, "... and lower bound (video_min_pixels; 0: none)"}})
+        cmd->add_option(flag, *into, help)->capture_default_str();
+    cmd->add_flag("--train-vision-tower", f.trainVisionTower, "Train the vision tower too (frozen by default)");
+    cmd->add_flag("--train-projector", f.trainProjector, "Train the multimodal projector too (frozen by default)");
+    cmd->add_flag("--freeze-language-model", f.freezeLanguageModel, "Keep the language model frozen");
     cmd->add_option("--gpus", f.gpus, "Data-parallel world size")->capture_default_str();
     cmd->add_option("--zero", f.zero, "ZeRO stage 0..3 (3 = FSDP full shard)")->capture_default_str();
     cmd->add_option("--gpu", f.gpu, "GPU catalog id (see `gpus`)")->capture_default_str();

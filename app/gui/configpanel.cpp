@@ -4,6 +4,7 @@
 
 #include "hubfetch.h"
 #include "qtutil.h"
+#include "visionbox.h"
 
 #include "headroom/catalog.h"
 
@@ -249,6 +250,8 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     m_gradAccum->setToolTip(tr("Accumulation does not change the peak; it keeps the effective batch when the micro-batch shrinks."));
     shape->addRow(tr("Grad. accumulation"), m_gradAccum);
     outer->addWidget(shapeBox);
+    m_vision = new VisionBox(session, this);
+    outer->addWidget(m_vision);
 
     // Hardware
     auto *hwBox = new QGroupBox(tr("GPUs"), this);
@@ -596,12 +599,17 @@ void ConfigPanel::syncFromSession()
                                  .arg(num("num_hidden_layers"))
                                  .arg(num("hidden_size")));
     } else {
-        m_modelInfo->setText(tr("%1 · %2 layers · hidden %3 · vocab %4 · %5 B parameters")
+        // Issue 30: a vision-language checkpoint's tower and projector are built and loaded too
+        const int64_t vision = familyTraitsOrLlama(s.model.modelType).visionLanguage
+                                   ? s.model.vision.towerParams + s.model.vision.projectorParams : 0;
+        m_modelInfo->setText(tr("%1 · %2 layers · hidden %3 · vocab %4 · %5 B parameters%6")
                                  .arg(qs(s.model.modelType))
                                  .arg(s.model.numLayers)
                                  .arg(s.model.hiddenSize)
                                  .arg(s.model.vocabSize)
-                                 .arg(static_cast<double>(parameterCount(s.model)) / 1e9, 0, 'f', 2));
+                                 .arg(static_cast<double>(parameterCount(s.model) + vision) / 1e9, 0, 'f', 2)
+                                 .arg(vision ? tr(" (vision tower and projector %1 B)").arg(static_cast<double>(vision) / 1e9, 0, 'f', 2)
+                                             : QString()));
     }
     setComboData(m_finetune, static_cast<int>(c.finetune));
     setComboData(m_objective, c.mode == TrainingMode::SFT ? 0
@@ -644,5 +652,6 @@ void ConfigPanel::syncFromSession()
     m_reserve->setValue(static_cast<int>(std::lround(s.reserve * 100)));
     if (m_allocConf->text().trimmed().toStdString() != s.allocConf)
         m_allocConf->setText(qs(s.allocConf));
+    m_vision->sync();
     updateVisibility();
 }

@@ -11,6 +11,7 @@ class QLabel;
 class QLineEdit;
 class QSlider;
 class QSpinBox;
+class VisionBox;
 
 // Every knob of the scenario. Each control edits its one field of the session's scenario at
 // once; the panel follows the session when undo, a recommendation or a sheet changes it.
@@ -74,6 +75,7 @@ private:
     QLineEdit *m_allocConf;
     QLabel *m_problem;
     QLabel *m_notes;
+    VisionBox *m_vision; // issue 30: shown for a vision-language checkpoint
     QList<QWidget *> m_loraOnly;
     QString m_hubLookup; // the id being looked up, empty when none
 };

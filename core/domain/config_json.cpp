@@ -51,7 +51,66 @@ json toJson(const TrainingConfig &c, bool everyField)
         }
         j[std::string(toString(c.mode))] = block;
     }
+    if (!c.vision.isDefault()) // issue 30: only a vision-language step has the block
+        j["vision"] = visionJson(c.vision);
     return j;
+}
+
+json visionJson(const TrainingConfig::Vision &v)
+{
+    return {{"images", v.images},
+            {"image_size", {v.imageHeight, v.imageWidth}},
+            {"max_pixels", v.maxPixels},
+            {"min_pixels", v.minPixels},
+            {"videos", v.videos},
+            {"video_frames", v.videoFrames},
+            {"video_size", {v.videoHeight, v.videoWidth}},
+            {"video_max_pixels", v.videoMaxPixels},
+            {"video_min_pixels", v.videoMinPixels},
+            {"train_vision_tower", v.trainTower},
+            {"train_projector", v.trainProjector},
+            {"train_language_model", v.trainLanguage}};
+}
+
+// Issue 30: the vision block; what it does not say keeps its default.
+static void readVision(TrainingConfig::Vision &v, const json &d, const std::string &ctx)
+{
+    if (!d.is_object())
+        throw InputError(ctx, showJson(d).substr(0, 40), "must be a JSON object");
+    constexpr int64_t side = int64_t(1) << 15, pixels = int64_t(1) << 28;
+    auto integer = [&](const char *key, int64_t &into, int64_t lo, int64_t hi) {
+        if (d.contains(key))
+            into = requireInt64(d, key, ctx, lo, hi);
+    };
+    auto size = [&](const char *key, int64_t &h, int64_t &w) {
+        if (!d.contains(key))
+            return;
+        const json &s = d.at(key);
+        if (!s.is_array() || s.size() != 2)
+            throw InputError(ctx + "." + key, showJson(s).substr(0, 40), "must be [height, width] in pixels");
+        json hw = {{"height", s[0]}, {"width", s[1]}};
+        h = requireInt64(hw, "height", ctx + "." + key, 1, side);
+        w = requireInt64(hw, "width", ctx + "." + key, 1, side);
+    };
+    auto flag = [&](const char *key, bool &into) {
+        if (!d.contains(key))
+            return;
+        if (!d.at(key).is_boolean())
+            throw InputError(ctx + "." + key, showJson(d.at(key)), "must be true or false");
+        into = d.at(key).get<bool>();
+    };
+    integer("images", v.images, 0, 64);
+    size("image_size", v.imageHeight, v.imageWidth);
+    integer("max_pixels", v.maxPixels, 0, pixels);
+    integer("min_pixels", v.minPixels, 0, pixels);
+    integer("videos", v.videos, 0, 16);
+    integer("video_frames", v.videoFrames, 0, 4096);
+    size("video_size", v.videoHeight, v.videoWidth);
+    integer("video_max_pixels", v.videoMaxPixels, 0, pixels);
+    integer("video_min_pixels", v.videoMinPixels, 0, pixels);
+    flag("train_vision_tower", v.trainTower);
+    flag("train_projector", v.trainProjector);
+    flag("train_language_model", v.trainLanguage);
 }
 
 // Issue 29: GRPO's own keys in its block (num_generations, temperature, vllm).
@@ -164,6 +223,8 @@ TrainingConfig trainingConfigFromJson(const json &j)
     c.dpo.reference = reference ? *reference : c.defaultReference();
     if (c.mode == TrainingMode::ORPO)
         c.dpo.reference = Reference::None; // ORPO has no reference model
+    if (j.contains("vision") && !j.at("vision").is_null())
+        readVision(c.vision, j.at("vision"), ctx + ".vision");
     if (j.contains("lora")) {
         const json &l = j.at("lora");
         const std::string lc = ctx + ".lora";

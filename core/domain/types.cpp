@@ -1,5 +1,7 @@
 #include "headroom/types.h"
 
+#include <tuple>
+
 #include <cctype>
 #include <algorithm>
 #include <cstdio>
@@ -334,8 +336,49 @@ void TrainingConfig::validate() const
         if (!(dpo.beta >= 0.0 && dpo.beta <= 1e6))
             throw InputError(b + ".beta", std::to_string(dpo.beta), "must be in [0, 1e6]");
     }
+    vision.validate();
     if (finetune == FineTune::QLoRA && (precision == Precision::FP32))
         throw Refused({Blocker::QloraInFp32, "precision", "fp32", "QLoRA computes in 16 bits: use bf16, fp16 or amp-bf16"});
+}
+
+bool TrainingConfig::Vision::isDefault() const
+{
+    const Vision d;
+    return std::tie(images, imageHeight, imageWidth, maxPixels, minPixels, videos, videoFrames, videoHeight,
+                    videoWidth, videoMaxPixels, videoMinPixels, trainTower, trainProjector, trainLanguage) ==
+           std::tie(d.images, d.imageHeight, d.imageWidth, d.maxPixels, d.minPixels, d.videos, d.videoFrames,
+                    d.videoHeight, d.videoWidth, d.videoMaxPixels, d.videoMinPixels, d.trainTower, d.trainProjector,
+                    d.trainLanguage);
+}
+
+void TrainingConfig::Vision::validate() const
+{
+    auto range = [](const std::string &field, int64_t v, int64_t lo, int64_t hi) {
+        if (v < lo || v > hi)
+            throw InputError("vision." + field, std::to_string(v),
+                             "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    };
+    constexpr int64_t side = int64_t(1) << 15, pixels = int64_t(1) << 28;
+    range("images", images, 0, 64);
+    range("image_height", imageHeight, 1, side);
+    range("image_width", imageWidth, 1, side);
+    range("max_pixels", maxPixels, 0, pixels);
+    range("min_pixels", minPixels, 0, pixels);
+    range("videos", videos, 0, 16);
+    range("video_frames", videoFrames, videos > 0 ? 1 : 0, 4096);
+    range("video_height", videoHeight, 1, side);
+    range("video_width", videoWidth, 1, side);
+    range("video_max_pixels", videoMaxPixels, 0, pixels);
+    range("video_min_pixels", videoMinPixels, 0, pixels);
+    if (maxPixels > 0 && minPixels > maxPixels)
+        throw InputError("vision.min_pixels", std::to_string(minPixels),
+                         "is above max_pixels (" + std::to_string(maxPixels) + ")");
+    if (videoMaxPixels > 0 && videoMinPixels > videoMaxPixels)
+        throw InputError("vision.video_min_pixels", std::to_string(videoMinPixels),
+                         "is above video_max_pixels (" + std::to_string(videoMaxPixels) + ")");
+    if (!trainTower && !trainProjector && !trainLanguage)
+        throw InputError("vision.train_language_model", "false",
+                         "the vision tower and the projector are frozen too: nothing trains");
 }
 
 int64_t TrainingConfig::fittingGenerations() const

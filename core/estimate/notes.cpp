@@ -76,12 +76,12 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                         "flash-linear-attention and causal-conv1d (its torch fallback keeps each 64-token chunk's "
                         "fp32 tensors and every recurrent state for backward); with those installed Transformers "
                         "calls their kernels instead (not measured here): Measure now runs your own stack");
-    if (familyTraitsOrLlama(model.modelType).textConfigNested) {
+    if (familyTraitsOrLlama(model.modelType).textConfigNested && !familyTraitsOrLlama(model.modelType).visionLanguage) {
         char gib[32];
-        std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(model.visionTowerParams) * x.p / 1073741824.0);
+        std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(model.vision.towerParams) * x.p / 1073741824.0);
         notes.push_back("the language model of " + model.modelType + "'s text_config (Qwen3_5ForCausalLM, which skips the "
                         "checkpoint's vision tower); a loader that builds the whole model holds the tower's " +
-                        std::to_string(model.visionTowerParams) + " parameters (" + gib +
+                        std::to_string(model.vision.towerParams) + " parameters (" + gib +
                         ") on top, and a run that feeds it images is not estimated yet");
     }
     if (usesCollectives(cfg))

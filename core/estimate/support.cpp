@@ -1,6 +1,7 @@
 // What can be estimated and measured, decided here and nowhere else (headroom/support.h).
 
 #include "headroom/support.h"
+#include "headroom/vision.h"
 
 #include "headroom/estimator.h"
 
@@ -104,6 +105,12 @@ std::optional<Refusal> grpoRefusal(const ModelArch &model, const TrainingConfig 
 
 std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
 {
+    // Issue 30: the pixels are checked first (a bad size is an input error, whatever runs it)
+    visionTokens(model, cfg);
+    if (familyTraitsOrLlama(model.modelType).visionLanguage)
+        return Refusal{Blocker::VisionLanguage, "model.model_type", model.modelType,
+                       model.modelType + "'s vision-language step (its vision tower, projector and image tokens) is "
+                       "measured, not yet estimated: Measure now runs it with the transformers engine"};
     if (auto no = postTrainingRefusal(cfg))
         return no;
     if (cfg.mode == TrainingMode::GRPO)
@@ -237,6 +244,9 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
 
 std::optional<Refusal> libtorchRefusal(const ModelArch &m, const TrainingConfig &c)
 {
+    if (c.vision.any() || familyTraitsOrLlama(m.modelType).visionLanguage)
+        return Refusal{Blocker::EngineVision, "model.model_type", m.modelType,
+                       "a vision-language step runs on the transformers engine: use --engine transformers"};
     if (c.mode != TrainingMode::SFT)
         return Refusal{Blocker::EngineMode, "config.mode", std::string(toString(c.mode)),
                        "a " + modeTitle(c.mode) + " step is TRL's own loss: use --engine transformers with TRL installed"};

@@ -594,9 +594,31 @@ void readReplicas(Reader &r, const std::string &key, const json &v)
 
 void readVisionInputs(Reader &r, const std::string &key, const json &v)
 {
-    if (!v.is_null())
-        r.note(key + ": images and video are not in the estimate yet, only the text model (an UNDER-estimate "
-                     "for a vision-language run)");
+    if (v.is_null())
+        return;
+    auto &st = r.out.settings;
+    constexpr int64_t pixels = int64_t(1) << 28;
+    if (key == "image_max_pixels")
+        st.imageMaxPixels = r.integer(key, v, 1, pixels);
+    else if (key == "image_min_pixels")
+        st.imageMinPixels = r.integer(key, v, 1, pixels);
+    else if (key == "video_max_pixels")
+        st.videoMaxPixels = r.integer(key, v, 1, pixels);
+    else if (key == "video_min_pixels")
+        st.videoMinPixels = r.integer(key, v, 1, pixels);
+    else if (key == "video_maxlen") {
+        st.videoMaxFrames = r.integer(key, v, 1, 4096);
+        r.note(key + " = " + std::to_string(*st.videoMaxFrames) + ": a video's frames are video_fps times its "
+               "length, at most this many: --video-frames says how many a sample's videos have");
+    } else if (key == "freeze_vision_tower")
+        st.freezeVisionTower = r.flag(key, v);
+    else if (key == "freeze_multi_modal_projector")
+        st.freezeProjector = r.flag(key, v);
+    else if (key == "freeze_language_model")
+        st.freezeLanguageModel = r.flag(key, v);
+    else if (key == "processor_type")
+        r.note(key + ": a vision-language recipe; how many images a sample holds is the data's: --images");
+    // video_fps: the frames per second sampled (video_maxlen caps them)
 }
 
 // Keys every format shares that cannot change the step's memory: data, logging, saving, schedules.

@@ -60,10 +60,21 @@ json toJson(const ProbeRequest &r)
     if (!r.model.hfConfig.is_null())
         model = {{"headroom", {{"id", r.model.id}, {"name", r.model.name}, {"published_params", r.model.publishedParams}}},
                  {"config", r.model.hfConfig}};
+    // Issue 30: a vision-language checkpoint is built whole, with the checkpoint processor's pixel
+    // bounds for the engine's token count (vision.py), images or not
+    json config = toJson(r.config);
+    if (familyTraitsOrLlama(r.model.modelType).visionLanguage && r.model.vision.present()) {
+        json v = visionJson(r.config.vision);
+        v["processor_min_pixels"] = r.model.vision.minPixels;
+        v["processor_max_pixels"] = r.model.vision.maxPixels;
+        v["video_processor_min_pixels"] = r.model.vision.videoMinPixels;
+        v["video_processor_max_pixels"] = r.model.vision.videoMaxPixels;
+        config["vision"] = v;
+    }
     return {{"schema_version", kSchemaVersion},
             {"kind", "probe_request"},
             {"model", model},
-            {"config", toJson(r.config)},
+            {"config", config},
             {"steps", r.steps},
             {"early_stop", r.earlyStop},
             {"device", r.device},

@@ -105,6 +105,13 @@ void TrainingSettings::applyTo(TrainingConfig &c) const
         c.dpo.reference = reference ? *reference : c.defaultReference();
     if (mode == TrainingMode::GRPO)
         applyRollout(c);
+    if (imageMaxPixels) c.vision.maxPixels = *imageMaxPixels;
+    if (imageMinPixels) c.vision.minPixels = *imageMinPixels;
+    if (videoMaxPixels) c.vision.videoMaxPixels = *videoMaxPixels;
+    if (videoMinPixels) c.vision.videoMinPixels = *videoMinPixels;
+    if (freezeVisionTower) c.vision.trainTower = !*freezeVisionTower;
+    if (freezeProjector) c.vision.trainProjector = !*freezeProjector;
+    if (freezeLanguageModel) c.vision.trainLanguage = !*freezeLanguageModel;
 }
 
 // GRPO: the sequence is the prompt (the file's max_prompt_length, else kGrpoPromptTokens, said by
@@ -251,6 +258,14 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.vllm, b.vllm, "GRPO's use_vllm", fmt);
         merge(a.vllmServer, b.vllmServer, "GRPO's vLLM mode", fmt);
         merge(a.vllmGpuMemoryUtilization, b.vllmGpuMemoryUtilization, "vLLM's GPU memory share", fmt);
+        merge(a.imageMaxPixels, b.imageMaxPixels, "the image pixel bound", fmt);
+        merge(a.imageMinPixels, b.imageMinPixels, "the image pixel floor", fmt);
+        merge(a.videoMaxPixels, b.videoMaxPixels, "the video frame pixel bound", fmt);
+        merge(a.videoMinPixels, b.videoMinPixels, "the video frame pixel floor", fmt);
+        merge(a.videoMaxFrames, b.videoMaxFrames, "the video frame cap", fmt);
+        merge(a.freezeVisionTower, b.freezeVisionTower, "freezing the vision tower", fmt);
+        merge(a.freezeProjector, b.freezeProjector, "freezing the projector", fmt);
+        merge(a.freezeLanguageModel, b.freezeLanguageModel, "freezing the language model", fmt);
         out.unknownKeys.insert(out.unknownKeys.end(), f.unknownKeys.begin(), f.unknownKeys.end());
         out.conflicts.insert(out.conflicts.end(), f.conflicts.begin(), f.conflicts.end());
         out.notes.insert(out.notes.end(), f.notes.begin(), f.notes.end());

@@ -68,6 +68,10 @@ struct Family
     // A composite config.json's own fields (FamilyTraits::textConfigNested: read from the whole
     // file, after the text model's), e.g. the vision tower the estimate leaves out.
     Reader outer = nullptr;
+    // The text configuration class's defaults (Gemma3TextConfig's), for a composite whose
+    // text_config states only what differs from them; inherited.
+    using Defaults = nlohmann::json (*)();
+    Defaults textDefaults = nullptr;
 
     void readConfig(const ConfigFields &c, ModelArch &m) const
     {
@@ -92,6 +96,15 @@ struct Family
         f.traits.modelType = modelType;
         f.traits.libtorchEngine = false;
         f.parent = this;
+        f.textDefaults = textDefaults;
+        return f;
+    }
+    // A vision-language checkpoint built whole over this family's language model (issue 30): its
+    // text_config is this family's, its own fields (the vision_config) `outer` reads.
+    Family visionLanguage(std::string_view modelType, Reader outerReader) const
+    {
+        Family f = derive(modelType).set(&FamilyTraits::textConfigNested).set(&FamilyTraits::visionLanguage);
+        f.outer = outerReader;
         return f;
     }
     // The differences, written fluently.
@@ -136,6 +149,12 @@ struct Family
     {
         Family f = *this;
         f.read = r;
+        return f;
+    }
+    Family defaults(Defaults d) const
+    {
+        Family f = *this;
+        f.textDefaults = d;
         return f;
     }
     Family readsOuter(Reader r) const

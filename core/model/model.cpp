@@ -240,12 +240,21 @@ ModelArch modelFromHfConfig(const json &c, const std::string &id)
     m.name = id;
     const FamilyTraits &traits = familyTraits(m.modelType);
     // A composite configuration's text model reads its text_config (FamilyTraits::textConfigNested).
-    if (traits.textConfigNested && (!c.contains("text_config") || !c.at("text_config").is_object()))
+    // A legacy vision-language config.json (Qwen2.5-VL's on the Hub) states its language model at
+    // the top level, as Transformers still reads it.
+    const bool nested = traits.textConfigNested && !(traits.visionLanguage && !c.contains("text_config"));
+    if (nested && (!c.contains("text_config") || !c.at("text_config").is_object()))
         throw InputError("config.text_config", c.contains("text_config") ? show(c.at("text_config")).substr(0, 40) : "(missing)",
                          "a " + m.modelType + " config.json holds its language model's sizes in a text_config object");
-    const json &tc = traits.textConfigNested ? c.at("text_config") : c;
-    const std::string tctx = traits.textConfigNested ? "config.text_config" : ctx;
     const Family &family = *findFamily(m.modelType); // familyTraits() above refused a type with none
+    // The text configuration class's defaults under what the file states (Family::textDefaults).
+    json merged;
+    if (nested && family.textDefaults) {
+        merged = family.textDefaults();
+        merged.update(c.at("text_config"));
+    }
+    const json &tc = !nested ? c : family.textDefaults ? merged : c.at("text_config");
+    const std::string tctx = nested ? "config.text_config" : ctx;
     family.readConfig(ConfigFields(tc, tctx), m);
     if (family.outer)
         family.outer(ConfigFields(c, ctx), m); // a composite's own fields (Family::outer)

@@ -5,17 +5,20 @@ import re
 import sys
 import time
 
+from . import vision
 from .protocol import BadRequest, Missing, check_stop, short
 from .request import _DROP_KEYS
 
 
 def find_layers(model):
     """The decoder layers: the ModuleList named like HF's (`layers`, GPT-2's `h`, `blocks`), else
-    the longest one (a ModuleList of experts inside a layer is not the layers)."""
+    the longest one (a ModuleList of experts inside a layer is not the layers). A vision-language
+    model's are its language model's, not its vision tower's blocks (vision.part_of)."""
     import torch.nn as nn
+    from .vision import part_of
     named, longest = None, None
     for name, mod in model.named_modules():
-        if not isinstance(mod, nn.ModuleList) or len(mod) == 0:
+        if not isinstance(mod, nn.ModuleList) or len(mod) == 0 or part_of(name) != "language_model":
             continue
         if name.split(".")[-1] in ("layers", "h", "blocks") and (named is None or len(mod) > len(named)):
             named = mod
@@ -113,7 +116,11 @@ def build_base(torch, R, device, factory, info):
         except TypeError as e:
             raise BadRequest("model.config", R["model_type"], f"not a valid config ({short(str(e), 160)})")
         config.use_cache = False
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text_config.use_cache = False  # a composite's language model reads its own (trainers turn both off)
         auto = AutoModelForCausalLM
+        if cfg.get("vision") is not None:  # issue 30: the checkpoint's ForConditionalGeneration
+            from transformers import AutoModelForImageTextToText as auto
         if cfg["mode"] == "reward":
             # Issue 29: TRL's RewardTrainer builds AutoModelForSequenceClassification with one label,
             # and sets the pad token (the tokenizer's, else its eos) where the config has none
@@ -159,6 +166,8 @@ def build_model(torch, R, device, factory, info):
         apply_fused_loss(model, info)
     if cfg["finetune"] == "qlora":
         model = quantize_4bit(torch, model, cfg, info)
+    if cfg.get("vision") is not None and cfg["finetune"] == "full":
+        vision.freeze(model, cfg, info)
     if cfg["grad_checkpointing"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if cfg["checkpoint_layers"] > 0:  # selective: only the first N decoder layers recompute
@@ -174,10 +183,11 @@ def build_model(torch, R, device, factory, info):
         t0 = time.perf_counter()
         peft = require("peft", "LoRA")
         info["peft"] = peft.__version__
+        targets = cfg["lora"]["targets"] if cfg["lora"]["targets"] != ["all-linear"] else "all-linear"
+        if cfg.get("vision") is not None:
+            targets = vision.lora_targets(model, cfg)
         lc = peft.LoraConfig(r=cfg["lora"]["rank"], lora_alpha=cfg["lora"]["alpha"],
-                             lora_dropout=cfg["lora"]["dropout"],
-                             target_modules=(cfg["lora"]["targets"] if cfg["lora"]["targets"] != ["all-linear"]
-                                             else "all-linear"),
+                             lora_dropout=cfg["lora"]["dropout"], target_modules=targets,
                              task_type="SEQ_CLS" if cfg["mode"] == "reward" else "CAUSAL_LM")
         try:
             model = peft.get_peft_model(model, lc)

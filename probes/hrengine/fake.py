@@ -556,7 +556,9 @@ def refuse_untraceable(cfg, world):
              "bitsandbytes' optimizers have no fake-tensor form yet"),
             (cfg["loss"] == "fused", "config.loss", "fused", "Liger's Triton kernels have no fake-tensor form yet"),
             (cfg["activation_offload"], "config.activation_offload", "true", "host copies are not traced yet"),
-            (world > 1, "config.world_size", world, "the trace follows one GPU; several are measured, not traced, yet")):
+            (world > 1, "config.world_size", world, "the trace follows one GPU; several are measured, not traced, yet"),
+            (cfg.get("vision") is not None, "config.vision", "images",
+             "the vision tower reads its patch grid's values, which fake tensors do not hold")):
         if cond:
             raise BadRequest(field, value, f"cannot be traced: {why} (measure it on a GPU instead)")
 

@@ -4,6 +4,7 @@ import json
 import sys
 
 from .protocol import BadRequest, MAX_DEPTH, MAX_REQUEST_BYTES, SCHEMA_VERSION, short
+from .vision import parse_vision
 from .vocabulary import ATTENTIONS, FINETUNES, IMPLS, LOSSES, MODES, OPTIMIZERS, PRECISIONS, REFERENCES
 
 
@@ -144,6 +145,9 @@ def parse_config(c):
     if m in ("kto", "orpo", "reward") and cfg["finetune"] == "qlora":
         raise BadRequest("config.finetune", "qlora", f"a {m} step is measured with full fine-tuning or LoRA; "
                          "QLoRA is not yet")
+    vision = parse_vision(c, cfg)  # issue 30; a text step's config has no vision key
+    if vision is not None:
+        cfg["vision"] = vision
     if cfg["offload_optimizer"]:
         raise BadRequest("config.offload_optimizer", True,
                          "the transformers engine keeps the optimizer on the device; offload is estimated, not measured")

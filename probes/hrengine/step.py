@@ -13,6 +13,7 @@ from .posttrain import reference_of, rollout_of, setup as posttrain_setup
 from .parallel import _Null, gradient_sync_control, parameters_sum, wrap_parallel
 from .protocol import BadRequest, EXIT_OK, EXIT_OUT_OF_MEMORY, Missing, SCHEMA_VERSION, Stopped, VERSION, _stop, check_stop, short, write_atomically
 from .trace import Recorder, finish_trace
+from .vision import setup as vision_setup
 from .worker import run_info
 
 
@@ -88,6 +89,8 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
             for p in ref_model.parameters():
                 p.requires_grad_(False)
         post_loss, post_batches = posttrain_setup(torch, model, ref_model, cfg, device, info)
+        if cfg.get("vision") is not None:  # issue 30: images and videos in the batch (vision.py)
+            post_loss, post_batches = vision_setup(torch, model, R, cfg, device, info)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise BadRequest("config.finetune", cfg["finetune"], "leaves no trainable parameter")
@@ -98,7 +101,10 @@ def measure(args, R, out, factory, t_start, torch, cfg, D, cuda, device, meter):
         if cfg["precision"] == "amp-fp16" and cuda:
             scaler = torch.amp.GradScaler("cuda") if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler") \
                 else torch.cuda.amp.GradScaler()
-        vocab = int(R["hf_config"].get("vocab_size") or getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+        mcfg = getattr(model, "config", None)
+        text_cfg = mcfg.get_text_config() if hasattr(mcfg, "get_text_config") else mcfg
+        vocab = int(R["hf_config"].get("vocab_size") or getattr(mcfg, "vocab_size", 0) or
+                    getattr(text_cfg, "vocab_size", 0) or 0)
         if vocab <= 0:
             raise BadRequest("model.config.vocab_size", "(missing)", "needed for the random batch")
         b, s, ga = cfg["micro_batch"], cfg["seq_len"], cfg["grad_accum"]

@@ -100,6 +100,9 @@ void read(Reader &r, const json &j)
               {"video_min_pixels", readVisionInputs},
               {"video_fps", readVisionInputs},
               {"video_maxlen", readVisionInputs},
+              {"freeze_vision_tower", readVisionInputs},
+              {"freeze_multi_modal_projector", readVisionInputs},
+              {"freeze_language_model", readVisionInputs},
               {"use_kernels", readHubKernels}});
     if (type == "freeze") {
         st.finetune = FineTune::Full;

@@ -42,7 +42,7 @@ int64_t visionTowerParams(const ConfigFields &v, int64_t textHidden)
 void readVision(const ConfigFields &c, ModelArch &m)
 {
     if (c.has("vision_config") && c.json().at("vision_config").is_object())
-        m.visionTowerParams = visionTowerParams(ConfigFields(c.json().at("vision_config"), "config.vision_config"), m.hiddenSize);
+        m.vision.towerParams = visionTowerParams(ConfigFields(c.json().at("vision_config"), "config.vision_config"), m.hiddenSize);
 }
 } // namespace
 

@@ -11,5 +11,7 @@ namespace headroom {
 // activation offload) at their defaults, for comparing two configurations key by key.
 nlohmann::json toJson(const TrainingConfig &c, bool everyField = false);
 TrainingConfig trainingConfigFromJson(const nlohmann::json &j);
+// Issue 30: the vision block, written wherever it differs from the default (a text step has none).
+nlohmann::json visionJson(const TrainingConfig::Vision &v);
 
 } // namespace headroom

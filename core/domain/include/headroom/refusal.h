@@ -28,6 +28,7 @@ enum class Blocker {
     PreferenceNotModelled,  // DPO is measured (TRL's own step), not yet estimated
     EagerAttentionOnly,     // the model's attention runs in eager only (GPT-OSS's sinks)
     RowVariant,             // a variant of the type its row does not follow (ModelArch::rowGap)
+    VisionLanguage,         // a vision-language step is measured, not yet estimated (issue 30)
     // the LibTorch engine (measure with the transformers engine instead)
     EngineModel,
     EngineSlidingWindow,
@@ -38,6 +39,7 @@ enum class Blocker {
     EngineActivationOffload,
     EngineSharding,
     EngineMode,             // DPO runs TRL's loss: the transformers engine only
+    EngineVision,           // images and video: the transformers engine only
 };
 
 struct Refusal

@@ -217,6 +217,25 @@ struct TrainingConfig
         bool vllmServer = false;
         double vllmGpuMemoryUtilization = 0.3;
     } grpo;
+    // Issue 30: a vision-language step's pixels, per sample (Note [Vision inputs]): images and
+    // videos at the size the recipe's tool receives them, the tool's pixel bounds (LLaMA-Factory's
+    // image_max_pixels, image_min_pixels, video_*: 0, none; the checkpoint's processor bounds are
+    // the model's), and which of the three parts train (LLaMA-Factory's freeze_vision_tower,
+    // freeze_multi_modal_projector, freeze_language_model defaults). LoRA adapts the trained parts.
+    struct Vision
+    {
+        int64_t images = 0;
+        int64_t imageHeight = 448, imageWidth = 448;
+        int64_t maxPixels = 0, minPixels = 0;
+        int64_t videos = 0, videoFrames = 0;
+        int64_t videoHeight = 256, videoWidth = 256;
+        int64_t videoMaxPixels = 0, videoMinPixels = 0;
+        bool trainTower = false, trainProjector = false, trainLanguage = true;
+        bool any() const { return images > 0 || videos > 0; }
+        // Every field at its default: a text step (no vision block in its JSON).
+        bool isDefault() const;
+        void validate() const;
+    } vision;
     int worldSize = 1;
     int zeroStage = 0;
     // DeepSpeed offload_optimizer: cpu (ZeRO-Offload): the optimizer state and its step live on

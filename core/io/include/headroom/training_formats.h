@@ -56,6 +56,11 @@ struct TrainingSettings
     std::optional<bool> vllm;
     std::optional<bool> vllmServer;
     std::optional<double> vllmGpuMemoryUtilization;
+    // Issue 30: a vision-language recipe's pixel bounds and what it freezes (LLaMA-Factory's
+    // image_max_pixels, ..., video_maxlen, freeze_vision_tower, freeze_multi_modal_projector,
+    // freeze_language_model). How many images a sample holds is the data's, never a recipe's.
+    std::optional<int64_t> imageMaxPixels, imageMinPixels, videoMaxPixels, videoMinPixels, videoMaxFrames;
+    std::optional<bool> freezeVisionTower, freezeProjector, freezeLanguageModel;
 
     // Onto a configuration: the fields set here replace the config's.
     void applyTo(TrainingConfig &c) const;

@@ -142,6 +142,10 @@ struct FamilyTraits
     // AutoModelForCausalLM builds as its text model alone (Qwen3_5ForCausalLM reads text_config and
     // ignores the checkpoint's model.visual weights): every size is read from text_config.
     bool textConfigNested = false;
+    // A vision-language checkpoint built whole (AutoModelForImageTextToText: the tower, the
+    // projector and the language model; issue 30). Its text_config holds the language model, or
+    // (a legacy config.json, Qwen2.5-VL's) the top level does.
+    bool visionLanguage = false;
     // Headroom's LibTorch engine reproduces this family's step (measured against the transformers
     // engine on the H200; not inherited by a derived family).
     bool libtorchEngine = false;
@@ -228,9 +232,28 @@ struct ModelArch
         int64_t convWidth() const { return 2 * keyWidth() + valueWidth(); }
     };
     LinearAttention linearAttn;
-    // A composite checkpoint's vision tower (Qwen3.5's vision_config): its parameter count, which the
-    // estimate leaves out (it is the language model's) and the report states.
-    int64_t visionTowerParams = 0;
+    // A composite checkpoint's vision side (issue 30; Note [Vision inputs]): how its processor turns
+    // pixels into tokens, the checkpoint processor's pixel bounds, and the tower's and projector's
+    // parameters. Qwen3.5's text-only row (AutoModelForCausalLM skips the tower) counts the tower
+    // for the report; a vision-language type (FamilyTraits::visionLanguage) builds all of it.
+    struct VisionSide
+    {
+        // Dynamic: Qwen2VLImageProcessor's resolution (patches of `patch`, merged merge^2 to a
+        // token, frames paired by temporalPatch); Fixed: every image the tower's imageSize square,
+        // tokensPerImage tokens.
+        enum class Tokens { None, Dynamic, Fixed };
+        Tokens tokens = Tokens::None;
+        int64_t patch = 0, merge = 1, temporalPatch = 1;
+        int64_t imageSize = 0, tokensPerImage = 0;
+        int markers = 0;            // tokens around each block (vision_start / end, boi / eoi)
+        bool perFrameVideo = false; // each temporal patch of a video its own block (Qwen3-VL)
+        bool video = false;         // the model takes video
+        // The checkpoint processor's bounds (preprocessor_config.json, video_preprocessor_config.json).
+        int64_t minPixels = 0, maxPixels = 0, videoMinPixels = 0, videoMaxPixels = 0;
+        int64_t towerParams = 0, projectorParams = 0;
+        bool present() const { return tokens != Tokens::None; }
+    };
+    VisionSide vision;
     std::vector<bool> linearLayers; // per layer: true where the layer is linear attention
     // Gemma 4 (Note [Gemma 4]): the global (full-attention) layers' own head size and kv heads
     // (config.global_head_dim, num_global_key_value_heads, per_layer_config), the values from

@@ -1,0 +1,244 @@
+// Issue 30: a vision-language checkpoint's tokens and tower parameters (headroom/vision.h).
+#include "headroom/vision.h"
+
+#include "family.h"
+
+#include "headroom/error.h"
+
+#include <cmath>
+#include <string>
+
+namespace headroom {
+
+std::pair<int64_t, int64_t> smartResize(int64_t height, int64_t width, int64_t factor, int64_t minPixels,
+                                        int64_t maxPixels, const std::string &field)
+{
+    const double h = static_cast<double>(height), w = static_cast<double>(width), f = static_cast<double>(factor);
+    if (std::max(h, w) / std::min(h, w) > 200.0)
+        throw InputError(field, std::to_string(height) + "x" + std::to_string(width),
+                         "has an aspect ratio past 200, which the processor refuses");
+    // Python's round() takes halves to even, as nearbyint does in the default rounding mode
+    auto hb = static_cast<int64_t>(std::nearbyint(h / f)) * factor;
+    auto wb = static_cast<int64_t>(std::nearbyint(w / f)) * factor;
+    if (hb * wb > maxPixels) {
+        const double beta = std::sqrt(h * w / static_cast<double>(maxPixels));
+        hb = std::max(factor, static_cast<int64_t>(std::floor(h / beta / f)) * factor);
+        wb = std::max(factor, static_cast<int64_t>(std::floor(w / beta / f)) * factor);
+    } else if (hb * wb < minPixels) {
+        const double beta = std::sqrt(static_cast<double>(minPixels) / (h * w));
+        hb = static_cast<int64_t>(std::ceil(h * beta / f)) * factor;
+        wb = static_cast<int64_t>(std::ceil(w * beta / f)) * factor;
+    }
+    return {hb, wb};
+}
+
+std::pair<int64_t, int64_t> toolResize(int64_t height, int64_t width, int64_t minPixels, int64_t maxPixels)
+{
+    double h = static_cast<double>(height), w = static_cast<double>(width);
+    if (maxPixels > 0 && h * w > static_cast<double>(maxPixels)) {
+        const double f = std::sqrt(static_cast<double>(maxPixels) / (h * w));
+        h = std::trunc(h * f);
+        w = std::trunc(w * f);
+    }
+    if (minPixels > 0 && h * w < static_cast<double>(minPixels)) {
+        const double f = std::sqrt(static_cast<double>(minPixels) / (h * w));
+        h = std::trunc(h * f);
+        w = std::trunc(w * f);
+    }
+    return {std::max<int64_t>(1, static_cast<int64_t>(h)), std::max<int64_t>(1, static_cast<int64_t>(w))};
+}
+
+namespace {
+// One image (frames 1) or video through Qwen2VLImageProcessor: (t, h, w) in patches.
+std::array<int64_t, 3> dynamicGrid(const ModelArch::VisionSide &v, int64_t height, int64_t width, int64_t toolMin,
+                                   int64_t toolMax, int64_t procMin, int64_t procMax, int64_t frames,
+                                   const std::string &field)
+{
+    const auto [h, w] = toolResize(height, width, toolMin, toolMax);
+    const auto [hh, ww] = smartResize(h, w, v.patch * v.merge, procMin, procMax, field);
+    // the processor repeats the last frame to a whole temporal patch
+    return {(frames + v.temporalPatch - 1) / v.temporalPatch, hh / v.patch, ww / v.patch};
+}
+} // namespace
+
+VisionTokens visionTokens(const ModelArch &m, const TrainingConfig &c)
+{
+    const auto &in = c.vision;
+    const auto &v = m.vision;
+    VisionTokens t;
+    if (!in.any())
+        return t;
+    const bool built = familyTraitsOrLlama(m.modelType).visionLanguage && v.present();
+    if (!built)
+        throw InputError(in.images > 0 ? "vision.images" : "vision.videos",
+                         std::to_string(in.images > 0 ? in.images : in.videos),
+                         m.modelType + " is a text model: it takes no images or video");
+    if (in.videos > 0 && !v.video)
+        throw InputError("vision.videos", std::to_string(in.videos), m.modelType + " takes no video");
+    if (v.tokens == ModelArch::VisionSide::Tokens::Dynamic) {
+        const int64_t merge2 = v.merge * v.merge;
+        if (in.images > 0) {
+            t.imageGrid = dynamicGrid(v, in.imageHeight, in.imageWidth, in.minPixels, in.maxPixels, v.minPixels,
+                                      v.maxPixels, 1, "vision.image_size");
+            t.imagePatches = t.imageGrid[0] * t.imageGrid[1] * t.imageGrid[2];
+            t.imageTokens = t.imagePatches / merge2;
+        }
+        if (in.videos > 0) {
+            t.videoGrid = dynamicGrid(v, in.videoHeight, in.videoWidth, in.videoMinPixels, in.videoMaxPixels,
+                                      v.videoMinPixels, v.videoMaxPixels, in.videoFrames, "vision.video_size");
+            t.videoPatches = t.videoGrid[0] * t.videoGrid[1] * t.videoGrid[2];
+            t.videoTokens = t.videoPatches / merge2;
+        }
+    } else {
+        t.imagePatches = (v.imageSize / v.patch) * (v.imageSize / v.patch);
+        t.imageTokens = v.tokensPerImage;
+    }
+    const int64_t videoBlocks = v.perFrameVideo ? t.videoGrid[0] : 1;
+    t.perSample = checkedAdd(checkedMul(in.images, t.imageTokens + v.markers),
+                             checkedMul(in.videos, checkedAdd(t.videoTokens, checkedMul(videoBlocks, v.markers))));
+    if (t.perSample + 1 > c.seqLen)
+        throw InputError("seq", std::to_string(c.seqLen),
+                         "holds no room for the sample's images and videos: they take " + std::to_string(t.perSample) +
+                             " tokens (" + std::to_string(t.imageTokens) + " per image" +
+                             (in.videos > 0 ? ", " + std::to_string(t.videoTokens) + " per video" : std::string()) + ")");
+    return t;
+}
+
+std::optional<std::string> dropVisionOfTextModel(const ModelArch &m, TrainingConfig &c)
+{
+    if (c.vision.isDefault() || c.vision.any() || familyTraitsOrLlama(m.modelType).visionLanguage)
+        return std::nullopt;
+    c.vision = TrainingConfig::Vision{};
+    return "the image and video settings are a vision-language recipe's; " + m.modelType +
+           " is a text model, so they are not used (its step has no images)";
+}
+
+namespace vision_params {
+const nlohmann::json &visionConfig(const ConfigFields &c, ModelArch &m)
+{
+    if (!c.has("vision_config") || !c.json().at("vision_config").is_object())
+        c.refuse("vision_config", "(missing)", "describes the vision tower of a vision-language checkpoint");
+    m.tiedEmbeddings = c.boolean("tie_word_embeddings", m.tiedEmbeddings);
+    return c.json().at("vision_config");
+}
+
+namespace {
+struct Sizes
+{
+    int64_t hidden, inter, depth, patch, temporal, channels, merge, out;
+};
+
+Sizes sizes(const ConfigFields &v, int64_t textHidden, int64_t hiddenDefault, int64_t interDefault,
+            int64_t depthDefault, int64_t patchDefault)
+{
+    Sizes s{v.integer("hidden_size", hiddenDefault), v.integer("intermediate_size", interDefault),
+            v.integer("depth", depthDefault), v.integer("patch_size", patchDefault),
+            v.integer("temporal_patch_size", 2),
+            v.has("in_channels") ? v.integer("in_channels") : v.integer("in_chans", 3),
+            v.integer("spatial_merge_size", 2), v.integer("out_hidden_size", textHidden)};
+    for (auto [key, x] : {std::pair{"hidden_size", s.hidden}, {"intermediate_size", s.inter}, {"depth", s.depth},
+                          {"patch_size", s.patch}, {"temporal_patch_size", s.temporal}, {"in_channels", s.channels},
+                          {"out_hidden_size", s.out}})
+        if (x > (int64_t(1) << 16))
+            v.refuse(key, std::to_string(x), "is implausibly large (limit 65536)");
+    if (s.merge > 64)
+        v.refuse("spatial_merge_size", std::to_string(s.merge), "is implausibly large (limit 64)");
+    return s;
+}
+
+// A merger: its norm's parameters, then Linear(M, M) and Linear(M, out), M = hidden x merge^2.
+int64_t merger(const Sizes &s, int64_t normParams)
+{
+    const int64_t M = checkedMul(s.hidden, s.merge * s.merge);
+    return checkedAdd(normParams, checkedAdd(checkedAdd(checkedMul(M, M), M), checkedAdd(checkedMul(M, s.out), s.out)));
+}
+
+void dynamic(const Sizes &s, ModelArch::VisionSide &out)
+{
+    out.tokens = ModelArch::VisionSide::Tokens::Dynamic;
+    out.patch = s.patch;
+    out.merge = s.merge;
+    out.temporalPatch = s.temporal;
+    out.markers = 2; // vision_start, vision_end
+    out.video = true;
+}
+} // namespace
+
+void qwen25(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx)
+{
+    const ConfigFields v(j, ctx);
+    const Sizes s = sizes(v, textHidden, 1280, 3420, 32, 14);
+    const int64_t H = s.hidden, I = s.inter;
+    const int64_t block = 2 * H + (3 * H * H + 3 * H) + (H * H + H) + 2 * (H * I + I) + (I * H + H);
+    out.towerParams = checkedAdd(checkedMul(s.channels * s.temporal * s.patch * s.patch, H), checkedMul(s.depth, block));
+    out.projectorParams = merger(s, H);
+    dynamic(s, out);
+}
+
+void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx)
+{
+    const ConfigFields v(j, ctx);
+    const Sizes s = sizes(v, textHidden, 1152, 4304, 27, 16);
+    const int64_t H = s.hidden, I = s.inter;
+    const int64_t positions = v.integer("num_position_embeddings", 2304);
+    if (positions > (int64_t(1) << 24))
+        v.refuse("num_position_embeddings", std::to_string(positions), "is implausibly large (limit 16777216)");
+    const int64_t block = 4 * H + (3 * H * H + 3 * H) + (H * H + H) + (H * I + I) + (I * H + H);
+    out.towerParams = checkedAdd(checkedAdd(checkedMul(s.channels * s.temporal * s.patch * s.patch + 1, H),
+                                            checkedMul(positions, H)),
+                                 checkedMul(s.depth, block));
+    int64_t deepstack = 0;
+    if (v.has("deepstack_visual_indexes")) {
+        const auto &d = j.at("deepstack_visual_indexes");
+        if (!d.is_array() || d.size() > 1024)
+            v.refuse("deepstack_visual_indexes", d.dump().substr(0, 40), "must be a list of block indexes");
+        deepstack = static_cast<int64_t>(d.size());
+    }
+    const int64_t M = checkedMul(H, s.merge * s.merge);
+    out.projectorParams = checkedAdd(merger(s, 2 * H), checkedMul(deepstack, merger(s, 2 * M)));
+    dynamic(s, out);
+}
+
+namespace {
+// A ViT encoder's layers (SigLIP's and CLIP's): two LayerNorms, q, k, v, out and a two-Linear MLP, biased.
+int64_t vitLayers(const ConfigFields &v, int64_t &H, int64_t &patch, int64_t &image, int64_t &channels)
+{
+    H = v.integer("hidden_size", 768);
+    const int64_t I = v.integer("intermediate_size", 3072), L = v.integer("num_hidden_layers", 12);
+    patch = v.integer("patch_size", 16);
+    image = v.integer("image_size", 224);
+    channels = v.integer("num_channels", 3);
+    for (auto [key, x] : {std::pair{"hidden_size", H}, {"intermediate_size", I}, {"num_hidden_layers", L},
+                          {"patch_size", patch}, {"image_size", image}, {"num_channels", channels}})
+        if (x > (int64_t(1) << 16))
+            v.refuse(key, std::to_string(x), "is implausibly large (limit 65536)");
+    if (patch > image)
+        v.refuse("patch_size", std::to_string(patch), "is larger than image_size (" + std::to_string(image) + ")");
+    return checkedMul(L, 4 * H + 4 * (H * H + H) + (H * I + I) + (I * H + H));
+}
+} // namespace
+
+int64_t siglip(const nlohmann::json &j, const std::string &ctx)
+{
+    const ConfigFields v(j, ctx);
+    int64_t H, patch, image, channels;
+    const int64_t layers = vitLayers(v, H, patch, image, channels);
+    const int64_t positions = (image / patch) * (image / patch);
+    // patch Conv2d with a bias, learned positions, the layers, post_layernorm (no head: vision_use_head false)
+    return checkedAdd(checkedAdd(checkedMul(channels * patch * patch + 1, H), checkedMul(positions, H)),
+                      checkedAdd(layers, 2 * H));
+}
+
+int64_t clip(const nlohmann::json &j, const std::string &ctx)
+{
+    const ConfigFields v(j, ctx);
+    int64_t H, patch, image, channels;
+    const int64_t layers = vitLayers(v, H, patch, image, channels);
+    const int64_t positions = (image / patch) * (image / patch) + 1;
+    // class embedding, patch Conv2d without a bias, positions, pre_layrnorm, the layers, post_layernorm
+    return checkedAdd(checkedAdd(H + checkedMul(channels * patch * patch, H), checkedMul(positions, H)),
+                      checkedAdd(layers, 4 * H));
+}
+} // namespace vision_params
+
+} // namespace headroom

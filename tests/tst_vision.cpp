@@ -1,0 +1,271 @@
+// Issue 30: vision-language checkpoints read from their config.json (the tower's and projector's
+// parameters as published), the image and video tokens as the processors count them, the vision
+// block through the config JSON, the engine's request and the CLI, and the refusals.
+#include "headroom/catalog.h"
+#include "headroom/config_json.h"
+#include "headroom/error.h"
+#include "headroom/estimator.h"
+#include "headroom/measurement.h"
+#include "headroom/model.h"
+#include "headroom/support.h"
+#include "headroom/vision.h"
+
+#include <QProcess>
+#include <QtTest>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+using namespace headroom;
+using nlohmann::json;
+
+namespace {
+json configFile(const QString &name)
+{
+    std::ifstream in(QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/configs/vl/%1.json").arg(name).toStdString());
+    return json::parse(in);
+}
+
+ModelArch vl(const QString &name)
+{
+    return modelFromHfConfig(configFile(name), name.toStdString());
+}
+
+std::string errorOf(const std::function<void()> &f)
+{
+    try {
+        f();
+    } catch (const InputError &e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+} // namespace
+
+class TestVision : public QObject
+{
+    Q_OBJECT
+private Q_SLOTS:
+    // The language model, the tower and the projector add up to the checkpoint's published size
+    // (the Hub's safetensors count).
+    void checkpointsCountAsPublished_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<qint64>("published");
+        QTest::addColumn<qint64>("tower");
+        QTest::addRow("Qwen2.5-VL-7B-Instruct") << QStringLiteral("qwen2.5-vl-7b") << qint64(8292166656) << qint64(631975680);
+        QTest::addRow("Qwen3-VL-8B-Instruct") << QStringLiteral("qwen3-vl-8b") << qint64(8767123696) << qint64(415891440);
+        QTest::addRow("gemma-3-4b-it") << QStringLiteral("gemma-3-4b-it") << qint64(4300079472) << qint64(416866032);
+        QTest::addRow("llava-1.5-7b-hf") << QStringLiteral("llava-1.5-7b") << qint64(7063427072) << qint64(303507456);
+    }
+    void checkpointsCountAsPublished()
+    {
+        QFETCH(QString, file);
+        QFETCH(qint64, published);
+        QFETCH(qint64, tower);
+        const ModelArch m = vl(file);
+        QVERIFY(familyTraits(m.modelType).visionLanguage);
+        QCOMPARE(m.vision.towerParams, tower);
+        QCOMPARE(parameterCount(m) + m.vision.towerParams + m.vision.projectorParams, published);
+    }
+
+    // Qwen2.5-VL's Hub config.json states the language model at the top level (the legacy form);
+    // read either way, the same model.
+    void legacyFlatConfigReadsAsNested()
+    {
+        const json nested = configFile(QStringLiteral("qwen2.5-vl-7b"));
+        json flat = nested;
+        flat.erase("text_config");
+        for (const auto &[k, v] : nested.at("text_config").items())
+            if (k != "model_type")
+                flat[k] = v;
+        const ModelArch a = modelFromHfConfig(nested, "n"), b = modelFromHfConfig(flat, "f");
+        QCOMPARE(parameterCount(a), parameterCount(b));
+        QCOMPARE(b.vision.towerParams, a.vision.towerParams);
+        QCOMPARE(b.numLayers, int64_t(28));
+        QVERIFY(errorOf([&] {
+                    json bad = nested;
+                    bad.erase("vision_config");
+                    modelFromHfConfig(bad, "x");
+                }).find("config.vision_config") != std::string::npos);
+    }
+
+    // Qwen2VLImageProcessor's smart_resize, values worked by hand from its Python: multiples of
+    // patch x merge, Python's round (halves to even), the max bound by floor, the min bound by ceil.
+    void smartResizeAsThePythonDoes()
+    {
+        QCOMPARE(smartResize(448, 448, 28, 3136, 12845056, "f"), std::make_pair(int64_t(448), int64_t(448)));
+        QCOMPARE(smartResize(70, 42, 28, 0, 1 << 30, "f"), std::make_pair(int64_t(56), int64_t(56))); // 2.5, 1.5: to even
+        QCOMPARE(smartResize(1024, 1024, 28, 3136, 589824, "f"), std::make_pair(int64_t(756), int64_t(756)));
+        QCOMPARE(smartResize(100, 100, 32, 65536, 16777216, "f"), std::make_pair(int64_t(256), int64_t(256)));
+        QVERIFY(errorOf([] { smartResize(10, 3000, 28, 0, 1 << 30, "vision.image_size"); })
+                    .find("vision.image_size = 10x3000") != std::string::npos);
+        // LLaMA-Factory's own resize first: sqrt(bound / pixels), truncated
+        QCOMPARE(toolResize(1024, 1024, 0, 589824), std::make_pair(int64_t(768), int64_t(768)));
+        QCOMPARE(toolResize(360, 640, 0, 65536), std::make_pair(int64_t(192), int64_t(341)));
+    }
+
+    void tokensAsTheProcessorCountsThem_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<int>("images");
+        QTest::addColumn<int>("height");
+        QTest::addColumn<int>("width");
+        QTest::addColumn<int>("maxPixels");
+        QTest::addColumn<int>("videos");
+        QTest::addColumn<int>("frames");
+        QTest::addColumn<qint64>("imageTokens");
+        QTest::addColumn<qint64>("videoTokens");
+        QTest::addColumn<qint64>("perSample");
+        // 448 / 14 = 32 patches a side, merged 2 x 2: 256 tokens, between vision_start and vision_end
+        QTest::addRow("qwen2.5-vl 448") << QStringLiteral("qwen2.5-vl-7b") << 1 << 448 << 448 << 0 << 0 << 0
+                                       << qint64(256) << qint64(0) << qint64(258);
+        // LLaMA-Factory's image_max_pixels 768^2: 768 -> 756 -> 54 patches: 729 tokens
+        QTest::addRow("qwen2.5-vl 1024 bounded") << QStringLiteral("qwen2.5-vl-7b") << 2 << 1024 << 1024 << 589824 << 0
+                                                << 0 << qint64(729) << qint64(0) << qint64(2 * 731);
+        // 16 frames of 360x640 bounded to 65536 pixels: 192x341 -> 196x336, 8 temporal patches of 14x24
+        QTest::addRow("qwen2.5-vl video") << QStringLiteral("qwen2.5-vl-7b") << 0 << 448 << 448 << 0 << 1 << 16
+                                         << qint64(0) << qint64(8 * 14 * 24 / 4) << qint64(672 + 2);
+        // Qwen3-VL: patch 16, merge 2 (32 px a token side), the processor's 65536-pixel floor
+        QTest::addRow("qwen3-vl 512") << QStringLiteral("qwen3-vl-8b") << 1 << 512 << 512 << 0 << 0 << 0 << qint64(256)
+                                     << qint64(0) << qint64(258);
+        QTest::addRow("qwen3-vl 100 floor") << QStringLiteral("qwen3-vl-8b") << 1 << 100 << 100 << 0 << 0 << 0 << qint64(64)
+                                           << qint64(0) << qint64(66);
+        // Qwen3-VL wraps each temporal patch of a video in its own block: 4 blocks of 12x22 / 4 + 2
+        QTest::addRow("qwen3-vl video") << QStringLiteral("qwen3-vl-8b") << 0 << 448 << 448 << 0 << 1 << 8 << qint64(0)
+                                       << qint64(4 * 66) << qint64(4 * (66 + 2));
+        // Gemma 3: 256 tokens an image whatever its size, between <start_of_image> and <end_of_image>
+        QTest::addRow("gemma3") << QStringLiteral("gemma-3-4b-it") << 3 << 2000 << 1000 << 0 << 0 << 0 << qint64(256)
+                               << qint64(0) << qint64(3 * 258);
+        // LLaVA 1.5: (336 / 14)^2 = 576, no markers
+        QTest::addRow("llava") << QStringLiteral("llava-1.5-7b") << 1 << 100 << 100 << 0 << 0 << 0 << qint64(576) << qint64(0)
+                              << qint64(576);
+    }
+    void tokensAsTheProcessorCountsThem()
+    {
+        QFETCH(QString, file);
+        QFETCH(int, images);
+        QFETCH(int, height);
+        QFETCH(int, width);
+        QFETCH(int, maxPixels);
+        QFETCH(int, videos);
+        QFETCH(int, frames);
+        QFETCH(qint64, imageTokens);
+        QFETCH(qint64, videoTokens);
+        QFETCH(qint64, perSample);
+        const ModelArch m = vl(file);
+        TrainingConfig c;
+        c.seqLen = 4096;
+        c.vision.images = images;
+        c.vision.imageHeight = height;
+        c.vision.imageWidth = width;
+        c.vision.maxPixels = maxPixels;
+        c.vision.videos = videos;
+        c.vision.videoFrames = frames;
+        c.vision.videoHeight = 360;
+        c.vision.videoWidth = 640;
+        c.vision.videoMaxPixels = 65536;
+        c.validate();
+        const VisionTokens t = visionTokens(m, c);
+        QCOMPARE(t.imageTokens, images ? imageTokens : qint64(0));
+        QCOMPARE(t.videoTokens, videoTokens);
+        QCOMPARE(t.perSample, perSample);
+    }
+
+    // Pixels a model cannot take, or a sequence too short for them: one line naming the field.
+    void badVisionInputNamesTheField()
+    {
+        TrainingConfig c;
+        c.vision.images = 1;
+        QVERIFY(errorOf([&] { visionTokens(vl(QStringLiteral("gemma-3-4b-it")), [&] { auto v = c; v.vision.videos = 1; v.vision.videoFrames = 4; return v; }()); })
+                    .find("vision.videos = 1: gemma3 takes no video") != std::string::npos);
+        ModelArch text = vl(QStringLiteral("qwen2.5-vl-7b"));
+        text.modelType = "qwen2";
+        QVERIFY(errorOf([&] { visionTokens(text, c); }).find("vision.images = 1: qwen2 is a text model") != std::string::npos);
+        c.seqLen = 200;
+        QVERIFY(errorOf([&] { visionTokens(vl(QStringLiteral("gemma-3-4b-it")), c); }).find("seq = 200") != std::string::npos);
+        c.vision.trainLanguage = false;
+        QVERIFY(errorOf([&] { c.validate(); }).find("vision.train_language_model") != std::string::npos);
+        c.vision.trainLanguage = true;
+        c.vision.videos = 1;
+        QVERIFY(errorOf([&] { c.validate(); }).find("vision.video_frames = 0") != std::string::npos);
+    }
+
+    // The block reads back as written; a text step writes none (documents from before stay the same).
+    void visionBlockRoundTrips()
+    {
+        TrainingConfig c;
+        QVERIFY(!toJson(c).contains("vision"));
+        c.vision.images = 2;
+        c.vision.imageHeight = 336;
+        c.vision.imageWidth = 504;
+        c.vision.maxPixels = 589824;
+        c.vision.videos = 1;
+        c.vision.videoFrames = 16;
+        c.vision.trainTower = true;
+        const TrainingConfig back = trainingConfigFromJson(toJson(c));
+        QCOMPARE(toJson(back).dump(), toJson(c).dump());
+        QCOMPARE(back.vision.imageWidth, int64_t(504));
+        json bad = toJson(c);
+        bad["vision"]["image_size"] = {336};
+        QVERIFY(errorOf([&] { trainingConfigFromJson(bad); }).find("config.vision.image_size") != std::string::npos);
+        bad["vision"]["image_size"] = {336, 0};
+        QVERIFY(errorOf([&] { trainingConfigFromJson(bad); }).find("config.vision.image_size.width = 0") != std::string::npos);
+    }
+
+    // The engine's request carries the checkpoint processor's bounds for its own token count, and
+    // a vision-language checkpoint is built whole even for a text-only step.
+    void requestCarriesTheProcessorBounds()
+    {
+        ProbeRequest r;
+        r.model = vl(QStringLiteral("qwen3-vl-8b"));
+        r.config.vision.images = 1;
+        const json j = toJson(r);
+        QCOMPARE(j.at("config").at("vision").at("processor_min_pixels").get<int64_t>(), int64_t(65536));
+        QCOMPARE(j.at("config").at("vision").at("video_processor_max_pixels").get<int64_t>(), int64_t(25165824));
+        r.config.vision = {};
+        QVERIFY(toJson(r).at("config").contains("vision"));
+        r.model = findModelPreset("llama-3.2-1b");
+        QVERIFY(!toJson(r).at("config").contains("vision"));
+    }
+
+    // Not estimated yet: refused by name (Measure now runs it); the LibTorch engine sends it to
+    // the transformers engine.
+    void refusedByNameUntilSimulated()
+    {
+        TrainingConfig c;
+        c.vision.images = 1;
+        const ModelArch m = vl(QStringLiteral("qwen2.5-vl-7b"));
+        try {
+            (void)estimate(m, c);
+            QFAIL("a vision-language step is not estimated yet");
+        } catch (const Refused &e) {
+            QCOMPARE(e.refusal().blocker, Blocker::VisionLanguage);
+            QVERIFY(std::string(e.what()).find("Measure now") != std::string::npos);
+        }
+        QCOMPARE(libtorchRefusal(m, c)->blocker, Blocker::EngineVision);
+    }
+
+    // The CLI's flags, and their one-line errors.
+    void cliFlags()
+    {
+        const QString file = QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/configs/vl/qwen2.5-vl-7b.json");
+        auto run = [&](const QStringList &extra) {
+            QProcess p;
+            p.start(QStringLiteral(HEADROOM_CLI), QStringList{QStringLiteral("estimate"), QStringLiteral("--model"), file} + extra);
+            p.waitForFinished(60000);
+            return QString::fromUtf8(p.readAllStandardError()).trimmed();
+        };
+        QVERIFY(run({QStringLiteral("--images"), QStringLiteral("1"), QStringLiteral("--image-size"), QStringLiteral("10y3")})
+                    .contains(QStringLiteral("--image-size = 10y3: must be HxW in pixels")));
+        QVERIFY(run({QStringLiteral("--videos"), QStringLiteral("1")}).contains(QStringLiteral("vision.video_frames = 0")));
+        QVERIFY(run({QStringLiteral("--images"), QStringLiteral("8"), QStringLiteral("--image-size"), QStringLiteral("2048"),
+                     QStringLiteral("--seq"), QStringLiteral("1024")})
+                    .contains(QStringLiteral("seq = 1024: holds no room for the sample's images and videos: they take 42648 tokens "
+                                             "(5329 per image)")));
+        QVERIFY(run({QStringLiteral("--images"), QStringLiteral("1")}).contains(QStringLiteral("measured, not yet estimated")));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestVision)
+#include "tst_vision.moc"
