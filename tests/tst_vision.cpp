@@ -8,6 +8,7 @@
 #include "headroom/measurement.h"
 #include "headroom/model.h"
 #include "headroom/support.h"
+#include "headroom/training_formats.h"
 #include "headroom/vision.h"
 
 #include <QProcess>
@@ -244,6 +245,42 @@ private Q_SLOTS:
             QVERIFY(std::string(e.what()).find("Measure now") != std::string::npos);
         }
         QCOMPARE(libtorchRefusal(m, c)->blocker, Blocker::EngineVision);
+    }
+
+    // Public recipes' pixel bounds and freezing, as their tools apply them: LLaMA-Factory's keys;
+    // Axolotl trains what it loads (processor_type) unless freeze_mm_modules, or LoRA targets by
+    // a pattern over the language model's layers, leave the tower and the projector out.
+    void recipesSayWhatTrains_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<qint64>("maxPixels");
+        QTest::addColumn<bool>("tower");
+        QTest::addColumn<bool>("projector");
+        QTest::addRow("LLaMA-Factory qwen3vl full") << QStringLiteral("LLaMA-Factory/examples/train_full/qwen3vl_full_sft.yaml")
+                                                   << qint64(262144) << false << false;
+        QTest::addRow("LLaMA-Factory qwen3vl lora") << QStringLiteral("LLaMA-Factory/examples/train_lora/qwen3vl_lora_sft.yaml")
+                                                   << qint64(262144) << false << false;
+        QTest::addRow("Axolotl full vision") << QStringLiteral("axolotl/examples/mistral4/fft-vision.yml") << qint64(0) << true
+                                            << true;
+        QTest::addRow("Axolotl freeze_mm_modules") << QStringLiteral("axolotl/examples/gemma4/e2b-vision-lora.yaml") << qint64(0)
+                                                  << false << false;
+        QTest::addRow("Axolotl language-model pattern") << QStringLiteral("axolotl/examples/qwen2_5-vl/lora-7b.yaml")
+                                                       << qint64(0) << false << false;
+    }
+    void recipesSayWhatTrains()
+    {
+        QFETCH(QString, file);
+        QFETCH(qint64, maxPixels);
+        QFETCH(bool, tower);
+        QFETCH(bool, projector);
+        const TrainingImport in =
+            importTrainingConfigFile(HEADROOM_SOURCE_DIR "/tests/data/recipes/" + file.toStdString());
+        TrainingConfig c;
+        in.settings.applyTo(c);
+        QCOMPARE(c.vision.maxPixels, int64_t(maxPixels));
+        QCOMPARE(c.vision.trainTower, tower);
+        QCOMPARE(c.vision.trainProjector, projector);
+        QVERIFY(c.vision.trainLanguage);
     }
 
     // The CLI's flags, and their one-line errors.

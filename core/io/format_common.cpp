@@ -327,6 +327,7 @@ const char *const kLinearPaths[] = {
     "mlp.c_fc", "mlp.c_proj", "attn.c_attn", "attn.c_proj", "attention.query_key_value", "attention.dense",
     "mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "self_attention.query_key_value", "self_attention.dense"};
 const char *const kLayerPrefixes[] = {"model.layers.", "model.language_model.layers.", "language_model.model.layers.",
+                                      "model.text_model.layers.",
                                       "transformer.h.", "gpt_neox.layers.", "model.decoder.layers."};
 
 bool looksLikeRegex(const std::string &t)
@@ -390,6 +391,10 @@ void readLoraTargets(Reader &r, const std::string &k, const json &v)
             list += (list.empty() ? "" : ", ") + n;
         r.note(k + ": the regular expression matches " + list + " in every decoder layer (PEFT's re.fullmatch)");
         r.out.settings.loraTargets = names;
+        // Issue 30: a pattern over the language model's layers leaves a vision tower and its
+        // projector without adapters
+        if (pattern.find("language_model") != std::string::npos || pattern.find("text_model") != std::string::npos)
+            r.out.settings.freezeVisionTower = r.out.settings.freezeProjector = true;
         return;
     }
     std::vector<std::string> targets;
@@ -616,8 +621,13 @@ void readVisionInputs(Reader &r, const std::string &key, const json &v)
         st.freezeProjector = r.flag(key, v);
     else if (key == "freeze_language_model")
         st.freezeLanguageModel = r.flag(key, v);
-    else if (key == "processor_type")
+    else if (key == "freeze_mm_modules") // Axolotl: the tower and the projector together
+        st.freezeVisionTower = st.freezeProjector = r.flag(key, v);
+    else if (key == "processor_type") { // Axolotl: a vision-language recipe, which trains what it loads
         r.note(key + ": a vision-language recipe; how many images a sample holds is the data's: --images");
+        if (!st.freezeVisionTower) // unless freeze_mm_modules says otherwise (either order)
+            st.freezeVisionTower = st.freezeProjector = false;
+    }
     // video_fps: the frames per second sampled (video_maxlen caps them)
 }
 

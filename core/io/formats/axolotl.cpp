@@ -97,6 +97,7 @@ void read(Reader &r, const json &j)
               // Axolotl's multimodal recipes load the model's processor (images through the vision
               // tower) and leave the dataset unprepared for it.
               {"processor_type", readVisionInputs},
+              {"freeze_mm_modules", readVisionInputs},
               {"skip_prepare_dataset", ignoreKey},
               {"rl", [](Reader &r, const std::string &k, const json &v) {
                    std::string mode = r.text(k, v);
