@@ -7,6 +7,7 @@
 #include "headroom/estimator.h"
 #include "headroom/measurement.h"
 #include "headroom/model.h"
+#include "headroom/sheet.h"
 #include "headroom/support.h"
 #include "headroom/training_formats.h"
 #include "headroom/vision.h"
@@ -212,6 +213,27 @@ private Q_SLOTS:
         QVERIFY(errorOf([&] { trainingConfigFromJson(bad); }).find("config.vision.image_size") != std::string::npos);
         bad["vision"]["image_size"] = {336, 0};
         QVERIFY(errorOf([&] { trainingConfigFromJson(bad); }).find("config.vision.image_size.width = 0") != std::string::npos);
+    }
+
+    // A measurement's and a sheet's one-line summary says the pixels and what trains; a text step's
+    // stays as it was.
+    void summariesSayThePixels()
+    {
+        TrainingConfig c;
+        const std::string text = summarize(c);
+        QVERIFY(describeVision(c.vision).empty());
+        c.vision.images = 2;
+        c.vision.imageHeight = 1024;
+        c.vision.imageWidth = 768;
+        c.vision.maxPixels = 589824;
+        c.vision.trainTower = true;
+        QCOMPARE(summarize(c), text + ", 2 images 1024x768 (at most 589824 px), training the vision tower and the language model");
+        c.vision = {};
+        c.vision.videos = 1;
+        c.vision.videoFrames = 16;
+        c.vision.trainLanguage = false;
+        c.vision.trainProjector = true;
+        QCOMPARE(describeVision(c.vision), std::string(", 1 video of 16 frames 256x256, training the projector"));
     }
 
     // The engine's request carries the checkpoint processor's bounds for its own token count, and

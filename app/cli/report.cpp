@@ -50,6 +50,8 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
       << (c.loss == Loss::Fused ? " | fused loss" : "") << (c.activationOffload ? " | activation offload" : "");
     if (c.worldSize > 1 || c.zeroStage > 0) // ZeRO's machinery applies at one GPU too
         o << " | " << c.worldSize << (c.worldSize > 1 ? " GPUs" : " GPU") << ", ZeRO-" << c.zeroStage;
+    if (const std::string v = describeVision(c.vision); !v.empty()) // issue 30: ", 2 images ..." as " | 2 images ..."
+        o << " |" << v.substr(1);
     return o.str();
 }
 

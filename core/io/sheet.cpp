@@ -167,6 +167,26 @@ std::string summarize(const TrainingConfig &c)
         o << ", activations offloaded to the CPU";
     if (c.loss == Loss::Fused)
         o << ", fused loss";
+    o << describeVision(c.vision);
+    return o.str();
+}
+
+std::string describeVision(const TrainingConfig::Vision &v)
+{
+    if (v.isDefault())
+        return {};
+    std::ostringstream o;
+    if (v.images > 0) // ", 2 images 1024x768 (at most 589824 px)"
+        o << ", " << v.images << (v.images == 1 ? " image " : " images ") << v.imageHeight << "x" << v.imageWidth
+          << (v.maxPixels > 0 ? " (at most " + std::to_string(v.maxPixels) + " px)" : std::string());
+    if (v.videos > 0)
+        o << ", " << v.videos << (v.videos == 1 ? " video of " : " videos of ") << v.videoFrames << " frames "
+          << v.videoHeight << "x" << v.videoWidth;
+    if (v.trainTower || v.trainProjector || !v.trainLanguage)
+        o << ", training " << (v.trainTower ? "the vision tower" : "")
+          << (v.trainTower && v.trainProjector ? ", " : "") << (v.trainProjector ? "the projector" : "")
+          << ((v.trainTower || v.trainProjector) && v.trainLanguage ? " and " : "")
+          << (v.trainLanguage ? "the language model" : "");
     return o.str();
 }
 

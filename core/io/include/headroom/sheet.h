@@ -130,6 +130,10 @@ double estimateError(const Measurement &m, const Estimate &e);
 namespace headroom {
 // "LoRA r16, bf16, adamw (foreach), batch 4 x 2048, sdpa": one line for tables and titles.
 std::string summarize(const TrainingConfig &c);
+// Issue 30: a vision-language step's pixels and what trains, as summarize() appends them
+// (", 2 images 1024x768 (at most 589824 px), training the vision tower and the language model");
+// empty for a text step.
+std::string describeVision(const TrainingConfig::Vision &v);
 // A measurement's device picture: its attribution plus the allocator's slack (reserved -
 // allocated) and the CUDA context, so it stacks like an estimate.
 Breakdown measuredBreakdown(const Measurement &m);
