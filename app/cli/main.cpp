@@ -652,12 +652,12 @@ int runCli(int argc, char **argv)
         if (*models) {
             nlohmann::json j = nlohmann::json::array();
             if (!modelsJson)
-                std::printf("%-20s %-22s %10s %6s %7s %8s\n", "id", "name", "params", "layers", "hidden", "vocab");
+                std::printf("%-*s %-30s %10s %6s %7s %8s\n", cli::presetIdWidth(), "id", "name", "params", "layers", "hidden", "vocab");
             for (const auto &m : modelPresets()) {
                 if (modelsJson)
                     j.push_back(toJson(m));
                 else
-                    std::printf("%-20s %-22s %9.2fB %6lld %7lld %8lld\n", m.id.c_str(), m.name.c_str(),
+                    std::printf("%-*s %-30s %9.2fB %6lld %7lld %8lld\n", cli::presetIdWidth(), m.id.c_str(), m.name.c_str(),
                                 parameterCount(m) / 1e9, static_cast<long long>(m.numLayers),
                                 static_cast<long long>(m.hiddenSize), static_cast<long long>(m.vocabSize));
             }

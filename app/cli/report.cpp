@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -23,6 +24,14 @@ namespace headroom::cli {
 std::string human(int64_t bytes)
 {
     return formatGiB(bytes, 2);
+}
+
+int presetIdWidth()
+{
+    size_t w = 2;
+    for (const auto &m : modelPresets())
+        w = std::max(w, m.id.size());
+    return static_cast<int>(w);
 }
 
 std::string describeConfig(const ModelArch &m, const TrainingConfig &c)

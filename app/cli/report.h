@@ -13,6 +13,8 @@ namespace headroom::cli {
 std::string human(int64_t bytes); // GiB, two decimals
 // "Qwen2.5 0.5B | lora r16 | bf16 | adamw (foreach) | batch 2 x seq 2048 | sdpa | checkpointing"
 std::string describeConfig(const ModelArch &m, const TrainingConfig &c);
+// The `models` table's id column: the longest preset id.
+int presetIdWidth();
 void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
                 const std::vector<Recommendation> &recs, const EstimatorOptions &opt);
 // `headroom-cli compare RESULT`: the estimate of a probe result's configuration against what it
