@@ -141,11 +141,11 @@ std::pair<int64_t, int64_t> parseSize(const std::string &flag, const std::string
     const auto x = text.find('x');
     try {
         if (x == std::string::npos) {
-            const int64_t side = parseInteger(flag, text, 1, int64_t(1) << 15);
+            const int64_t side = parseInteger(flag, text, 1, TrainingConfig::Vision::kMaxSide);
             return {side, side};
         }
-        return {parseInteger(flag, text.substr(0, x), 1, int64_t(1) << 15),
-                parseInteger(flag, text.substr(x + 1), 1, int64_t(1) << 15)};
+        return {parseInteger(flag, text.substr(0, x), 1, TrainingConfig::Vision::kMaxSide),
+                parseInteger(flag, text.substr(x + 1), 1, TrainingConfig::Vision::kMaxSide)};
     } catch (const InputError &) {
         throw InputError(flag, text, "must be HxW in pixels (e.g. 448x448), each side 1 to 32768");
     }
@@ -154,13 +154,13 @@ std::pair<int64_t, int64_t> parseSize(const std::string &flag, const std::string
 TrainingConfig::Vision buildVision(const Flags &f)
 {
     TrainingConfig::Vision v;
-    constexpr int64_t pixels = int64_t(1) << 28;
-    v.images = parseInteger("--images", f.images, 0, 64);
+    constexpr int64_t pixels = TrainingConfig::Vision::kMaxPixels;
+    v.images = parseInteger("--images", f.images, 0, TrainingConfig::Vision::kMaxImages);
     std::tie(v.imageHeight, v.imageWidth) = parseSize("--image-size", f.imageSize);
     v.maxPixels = parseInteger("--max-pixels", f.maxPixels, 0, pixels);
     v.minPixels = parseInteger("--min-pixels", f.minPixels, 0, pixels);
-    v.videos = parseInteger("--videos", f.videos, 0, 16);
-    v.videoFrames = parseInteger("--video-frames", f.videoFrames, 0, 4096);
+    v.videos = parseInteger("--videos", f.videos, 0, TrainingConfig::Vision::kMaxVideos);
+    v.videoFrames = parseInteger("--video-frames", f.videoFrames, 0, TrainingConfig::Vision::kMaxFrames);
     std::tie(v.videoHeight, v.videoWidth) = parseSize("--video-size", f.videoSize);
     v.videoMaxPixels = parseInteger("--video-max-pixels", f.videoMaxPixels, 0, pixels);
     v.videoMinPixels = parseInteger("--video-min-pixels", f.videoMinPixels, 0, pixels);

@@ -77,7 +77,8 @@ static void readVision(TrainingConfig::Vision &v, const json &d, const std::stri
 {
     if (!d.is_object())
         throw InputError(ctx, showJson(d).substr(0, 40), "must be a JSON object");
-    constexpr int64_t side = int64_t(1) << 15, pixels = int64_t(1) << 28;
+    using V = TrainingConfig::Vision;
+    constexpr int64_t side = V::kMaxSide, pixels = V::kMaxPixels;
     auto integer = [&](const char *key, int64_t &into, int64_t lo, int64_t hi) {
         if (d.contains(key))
             into = requireInt64(d, key, ctx, lo, hi);
@@ -99,12 +100,12 @@ static void readVision(TrainingConfig::Vision &v, const json &d, const std::stri
             throw InputError(ctx + "." + key, showJson(d.at(key)), "must be true or false");
         into = d.at(key).get<bool>();
     };
-    integer("images", v.images, 0, 64);
+    integer("images", v.images, 0, V::kMaxImages);
     size("image_size", v.imageHeight, v.imageWidth);
     integer("max_pixels", v.maxPixels, 0, pixels);
     integer("min_pixels", v.minPixels, 0, pixels);
-    integer("videos", v.videos, 0, 16);
-    integer("video_frames", v.videoFrames, 0, 4096);
+    integer("videos", v.videos, 0, V::kMaxVideos);
+    integer("video_frames", v.videoFrames, 0, V::kMaxFrames);
     size("video_size", v.videoHeight, v.videoWidth);
     integer("video_max_pixels", v.videoMaxPixels, 0, pixels);
     integer("video_min_pixels", v.videoMinPixels, 0, pixels);

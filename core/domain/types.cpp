@@ -358,14 +358,14 @@ void TrainingConfig::Vision::validate() const
             throw InputError("vision." + field, std::to_string(v),
                              "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
     };
-    constexpr int64_t side = int64_t(1) << 15, pixels = int64_t(1) << 28;
-    range("images", images, 0, 64);
+    constexpr int64_t side = kMaxSide, pixels = kMaxPixels;
+    range("images", images, 0, kMaxImages);
     range("image_height", imageHeight, 1, side);
     range("image_width", imageWidth, 1, side);
     range("max_pixels", maxPixels, 0, pixels);
     range("min_pixels", minPixels, 0, pixels);
-    range("videos", videos, 0, 16);
-    range("video_frames", videoFrames, videos > 0 ? 1 : 0, 4096);
+    range("videos", videos, 0, kMaxVideos);
+    range("video_frames", videoFrames, videos > 0 ? 1 : 0, kMaxFrames);
     range("video_height", videoHeight, 1, side);
     range("video_width", videoWidth, 1, side);
     range("video_max_pixels", videoMaxPixels, 0, pixels);

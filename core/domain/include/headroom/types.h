@@ -224,6 +224,9 @@ struct TrainingConfig
     // freeze_multi_modal_projector, freeze_language_model defaults). LoRA adapts the trained parts.
     struct Vision
     {
+        // The bounds every reader holds them to (validate, the JSON, the CLI).
+        static constexpr int64_t kMaxImages = 64, kMaxVideos = 16, kMaxFrames = 4096;
+        static constexpr int64_t kMaxSide = int64_t(1) << 15, kMaxPixels = int64_t(1) << 28;
         int64_t images = 0;
         int64_t imageHeight = 448, imageWidth = 448;
         int64_t maxPixels = 0, minPixels = 0;
