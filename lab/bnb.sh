@@ -22,15 +22,13 @@ if [ "${WITH_PROBE:-0}" = 1 ]; then # entries whose ranks share the GPU need hea
     probe_pid=$!
 fi
 t0=$(date +%s)
-(cd build-bnb && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOMPUTE_BACKEND=cuda \
-    -DCOMPUTE_CAPABILITY=90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc && cmake --build build -j16) \
-    >"$OUT/bnb-build.log" 2>&1 || { echo "BNB BUILD FAILED" | tee -a "$LOG"; tail -n 40 "$OUT/bnb-build.log"; exit 1; }
+source lab/common.sh
+build_bnb "$OUT/bnb-build.log" || { echo "BNB BUILD FAILED" | tee -a "$LOG"; tail -n 40 "$OUT/bnb-build.log"; exit 1; }
 echo "bitsandbytes built in $(( $(date +%s) - t0 )) s" >>"$LOG"
 if [ -n "${probe_pid:-}" ]; then
     wait "$probe_pid"
     cat "$WORK.probe-build.rc" >>"$LOG"
 fi
-export PYTHONPATH="$PWD/build-bnb${PYTHONPATH:+:$PYTHONPATH}"
 python3 - >>"$LOG" 2>&1 <<'PY' || { echo "BNB IMPORT FAILED" | tee -a "$LOG"; tail -n 30 "$LOG"; exit 1; }
 import torch, bitsandbytes as bnb
 print("bitsandbytes", bnb.__version__, bnb.__file__)

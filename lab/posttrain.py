@@ -78,11 +78,27 @@ GRPO = {
     "l8b-grpo-lora-b2g2-p512s768": ("llama-3.1-8b", "lora", 2, 768, False, "none", "grpo", 512, 2, 0.0),
 }
 
+# 2026-12-05 (sixteenth session): the post-training modes under QLoRA (bitsandbytes' 4-bit base,
+# prepare_model_for_kbit_training's fp32 casts), predicted before they ran
+# (tests/data/h200/combos-plan/predictions.tsv); lab/posttrain.sh builds bitsandbytes for this set
+# from the carried build-bnb/ (lab/bnb.sh says how it is laid out).
+COMBOS = {
+    "l1b-dpo-qlora-b2s1024": ("llama-3.2-1b", "qlora", 2, 1024, False, "adapter", "dpo"),
+    "l8b-dpo-qlora-ckpt-b2s2048": ("llama-3.1-8b", "qlora", 2, 2048, True, "adapter", "dpo"),
+    "q05-dpo-qlora-b4s1024": ("qwen2.5-0.5b", "qlora", 4, 1024, False, "adapter", "dpo"),
+    "l1b-kto-qlora-b4s1024": ("llama-3.2-1b", "qlora", 4, 1024, False, "adapter", "kto"),
+    "l8b-kto-qlora-ckpt-b2s2048": ("llama-3.1-8b", "qlora", 2, 2048, True, "adapter", "kto"),
+    "l1b-orpo-qlora-ckpt-b2s2048": ("llama-3.2-1b", "qlora", 2, 2048, True, "none", "orpo"),
+    "l8b-orpo-qlora-b1s2048": ("llama-3.1-8b", "qlora", 1, 2048, False, "none", "orpo"),
+    "l1b-rm-qlora-b4s1024": ("llama-3.2-1b", "qlora", 4, 1024, False, None, "reward"),
+    "l8b-rm-qlora-ckpt-b2s2048": ("llama-3.1-8b", "qlora", 2, 2048, True, None, "reward"),
+}
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vl  # noqa: E402  (issue 30's vision-language cases)
 
-SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "vl": vl.VL}
-CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO}
+SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL}
+CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO, **COMBOS}
 
 
 def request(name):

@@ -156,10 +156,18 @@ private Q_SLOTS:
             const double rerr = double(e.peakReservedBytes - reserved) / double(reserved);
             QVERIFY2(rerr <= 0.011 && rerr >= -0.001, qPrintable(name + QStringLiteral(" reserved %1").arg(rerr)));
         }
-        // not measured: refused by name
+        // QLoRA composes with the measured passes: estimated, and said to be predicted
         Measurement q = h200Result(dir, QStringLiteral("l1b-dpo-lora-b2s1024"));
-        for (auto change : {+[](TrainingConfig &c) { c.finetune = FineTune::QLoRA; },
-                            +[](TrainingConfig &c) { c.dpo.reference = Reference::Copy; },
+        {
+            TrainingConfig c = q.config;
+            c.finetune = FineTune::QLoRA;
+            const Estimate e = estimate(q.model, c);
+            QVERIFY(e.peakAllocatedBytes > 0);
+            QVERIFY(std::any_of(e.notes.begin(), e.notes.end(),
+                                [](const std::string &n) { return n.rfind("DPO with QLoRA composes", 0) == 0; }));
+        }
+        // not measured: refused by name
+        for (auto change : {+[](TrainingConfig &c) { c.dpo.reference = Reference::Copy; },
                             +[](TrainingConfig &c) { c.worldSize = 2; },
                             +[](TrainingConfig &c) { c.loss = Loss::Fused; }}) {
             TrainingConfig c = q.config;
@@ -221,8 +229,7 @@ private Q_SLOTS:
         // not measured: refused naming the mode, never estimated as SFT
         for (const char *name : {"l1b-kto-lora-b4s1024", "l1b-orpo-lora-b2s1024", "l1b-rm-lora-b8s1024"}) {
             Measurement m = h200Result(dir, QLatin1String(name));
-            for (auto change : {+[](TrainingConfig &c) { c.finetune = FineTune::QLoRA; },
-                                +[](TrainingConfig &c) { c.worldSize = 2; }}) {
+            for (auto change : {+[](TrainingConfig &c) { c.worldSize = 2; }}) {
                 TrainingConfig c = m.config;
                 change(c);
                 try {
@@ -233,6 +240,43 @@ private Q_SLOTS:
                     QCOMPARE(r.refusal().value, std::string(toString(m.config.mode)));
                 }
             }
+        }
+    }
+
+    // Issue 29: GRPO as TRL's GRPOTrainer runs it (use_vllm=False), measured on the H200
+    // (tests/data/h200/grpo-2026-12-05; predicted before they ran: tests/data/h200/grpo-plan), against
+    // the estimate (See Note [GRPO step]): the policy's forward, backward and optimizer step, and the
+    // reference's pass, within 0.01% of peak allocated. Not the generation phase: the engine built
+    // these models with use_cache off, so generate recomputed each prefix where TRL's run (and the
+    // estimate) keeps a DynamicCache (the engine leaves the config's use_cache to GRPO since). Peak
+    // reserved within 3% over (the generation phase's segments differ for that reason).
+    void grpoStepsMatchTheRealStack()
+    {
+        const char *dir = "grpo-2026-12-05";
+        for (const char *name : {"l1b-grpo-full-b4g1-p256s768", "l1b-grpo-full-copy-b2g2-p256s512",
+                                 "l1b-grpo-lora-b4g2-p256s512"}) {
+            const Measurement m = h200Result(dir, QLatin1String(name));
+            QVERIFY(m.config.mode == TrainingMode::GRPO);
+            QVERIFY(!m.oom);
+            const Estimate e = estimate(m.model, m.config);
+            QCOMPARE(e.params.total, m.engineInfo.at("params_total").get<int64_t>());
+            int64_t reserved = 0, allocated = 0;
+            for (Phase p : kAllPhases) {
+                if (!m.steady(p))
+                    continue;
+                reserved = std::max(reserved, m.steady(p)->peakReservedBytes);
+                if (p == Phase::Generation)
+                    continue;
+                const int64_t real = m.steady(p)->peakAllocatedBytes, est = e.phase(p).peakAllocatedBytes;
+                allocated = std::max(allocated, real);
+                const double err = double(est - real) / double(real);
+                QVERIFY2(std::abs(err) <= 0.0005 && err >= -0.0001,
+                         qPrintable(QStringLiteral("%1 %2: %3 vs %4").arg(QLatin1String(name), QLatin1String(label(p).data())).arg(est).arg(real)));
+            }
+            const double aerr = double(e.peakAllocatedBytes - allocated) / double(allocated);
+            QVERIFY2(std::abs(aerr) <= 0.0005 && aerr >= -0.0001, qPrintable(QStringLiteral("%1 allocated %2").arg(QLatin1String(name)).arg(aerr)));
+            const double rerr = double(e.peakReservedBytes - reserved) / double(reserved);
+            QVERIFY2(rerr <= 0.03 && rerr >= -0.01, qPrintable(QStringLiteral("%1 reserved %2").arg(QLatin1String(name)).arg(rerr)));
         }
     }
 

@@ -84,6 +84,15 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                         std::to_string(model.vision.towerParams) + " parameters (" + gib +
                         ") on top, and a run that feeds it images is not estimated yet");
     }
+    // What is predicted rather than held by a real step (lab plans combos and grpo hold them next).
+    if (x.qlora && cfg.mode != TrainingMode::SFT && cfg.mode != TrainingMode::GRPO)
+        notes.push_back(modeTitle(cfg.mode) + " with QLoRA composes QLoRA's 4-bit base and fp32 casts (measured in "
+                        "supervised fine-tuning) with " + modeTitle(cfg.mode) + "'s passes (measured with LoRA); the two "
+                        "together are predicted, not yet measured: Measure now runs TRL's own step");
+    if (cfg.mode == TrainingMode::GRPO)
+        notes.push_back("GRPO's generation (HF generate with its KV cache) is predicted from TRL's GRPOTrainer and "
+                        "Transformers' DynamicCache, not yet checked against a measured step; the policy's step after it "
+                        "is, to 0.05%");
     if (usesCollectives(cfg))
         notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "
                         "(measured at one rank); its per-peer buffers on several GPUs come on top");

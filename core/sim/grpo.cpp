@@ -81,30 +81,42 @@ std::vector<T> grpoGenerate(Sim &S, const GrpoShape &g, const GenerationModel &m
 namespace {
 
 // Before the loss reads them: logits[:, :-1, :], then [:, -C:, :] (views), then div_ by the
-// temperature in place. An in-place op on a view gives the base its CopySlices: in backward it
-// clones the base's gradient (made by the view's replay: zeros of the base with the gradient in
-// its slice), runs DivBackward on a clone of the slice, and copies the result back.
+// temperature in place. An in-place op on a view gives the base its CopySlices and the view a
+// replay of its slicing (SliceBackward0), two nodes: in backward the replay makes zeros of the
+// base with the gradient in its slice, and the view's gradient goes as soon as it returns (H200,
+// l1b-grpo-full-b4g1: the [b, C, V] gradient freed before CopySlices runs); CopySlices then
+// clones that base-shaped gradient, runs DivBackward on a clone of the slice, and copies the
+// result back.
 T temperatureScaled(Sim &S, const T &logits, int64_t sliceBytes)
 {
-    T out = S.view(logits, sliceBytes);
     if (!S.gradEnabled() || !logits.requiresGrad)
-        return out;
-    out.node = -1;
-    out.param = -1;
-    out.requiresGrad = false;
+        return S.view(logits, sliceBytes);
+    const auto clearNode = [](T &t) {
+        t.node = -1;
+        t.param = -1;
+        t.requiresGrad = false;
+    };
     const int64_t base = logits.bytes;
-    S.record({&out}, {&logits}, {}, [base, sliceBytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+    T copySlices = S.view(logits);
+    clearNode(copySlices);
+    S.record({&copySlices}, {&logits}, {}, [base, sliceBytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         if (!needs[0] || g[0] < 0)
             return std::vector<int>{-1};
-        const int replay = s.allocate(base, Category::Temporaries); // the view's gradient as the base's
-        const int result = s.allocate(base, Category::Temporaries); // CopySlices: grad.clone()
+        const int result = s.allocate(base, Category::Temporaries); // grad.clone()
         const int slice = s.allocate(sliceBytes, Category::Temporaries);
         const int divided = s.allocate(sliceBytes, Category::Temporaries);
         s.unref(slice);
         s.unref(divided);
-        s.unref(replay);
         return std::vector<int>{result};
     });
+    T out = S.view(copySlices, sliceBytes);
+    clearNode(out);
+    S.record({&out}, {&copySlices}, {}, [base](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        return std::vector<int>{s.allocate(base, Category::Temporaries)}; // the view's gradient as the base's
+    });
+    S.drop(copySlices);
     return out;
 }
 

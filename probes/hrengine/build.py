@@ -115,9 +115,13 @@ def build_base(torch, R, device, factory, info):
                              f"Transformers {transformers.__version__} cannot build it ({short(str(e), 160)})")
         except TypeError as e:
             raise BadRequest("model.config", R["model_type"], f"not a valid config ({short(str(e), 160)})")
-        config.use_cache = False
-        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        text_config.use_cache = False  # a composite's language model reads its own (trainers turn both off)
+        # The trainers pass use_cache=False to the training forward; TRL's GRPOTrainer leaves the
+        # config's own (config.json: true, as the class default) for generate, whose KV cache it
+        # decides: turned off here, generate recomputed every token's whole prefix (2026-12-05).
+        if cfg["mode"] != "grpo":
+            config.use_cache = False
+            text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+            text_config.use_cache = False  # a composite's language model reads its own
         auto = AutoModelForCausalLM
         if cfg.get("vision") is not None:  # issue 30: the checkpoint's ForConditionalGeneration
             from transformers import AutoModelForImageTextToText as auto
