@@ -58,6 +58,21 @@ def cli_flags(cfg):
         f.append("--no-double-quant")
     if cfg.get("loss"):
         f += ["--loss", cfg["loss"]]
+    v = cfg.get("vision")
+    if v:  # issue 30: the sample's pixels and what trains
+        for key, flag in (("images", "--images"), ("max_pixels", "--max-pixels"), ("min_pixels", "--min-pixels"),
+                          ("videos", "--videos"), ("video_frames", "--video-frames"),
+                          ("video_max_pixels", "--video-max-pixels"), ("video_min_pixels", "--video-min-pixels")):
+            if v.get(key):
+                f += [flag, str(v[key])]
+        for key, flag in (("image_size", "--image-size"), ("video_size", "--video-size")):
+            if v.get(key):
+                f += [flag, "x".join(str(x) for x in v[key])]
+        for key, flag in (("train_vision_tower", "--train-vision-tower"), ("train_projector", "--train-projector")):
+            if v.get(key):
+                f.append(flag)
+        if v.get("train_language_model") is False:
+            f.append("--freeze-language-model")
     mode = cfg.get("mode", "sft")
     if mode != "sft":
         f += ["--mode", mode]

@@ -280,6 +280,55 @@ private Q_SLOTS:
         }
     }
 
+    // Issue 30: Qwen2.5-VL's steps with the vision tower and projector frozen, measured
+    // (tests/data/h200/vl-2026-12-05, on an H100: the same allocator and kernels), against the
+    // estimate (See Note [Vision step]): images of three sizes and counts, the recipe's pixel bound,
+    // video, LoRA and full fine-tuning of the language model; every phase's peak allocated within
+    // 0.2% (never under by more than 0.02%), the step's within 0.01%, peak reserved within 0.5%.
+    // The other cases of that run (a trained tower or projector, Qwen3-VL, Gemma 3, LLaVA) are
+    // refused by name, never estimated as a text step.
+    void visionStepsMatchTheRealStack()
+    {
+        const char *dir = "vl-2026-12-05";
+        for (const char *name : {"q25vl-lora-1img448-b2s1024", "q25vl-lora-1img1024-max768-b1s2048",
+                                 "q25vl-lora-4img336-b1s2048", "q25vl-full-frozen-1img672-b1s2048",
+                                 "q25vl-lora-video16f-b1s2048"}) {
+            const Measurement m = h200Result(dir, QLatin1String(name));
+            QVERIFY(!m.oom);
+            QVERIFY(m.config.vision.images > 0 || m.config.vision.videos > 0);
+            const Estimate e = estimate(m.model, m.config);
+            QCOMPARE(e.params.total, m.engineInfo.at("params_total").get<int64_t>());
+            int64_t reserved = 0, allocated = 0;
+            for (Phase p : kAllPhases) {
+                if (!m.steady(p))
+                    continue;
+                reserved = std::max(reserved, m.steady(p)->peakReservedBytes);
+                const int64_t real = m.steady(p)->peakAllocatedBytes, est = e.phase(p).peakAllocatedBytes;
+                allocated = std::max(allocated, real);
+                const double err = double(est - real) / double(real);
+                // the optimizer phase's few hundred KB either way are the allocator model's block
+                // choice: the same bytes are live and requested (the tower's and get_rope_index's
+                // KB-sized helpers, left out, lay the small pool out otherwise)
+                QVERIFY2(std::abs(err) <= 0.002 && err >= -0.0002,
+                         qPrintable(QStringLiteral("%1 %2: %3 vs %4").arg(QLatin1String(name), QLatin1String(label(p).data())).arg(est).arg(real)));
+            }
+            const double aerr = double(e.peakAllocatedBytes - allocated) / double(allocated);
+            QVERIFY2(std::abs(aerr) <= 0.0001, qPrintable(QStringLiteral("%1 allocated %2").arg(QLatin1String(name)).arg(aerr)));
+            const double rerr = double(e.peakReservedBytes - reserved) / double(reserved);
+            QVERIFY2(std::abs(rerr) <= 0.005, qPrintable(QStringLiteral("%1 reserved %2").arg(QLatin1String(name)).arg(rerr)));
+        }
+        for (const char *name : {"q25vl-full-tower-1img672-b1s2048", "q25vl-full-ckpt-1img1344-b1s4096",
+                                 "q3vl-lora-1img512-b2s1024", "g3-lora-1img-b2s1024", "llava-lora-1img-b4s1024"}) {
+            const Measurement m = h200Result(dir, QLatin1String(name));
+            try {
+                (void)estimate(m.model, m.config);
+                QFAIL(name);
+            } catch (const Refused &r) {
+                QVERIFY(r.refusal().blocker == Blocker::VisionLanguage);
+            }
+        }
+    }
+
     void estimateMatchesTheRealStack()
     {
         const std::vector<Run> runs = loadCorpus();

@@ -949,6 +949,17 @@ private Q_SLOTS:
                     QVERIFY_THROWS_EXCEPTION(Refused, estimate(m, c));
                     c.attention = Attention::Eager;
                 }
+                // A vision-language checkpoint: estimated in bf16 with LoRA or full fine-tuning of its
+                // language model (Note [Vision step]); QLoRA and autocast are refused by name.
+                if (familyTraits(m.modelType).visionLanguage && (f == FineTune::QLoRA || isAmp(p))) {
+                    try {
+                        (void)estimate(m, c);
+                        QFAIL("a vision-language step in QLoRA or under autocast must be refused");
+                    } catch (const Refused &r) {
+                        QCOMPARE(r.refusal().blocker, Blocker::VisionLanguage);
+                    }
+                    continue;
+                }
                 // Qwen3.5's gated DeltaNet under autocast: refused for the trace to answer.
                 if (m.hasLinearAttention() && isAmp(p)) {
                     try {

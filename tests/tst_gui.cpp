@@ -1200,7 +1200,7 @@ private Q_SLOTS:
         int64_t last = 0;
         for (int i = 0; i < int(presets.size()); ++i) {
             const ModelArch &m = presets.at(size_t(box->itemData(i).toInt()));
-            const int64_t n = parameterCount(m);
+            const int64_t n = checkpointParameterCount(m);
             QVERIFY2(n >= last, qPrintable(box->itemText(i)));
             last = n;
             static const QRegularExpression count(QStringLiteral(" · [0-9.]+[MB]$"));

@@ -15,6 +15,8 @@
 #include <QProcess>
 #include <QtTest>
 
+#include <algorithm>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -252,21 +254,54 @@ private Q_SLOTS:
         QVERIFY(!toJson(r).at("config").contains("vision"));
     }
 
-    // Not estimated yet: refused by name (Measure now runs it); the LibTorch engine sends it to
-    // the transformers engine.
-    void refusedByNameUntilSimulated()
+    // Qwen2.5-VL with its tower and projector frozen is estimated (Note [Vision step]), the tower's
+    // weights counted and said; a trained tower or projector, another family's tower, QLoRA and
+    // the post-training modes are refused by name (Measure now runs them); the LibTorch engine
+    // sends every vision-language step to the transformers engine.
+    void estimatedWhereSimulated()
     {
         TrainingConfig c;
         c.vision.images = 1;
         const ModelArch m = vl(QStringLiteral("qwen2.5-vl-7b"));
-        try {
-            (void)estimate(m, c);
-            QFAIL("a vision-language step is not estimated yet");
-        } catch (const Refused &e) {
-            QCOMPARE(e.refusal().blocker, Blocker::VisionLanguage);
-            QVERIFY(std::string(e.what()).find("Measure now") != std::string::npos);
-        }
+        const Estimate e = estimate(m, c);
+        QCOMPARE(e.params.total, int64_t(8292166656)); // the published size (full fine-tuning: no adapters)
+        QVERIFY(std::any_of(e.notes.begin(), e.notes.end(), [](const std::string &n) {
+            return n.rfind("the weights hold the vision tower and projector, frozen: 0.68 B parameters, 1.26 GiB", 0) == 0;
+        }));
+        // more pixels, more memory: the tower's transients and the sequence's image tokens
+        TrainingConfig big = c;
+        big.vision.images = 4;
+        big.vision.imageHeight = big.vision.imageWidth = 1024;
+        big.seqLen = 8192;
+        QVERIFY(estimate(m, big).peakAllocatedBytes > e.peakAllocatedBytes);
         QCOMPARE(libtorchRefusal(m, c)->blocker, Blocker::EngineVision);
+        for (auto change : {+[](TrainingConfig &t) { t.vision.trainTower = true; },
+                            +[](TrainingConfig &t) { t.vision.trainProjector = true; },
+                            +[](TrainingConfig &t) { t.finetune = FineTune::QLoRA; },
+                            +[](TrainingConfig &t) {
+                                t.mode = TrainingMode::DPO;
+                                t.dpo.reference = Reference::Copy;
+                            }}) {
+            TrainingConfig t = c;
+            change(t);
+            try {
+                (void)estimate(m, t);
+                QFAIL("estimated");
+            } catch (const Refused &r) {
+                QCOMPARE(r.refusal().blocker, Blocker::VisionLanguage);
+                QVERIFY(std::string(r.what()).find("Measure now") != std::string::npos);
+            }
+        }
+        for (const char *other : {"qwen3-vl-8b", "gemma-3-4b-it", "llava-1.5-7b"}) {
+            const ModelArch o = vl(QLatin1String(other));
+            try {
+                (void)estimate(o, c);
+                QFAIL(other);
+            } catch (const Refused &r) {
+                QCOMPARE(r.refusal().blocker, Blocker::VisionLanguage);
+                QVERIFY(std::string(r.what()).find("measured, not yet estimated") != std::string::npos);
+            }
+        }
     }
 
     // Public recipes' pixel bounds and freezing, as their tools apply them: LLaMA-Factory's keys;
@@ -322,7 +357,8 @@ private Q_SLOTS:
                      QStringLiteral("--seq"), QStringLiteral("1024")})
                     .contains(QStringLiteral("seq = 1024: holds no room for the sample's images and videos: they take 42648 tokens "
                                              "(5329 per image)")));
-        QVERIFY(run({QStringLiteral("--images"), QStringLiteral("1")}).contains(QStringLiteral("measured, not yet estimated")));
+        QVERIFY(run({QStringLiteral("--images"), QStringLiteral("1"), QStringLiteral("--train-vision-tower")})
+                    .contains(QStringLiteral("a trained vision tower is not yet")));
     }
 };
 

@@ -119,7 +119,7 @@ ConfigPanel::ConfigPanel(Session *session, QWidget *parent)
     // The presets by size, each with its parameter count (issue 31: users pick by size)
     std::vector<std::pair<int64_t, size_t>> bySize;
     for (size_t i = 0; i < m_models.size(); ++i)
-        bySize.emplace_back(parameterCount(m_models[i]), i);
+        bySize.emplace_back(checkpointParameterCount(m_models[i]), i);
     std::stable_sort(bySize.begin(), bySize.end());
     for (const auto &[count, i] : bySize)
         m_model->addItem(tr("%1 · %2").arg(qs(m_models[i].name), parameterLabel(count)), static_cast<int>(i));
@@ -600,14 +600,13 @@ void ConfigPanel::syncFromSession()
                                  .arg(num("hidden_size")));
     } else {
         // Issue 30: a vision-language checkpoint's tower and projector are built and loaded too
-        const int64_t vision = familyTraitsOrLlama(s.model.modelType).visionLanguage
-                                   ? s.model.vision.towerParams + s.model.vision.projectorParams : 0;
+        const int64_t vision = visionParameterCount(s.model);
         m_modelInfo->setText(tr("%1 · %2 layers · hidden %3 · vocab %4 · %5 B parameters%6")
                                  .arg(qs(s.model.modelType))
                                  .arg(s.model.numLayers)
                                  .arg(s.model.hiddenSize)
                                  .arg(s.model.vocabSize)
-                                 .arg(static_cast<double>(parameterCount(s.model) + vision) / 1e9, 0, 'f', 2)
+                                 .arg(static_cast<double>(checkpointParameterCount(s.model)) / 1e9, 0, 'f', 2)
                                  .arg(vision ? tr(" (vision tower and projector %1 B)").arg(static_cast<double>(vision) / 1e9, 0, 'f', 2)
                                              : QString()));
     }

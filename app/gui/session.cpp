@@ -173,6 +173,10 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
     const bool grpo = s.config.mode == TrainingMode::GRPO;
     const int64_t prompt = grpo ? s.config.dpo.promptLen : 0;
     const int64_t seqMax = std::min<int64_t>(grpo ? 16384 : 131072, std::max<int64_t>(s.model.maxPositions, 128));
+    // A vision-language step simulates its tower over every image of the micro-batch (Note [Vision
+    // step]): its batch curve stops at the first point past the card (a thousand samples' images
+    // took minutes), which is where the curve says what it has to say
+    const bool pixels = s.config.vision.images > 0 || s.config.vision.videos > 0;
     for (bool ckpt : {false, true}) {
         // short: both fit the legend of a chart half a 1280-pixel window wide (issue 31 row 3)
         const QString name = ckpt ? QStringLiteral("checkpointed") : QStringLiteral("plain");
@@ -193,6 +197,8 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
             if (!v)
                 break;
             batch.points.emplace_back(b, *v);
+            if (pixels && *v > s.gpu.memoryBytes)
+                break;
         }
         c.scaling.bySeq.push_back(std::move(seq));
         c.scaling.byBatch.push_back(std::move(batch));

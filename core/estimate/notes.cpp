@@ -93,6 +93,14 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
         notes.push_back("GRPO's generation (HF generate with its KV cache) is predicted from TRL's GRPOTrainer and "
                         "Transformers' DynamicCache, not yet checked against a measured step; the policy's step after it "
                         "is, to 0.05%");
+    if (const int64_t n = visionParameterCount(model); n > 0) {
+        char share[64];
+        std::snprintf(share, sizeof share, "%.2f B parameters, %.2f GiB", static_cast<double>(n) / 1e9,
+                      static_cast<double>(n) * x.p / 1073741824.0);
+        notes.push_back(std::string("the weights hold the vision tower and projector, frozen: ") + share +
+                        "; the tower's forward runs before the language model's and keeps only the image "
+                        "features it scatters into the sequence");
+    }
     if (usesCollectives(cfg))
         notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "
                         "(measured at one rank); its per-peer buffers on several GPUs come on top");

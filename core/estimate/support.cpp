@@ -102,16 +102,66 @@ std::optional<Refusal> grpoRefusal(const ModelArch &model, const TrainingConfig 
     return std::nullopt;
 }
 
+// Issue 30: a vision-language step is estimated where its tower's forward is simulated (Note
+// [Vision step]) and as measured: the tower and projector frozen, the language model trained in
+// full or with LoRA, on one GPU in bf16, supervised. Elsewhere refused by what is missing.
+std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfig &cfg)
+{
+    const FamilyTraits &ft = familyTraitsOrLlama(model.modelType);
+    if (!ft.visionLanguage)
+        return std::nullopt;
+    const std::string measureNow = ": Measure now runs it with the transformers engine";
+    if (!ft.visionTowerSimulated)
+        return Refusal{Blocker::VisionLanguage, "model.model_type", model.modelType,
+                       model.modelType + "'s vision-language step (its vision tower, projector and image tokens) is "
+                       "measured, not yet estimated" + measureNow};
+    const auto refuse = [&](const std::string &field, const std::string &value, const std::string &what) {
+        return Refusal{Blocker::VisionLanguage, field, value,
+                       model.modelType + "'s vision-language step is estimated with its vision tower and projector "
+                       "frozen, on one GPU in bf16, supervised, as measured; " + what + " is not yet" + measureNow};
+    };
+    if (cfg.vision.trainTower)
+        return refuse("vision.train_vision_tower", "true", "a trained vision tower");
+    if (cfg.vision.trainProjector)
+        return refuse("vision.train_projector", "true", "a trained projector");
+    if (!cfg.vision.trainLanguage)
+        return refuse("vision.train_language_model", "false", "a frozen language model");
+    if (cfg.finetune == FineTune::QLoRA)
+        return refuse("finetune", "qlora", "QLoRA");
+    if (cfg.mode != TrainingMode::SFT)
+        return refuse("mode", std::string(toString(cfg.mode)), modeTitle(cfg.mode));
+    if (cfg.precision != Precision::BF16)
+        return refuse("precision", std::string(toString(cfg.precision)), "this precision");
+    if (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer)
+        return refuse("gpus", std::to_string(cfg.worldSize), "several GPUs or ZeRO");
+    if (cfg.attention != Attention::SDPA)
+        return refuse("attention", std::string(toString(cfg.attention)), "this attention");
+    if (cfg.activationOffload)
+        return refuse("activation_offload", "true", "activation offload");
+    if (cfg.loss == Loss::Fused)
+        return refuse("loss", "fused", "the fused loss");
+    // The tower is simulated a window of attention at a time (about 64 patches): past 4,194,304
+    // patches a micro-batch (a million image tokens) the simulation would run for minutes.
+    const VisionTokens vt = visionTokens(model, cfg);
+    const int64_t patches = checkedMul(checkedAdd(checkedMul(cfg.vision.images, vt.imagePatches),
+                                                  checkedMul(cfg.vision.videos, vt.videoPatches)),
+                                       cfg.microBatch);
+    if (patches > (int64_t(1) << 22))
+        return Refusal{Blocker::VisionLanguage, "vision.images", std::to_string(cfg.vision.images),
+                       "the micro-batch's pixels make " + std::to_string(patches) +
+                           " vision-tower patches, past the 4194304 the estimate simulates: fewer or smaller images, "
+                           "a smaller micro-batch, or Measure now"};
+    return std::nullopt;
+}
+
 } // namespace
 
 std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
 {
     // Issue 30: the pixels are checked first (a bad size is an input error, whatever runs it)
     visionTokens(model, cfg);
-    if (familyTraitsOrLlama(model.modelType).visionLanguage)
-        return Refusal{Blocker::VisionLanguage, "model.model_type", model.modelType,
-                       model.modelType + "'s vision-language step (its vision tower, projector and image tokens) is "
-                       "measured, not yet estimated: Measure now runs it with the transformers engine"};
+    if (auto no = visionRefusal(model, cfg))
+        return no;
     if (auto no = postTrainingRefusal(cfg))
         return no;
     if (cfg.mode == TrainingMode::GRPO)

@@ -469,4 +469,16 @@ int64_t parameterCount(const ModelArch &m)
     return n;
 }
 
+int64_t visionParameterCount(const ModelArch &m)
+{
+    return familyTraitsOrLlama(m.modelType).visionLanguage && m.vision.present()
+               ? checkedAdd(m.vision.towerParams, m.vision.projectorParams)
+               : 0;
+}
+
+int64_t checkpointParameterCount(const ModelArch &m)
+{
+    return checkedAdd(parameterCount(m), visionParameterCount(m));
+}
+
 } // namespace headroom

@@ -1,6 +1,8 @@
 // Issue 30: a vision-language checkpoint's tokens and tower parameters (headroom/vision.h).
 #include "headroom/vision.h"
 
+#include <algorithm>
+
 #include "family.h"
 
 #include "headroom/error.h"
@@ -173,6 +175,35 @@ void qwen25(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &
     out.towerParams = checkedAdd(checkedMul(s.channels * s.temporal * s.patch * s.patch, H), checkedMul(s.depth, block));
     out.projectorParams = merger(s, H);
     dynamic(s, out);
+    ModelArch::VisionSide::Tower &t = out.tower;
+    t.depth = s.depth;
+    t.hidden = H;
+    t.inter = I;
+    t.heads = v.integer("num_heads", 16);
+    if (t.heads < 1 || H % t.heads != 0)
+        v.refuse("num_heads", std::to_string(t.heads), "must divide hidden_size (" + std::to_string(H) + ")");
+    t.inputWidth = s.channels * s.temporal * s.patch * s.patch;
+    t.outHidden = s.out;
+    t.windowSize = v.integer("window_size", 112);
+    if (t.windowSize < s.patch * s.merge || t.windowSize > (int64_t(1) << 16))
+        v.refuse("window_size", std::to_string(t.windowSize),
+                 "must be at least patch_size x spatial_merge_size (" + std::to_string(s.patch * s.merge) + ") and at most 65536");
+    if (v.has("fullatt_block_indexes")) {
+        const auto &f = j.at("fullatt_block_indexes");
+        if (!f.is_array() || f.size() > 1024)
+            v.refuse("fullatt_block_indexes", f.dump().substr(0, 40), "must be a list of block indexes");
+        for (const auto &i : f) {
+            if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= s.depth)
+                v.refuse("fullatt_block_indexes", i.dump().substr(0, 40),
+                         "must hold block indexes below depth (" + std::to_string(s.depth) + ")");
+            t.fullAttention.push_back(i.get<int64_t>());
+        }
+    } else {
+        t.fullAttention = {7, 15, 23, 31}; // Qwen2_5_VLVisionConfig's default
+        t.fullAttention.erase(std::remove_if(t.fullAttention.begin(), t.fullAttention.end(),
+                                             [&](int64_t i) { return i >= s.depth; }),
+                              t.fullAttention.end());
+    }
 }
 
 void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx)

@@ -12,11 +12,13 @@
 #include "kto.h"
 #include "orpo.h"
 #include "reward.h"
+#include "vision.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "parallel.h"
 
 #include "headroom/error.h"
+#include "headroom/vision.h"
 
 #include <algorithm>
 #include <functional>
@@ -129,6 +131,9 @@ public:
             mlaMask = mlaLora(m, c.lora.targets);
         }
         qlora = c.finetune == FineTune::QLoRA;
+        visionSim = ft.visionTowerSimulated && m.vision.present();
+        if (visionSim)
+            vt = visionTokens(m, c);
         inputRequiresGrad = c.finetune == FineTune::LoRA && c.gradCheckpointing;
         if (grpo) {
             gs.completions = checkedMul(c.microBatch, c.gradAccum);
@@ -229,6 +234,13 @@ private:
     bool orpo = false;   // an ORPO step (See Note [ORPO step])
     bool grpo = false;   // a GRPO step (See Note [GRPO step])
     sim::GrpoShape gs;
+    // Issue 30: a vision-language step whose frozen tower is simulated (Note [Vision step]): the
+    // tokens and tower rows of the sample's pixels, the tower's and projector's frozen weights, and
+    // Qwen2_5_VLModel.rope_deltas (kept on the module from one forward to the next).
+    bool visionSim = false;
+    VisionTokens vt;
+    std::vector<T> towerWeights;
+    T ropeDeltas;
     // GRPO: while generate runs, every layer's DynamicCache keys and values; `decoding` once the
     // prefill has filled them
     struct KvCache
@@ -747,6 +759,8 @@ private:
         S.setLayer(-1);
         S.setOnHost(par->buildsOnHost()); // FSDP2: on the CPU until fully_shard moves each unit
         const bool t = full;
+        if (visionSim)
+            buildTower();
         embed = param(V, h, t, "embed_tokens");
         if (m.learnedPositions)
             positions = param(m.maxPositions, h, t, "embed_positions");
@@ -841,6 +855,23 @@ private:
     {
         const int64_t ids = checkedMul(orpo ? tok / 2 : tok, 8);
         std::vector<std::pair<int64_t, int>> t{{ids, 8}};
+        if (visionSim) {
+            // the engine's vision batch (probes/hrengine/vision.py): labels with the placeholders
+            // masked, the processor's fp32 pixel rows and (t, h, w) grids, images then video, and
+            // mm_token_type_ids
+            t.push_back({ids, 8});
+            const int64_t width = m.vision.tower.inputWidth;
+            if (c.vision.images > 0) {
+                t.push_back({checkedMul(checkedMul(vt.imagePatches, c.vision.images * b), width) * 4, 4});
+                t.push_back({c.vision.images * b * 3 * 8, 8});
+            }
+            if (c.vision.videos > 0) {
+                t.push_back({checkedMul(checkedMul(vt.videoPatches, c.vision.videos * b), width) * 4, 4});
+                t.push_back({c.vision.videos * b * 3 * 8, 8});
+            }
+            t.push_back({ids, 8});
+            return t;
+        }
         if (dpo || reward) // DPO's completion mask, the reward batch's attention mask
             t.push_back({ids, 8});
         if (orpo) // the chosen ids' masks and labels, the rejected ids, masks and labels: b x seq each
@@ -2481,10 +2512,17 @@ private:
         T s0 = S.make(freqs.bytes, 4);
         T s1 = S.make(freqs.bytes, 4);
         S.drop(s0);
-        T sr = S.make(bs * rd * 4, 4);
-        S.drop(s1);
-        T cr = S.make(bs * rd * 4, 4);
-        S.drop(c1);
+        // Qwen2.5-VL recomposes each at half the width first (the sections' cat), then cat((f, f))
+        const auto recompose = [&](T &f) {
+            T half = ft.multimodalRotaryHalves ? S.make(bs * (rd / 2) * 4, 4) : T{};
+            T full = S.make(bs * rd * 4, 4);
+            if (half.valid())
+                S.drop(half);
+            S.drop(f);
+            return full;
+        };
+        T sr = recompose(s1);
+        T cr = recompose(c1);
         const bool fp32 = x.elem == 4;
         cos = fp32 ? S.view(cr) : S.make(bs * rd * x.elem, x.elem);
         sin = fp32 ? S.view(sr) : S.make(bs * rd * x.elem, x.elem);
@@ -2571,6 +2609,29 @@ private:
         return loss;
     }
 
+    // The position ids the decoder reads (kept to the end of forward): cache_position and
+    // position_ids (int64, one row); a vision-language model's get_rope_index gives (3, b, s) int64
+    // positions instead (its per-sample bookkeeping, a few KB, left out) and the rope deltas the
+    // module keeps from one forward to the next; without pixels its text model's arange.
+    T positionIds()
+    {
+        S.setOp("positions");
+        if (visionSim && (c.vision.images > 0 || c.vision.videos > 0)) {
+            T posIds = S.make(checkedMul(3, tok) * 8, 8);
+            T deltas = S.make(b * 8, 8);
+            if (ropeDeltas.valid())
+                S.drop(ropeDeltas);
+            ropeDeltas = deltas;
+            return posIds;
+        }
+        if (visionSim) // no pixels: the text model's arange, expanded to the three rows (a view)
+            return S.make(s * 8, 8);
+        T cachePos = S.make(s * 8, 8);
+        T posIds = S.make(s * 8, 8);
+        S.drop(cachePos);
+        return posIds;
+    }
+
     // The model's forward up to the final norm's output.
     T hidden(const T &ids)
     {
@@ -2600,6 +2661,8 @@ private:
             S.drop(x);
             x = xs;
         }
+        if (visionSim)
+            x = visionInputs(x);
         if (m.hasPerLayerInputs())
             perLayerInputs(ids, x);
         T pos;
@@ -2618,11 +2681,8 @@ private:
             S.drop(x);
             x = xd;
         }
-        // cache_position / position_ids (int64, one row) and the causal-mask helpers.
-        S.setOp("positions");
-        T cachePos = S.make(s * 8, 8);
-        T posIds = S.make(s * 8, 8);
-        S.drop(cachePos);
+        // the positions, then the causal-mask helpers
+        T posIds = positionIds();
         T sdpaMask;
         if (c.attention != Attention::Eager && ft.sdpaExplicitMask) {
             // masking_utils.sdpa_mask materialised: a boolean (1, 1, s, s) causal mask.
@@ -2711,6 +2771,63 @@ private:
             pliInputs = T{};
         }
         return fn;
+    }
+
+    // Issue 30 (Note [Vision step]): Qwen2_5_VisionTransformerPretrainedModel's parameters as its
+    // __init__ makes them, frozen: patch_embed, the rotary's inv_freq pair, each block's norm1,
+    // norm2, qkv, proj and SwiGLU MLP (biased Linears), then the merger (ln_q, two Linears).
+    void buildTower()
+    {
+        const ModelArch::VisionSide::Tower &t = m.vision.tower;
+        const int e = buildElem();
+        const int64_t H = t.hidden, I = t.inter, M = checkedMul(H, m.vision.merge * m.vision.merge);
+        S.setOp("visual");
+        int64_t count = 0;
+        const auto weight = [&](int64_t n) {
+            towerWeights.push_back(S.make(checkedMul(n, e), e, Category::Weights));
+            count += n;
+        };
+        weight(checkedMul(H, t.inputWidth));
+        for (int k = 0; k < 2; ++k) // inv_freq and original_inv_freq: (head_dim / 2) / 2 floats
+            towerWeights.push_back(S.make(H / t.heads / 4 * 4, 4, Category::Weights));
+        for (int64_t l = 0; l < t.depth; ++l) {
+            for (int64_t n : {H, H, checkedMul(3 * H, H), 3 * H, checkedMul(H, H), H, checkedMul(I, H), I,
+                              checkedMul(I, H), I, checkedMul(H, I), H})
+                weight(n);
+        }
+        for (int64_t n : {H, checkedMul(M, M), M, checkedMul(t.outHidden, M), t.outHidden})
+            weight(n);
+        if (count != checkedAdd(m.vision.towerParams, m.vision.projectorParams))
+            throw std::logic_error("vision tower: built " + std::to_string(count) + " parameters, the reader counts " +
+                                   std::to_string(m.vision.towerParams + m.vision.projectorParams));
+    }
+
+    // Qwen2_5_VLModel.forward before its language model: each call of the frozen tower (images,
+    // then video), its features scattered into the embeddings `x` (consumed; the scattered
+    // embeddings returned). The features and the placeholder masks stay bound until forward returns.
+    T visionInputs(T x)
+    {
+        S.setLayer(-1);
+        const std::array<std::pair<int64_t, std::array<int64_t, 3>>, 2> calls{
+            {{c.vision.images, vt.imageGrid}, {c.vision.videos, vt.videoGrid}}};
+        T otherMask; // get_placeholder_mask's unused half, rebound by the next call
+        for (size_t k = 0; k < calls.size(); ++k) {
+            if (calls[k].first <= 0)
+                continue;
+            const sim::TowerCall call{calls[k].second, checkedMul(calls[k].first, b)};
+            embedLocals.push_back(sim::qwen25Tower(S, m.vision, call, pe));
+            std::array<T, 2> masks = sim::placeholderMasks(S, tok);
+            if (otherMask.valid())
+                S.drop(otherMask);
+            otherMask = masks[1 - k];
+            embedLocals.push_back(masks[k]);
+            T scattered = sim::maskedScatter(S, x, masks[k], h);
+            S.drop(x); // inputs_embeds rebinds
+            x = scattered;
+        }
+        if (otherMask.valid())
+            embedLocals.push_back(otherMask);
+        return x;
     }
 
     // Gemma4TextModel's per-layer inputs (Note [Gemma 4]): get_per_layer_inputs (the scaled

@@ -22,7 +22,12 @@ void outer(const ConfigFields &c, ModelArch &m)
 
 const Family &family_qwen2_5_vl()
 {
-    static const Family f = family_qwen2().visionLanguage("qwen2_5_vl", &outer);
+    static const Family f =
+        family_qwen2()
+            .visionLanguage("qwen2_5_vl", &outer)
+            .set(&FamilyTraits::visionTowerSimulated)
+            .set(&FamilyTraits::multimodalRotaryTables)
+            .set(&FamilyTraits::multimodalRotaryHalves);
     return f;
 }
 

@@ -131,7 +131,9 @@ struct FamilyTraits
     bool attentionOutputGate = false;
     // Qwen3.5's rotary: position ids for text, height and width (3 x b x s), the tables'
     // frequencies recomposed per section (mrope_section) before cos and sin.
-    bool multimodalRotaryTables = false; // the attention registers o_proj before its q/k/v (Phi-3)           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
+    bool multimodalRotaryTables = false;
+    // Qwen2.5-VL's recomposition: the sections' cat at half the width, then cat((f, f)).
+    bool multimodalRotaryHalves = false; // the attention registers o_proj before its q/k/v (Phi-3)           // the RMSNorm weights stay fp32 (_keep_in_fp32_modules: GPT-OSS)
     // Gemma 4's attention (Note [Gemma 4]): q_proj, q_norm and rotary before k_proj and v_proj;
     // then k_norm, rotary, and v_norm (an RMSNorm without a weight) on the values; on the global
     // layers with attention_k_eq_v no v_proj, the values are k_proj's output.
@@ -146,6 +148,10 @@ struct FamilyTraits
     // projector and the language model; issue 30). Its text_config holds the language model, or
     // (a legacy config.json, Qwen2.5-VL's) the top level does.
     bool visionLanguage = false;
+    // The estimate simulates this checkpoint's vision tower (frozen: its forward's transients, its
+    // features scattered into the embeddings; Note [Vision step]). Elsewhere a vision-language step
+    // is measured, not estimated.
+    bool visionTowerSimulated = false;
     // Headroom's LibTorch engine reproduces this family's step (measured against the transformers
     // engine on the H200; not inherited by a derived family).
     bool libtorchEngine = false;
@@ -251,6 +257,16 @@ struct ModelArch
         // The checkpoint processor's bounds (preprocessor_config.json, video_preprocessor_config.json).
         int64_t minPixels = 0, maxPixels = 0, videoMinPixels = 0, videoMaxPixels = 0;
         int64_t towerParams = 0, projectorParams = 0;
+        // The tower's geometry, where the estimate simulates its forward (Qwen2.5-VL's; issue 30):
+        // blocks of `hidden` wide with `heads` heads and a SwiGLU MLP `inter` wide; a patch row is
+        // inputWidth values (channels x temporal x patch^2); the merger's output is outHidden; the
+        // windowed blocks attend within windowSize pixels, the blocks in fullAttention to the whole
+        // image.
+        struct Tower
+        {
+            int64_t depth = 0, hidden = 0, heads = 0, inter = 0, inputWidth = 0, outHidden = 0, windowSize = 0;
+            std::vector<int64_t> fullAttention;
+        } tower;
         bool present() const { return tokens != Tokens::None; }
     };
     VisionSide vision;
@@ -420,6 +436,11 @@ std::array<std::string, kPerLayerInputLinears> perLayerInputLinearNames();
 std::array<std::pair<int64_t, int64_t>, kPerLayerInputLinears> perLayerInputLinearShapes(const ModelArch &m);
 std::array<bool, kPerLayerInputLinears> perLayerInputLora(const ModelArch &m, const std::vector<std::string> &targets);
 int64_t parameterCount(const ModelArch &m);
+// Issue 30: the parameters a vision-language checkpoint built whole keeps beside its language
+// model (its tower and projector); 0 for any other model.
+int64_t visionParameterCount(const ModelArch &m);
+// The checkpoint's own count: the language model's parameters plus visionParameterCount.
+int64_t checkpointParameterCount(const ModelArch &m);
 
 // Import a Hugging Face config.json. Throws InputError naming the missing field or unknown model_type.
 ModelArch modelFromHfConfig(const nlohmann::json &config, const std::string &id = {});
