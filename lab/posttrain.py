@@ -97,12 +97,12 @@ COMBOS = {
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vl  # noqa: E402  (issue 30's vision-language cases)
 
-SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL}
+SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL, "vl2": vl.VL2}
 CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO, **COMBOS}
 
 
 def request(name):
-    if name in vl.VL:
+    if name in vl.CASES:
         return vl.request(name)
     preset, ft, b, s, ckpt, ref, mode = CASES[name][:7]
     prompt = CASES[name][7] if len(CASES[name]) > 7 else s // 2

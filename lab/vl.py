@@ -59,6 +59,18 @@ VL = {
     "llava-full-frozen-ckpt-1img-b2s2048": ("llava", "full", 2, 2048, True, {"images": 1, P: True}),
 }
 
+# 2026-12-05 (sixteenth session), held out: Qwen2.5-VL frozen-tower steps with gradient checkpointing
+# (the estimate predicts them: the measured ones ran without), their estimates committed before they
+# run (tests/data/h200/vl-plan/predictions.tsv: python3 lab/vl.py --predict build/dev/app/headroom-cli)
+VL2 = {
+    "q25vl-lora-ckpt-2img672-b2s2048": ("q25vl", "lora", 2, 2048, True, {"images": 2, "image_size": [672, 672]}),
+    "q25vl-full-frozen-ckpt-1img896-b2s2048": ("q25vl", "full", 2, 2048, True, {"images": 1, "image_size": [896, 896]}),
+    "q25vl-lora-ckpt-video8f-b1s4096": ("q25vl", "lora", 1, 4096, True,
+                                        {"images": 0, "videos": 1, "video_frames": 8, "video_size": [480, 640],
+                                         "video_max_pixels": 131072}),
+}
+CASES = {**VL, **VL2}
+
 
 def model_config(key):
     name, cut, _ = MODELS[key]
@@ -74,7 +86,7 @@ def model_config(key):
 
 
 def request(name):
-    key, ft, b, s, ckpt, vision = VL[name]
+    key, ft, b, s, ckpt, vision = CASES[name]
     model_name, hf = model_config(key)
     v = {**MODELS[key][2], **vision}
     cfg = {"precision": "bf16", "optimizer": "adamw", "optimizer_impl": "foreach", "finetune": ft,
@@ -82,3 +94,34 @@ def request(name):
            "lora": {"rank": 16, "alpha": 32, "dropout": 0.0, "targets": ALL_LINEAR}, "vision": v}
     return {"schema_version": 1, "kind": "probe_request", "steps": 2, "device": "cuda", "config": cfg,
             "model": {"config": hf, "headroom": {"id": f"{model_name} ({name.split('-')[0]} cut)"}}}
+
+
+def predict(names, cli):
+    """The estimate of each case before it runs (headroom-cli with the request's settings), as TSV."""
+    import subprocess, sys, tempfile
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import timeline_diff
+    print("name\tpeak_allocated_bytes\tpeak_reserved_bytes")
+    for n in names:
+        r = request(n)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "config.json")
+            with open(path, "w") as f:
+                json.dump(r["model"]["config"], f)
+            cfg = dict(r["config"], world_size=1, zero_stage=0)
+            out = subprocess.run([cli, "estimate", "--json", "--model", path] + timeline_diff.cli_flags(cfg),
+                                 capture_output=True, text=True)
+        if out.returncode:
+            print(f"{n}\trefused\t{out.stderr.strip().splitlines()[-1][:200]}")
+            continue
+        e = json.loads(out.stdout)
+        print(f"{n}\t{e['peak']['allocated_bytes']}\t{e['peak']['reserved_bytes']}")
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--predict", metavar="HEADROOM_CLI", required=True)
+    ap.add_argument("--set", default="vl2", choices=["vl", "vl2"])
+    a = ap.parse_args()
+    predict(list(VL2 if a.set == "vl2" else VL), a.predict)

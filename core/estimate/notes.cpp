@@ -100,6 +100,10 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
         notes.push_back(std::string("the weights hold the vision tower and projector, frozen: ") + share +
                         "; the tower's forward runs before the language model's and keeps only the image "
                         "features it scatters into the sequence");
+        if (cfg.gradCheckpointing)
+            notes.push_back("with gradient checkpointing this vision-language step is predicted: the measured Qwen2.5-VL "
+                            "steps ran without it (the checkpointed language model and the features' scatter are each "
+                            "measured, not yet together)");
     }
     if (usesCollectives(cfg))
         notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "
