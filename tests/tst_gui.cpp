@@ -39,6 +39,8 @@
 #include <QPushButton>
 #include <QSlider>
 #include <QSpinBox>
+
+#include <algorithm>
 #include <QScrollBar>
 #include <QSignalSpy>
 #include <QStatusBar>
@@ -1430,6 +1432,47 @@ private Q_SLOTS:
                 QVERIFY(bytes > 0);
             }
         QVERIFY(any);
+    }
+
+    // Issue 30: the "Images and video" box shows for a vision-language checkpoint and drives the
+    // estimate: Qwen2.5-VL's step with images is estimated (Note [Vision step]), grows with them,
+    // and the notes give the tower's share; its batch curve stops past the card.
+    void imagesBoxDrivesTheVisionEstimate()
+    {
+        Session s;
+        MainWindow w(&s);
+        w.show();
+        QVERIFY(settle(s));
+        Scenario sc = s.scenario();
+        sc.model = findModelPreset("qwen2.5-vl-7b");
+        sc.config.finetune = FineTune::LoRA;
+        sc.config.microBatch = 1;
+        sc.config.seqLen = 1024;
+        sc.config.gradAccum = 1;
+        s.setScenario(sc);
+        QVERIFY(settle(s, 120000));
+        QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+        const int64_t textOnly = s.report().estimate.peakAllocatedBytes;
+        auto *box = w.findChild<QWidget *>(QStringLiteral("visionBox"));
+        QVERIFY(box && box->isVisible());
+        auto *images = w.findChild<QSpinBox *>(QStringLiteral("images"));
+        QVERIFY(images);
+        images->setValue(2);
+        QCOMPARE(s.scenario().config.vision.images, int64_t(2));
+        QVERIFY(settle(s, 120000));
+        QVERIFY2(s.report().error.empty(), s.report().error.c_str());
+        QVERIFY(s.report().estimate.peakAllocatedBytes > textOnly);
+        const auto &notes = s.report().estimate.notes;
+        QVERIFY(std::any_of(notes.begin(), notes.end(), [](const std::string &n) {
+            return n.rfind("the weights hold the vision tower and projector", 0) == 0;
+        }));
+        for (const auto &curve : s.scaling().byBatch) {
+            QVERIFY(!curve.points.empty());
+            int past = 0;
+            for (const auto &[b, bytes] : curve.points)
+                past += bytes > s.scenario().gpu.memoryBytes ? 1 : 0;
+            QVERIFY2(past <= 1, qPrintable(QString::number(past)));
+        }
     }
 };
 
