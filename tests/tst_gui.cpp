@@ -1453,11 +1453,8 @@ private Q_SLOTS:
         QVERIFY(settle(s, 120000));
         QVERIFY2(s.report().error.empty(), s.report().error.c_str());
         const int64_t textOnly = s.report().estimate.peakAllocatedBytes;
-        auto *box = w.findChild<QWidget *>(QStringLiteral("visionBox"));
-        QVERIFY(box && box->isVisible());
-        auto *images = w.findChild<QSpinBox *>(QStringLiteral("images"));
-        QVERIFY(images);
-        images->setValue(2);
+        QVERIFY(child<QWidget>(w, "visionBox")->isVisible());
+        child<QSpinBox>(w, "images")->setValue(2);
         QCOMPARE(s.scenario().config.vision.images, int64_t(2));
         QVERIFY(settle(s, 120000));
         QVERIFY2(s.report().error.empty(), s.report().error.c_str());

@@ -176,7 +176,7 @@ Session::Computed Session::compute(quint64 generation, const Scenario &s, bool q
     // A vision-language step simulates its tower over every image of the micro-batch (Note [Vision
     // step]): its batch curve stops at the first point past the card (a thousand samples' images
     // took minutes), which is where the curve says what it has to say
-    const bool pixels = s.config.vision.images > 0 || s.config.vision.videos > 0;
+    const bool pixels = s.config.vision.any();
     for (bool ckpt : {false, true}) {
         // short: both fit the legend of a chart half a 1280-pixel window wide (issue 31 row 3)
         const QString name = ckpt ? QStringLiteral("checkpointed") : QStringLiteral("plain");

@@ -105,7 +105,7 @@ std::optional<Refusal> grpoRefusal(const ModelArch &model, const TrainingConfig 
 // Issue 30: a vision-language step is estimated where its tower's forward is simulated (Note
 // [Vision step]) and as measured: the tower and projector frozen, the language model trained in
 // full or with LoRA, on one GPU in bf16, supervised. Elsewhere refused by what is missing.
-std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfig &cfg)
+std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfig &cfg, const VisionTokens &vt)
 {
     const FamilyTraits &ft = familyTraitsOrLlama(model.modelType);
     if (!ft.visionLanguage)
@@ -142,7 +142,6 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
         return refuse("loss", "fused", "the fused loss");
     // The tower is simulated a window of attention at a time (about 64 patches): past 4,194,304
     // patches a micro-batch (a million image tokens) the simulation would run for minutes.
-    const VisionTokens vt = visionTokens(model, cfg);
     const int64_t patches = checkedMul(checkedAdd(checkedMul(cfg.vision.images, vt.imagePatches),
                                                   checkedMul(cfg.vision.videos, vt.videoPatches)),
                                        cfg.microBatch);
@@ -159,8 +158,8 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
 std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingConfig &cfg)
 {
     // Issue 30: the pixels are checked first (a bad size is an input error, whatever runs it)
-    visionTokens(model, cfg);
-    if (auto no = visionRefusal(model, cfg))
+    const VisionTokens vt = visionTokens(model, cfg);
+    if (auto no = visionRefusal(model, cfg, vt))
         return no;
     if (auto no = postTrainingRefusal(cfg))
         return no;

@@ -220,6 +220,15 @@ T Sim::view(const T &t, int64_t bytes)
     return v;
 }
 
+T Sim::detachedView(const T &t, int64_t bytes)
+{
+    T v = view(t, bytes);
+    v.node = -1;
+    v.param = -1;
+    v.requiresGrad = false;
+    return v;
+}
+
 void Sim::drop(T &t)
 {
     if (t.sto >= 0 && m_sto[static_cast<size_t>(t.sto)].pyRefs > 0)

@@ -92,6 +92,9 @@ public:
     T make(int64_t bytes, int elem, Category category = Category::Temporaries);
     // Another Python reference to the same tensor (a view, or the same object bound twice).
     T view(const T &t, int64_t bytes = -1);
+    // A view of the same storage with no producer yet: the output of a node recorded next (a
+    // view op's own node, an in-place op's new version), not yet requiring grad.
+    T detachedView(const T &t, int64_t bytes = -1);
     // Drops one Python reference.
     void drop(T &t);
 

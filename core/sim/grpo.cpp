@@ -91,14 +91,8 @@ T temperatureScaled(Sim &S, const T &logits, int64_t sliceBytes)
 {
     if (!S.gradEnabled() || !logits.requiresGrad)
         return S.view(logits, sliceBytes);
-    const auto clearNode = [](T &t) {
-        t.node = -1;
-        t.param = -1;
-        t.requiresGrad = false;
-    };
     const int64_t base = logits.bytes;
-    T copySlices = S.view(logits);
-    clearNode(copySlices);
+    T copySlices = S.detachedView(logits);
     S.record({&copySlices}, {&logits}, {}, [base, sliceBytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         if (!needs[0] || g[0] < 0)
             return std::vector<int>{-1};
@@ -109,8 +103,7 @@ T temperatureScaled(Sim &S, const T &logits, int64_t sliceBytes)
         s.unref(divided);
         return std::vector<int>{result};
     });
-    T out = S.view(copySlices, sliceBytes);
-    clearNode(out);
+    T out = S.detachedView(copySlices, sliceBytes);
     S.record({&out}, {&copySlices}, {}, [base](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         if (!needs[0] || g[0] < 0)
             return std::vector<int>{-1};

@@ -308,10 +308,7 @@ T Ops::copy(const T &x)
 
 T Ops::viewOf(const T &x)
 {
-    T out = s.view(x);
-    out.node = -1;
-    out.param = -1;
-    out.requiresGrad = false;
+    T out = s.detachedView(x);
     const int id = s.record({&out}, {&x}, {}, [](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         return std::vector<int>{needs[0] && g[0] >= 0 ? pass(s, g[0]) : -1};
     });
@@ -328,10 +325,7 @@ T Ops::headsView(const T &x, bool copyBack)
 {
     if (!copyBack)
         return viewOf(x);
-    T out = s.view(x);
-    out.node = -1;
-    out.param = -1;
-    out.requiresGrad = false;
+    T out = s.detachedView(x);
     const int64_t back = x.bytes;
     const int id = s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         // TransposeBackward0, then ViewBackward0: grad.reshape() of a non-contiguous tensor
@@ -365,10 +359,7 @@ T Ops::cat(const std::vector<const T *> &parts, int64_t numel, int elem)
 
 T Ops::slice(const T &x, int64_t numel)
 {
-    T out = s.view(x, numel * x.elem);
-    out.node = -1;
-    out.param = -1;
-    out.requiresGrad = false;
+    T out = s.detachedView(x, numel * x.elem);
     const int64_t back = x.bytes;
     s.record({&out}, {&x}, {}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         // SliceBackward0: zeros of the input's size, the gradient copied into the slice.
@@ -695,12 +686,7 @@ T Ops::sdpaMathMasked(const T &q, const T &k, const T &v, const AttnShape &a, in
     const bool folds = a.b > 1;
     auto broadcastHeads = [&](const T &x) {
         const int64_t bytes = x.bytes / a.kvHeads * a.heads;
-        T r = folds ? s.make(bytes, x.elem) : s.view(x, bytes);
-        if (!folds) {
-            r.node = -1;
-            r.param = -1;
-            r.requiresGrad = false;
-        }
+        T r = folds ? s.make(bytes, x.elem) : s.detachedView(x, bytes);
         const int id = s.record({&r}, {&x}, {}, [xb = x.bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
             if (!n[0] || g[0] < 0)
                 return std::vector<int>{-1};
@@ -821,10 +807,7 @@ T Ops::sdpaMath(const T &q, const T &k, const T &v, const AttnShape &a, int elem
 // each) with the sink column, to the probabilities over the real columns (a slice).
 T Ops::sinkProbabilities(T &x, const T &sinks, int64_t rows, int64_t scores, int elem, std::vector<T> *locals)
 {
-    T sinkView = s.view(sinks, rows * elem); // sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)
-    sinkView.node = -1;
-    sinkView.param = -1;
-    sinkView.requiresGrad = false;
+    T sinkView = s.detachedView(sinks, rows * elem); // sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)
     const int64_t sinkBytes = sinks.bytes;
     const int sid = s.record({&sinkView}, {&sinks}, {},
                              [sinkBytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &n) {
@@ -1117,10 +1100,7 @@ T Ops::maskedFill(const T &x, const T &mask)
 
 T Ops::inPlaceVersion(const T &x, const std::vector<const T *> &inputs, const std::vector<int> &saved, BackwardFn fn)
 {
-    T out = s.view(x);
-    out.node = -1;
-    out.param = -1;
-    out.requiresGrad = false;
+    T out = s.detachedView(x);
     if (s.record({&out}, inputs, saved, std::move(fn)) < 0) {
         out.node = x.node;
         out.out = x.out;
@@ -1159,10 +1139,7 @@ std::vector<T> Ops::split(const T &x, const std::vector<int64_t> &numels)
 {
     std::vector<T> parts;
     for (int64_t n : numels) {
-        T p = s.view(x, n * x.elem);
-        p.node = -1;
-        p.param = -1;
-        p.requiresGrad = false;
+        T p = s.detachedView(x, n * x.elem);
         parts.push_back(p);
     }
     std::vector<T *> outs;

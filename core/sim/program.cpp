@@ -2616,7 +2616,7 @@ private:
     T positionIds()
     {
         S.setOp("positions");
-        if (visionSim && (c.vision.images > 0 || c.vision.videos > 0)) {
+        if (visionSim && c.vision.any()) {
             T posIds = S.make(checkedMul(3, tok) * 8, 8);
             T deltas = S.make(b * 8, 8);
             if (ropeDeltas.valid())
@@ -2821,7 +2821,7 @@ private:
                 S.drop(otherMask);
             otherMask = masks[1 - k];
             embedLocals.push_back(masks[k]);
-            T scattered = sim::maskedScatter(S, x, masks[k], h);
+            T scattered = sim::maskedScatter(S, x, masks[k]);
             S.drop(x); // inputs_embeds rebinds
             x = scattered;
         }

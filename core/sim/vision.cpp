@@ -29,10 +29,10 @@ void windowChunks(const ModelArch::VisionSide &v, int64_t h, int64_t w, std::vec
         }
 }
 
-// Qwen2_5_VLRMSNorm over `rows` x `width` bf16 values without autograd: the fp32 copy, its square
+// Qwen2_5_VLRMSNorm over `rows` x `width` values in `elem` without autograd: the fp32 copy, its square
 // and mean, the reciprocal root, the normalised fp32 rows (the copy goes when the name rebinds),
 // the cast back and the weight's product; the variance is a local to the end.
-T rmsNorm(Sim &S, const T &x, int64_t rows, int64_t width, int elem)
+T rmsNorm(Sim &S, int64_t rows, int64_t width, int elem)
 {
     T x32 = S.make(rows * width * 4, 4);
     T sq = S.make(x32.bytes, 4);
@@ -49,7 +49,6 @@ T rmsNorm(Sim &S, const T &x, int64_t rows, int64_t width, int elem)
     S.drop(cast);
     S.drop(normed);
     S.drop(var);
-    (void)x;
     return out;
 }
 
@@ -76,7 +75,7 @@ T block(Sim &S, const ModelArch::VisionSide &v, const T &x, const std::vector<in
     const auto &t = v.tower;
     const int64_t H = t.hidden, N = x.bytes / (H * elem);
     S.setOp("visual.norm1");
-    T n1 = rmsNorm(S, x, N, H, elem);
+    T n1 = rmsNorm(S, N, H, elem);
     S.setOp("visual.attn");
     T qkv = S.make(N * 3 * H * elem, elem);
     T q32 = S.make(N * H * 4, 4), k32 = S.make(N * H * 4, 4);
@@ -110,7 +109,7 @@ T block(Sim &S, const ModelArch::VisionSide &v, const T &x, const std::vector<in
     T h1 = S.make(N * H * elem, elem); // hidden_states + attn(...)
     S.drop(proj);
     S.setOp("visual.norm2");
-    T n2 = rmsNorm(S, h1, N, H, elem);
+    T n2 = rmsNorm(S, N, H, elem);
     S.setOp("visual.mlp");
     const int64_t I = t.inter;
     T gate = S.make(N * I * elem, elem);
@@ -196,7 +195,7 @@ T qwen25Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &call, int
     // the merger: ln_q, then Linear(M, M), GELU, Linear(M, out) over the merged rows, then back to
     // the patches' order (argsort of the window index)
     S.setOp("visual.merger");
-    T nq = rmsNorm(S, hidden, N, H, elem);
+    T nq = rmsNorm(S, N, H, elem);
     const int64_t M = H * unit;
     T l1 = S.make(merged * M * elem, elem);
     T gelu = S.make(l1.bytes, elem);
@@ -247,11 +246,10 @@ std::array<T, 2> placeholderMasks(Sim &S, int64_t tokens)
     return {image, video};
 }
 
-T maskedScatter(Sim &S, const T &embeds, const T &mask, int64_t hidden)
+T maskedScatter(Sim &S, const T &embeds, const T &mask)
 {
     S.setOp("masked_scatter");
     const int64_t n = embeds.bytes / embeds.elem;
-    (void)hidden;
     T out = S.make(embeds.bytes, embeds.elem); // self.clone(), scattered into in place
     // masked_scatter_cuda: the expanded mask made contiguous, its exclusive prefix sum in int64 by
     // CUB's DeviceScan, whose scan state is 16 bytes a tile of 896 items plus 48 tiles' padding,
@@ -265,22 +263,15 @@ T maskedScatter(Sim &S, const T &embeds, const T &mask, int64_t hidden)
     S.drop(prefix);
     if (!S.gradEnabled() || !embeds.requiresGrad)
         return out;
-    T result = S.view(out);
-    result.node = -1;
-    result.param = -1;
-    result.requiresGrad = false;
-    S.drop(out);
     const int64_t bytes = embeds.bytes;
-    const int elem = embeds.elem;
     // MaskedScatterBackward0: self's gradient is grad.masked_fill(mask, 0); the features' (the
     // frozen tower's) is not asked for
-    S.record({&result}, {&embeds}, {mask.sto}, [bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+    S.record({&out}, {&embeds}, {mask.sto}, [bytes](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         if (!needs[0] || g[0] < 0)
             return std::vector<int>{-1};
         return std::vector<int>{s.allocate(bytes, Category::Temporaries)};
     });
-    (void)elem;
-    return result;
+    return out;
 }
 
 } // namespace headroom::sim

@@ -34,6 +34,6 @@ std::array<T, 2> placeholderMasks(Sim &S, int64_t tokens);
 // masked_scatter (the mask expanded to the embeddings' shape and made contiguous, its int64
 // prefix sum, CUB's scan state). Where `embeds` requires grad, MaskedScatterBackward0 saves
 // `mask` and hands grad.masked_fill(mask, 0) back. `embeds` is not consumed.
-T maskedScatter(Sim &S, const T &embeds, const T &mask, int64_t hidden);
+T maskedScatter(Sim &S, const T &embeds, const T &mask);
 
 } // namespace headroom::sim
