@@ -254,10 +254,10 @@ private Q_SLOTS:
         QVERIFY(!toJson(r).at("config").contains("vision"));
     }
 
-    // Qwen2.5-VL with its tower and projector frozen is estimated (Note [Vision step]), the tower's
-    // weights counted and said; a trained tower or projector, another family's tower, QLoRA and
-    // the post-training modes are refused by name (Measure now runs them); the LibTorch engine
-    // sends every vision-language step to the transformers engine.
+    // Qwen2.5-VL, Qwen3-VL, Gemma 3 and LLaVA with the tower and projector frozen are estimated
+    // (Note [Vision step]), the tower's weights counted and said; a trained tower or projector,
+    // another family's tower, QLoRA and the post-training modes are refused by name (Measure now
+    // runs them); the LibTorch engine sends every vision-language step to the transformers engine.
     void estimatedWhereSimulated()
     {
         TrainingConfig c;
@@ -292,15 +292,46 @@ private Q_SLOTS:
                 QVERIFY(std::string(r.what()).find("Measure now") != std::string::npos);
             }
         }
-        for (const char *other : {"qwen3-vl-8b", "gemma-3-4b-it", "llava-1.5-7b"}) {
+        // Qwen3-VL (deepstack), Gemma 3 (SigLIP, block-causal masks) and LLaVA (CLIP's hidden
+        // states) are simulated too: each counts as published, and more pixels cost more
+        for (const auto &[other, published] : {std::pair{"qwen3-vl-8b", int64_t(8767123696)},
+                                               {"gemma-3-4b-it", int64_t(4300079472)},
+                                               {"llava-1.5-7b", int64_t(7063427072)}}) {
             const ModelArch o = vl(QLatin1String(other));
-            try {
-                (void)estimate(o, c);
-                QFAIL(other);
-            } catch (const Refused &r) {
-                QCOMPARE(r.refusal().blocker, Blocker::VisionLanguage);
-                QVERIFY(std::string(r.what()).find("measured, not yet estimated") != std::string::npos);
-            }
+            const Estimate oe = estimate(o, c);
+            QCOMPARE(oe.params.total, published);
+            TrainingConfig more = c;
+            more.vision.images = 3;
+            QVERIFY2(estimate(o, more).peakAllocatedBytes > oe.peakAllocatedBytes, other);
+        }
+        // LoRA with checkpointing puts a SigLIP or CLIP tower in the graph: simulated for Gemma 3's
+        // SigLIP (the checkpointed tower holds its layers' inputs), refused by name for LLaVA's CLIP
+        TrainingConfig ckpt = c;
+        ckpt.finetune = FineTune::LoRA;
+        ckpt.gradCheckpointing = true;
+        QVERIFY(estimate(m, ckpt).peakAllocatedBytes > 0);
+        QVERIFY(estimate(vl(QStringLiteral("gemma-3-4b-it")), ckpt).peakAllocatedBytes > 0);
+        try {
+            (void)estimate(vl(QStringLiteral("llava-1.5-7b")), ckpt);
+            QFAIL("llava");
+        } catch (const Refused &r) {
+            QCOMPARE(r.refusal().field, std::string("gradient_checkpointing"));
+        }
+        // a family whose tower is not simulated: Qwen3-VL's MoE language model
+        json moe = configFile(QStringLiteral("qwen3-vl-8b"));
+        moe["model_type"] = "qwen3_vl_moe";
+        moe["text_config"]["model_type"] = "qwen3_vl_moe_text";
+        moe["text_config"]["num_experts"] = 8;
+        moe["text_config"]["num_experts_per_tok"] = 2;
+        moe["text_config"]["moe_intermediate_size"] = 768;
+        moe["text_config"]["decoder_sparse_step"] = 1;
+        const ModelArch o = modelFromHfConfig(moe, "qwen3-vl-moe");
+        try {
+            (void)estimate(o, c);
+            QFAIL("qwen3_vl_moe");
+        } catch (const Refused &r) {
+            QCOMPARE(r.refusal().blocker, Blocker::VisionLanguage);
+            QVERIFY(std::string(r.what()).find("measured, not yet estimated") != std::string::npos);
         }
     }
 

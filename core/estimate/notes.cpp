@@ -97,10 +97,16 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
         char share[64];
         std::snprintf(share, sizeof share, "%.2f B parameters, %.2f GiB", static_cast<double>(n) / 1e9,
                       static_cast<double>(n) * x.p / 1073741824.0);
+        const bool deepstack = !model.vision.tower.deepstack.empty();
         notes.push_back(std::string("the weights hold the vision tower and projector, frozen: ") + share +
                         "; the tower's forward runs before the language model's and keeps only the image "
-                        "features it scatters into the sequence");
-        if (cfg.gradCheckpointing)
+                        "features it scatters into the sequence" +
+                        (deepstack ? " and the deepstack features it adds after the first " +
+                                         std::to_string(model.vision.tower.deepstack.size()) + " decoder layers"
+                                   : std::string()));
+        // Qwen3-VL's checkpointed steps are measured (tests/data/h200/vl-2026-12-05); Qwen2.5-VL's
+        // are planned (lab set vl2)
+        if (cfg.gradCheckpointing && !deepstack)
             notes.push_back("with gradient checkpointing this vision-language step is predicted: the measured Qwen2.5-VL "
                             "steps ran without it (the checkpointed language model and the features' scatter are each "
                             "measured, not yet together)");

@@ -136,6 +136,15 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
         return refuse("gpus", std::to_string(cfg.worldSize), "several GPUs or ZeRO");
     if (cfg.attention != Attention::SDPA)
         return refuse("attention", std::string(toString(cfg.attention)), "this attention");
+    // PEFT's enable_input_require_grads under gradient checkpointing also hooks a SigLIP or CLIP
+    // tower's patch embedding: the frozen tower then runs in the autograd graph, its layers
+    // checkpointed and recomputed in backward (Gemma 3's H100 timeline; Note [Vision step]).
+    // Simulated for SigLIP; CLIP's (LLaVA's hidden states kept besides) is not yet
+    using Kind = ModelArch::VisionSide::Tower::Kind;
+    if (cfg.gradCheckpointing && cfg.finetune != FineTune::Full && model.vision.tower.kind == Kind::Clip)
+        return refuse("gradient_checkpointing", "true",
+                      "LoRA with gradient checkpointing (PEFT's input hook then puts the frozen tower in the autograd "
+                      "graph, its layers checkpointed)");
     if (cfg.activationOffload)
         return refuse("activation_offload", "true", "activation offload");
     if (cfg.loss == Loss::Fused)

@@ -218,56 +218,89 @@ void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &o
     out.towerParams = checkedAdd(checkedAdd(checkedMul(s.channels * s.temporal * s.patch * s.patch + 1, H),
                                             checkedMul(positions, H)),
                                  checkedMul(s.depth, block));
-    int64_t deepstack = 0;
+    ModelArch::VisionSide::Tower &t = out.tower;
+    t = {};
     if (v.has("deepstack_visual_indexes")) {
         const auto &d = j.at("deepstack_visual_indexes");
         if (!d.is_array() || d.size() > 1024)
             v.refuse("deepstack_visual_indexes", d.dump().substr(0, 40), "must be a list of block indexes");
-        deepstack = static_cast<int64_t>(d.size());
+        for (const auto &i : d) {
+            if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= s.depth)
+                v.refuse("deepstack_visual_indexes", i.dump().substr(0, 40),
+                         "must hold block indexes below depth (" + std::to_string(s.depth) + ")");
+            t.deepstack.push_back(i.get<int64_t>());
+        }
+    } else {
+        t.deepstack = {8, 16, 24}; // Qwen3VLVisionConfig's default
+        t.deepstack.erase(std::remove_if(t.deepstack.begin(), t.deepstack.end(), [&](int64_t i) { return i >= s.depth; }),
+                          t.deepstack.end());
     }
     const int64_t M = checkedMul(H, s.merge * s.merge);
-    out.projectorParams = checkedAdd(merger(s, 2 * H), checkedMul(deepstack, merger(s, 2 * M)));
+    out.projectorParams =
+        checkedAdd(merger(s, 2 * H), checkedMul(static_cast<int64_t>(t.deepstack.size()), merger(s, 2 * M)));
     dynamic(s, out);
+    t.kind = ModelArch::VisionSide::Tower::Kind::Qwen3;
+    t.depth = s.depth;
+    t.hidden = H;
+    t.inter = I;
+    t.heads = v.integer("num_heads", 16);
+    if (t.heads < 1 || H % t.heads != 0)
+        v.refuse("num_heads", std::to_string(t.heads), "must divide hidden_size (" + std::to_string(H) + ")");
+    t.inputWidth = s.channels * s.temporal * s.patch * s.patch;
+    t.outHidden = s.out;
+    t.positionEmbeddings = positions;
 }
 
 namespace {
-// A ViT encoder's layers (SigLIP's and CLIP's): two LayerNorms, q, k, v, out and a two-Linear MLP, biased.
-int64_t vitLayers(const ConfigFields &v, int64_t &H, int64_t &patch, int64_t &image, int64_t &channels)
+// A ViT encoder's layers (SigLIP's and CLIP's): two LayerNorms, q, k, v, out and a two-Linear MLP,
+// biased; the geometry goes to `t`.
+int64_t vitLayers(const ConfigFields &v, ModelArch::VisionSide::Tower &t, int64_t &patch, int64_t &image)
 {
-    H = v.integer("hidden_size", 768);
+    const int64_t H = v.integer("hidden_size", 768);
     const int64_t I = v.integer("intermediate_size", 3072), L = v.integer("num_hidden_layers", 12);
     patch = v.integer("patch_size", 16);
     image = v.integer("image_size", 224);
-    channels = v.integer("num_channels", 3);
+    const int64_t channels = v.integer("num_channels", 3);
     for (auto [key, x] : {std::pair{"hidden_size", H}, {"intermediate_size", I}, {"num_hidden_layers", L},
                           {"patch_size", patch}, {"image_size", image}, {"num_channels", channels}})
         if (x > (int64_t(1) << 16))
             v.refuse(key, std::to_string(x), "is implausibly large (limit 65536)");
     if (patch > image)
         v.refuse("patch_size", std::to_string(patch), "is larger than image_size (" + std::to_string(image) + ")");
+    t = {};
+    t.depth = L;
+    t.hidden = H;
+    t.inter = I;
+    t.inputWidth = channels;
+    t.heads = v.integer("num_attention_heads", 12);
+    if (t.heads < 1 || H % t.heads != 0)
+        v.refuse("num_attention_heads", std::to_string(t.heads), "must divide hidden_size (" + std::to_string(H) + ")");
     return checkedMul(L, 4 * H + 4 * (H * H + H) + (H * I + I) + (I * H + H));
 }
 } // namespace
 
-int64_t siglip(const nlohmann::json &j, const std::string &ctx)
+int64_t siglip(const nlohmann::json &j, const std::string &ctx, ModelArch::VisionSide::Tower &t)
 {
     const ConfigFields v(j, ctx);
-    int64_t H, patch, image, channels;
-    const int64_t layers = vitLayers(v, H, patch, image, channels);
-    const int64_t positions = (image / patch) * (image / patch);
+    int64_t patch, image;
+    const int64_t layers = vitLayers(v, t, patch, image);
+    t.kind = ModelArch::VisionSide::Tower::Kind::Siglip;
+    const int64_t H = t.hidden, positions = (image / patch) * (image / patch);
     // patch Conv2d with a bias, learned positions, the layers, post_layernorm (no head: vision_use_head false)
-    return checkedAdd(checkedAdd(checkedMul(channels * patch * patch + 1, H), checkedMul(positions, H)),
+    return checkedAdd(checkedAdd(checkedMul(t.inputWidth * patch * patch + 1, H), checkedMul(positions, H)),
                       checkedAdd(layers, 2 * H));
 }
 
-int64_t clip(const nlohmann::json &j, const std::string &ctx)
+int64_t clip(const nlohmann::json &j, const std::string &ctx, ModelArch::VisionSide::Tower &t)
 {
     const ConfigFields v(j, ctx);
-    int64_t H, patch, image, channels;
-    const int64_t layers = vitLayers(v, H, patch, image, channels);
-    const int64_t positions = (image / patch) * (image / patch) + 1;
+    int64_t patch, image;
+    const int64_t layers = vitLayers(v, t, patch, image);
+    t.kind = ModelArch::VisionSide::Tower::Kind::Clip;
+    t.quickGelu = v.string("hidden_act", "quick_gelu") == "quick_gelu";
+    const int64_t H = t.hidden, positions = (image / patch) * (image / patch) + 1;
     // class embedding, patch Conv2d without a bias, positions, pre_layrnorm, the layers, post_layernorm
-    return checkedAdd(checkedAdd(H + checkedMul(channels * patch * patch, H), checkedMul(positions, H)),
+    return checkedAdd(checkedAdd(H + checkedMul(t.inputWidth * patch * patch, H), checkedMul(positions, H)),
                       checkedAdd(layers, 4 * H));
 }
 } // namespace vision_params

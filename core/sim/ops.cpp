@@ -274,6 +274,44 @@ T Ops::relu(const T &x)
     return unary(x, x.bytes, x.elem, Keeps::Output); // threshold_backward(grad, result)
 }
 
+T Ops::layerNorm(const T &x, const T &w, const T &bias, int64_t rows, int64_t cols, int outElem, bool strided)
+{
+    T xin = s.view(x);
+    T copy = strided ? s.make(x.bytes, x.elem) : T{};
+    T out = s.make(rows * cols * outElem, outElem);
+    const int mean = s.allocate(rows * 4, Category::Activations);
+    const int rstd = s.allocate(rows * 4, Category::Activations);
+    if (copy.valid())
+        s.drop(copy);
+    const int64_t xb = x.bytes, wb = w.bytes;
+    s.record({&out}, {&xin, &w, &bias}, {xin.sto, mean, rstd},
+             [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
+                 // native_layer_norm_backward: grad_input, then grad_weight and grad_bias
+                 // through per-block partial sums.
+                 std::vector<int> r(3, -1);
+                 if (g[0] < 0)
+                     return r;
+                 const int contiguous = strided ? s.allocate(xb, Category::Temporaries) : -1;
+                 if (nd[0])
+                     r[0] = s.allocate(xb, Category::Temporaries);
+                 if (nd[1] || nd[2]) {
+                     const int part = s.allocate(((rows + 31) / 32) * cols * 4 * 2, Category::Temporaries);
+                     if (nd[1])
+                         r[1] = s.allocate(wb, Category::Temporaries);
+                     if (nd[2])
+                         r[2] = s.allocate(wb, Category::Temporaries);
+                     s.unref(part);
+                 }
+                 if (contiguous >= 0)
+                     s.unref(contiguous);
+                 return r;
+             });
+    s.unref(mean);
+    s.unref(rstd);
+    s.drop(xin);
+    return out;
+}
+
 T Ops::activation(const T &x, const std::string &kind)
 {
     (void)kind; // silu, gelu, gelu_pytorch_tanh: one ATen op that saves its input
@@ -466,8 +504,11 @@ T Ops::embedding(const T &w, const T &ids, int64_t tokens, int64_t vocab, int64_
     s.record({&out}, {&w}, {ids.sto}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
         // embedding_dense_backward (CUDA): sorts the indices (three index buffers and a small
         // scan buffer), allocates the weight's gradient, then sums rows per unique index in fp32.
+        // Up to 3072 indices it skips the sort (Note [Embedding backward]).
         if (!needs[0] || g[0] < 0)
             return std::vector<int>{-1};
+        if (tokens <= 3072)
+            return std::vector<int>{s.allocate(wBytes, Category::Temporaries)};
         const int64_t idx = tokens * 8;
         const int a = s.allocate(idx, Category::Temporaries);
         const int b = s.allocate(idx, Category::Temporaries);

@@ -172,6 +172,10 @@ public:
     T sumGroups(const T &x, int64_t outNumel);
 
     // ---- normalisation
+    // nn.LayerNorm over `rows` x `cols` (the output in `outElem`): native_layer_norm saves its
+    // input and the per-row mean and rstd (fp32). `strided`: the input is not contiguous, and the
+    // kernel copies it contiguous first, in forward and again in backward (freed each time).
+    T layerNorm(const T &x, const T &w, const T &bias, int64_t rows, int64_t cols, int outElem, bool strided = false);
     // RMSNorm's core on an fp32 x over `rows` rows: x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps).
     // The mean goes to `variance` for the caller to drop where the code's local goes, or, with
     // `meanInline` (one expression, Gemma's _norm), as soon as the sum is made. `powInverse`:

@@ -240,6 +240,15 @@ private:
     bool visionSim = false;
     VisionTokens vt;
     std::vector<T> towerWeights;
+    // Qwen3-VL's deepstack (sim::deepstackAdd): the visual positions' mask and the features added
+    // after the first decoder layers, a list per tower call until deepstackInputs joins them
+    std::vector<T> deepstackMasks;
+    std::vector<std::vector<T>> deepstackFeatures;
+    // Gemma 3 with images: the full and sliding layers' block-causal masks (sim::blockCausalMasks)
+    std::array<T, 2> blockMasks;
+    // What the CausalLM's output object holds besides the logits (image_hidden_states), until the
+    // loss is taken from it
+    std::vector<T> outputLocals;
     T ropeDeltas;
     // GRPO: while generate runs, every layer's DynamicCache keys and values; `decoding` once the
     // prefill has filled them
@@ -861,6 +870,14 @@ private:
             // mm_token_type_ids
             t.push_back({ids, 8});
             const int64_t width = m.vision.tower.inputWidth;
+            if (m.vision.tokens == ModelArch::VisionSide::Tokens::Fixed) { // (b x images, C, size, size)
+                if (c.vision.images > 0)
+                    t.push_back({checkedMul(checkedMul(checkedMul(c.vision.images, b), width),
+                                            checkedMul(m.vision.imageSize, m.vision.imageSize)) * 4, 4});
+                if (m.vision.tower.kind == ModelArch::VisionSide::Tower::Kind::Siglip) // Gemma 3's token_type_ids
+                    t.push_back({ids, 8});
+                return t;
+            }
             if (c.vision.images > 0) {
                 t.push_back({checkedMul(checkedMul(vt.imagePatches, c.vision.images * b), width) * 4, 4});
                 t.push_back({c.vision.images * b * 3 * 8, 8});
@@ -1182,36 +1199,7 @@ private:
     T layernorm(const T &x, const T &weight, const T &bias)
     {
         S.setOp("layernorm");
-        T xin = amp ? S.view(x) : S.view(x);
-        T out = S.make(checkedMul(tok, h) * (amp ? 4 : x.elem), amp ? 4 : x.elem);
-        const int mean = S.allocate(tok * 4, Category::Activations);
-        const int rstd = S.allocate(tok * 4, Category::Activations);
-        const int64_t xb = x.bytes, wb = weight.bytes, rows = tok, cols = h;
-        const int welem = weight.elem;
-        S.record({&out}, {&xin, &weight, &bias}, {xin.sto, mean, rstd},
-                 [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &nd) {
-                     // native_layer_norm_backward: grad_input, then grad_weight and grad_bias
-                     // through per-block partial sums.
-                     std::vector<int> r(3, -1);
-                     if (g[0] < 0)
-                         return r;
-                     if (nd[0])
-                         r[0] = s.allocate(xb, Category::Temporaries);
-                     if (nd[1] || nd[2]) {
-                         const int part = s.allocate(((rows + 31) / 32) * cols * 4 * 2, Category::Temporaries);
-                         if (nd[1])
-                             r[1] = s.allocate(wb, Category::Temporaries);
-                         if (nd[2])
-                             r[2] = s.allocate(wb, Category::Temporaries);
-                         s.unref(part);
-                     }
-                     (void)welem;
-                     return r;
-                 });
-        S.unref(mean);
-        S.unref(rstd);
-        S.drop(xin);
-        return out;
+        return O.layerNorm(x, weight, bias, tok, h, amp ? 4 : x.elem);
     }
 
     T norm(const T &x, const T &w, const T &bias)
@@ -1360,6 +1348,16 @@ private:
     bool slidingMask(int64_t layer) const
     {
         return slidesAt(layer) && s >= hc.at("sliding_window").get<int64_t>();
+    }
+
+    // Whether SDPA gets the layer's mask: a sliding window's, or Gemma 3's block-causal masks of a
+    // step with images (every layer).
+    bool explicitMask(int64_t layer) const { return blockMasks[0].valid() || slidingMask(layer); }
+
+    // The mask a layer's SDPA reads (kept by its checkpoint where it is checkpointed).
+    const T &layerMask(int64_t layer, const T &sdpaMask) const
+    {
+        return blockMasks[0].valid() ? blockMasks[slidesAt(layer) ? 1 : 0] : sdpaMask;
     }
 
     // Whether the layer attends through a sliding window at all, whatever the sequence length.
@@ -1854,7 +1852,7 @@ private:
                     S.drop(t);
                 kind = {S.view(ke), S.view(v)};
             }
-            return attentionOutput(L, qe, ke, v, false, slidingMask(li));
+            return attentionOutput(L, qe, ke, v, false, explicitMask(li));
         }
         Qkv p = project(L, hnorm);
         T qe, ke;
@@ -1915,7 +1913,7 @@ private:
         S.drop(p.q);
         S.drop(p.k);
         const bool catRotary = !m.learnedPositions && (ft.rotaryConcat || ft.rotaryHalfTables);
-        return attentionOutput(L, qe, ke, p.v, catRotary, slidingMask(li));
+        return attentionOutput(L, qe, ke, p.v, catRotary, explicitMask(li));
     }
 
     // The attention over q, k and v (the block's locals, dropped here once o_proj has run), its
@@ -2465,6 +2463,7 @@ private:
 
     T eagerMask, eagerMaskSliding;
     T cosLocal, sinLocal;
+    T layerOutputs; // the last decoder layer's output where a deepstack clone replaced it
 
     // The rotary embedding's forward: position_ids.float(), inv_freq @ positions (fp32, the
     // forward's first matmul), cat, cos and sin (each * attention_scaling), cast to x's dtype.
@@ -2550,6 +2549,8 @@ private:
                 regionInputs.push_back(&pli);
             if (eagerMask.valid()) // the layer's kind's mask
                 regionInputs.push_back(eagerMaskSliding.valid() && slidesAt(l) ? &eagerMaskSliding : &eagerMask);
+            else if (blockMasks[0].valid())
+                regionInputs.push_back(&layerMask(l, sdpaMask));
             else if (sdpaMask.valid() && (slidingMask(l) || ft.sdpaExplicitMask))
                 regionInputs.push_back(&sdpaMask);
             S.beginRegion([this, &L, l, in, cos, sin, pli]() mutable {
@@ -2616,7 +2617,8 @@ private:
     T positionIds()
     {
         S.setOp("positions");
-        if (visionSim && c.vision.any()) {
+        const bool rope3 = visionSim && m.vision.tokens == ModelArch::VisionSide::Tokens::Dynamic;
+        if (rope3 && c.vision.any()) {
             T posIds = S.make(checkedMul(3, tok) * 8, 8);
             T deltas = S.make(b * 8, 8);
             if (ropeDeltas.valid())
@@ -2624,12 +2626,42 @@ private:
             ropeDeltas = deltas;
             return posIds;
         }
-        if (visionSim) // no pixels: the text model's arange, expanded to the three rows (a view)
+        if (rope3) // no pixels: the text model's arange, expanded to the three rows (a view)
             return S.make(s * 8, 8);
         T cachePos = S.make(s * 8, 8);
         T posIds = S.make(s * 8, 8);
         S.drop(cachePos);
         return posIds;
+    }
+
+    // The causal-mask helpers before the decoder layers: SDPA's explicit boolean mask (returned;
+    // Falcon's, or a sliding window's), eager attention's additive masks (members).
+    T causalMasks()
+    {
+        T sdpaMask;
+        if (c.attention != Attention::Eager && ft.sdpaExplicitMask) {
+            // masking_utils.sdpa_mask materialised: a boolean (1, 1, s, s) causal mask.
+            S.setOp("causal_mask");
+            sdpaMask = S.make(checkedMul(s, s), 1);
+        } else if (c.attention != Attention::Eager && slidingMask(0) && !blockMasks[0].valid()) {
+            // masking_utils.sdpa_mask: a boolean (1, 1, s, s) sliding-window causal mask, made
+            // through two temporaries of its size.
+            S.setOp("sliding_window_mask");
+            T t1 = S.make(checkedMul(s, s), 1);
+            T t2 = S.make(checkedMul(s, s), 1);
+            S.drop(t1);
+            T t3 = S.make(checkedMul(s, s), 1);
+            sdpaMask = S.make(checkedMul(s, s), 1);
+            S.drop(t3);
+            S.drop(t2);
+        }
+        if (c.attention == Attention::Eager) {
+            S.setOp("causal_mask");
+            eagerMask = S.make(checkedMul(checkedMul(b, s), s) * (amp ? 4 : ce), amp ? 4 : ce);
+            if (mixedLayerKinds())
+                eagerMaskSliding = S.make(eagerMask.bytes, eagerMask.elem);
+        }
+        return sdpaMask;
     }
 
     // The model's forward up to the final norm's output.
@@ -2683,29 +2715,7 @@ private:
         }
         // the positions, then the causal-mask helpers
         T posIds = positionIds();
-        T sdpaMask;
-        if (c.attention != Attention::Eager && ft.sdpaExplicitMask) {
-            // masking_utils.sdpa_mask materialised: a boolean (1, 1, s, s) causal mask.
-            S.setOp("causal_mask");
-            sdpaMask = S.make(checkedMul(s, s), 1);
-        } else if (c.attention != Attention::Eager && slidingMask(0)) {
-            // masking_utils.sdpa_mask: a boolean (1, 1, s, s) sliding-window causal mask, made
-            // through two temporaries of its size.
-            S.setOp("sliding_window_mask");
-            T t1 = S.make(checkedMul(s, s), 1);
-            T t2 = S.make(checkedMul(s, s), 1);
-            S.drop(t1);
-            T t3 = S.make(checkedMul(s, s), 1);
-            sdpaMask = S.make(checkedMul(s, s), 1);
-            S.drop(t3);
-            S.drop(t2);
-        }
-        if (c.attention == Attention::Eager) {
-            S.setOp("causal_mask");
-            eagerMask = S.make(checkedMul(checkedMul(b, s), s) * (amp ? 4 : ce), amp ? 4 : ce);
-            if (mixedLayerKinds())
-                eagerMaskSliding = S.make(eagerMask.bytes, eagerMask.elem);
-        }
+        T sdpaMask = causalMasks();
         // Rotary cos and sin (fp32 math, cast to the hidden dtype), shared by every layer.
         // Gemma 4's global layers have their own head size, and so their own table's width.
         T cosGlobal, sinGlobal;
@@ -2738,11 +2748,25 @@ private:
             par->layerInput(unit, hcur);
             T next = decoderLayer(l, hcur, cos, sin, sdpaMask);
             par->layerOutput(unit, next);
+            // Qwen3-VL: `layer_outputs` holds a layer's own output until the next layer returns
+            // where the deepstack rebinds hidden_states to its clone
+            if (layerOutputs.valid())
+                S.drop(layerOutputs);
             S.drop(hcur);
             hcur = next;
+            if (!deepstackFeatures.empty() && static_cast<size_t>(l) < deepstackFeatures[0].size()) {
+                layerOutputs = next;
+                hcur = sim::deepstackAdd(S, next, deepstackMasks[0], deepstackFeatures[0][static_cast<size_t>(l)]);
+            } else
+                layerOutputs = T{};
         }
         S.setLayer(-1);
         T fn = norm(hcur, finalNorm, finalNormB);
+        if (layerOutputs.valid())
+            S.drop(layerOutputs);
+        layerOutputs = T{};
+        deepstackMasks.clear();
+        deepstackFeatures.clear();
         S.drop(hcur);
         S.drop(posIds);
         for (T *t : {&cosGlobal, &sinGlobal, &cosLocal, &sinLocal})
@@ -2756,6 +2780,11 @@ private:
             S.drop(eagerMaskSliding);
         if (sdpaMask.valid())
             S.drop(sdpaMask);
+        for (T &t : blockMasks)
+            if (t.valid()) {
+                S.drop(t);
+                t = T{};
+            }
         if (firstCheckpointRegion >= 0) // the checkpoint frames hold the dict
             S.onRegionRelease(firstCheckpointRegion, [this]() { dropSharedKv(); });
         else
@@ -2773,34 +2802,9 @@ private:
         return fn;
     }
 
-    // Issue 30 (Note [Vision step]): Qwen2_5_VisionTransformerPretrainedModel's parameters as its
-    // __init__ makes them, frozen: patch_embed, the rotary's inv_freq pair, each block's norm1,
-    // norm2, qkv, proj and SwiGLU MLP (biased Linears), then the merger (ln_q, two Linears).
-    void buildTower()
-    {
-        const ModelArch::VisionSide::Tower &t = m.vision.tower;
-        const int e = buildElem();
-        const int64_t H = t.hidden, I = t.inter, M = checkedMul(H, m.vision.merge * m.vision.merge);
-        S.setOp("visual");
-        int64_t count = 0;
-        const auto weight = [&](int64_t n) {
-            towerWeights.push_back(S.make(checkedMul(n, e), e, Category::Weights));
-            count += n;
-        };
-        weight(checkedMul(H, t.inputWidth));
-        for (int k = 0; k < 2; ++k) // inv_freq and original_inv_freq: (head_dim / 2) / 2 floats
-            towerWeights.push_back(S.make(H / t.heads / 4 * 4, 4, Category::Weights));
-        for (int64_t l = 0; l < t.depth; ++l) {
-            for (int64_t n : {H, H, checkedMul(3 * H, H), 3 * H, checkedMul(H, H), H, checkedMul(I, H), I,
-                              checkedMul(I, H), I, checkedMul(H, I), H})
-                weight(n);
-        }
-        for (int64_t n : {H, checkedMul(M, M), M, checkedMul(t.outHidden, M), t.outHidden})
-            weight(n);
-        if (count != checkedAdd(m.vision.towerParams, m.vision.projectorParams))
-            throw std::logic_error("vision tower: built " + std::to_string(count) + " parameters, the reader counts " +
-                                   std::to_string(m.vision.towerParams + m.vision.projectorParams));
-    }
+    // Issue 30 (Note [Vision step]): the tower's and projector's parameters, frozen, before the
+    // language model's (the composite model builds its vision side first).
+    void buildTower() { towerWeights = sim::towerWeights(S, m.vision, h, buildElem()); }
 
     // Qwen2_5_VLModel.forward before its language model: each call of the frozen tower (images,
     // then video), its features scattered into the embeddings `x` (consumed; the scattered
@@ -2808,6 +2812,26 @@ private:
     T visionInputs(T x)
     {
         S.setLayer(-1);
+        using Kind = ModelArch::VisionSide::Tower::Kind;
+        if (const Kind kind = m.vision.tower.kind; kind == Kind::Siglip || kind == Kind::Clip) {
+            // Gemma3Model.forward and LlavaModel.forward: image_features and special_image_mask
+            // stay bound to the end; Gemma 3's masks follow
+            if (c.vision.images <= 0)
+                return x;
+            const int64_t images = checkedMul(c.vision.images, b);
+            // LoRA with checkpointing: PEFT's input hook puts the SigLIP tower in the graph
+            const bool graph = inputRequiresGrad && kind == Kind::Siglip;
+            outputLocals.push_back(graph ? sim::siglipFeaturesGraph(S, m.vision, towerWeights, images, h, pe, true)
+                                   : kind == Kind::Siglip ? sim::siglipFeatures(S, m.vision, images, h, pe)
+                                                          : sim::clipFeatures(S, m.vision, images, h, pe));
+            T mask = sim::placeholderMasks(S, tok, 1)[0];
+            embedLocals.push_back(mask);
+            T scattered = sim::maskedScatter(S, x, mask, &outputLocals.back());
+            S.drop(x);
+            if (kind == Kind::Siglip)
+                blockMasks = sim::blockCausalMasks(S, b, s);
+            return scattered;
+        }
         const std::array<std::pair<int64_t, std::array<int64_t, 3>>, 2> calls{
             {{c.vision.images, vt.imageGrid}, {c.vision.videos, vt.videoGrid}}};
         T otherMask; // get_placeholder_mask's unused half, rebound by the next call
@@ -2815,19 +2839,55 @@ private:
             if (calls[k].first <= 0)
                 continue;
             const sim::TowerCall call{calls[k].second, checkedMul(calls[k].first, b)};
-            embedLocals.push_back(sim::qwen25Tower(S, m.vision, call, pe));
-            std::array<T, 2> masks = sim::placeholderMasks(S, tok);
+            T features;
+            if (m.vision.tower.kind == ModelArch::VisionSide::Tower::Kind::Qwen3) {
+                sim::TowerOutput o = sim::qwen3Tower(S, m.vision, call, pe);
+                for (T &t : o.locals)
+                    embedLocals.push_back(t);
+                features = o.features;
+                deepstackMasks.push_back(T{});
+                deepstackFeatures.push_back(o.deepstack);
+            } else
+                features = sim::qwen25Tower(S, m.vision, call, pe);
+            embedLocals.push_back(features);
+            std::vector<T> masks = sim::placeholderMasks(S, tok, 2);
             if (otherMask.valid())
                 S.drop(otherMask);
             otherMask = masks[1 - k];
             embedLocals.push_back(masks[k]);
+            if (!deepstackMasks.empty())
+                deepstackMasks.back() = masks[k];
             T scattered = sim::maskedScatter(S, x, masks[k]);
             S.drop(x); // inputs_embeds rebinds
             x = scattered;
         }
         if (otherMask.valid())
             embedLocals.push_back(otherMask);
+        deepstackInputs();
         return x;
+    }
+
+    // Qwen3VLModel.forward's visual_pos_masks and deepstack_visual_embeds: one call's mask and
+    // features as they are; with images and video, the masks' union and, a deepstack block at a
+    // time, new_zeros of all visual rows with each call's features written in.
+    void deepstackInputs()
+    {
+        if (deepstackFeatures.size() == 2) {
+            S.setOp("deepstack");
+            T joint = S.make(tok, 1);
+            std::vector<T> embeds;
+            for (size_t d = 0; d < deepstackFeatures[0].size(); ++d)
+                embeds.push_back(S.make(deepstackFeatures[0][d].bytes + deepstackFeatures[1][d].bytes, pe));
+            for (auto &list : deepstackFeatures)
+                for (T &t : list)
+                    embedLocals.push_back(t);
+            deepstackFeatures = {embeds};
+            deepstackMasks = {joint};
+            embedLocals.push_back(joint);
+        } else
+            for (auto &list : deepstackFeatures)
+                for (T &t : list)
+                    embedLocals.push_back(t);
     }
 
     // Gemma4TextModel's per-layer inputs (Note [Gemma 4]): get_per_layer_inputs (the scaled
@@ -3172,6 +3232,9 @@ private:
         // (LoRA; measured, every LoRA stream: freed just before the logits).
         S.drop(fn);
         S.drop(logits); // the output object goes before backward
+        for (T &t : outputLocals) // Gemma 3's and LLaVA's image_hidden_states are in it too
+            S.drop(t);
+        outputLocals.clear();
         // The engine's `with autocast: loss = model(...).loss`: the output object goes at the end
         // of the statement, then autocast's exit clears its cache of weight casts (only visible
         // where no node keeps them: under activation offload, measured on the H200).

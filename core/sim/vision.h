@@ -1,7 +1,7 @@
 #pragma once
 // Issue 30: a vision-language step's vision side as Transformers 5.17 runs it (vision.cpp): the
-// frozen tower's forward over one call's pixels (get_image_features / get_video_features), and
-// the features scattered into the embeddings. See Note [Vision step] (docs/estimator.md).
+// frozen tower's forward over one call's pixels (get_image_features / get_video_features), the
+// features scattered into the embeddings, and Qwen3-VL's deepstack. See Note [Vision step] (docs/estimator.md).
 // Internal to core.
 
 #include "ops.h"
@@ -21,19 +21,61 @@ struct TowerCall
     int64_t patches() const { return blocks * grid[0] * grid[1] * grid[2]; }
 };
 
+// The tower's and projector's parameters (and buffers) in the order the model's __init__ makes
+// them, frozen, in `elem`; their count checked against the reader's (towerParams + projectorParams).
+std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t textHidden, int elem);
+
 // Qwen2_5_VLModel.get_image_features (or get_video_features) with the tower frozen: no node is
 // recorded, each tensor goes when Python lets it go. Returns torch.cat of the merged features
 // [patches / merge^2, outHidden] in `elem`, which the caller holds until the model's forward returns.
 T qwen25Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &call, int elem);
 
-// Qwen2_5_VLModel.get_placeholder_mask for a call: the image and video masks (b x s bools each;
-// returned, held until forward returns) and its checks' few bytes.
-std::array<T, 2> placeholderMasks(Sim &S, int64_t tokens);
+// Qwen3VLModel.get_image_features (or get_video_features) with the tower frozen, as its forward
+// leaves it: `features` is torch.cat of the merged features; `deepstack` the deepstack mergers'
+// outputs, one a deepstack block; `locals` what the output object keeps (last_hidden_state, the
+// merger's output under the split). All are held until the model's forward returns.
+struct TowerOutput
+{
+    T features;
+    std::vector<T> deepstack, locals;
+};
+TowerOutput qwen3Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &call, int elem);
+
+// Qwen3VLTextModel._deepstack_process after a decoder layer: hidden_states.clone(), the visual
+// rows gathered (hidden_states[mask]) plus `visual` ([rows, hidden], frozen), written back with
+// index_put_. `h` [b, s, hidden] is not consumed; the new hidden states are returned.
+T deepstackAdd(Sim &S, const T &h, const T &mask, const T &visual);
+
+// Gemma3Model.get_image_features with its SigLIP tower frozen (vision_vit.cpp): `images` images
+// through the encoder and post_layernorm, then Gemma3MultiModalProjector; returns the projected
+// features [images x tokensPerImage, textHidden] in `elem`.
+T siglipFeatures(Sim &S, const ModelArch::VisionSide &v, int64_t images, int64_t textHidden, int elem);
+
+// LlavaModel.get_image_features and its torch.cat with the CLIP tower frozen (vision_vit.cpp):
+// `images` images through the encoder (every hidden state kept until it returns), the projector
+// over the selected layers' patches; returns the features [images x tokensPerImage, textHidden].
+T clipFeatures(Sim &S, const ModelArch::VisionSide &v, int64_t images, int64_t textHidden, int elem);
+
+// siglipFeatures with the tower in the autograd graph, its weights frozen (`w`, towerWeights'):
+// PEFT's enable_input_require_grads under gradient checkpointing hooks the patch embedding, so
+// its output is a leaf that requires grad; each encoder layer is then checkpointed.
+T siglipFeaturesGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, int64_t images,
+                      int64_t textHidden, int elem, bool checkpointed);
+
+// Gemma3Model.forward's create_masks_for_vision_model (token_type_ids given): the full layers'
+// and the sliding layers' boolean (b, 1, s, s) masks, each causal or within an image's block.
+std::array<T, 2> blockCausalMasks(Sim &S, int64_t b, int64_t s);
+
+// get_placeholder_mask for a call: `kinds` masks (b x s bools each: the image's, and Qwen's
+// video's; returned, held until forward returns) and its checks' few bytes.
+std::vector<T> placeholderMasks(Sim &S, int64_t tokens, int kinds);
 
 // inputs_embeds.masked_scatter(mask, features): a clone of `embeds` written through CUDA's
 // masked_scatter (the mask expanded to the embeddings' shape and made contiguous, its int64
 // prefix sum, CUB's scan state). Where `embeds` requires grad, MaskedScatterBackward0 saves
 // `mask` and hands grad.masked_fill(mask, 0) back. `embeds` is not consumed.
-T maskedScatter(Sim &S, const T &embeds, const T &mask);
+// Where `source` (the features) requires grad, its gradient is masked_scatter_backward's
+// grad.masked_select(mask): the mask made dense, nonzero()'s (elements, 3) int64 index, the values.
+T maskedScatter(Sim &S, const T &embeds, const T &mask, const T *source = nullptr);
 
 } // namespace headroom::sim

@@ -40,7 +40,7 @@ void outer(const ConfigFields &c, ModelArch &m)
     const nlohmann::json &vj = vision_params::visionConfig(c, m);
     const ConfigFields v(vj, "config.vision_config");
     auto &vs = m.vision;
-    vs.towerParams = vision_params::siglip(vj, "config.vision_config");
+    vs.towerParams = vision_params::siglip(vj, "config.vision_config", m.vision.tower);
     const int64_t H = v.integer("hidden_size", 768);
     vs.projectorParams = checkedAdd(checkedMul(H, m.hiddenSize), H);
     vs.tokens = ModelArch::VisionSide::Tokens::Fixed;
@@ -57,7 +57,10 @@ void outer(const ConfigFields &c, ModelArch &m)
 
 const Family &family_gemma3()
 {
-    static const Family f = family_gemma3_text().visionLanguage("gemma3", &outer).defaults(&textDefaults);
+    static const Family f = family_gemma3_text()
+                                .visionLanguage("gemma3", &outer)
+                                .defaults(&textDefaults)
+                                .set(&FamilyTraits::visionTowerSimulated);
     return f;
 }
 

@@ -38,10 +38,30 @@ void outer(const ConfigFields &c, ModelArch &m)
     const nlohmann::json &vj = vision_params::visionConfig(c, m);
     const ConfigFields v(vj, "config.vision_config");
     auto &vs = m.vision;
-    vs.towerParams = vision_params::clip(vj, "config.vision_config");
+    vs.towerParams = vision_params::clip(vj, "config.vision_config", m.vision.tower);
     const int64_t H = v.integer("hidden_size", 768), T = m.hiddenSize;
     const bool bias = c.boolean("multimodal_projector_bias", true);
-    vs.projectorParams = checkedAdd(checkedMul(H, T) + (bias ? T : 0), checkedMul(T, T) + (bias ? T : 0));
+    // vision_feature_layer: one hidden state, or several concatenated (the projector's input
+    // that many times as wide); negative counts from the end of the depth + 1 hidden states
+    auto &t = m.vision.tower;
+    const auto layerIndex = [&](const nlohmann::json &x) {
+        const int64_t n = t.depth + 1;
+        if (!x.is_number_integer() || x.get<int64_t>() < -n || x.get<int64_t>() >= n)
+            c.refuse("vision_feature_layer", x.dump().substr(0, 40),
+                     "must index the tower's " + std::to_string(n) + " hidden states");
+        const int64_t i = x.get<int64_t>();
+        return i < 0 ? i + n : i;
+    };
+    const nlohmann::json layers = j.contains("vision_feature_layer") ? j.at("vision_feature_layer") : nlohmann::json(-2);
+    if (layers.is_array()) {
+        if (layers.empty() || layers.size() > 64)
+            c.refuse("vision_feature_layer", layers.dump().substr(0, 40), "must name one to 64 hidden states");
+        for (const auto &x : layers)
+            t.featureLayers.push_back(layerIndex(x));
+    } else
+        t.featureLayers.push_back(layerIndex(layers));
+    const int64_t in = checkedMul(H, static_cast<int64_t>(t.featureLayers.size()));
+    vs.projectorParams = checkedAdd(checkedMul(in, T) + (bias ? T : 0), checkedMul(T, T) + (bias ? T : 0));
     vs.tokens = ModelArch::VisionSide::Tokens::Fixed;
     vs.patch = v.integer("patch_size", 16);
     vs.imageSize = v.integer("image_size", 224);
@@ -49,13 +69,19 @@ void outer(const ConfigFields &c, ModelArch &m)
     if (strategy != "default" && strategy != "full")
         c.refuse("vision_feature_select_strategy", strategy, "must be default or full");
     vs.tokensPerImage = (vs.imageSize / vs.patch) * (vs.imageSize / vs.patch) + (strategy == "full" ? 1 : 0);
+    t.dropCls = strategy != "full";
+    t.projectorBias = bias;
+    t.projectorGelu = c.string("projector_hidden_act", "gelu");
     vs.markers = 0;
 }
 } // namespace
 
 const Family &family_llava()
 {
-    static const Family f = family_llama().visionLanguage("llava", &outer).defaults(&textDefaults);
+    static const Family f = family_llama()
+                                .visionLanguage("llava", &outer)
+                                .defaults(&textDefaults)
+                                .set(&FamilyTraits::visionTowerSimulated);
     return f;
 }
 

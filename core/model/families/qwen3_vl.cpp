@@ -25,7 +25,10 @@ void outer(const ConfigFields &c, ModelArch &m)
 
 const Family &family_qwen3_vl()
 {
-    static const Family f = family_qwen3().visionLanguage("qwen3_vl", &outer);
+    static const Family f = family_qwen3()
+                                .visionLanguage("qwen3_vl", &outer)
+                                .set(&FamilyTraits::visionTowerSimulated)
+                                .set(&FamilyTraits::multimodalRotaryTables);
     return f;
 }
 

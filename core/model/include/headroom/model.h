@@ -262,10 +262,24 @@ struct ModelArch
         // inputWidth values (channels x temporal x patch^2); the merger's output is outHidden; the
         // windowed blocks attend within windowSize pixels, the blocks in fullAttention to the whole
         // image.
+        // Qwen3-VL's (Kind::Qwen3): LayerNorm blocks with a GELU MLP, attending to each frame
+        // whole, learned positions (positionEmbeddings, bilinearly resampled to each grid) added to
+        // the patches, and a merger of its own after each block in deepstack.
+        // SigLIP (Kind::Siglip, Gemma 3) and CLIP (Kind::Clip, LLaVA): ViT encoders over imageSize²
+        // pixels in patch² squares, `inputWidth` channels, LayerNorm layers with a GELU MLP.
         struct Tower
         {
+            enum class Kind { Qwen25, Qwen3, Siglip, Clip };
+            Kind kind = Kind::Qwen25;
             int64_t depth = 0, hidden = 0, heads = 0, inter = 0, inputWidth = 0, outHidden = 0, windowSize = 0;
-            std::vector<int64_t> fullAttention;
+            int64_t positionEmbeddings = 0;
+            std::vector<int64_t> fullAttention, deepstack;
+            // CLIP under LLaVA: QuickGELU in the MLP (hidden_act quick_gelu); the hidden states the
+            // projector reads (vision_feature_layer, as indexes into the depth + 1 of them) and
+            // whether it drops the class token (vision_feature_select_strategy "default")
+            bool quickGelu = false, dropCls = true, projectorBias = true;
+            std::string projectorGelu; // projector_hidden_act
+            std::vector<int64_t> featureLayers;
         } tower;
         bool present() const { return tokens != Tokens::None; }
     };

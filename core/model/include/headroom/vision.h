@@ -57,8 +57,9 @@ void qwen25(const nlohmann::json &v, int64_t textHidden, ModelArch::VisionSide &
 // proj and GELU MLP; the merger, and one more per deepstack layer (each normed after the shuffle).
 void qwen3(const nlohmann::json &v, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx);
 // SigLIP (Gemma 3) and CLIP (LLaVA) encoders; their projectors are the families'.
-int64_t siglip(const nlohmann::json &v, const std::string &ctx);
-int64_t clip(const nlohmann::json &v, const std::string &ctx);
+// Each returns the tower's parameters and sets its geometry.
+int64_t siglip(const nlohmann::json &v, const std::string &ctx, ModelArch::VisionSide::Tower &tower);
+int64_t clip(const nlohmann::json &v, const std::string &ctx, ModelArch::VisionSide::Tower &tower);
 } // namespace vision_params
 
 } // namespace headroom
