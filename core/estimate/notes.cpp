@@ -98,15 +98,29 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
         std::snprintf(share, sizeof share, "%.2f B parameters, %.2f GiB", static_cast<double>(n) / 1e9,
                       static_cast<double>(n) * x.p / 1073741824.0);
         const bool deepstack = !model.vision.tower.deepstack.empty();
-        notes.push_back(std::string("the weights hold the vision tower and projector, frozen: ") + share +
-                        "; the tower's forward runs before the language model's and keeps only the image "
-                        "features it scatters into the sequence" +
-                        (deepstack ? " and the deepstack features it adds after the first " +
-                                         std::to_string(model.vision.tower.deepstack.size()) + " decoder layers"
-                                   : std::string()));
-        // Qwen3-VL's checkpointed steps are measured (tests/data/h200/vl-2026-12-05); Qwen2.5-VL's
-        // are planned (lab set vl2)
-        if (cfg.gradCheckpointing && !deepstack)
+        const bool tower = cfg.vision.trainTower && cfg.finetune == FineTune::Full,
+                   projector = cfg.vision.trainProjector && cfg.finetune == FineTune::Full;
+        const std::string state = tower && projector ? "trained"
+                                  : tower            ? "the tower trained, the projector frozen"
+                                  : projector        ? "the tower frozen, the projector trained"
+                                                     : "frozen";
+        using Kind = ModelArch::VisionSide::Tower::Kind;
+        const bool hooked = cfg.gradCheckpointing &&
+                            (model.vision.tower.kind == Kind::Siglip || model.vision.tower.kind == Kind::Clip);
+        const std::string keeps =
+            tower || hooked
+                ? std::string("; the tower runs in the autograd graph (") +
+                      (tower ? "trained" : "gradient checkpointing hooks its patch embedding") +
+                      ") and keeps its activations for backward" + (cfg.gradCheckpointing ? " (each layer's input)" : "")
+                : std::string("; the tower's forward runs before the language model's and keeps only the image "
+                              "features it scatters into the sequence") +
+                      (deepstack ? " and the deepstack features it adds after the first " +
+                                       std::to_string(model.vision.tower.deepstack.size()) + " decoder layers"
+                                 : std::string());
+        notes.push_back(std::string("the weights hold the vision tower and projector, ") + state + ": " + share + keeps);
+        // Qwen3-VL's, Gemma 3's and LLaVA's checkpointed steps are measured
+        // (tests/data/h200/vl-2026-12-05); Qwen2.5-VL's are planned (lab set vl2)
+        if (cfg.gradCheckpointing && model.vision.tower.kind == Kind::Qwen25)
             notes.push_back("with gradient checkpointing this vision-language step is predicted: the measured Qwen2.5-VL "
                             "steps ran without it (the checkpointed language model and the features' scatter are each "
                             "measured, not yet together)");

@@ -68,12 +68,17 @@ Params countParams(const Ctx &x)
         if (x.full)
             addTrainable(t.rows, t.cols, p, t.count, inLayer);
     }
-    // Issue 30: a vision-language checkpoint built whole holds its tower and projector, frozen (a
-    // trained one is refused: support.cpp); the step's simulation builds them the same way.
+    // Issue 30: a vision-language checkpoint built whole holds its tower and projector, frozen, or
+    // trained in full fine-tuning where the step says so (support.cpp says which towers); the
+    // step's simulation builds them the same way.
     if (const int64_t n = visionParameterCount(x.m); n > 0) {
         S.total = checkedAdd(S.total, n);
         S.weightBytes = checkedAdd(S.weightBytes, checkedMul(n, p));
         P.rootParamBytes = checkedAdd(P.rootParamBytes, checkedMul(n, p));
+        if (x.full && cfg.vision.trainTower)
+            addTrainable(x.m.vision.towerParams, 1, p, 1, false);
+        if (x.full && cfg.vision.trainProjector)
+            addTrainable(x.m.vision.projectorParams, 1, p, 1, false);
     }
     if (!x.full) {
         // LoRA adapters on every targeted Linear: A (r x in) and B (out x r), fp32, on `count`

@@ -120,9 +120,13 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
                        model.modelType + "'s vision-language step is estimated with its vision tower and projector "
                        "frozen, on one GPU in bf16, supervised, as measured; " + what + " is not yet" + measureNow};
     };
-    if (cfg.vision.trainTower)
+    // Trained: Gemma 3's SigLIP and LLaVA's CLIP towers and projectors (in full fine-tuning; LoRA
+    // leaves them frozen)
+    using TowerKind = ModelArch::VisionSide::Tower::Kind;
+    const TowerKind kind = model.vision.tower.kind;
+    if (cfg.vision.trainTower && kind != TowerKind::Siglip && kind != TowerKind::Clip)
         return refuse("vision.train_vision_tower", "true", "a trained vision tower");
-    if (cfg.vision.trainProjector)
+    if (cfg.vision.trainProjector && kind != TowerKind::Siglip && kind != TowerKind::Clip)
         return refuse("vision.train_projector", "true", "a trained projector");
     if (!cfg.vision.trainLanguage)
         return refuse("vision.train_language_model", "false", "a frozen language model");
@@ -136,15 +140,7 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
         return refuse("gpus", std::to_string(cfg.worldSize), "several GPUs or ZeRO");
     if (cfg.attention != Attention::SDPA)
         return refuse("attention", std::string(toString(cfg.attention)), "this attention");
-    // PEFT's enable_input_require_grads under gradient checkpointing also hooks a SigLIP or CLIP
-    // tower's patch embedding: the frozen tower then runs in the autograd graph, its layers
-    // checkpointed and recomputed in backward (Gemma 3's H100 timeline; Note [Vision step]).
-    // Simulated for SigLIP; CLIP's (LLaVA's hidden states kept besides) is not yet
-    using Kind = ModelArch::VisionSide::Tower::Kind;
-    if (cfg.gradCheckpointing && cfg.finetune != FineTune::Full && model.vision.tower.kind == Kind::Clip)
-        return refuse("gradient_checkpointing", "true",
-                      "LoRA with gradient checkpointing (PEFT's input hook then puts the frozen tower in the autograd "
-                      "graph, its layers checkpointed)");
+
     if (cfg.activationOffload)
         return refuse("activation_offload", "true", "activation offload");
     if (cfg.loss == Loss::Fused)

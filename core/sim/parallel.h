@@ -38,6 +38,9 @@ public:
 
     // After the model is built: wraps it and returns what this rank's optimizer steps.
     virtual std::vector<T *> wrap(ParallelModel &model) = 0;
+    // Whether a stepped parameter's gradient is its own tensor (.grad None where backward gave it
+    // none, and the optimizer skips it); wrappers keep gradients in their own buffers.
+    virtual bool ownGradients() const { return false; }
 
     // The forward: the root before the embedding, each decoder layer around its body (its input
     // and output may become hook nodes), the root again after the loss.

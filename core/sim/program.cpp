@@ -975,6 +975,8 @@ private:
             if (t.valid() && t.requiresGrad)
                 trainable.push_back(&t);
         };
+        for (T &t : towerWeights) // the composite model's vision side comes first
+            add(t);
         add(embed);
         add(positions);
         for (auto &L : layers) {
@@ -2804,7 +2806,11 @@ private:
 
     // Issue 30 (Note [Vision step]): the tower's and projector's parameters, frozen, before the
     // language model's (the composite model builds its vision side first).
-    void buildTower() { towerWeights = sim::towerWeights(S, m.vision, h, buildElem()); }
+    void buildTower()
+    {
+        towerWeights = sim::towerWeights(S, m.vision, h, buildElem(), c.vision.trainTower && full,
+                                         c.vision.trainProjector && full);
+    }
 
     // Qwen2_5_VLModel.forward before its language model: each call of the frozen tower (images,
     // then video), its features scattered into the embeddings `x` (consumed; the scattered
@@ -2820,10 +2826,15 @@ private:
                 return x;
             const int64_t images = checkedMul(c.vision.images, b);
             // LoRA with checkpointing: PEFT's input hook puts the SigLIP tower in the graph
-            const bool graph = inputRequiresGrad && kind == Kind::Siglip;
-            outputLocals.push_back(graph ? sim::siglipFeaturesGraph(S, m.vision, towerWeights, images, h, pe, true)
-                                   : kind == Kind::Siglip ? sim::siglipFeatures(S, m.vision, images, h, pe)
-                                                          : sim::clipFeatures(S, m.vision, images, h, pe));
+            sim::TowerMode mode;
+            mode.towerTrained = c.vision.trainTower && full;
+            mode.projectorTrained = c.vision.trainProjector && full;
+            // gradient_checkpointing_enable hooks each sub-model's input embeddings: SigLIP's and
+            // CLIP's patch embedding (Gemma 3's LoRA and LLaVA's full fine-tuning timelines)
+            mode.hooked = c.gradCheckpointing;
+            mode.checkpointed = c.gradCheckpointing;
+            outputLocals.push_back(kind == Kind::Siglip ? sim::siglipFeatures(S, m.vision, towerWeights, mode, images, h, pe)
+                                                        : sim::clipFeatures(S, m.vision, towerWeights, mode, images, h, pe));
             T mask = sim::placeholderMasks(S, tok, 1)[0];
             embedLocals.push_back(mask);
             T scattered = sim::maskedScatter(S, x, mask, &outputLocals.back());
@@ -3250,7 +3261,14 @@ private:
     {
         S.setLayer(-1);
         S.setOp("optimizer.step");
-        sim::OptimizerStep o{S, stepped, c, step == 0, state};
+        // torch.optim skips a parameter whose .grad is None: no state, no temporaries (LLaVA's
+        // trained CLIP layers past vision_feature_layer and its post_layernorm feed nothing the
+        // loss reads). Where a parameter's gradient is its own tensor (one GPU).
+        std::vector<T *> withGrad;
+        for (T *p : stepped)
+            if (!par->ownGradients() || p->param < 0 || S.gradOf(p->param) >= 0)
+                withGrad.push_back(p);
+        sim::OptimizerStep o{S, withGrad, c, step == 0, state};
         sim::simOptimizer(c.optimizer).step(o);
     }
 

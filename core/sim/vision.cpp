@@ -427,15 +427,17 @@ std::vector<T> placeholderMasks(Sim &S, int64_t tokens, int kinds)
     return masks;
 }
 
-std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t textHidden, int elem)
+std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t textHidden, int elem, bool trainTower,
+                            bool trainProjector)
 {
     using Kind = ModelArch::VisionSide::Tower::Kind;
     const auto &t = v.tower;
     const int64_t H = t.hidden, I = t.inter, M = checkedMul(H, v.merge * v.merge);
     std::vector<T> out;
     int64_t count = 0;
+    bool trains = trainTower; // the tower's parameters come first, then the projector's
     const auto weight = [&](int64_t n) {
-        out.push_back(S.make(checkedMul(n, elem), elem, Category::Weights));
+        out.push_back(S.parameter(checkedMul(n, elem), elem, trains));
         count += n;
     };
     const auto weights = [&](std::initializer_list<int64_t> ns) {
@@ -453,7 +455,9 @@ std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t text
         out.push_back(S.make(P * 8, 8, Category::Weights));
         for (int64_t l = 0; l < t.depth; ++l)
             weights({H, H, H * H, H, H * H, H, H * H, H, H * H, H, H, H, checkedMul(I, H), I, checkedMul(H, I), H});
-        weights({H, H, checkedMul(H, textHidden), H});
+        weights({H, H});
+        trains = trainProjector;
+        weights({checkedMul(H, textHidden), H});
     } else if (t.kind == Kind::Clip) {
         // CLIPVisionEmbeddings: class_embedding, the patch Conv2d (no bias), position_embedding,
         // the position_ids buffer; pre_layrnorm; each CLIPEncoderLayer: k, v, q, out_proj,
@@ -466,6 +470,7 @@ std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t text
         for (int64_t l = 0; l < t.depth; ++l)
             weights({H * H, H, H * H, H, H * H, H, H * H, H, H, H, checkedMul(I, H), I, checkedMul(H, I), H, H, H});
         weights({H, H});
+        trains = trainProjector;
         const int64_t in = checkedMul(H, static_cast<int64_t>(t.featureLayers.size()));
         weight(checkedMul(in, textHidden));
         if (t.projectorBias)
@@ -490,6 +495,7 @@ std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t text
         }
         // the merger (Qwen3-VL's LayerNorm has a bias), then Qwen3-VL's deepstack mergers (normed
         // after the shuffle, M wide)
+        trains = trainProjector;
         weights({H, checkedMul(M, M), M, checkedMul(t.outHidden, M), t.outHidden});
         if (q3) {
             weight(H);

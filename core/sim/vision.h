@@ -23,7 +23,9 @@ struct TowerCall
 
 // The tower's and projector's parameters (and buffers) in the order the model's __init__ makes
 // them, frozen, in `elem`; their count checked against the reader's (towerParams + projectorParams).
-std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t textHidden, int elem);
+// Parameters of a trained part (the tower's, the projector's) require grad.
+std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t textHidden, int elem, bool trainTower = false,
+                            bool trainProjector = false);
 
 // Qwen2_5_VLModel.get_image_features (or get_video_features) with the tower frozen: no node is
 // recorded, each tensor goes when Python lets it go. Returns torch.cat of the merged features
@@ -46,21 +48,27 @@ TowerOutput qwen3Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &
 // index_put_. `h` [b, s, hidden] is not consumed; the new hidden states are returned.
 T deepstackAdd(Sim &S, const T &h, const T &mask, const T &visual);
 
-// Gemma3Model.get_image_features with its SigLIP tower frozen (vision_vit.cpp): `images` images
-// through the encoder and post_layernorm, then Gemma3MultiModalProjector; returns the projected
-// features [images x tokensPerImage, textHidden] in `elem`.
-T siglipFeatures(Sim &S, const ModelArch::VisionSide &v, int64_t images, int64_t textHidden, int elem);
+// How the tower runs: its weights trained, the projector's trained, its patch embedding hooked
+// (PEFT's enable_input_require_grads under gradient checkpointing), its layers checkpointed.
+struct TowerMode
+{
+    bool towerTrained = false, projectorTrained = false, hooked = false, checkpointed = false;
+};
+
+// Gemma3Model.get_image_features (vision_vit.cpp): `images` images through the SigLIP encoder and
+// post_layernorm, then Gemma3MultiModalProjector (`w`: towerWeights'); without autograd where
+// nothing in it needs a gradient, else as nodes. Returns the projected features
+// [images x tokensPerImage, textHidden] in `elem`.
+T siglipFeatures(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerMode &mode,
+                 int64_t images, int64_t textHidden, int elem);
 
 // LlavaModel.get_image_features and its torch.cat with the CLIP tower frozen (vision_vit.cpp):
 // `images` images through the encoder (every hidden state kept until it returns), the projector
 // over the selected layers' patches; returns the features [images x tokensPerImage, textHidden].
-T clipFeatures(Sim &S, const ModelArch::VisionSide &v, int64_t images, int64_t textHidden, int elem);
-
-// siglipFeatures with the tower in the autograd graph, its weights frozen (`w`, towerWeights'):
-// PEFT's enable_input_require_grads under gradient checkpointing hooks the patch embedding, so
-// its output is a leaf that requires grad; each encoder layer is then checkpointed.
-T siglipFeaturesGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, int64_t images,
-                      int64_t textHidden, int elem, bool checkpointed);
+// The tower runs without autograd (its training is not simulated); the projector as nodes where
+// it trains (`w`: towerWeights').
+T clipFeatures(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerMode &mode,
+               int64_t images, int64_t textHidden, int elem);
 
 // Gemma3Model.forward's create_masks_for_vision_model (token_type_ids given): the full layers'
 // and the sliding layers' boolean (b, 1, s, s) masks, each causal or within an image's block.

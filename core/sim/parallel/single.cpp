@@ -8,6 +8,7 @@ class Single final : public ParallelStrategy
 {
 public:
     std::vector<T *> wrap(ParallelModel &model) override { return model.trainable; }
+    bool ownGradients() const override { return true; }
 };
 } // namespace
 
