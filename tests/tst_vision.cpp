@@ -309,7 +309,13 @@ private Q_SLOTS:
         TrainingConfig ckpt = c;
         ckpt.finetune = FineTune::LoRA;
         ckpt.gradCheckpointing = true;
-        QVERIFY(estimate(m, ckpt).peakAllocatedBytes > 0);
+        QVERIFY(estimate(vl(QStringLiteral("qwen3-vl-8b")), ckpt).peakAllocatedBytes > 0);
+        try { // Qwen2.5-VL's patch_embed is hooked too: its tower in the graph is not simulated yet
+            (void)estimate(m, ckpt);
+            QFAIL("qwen2.5-vl with checkpointing");
+        } catch (const Refused &r) {
+            QCOMPARE(r.refusal().field, std::string("grad_checkpointing"));
+        }
         for (const char *vit : {"gemma-3-4b-it", "llava-1.5-7b"}) {
             const ModelArch o = vl(QLatin1String(vit));
             const Estimate held = estimate(o, ckpt);

@@ -118,12 +118,6 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                                        std::to_string(model.vision.tower.deepstack.size()) + " decoder layers"
                                  : std::string());
         notes.push_back(std::string("the weights hold the vision tower and projector, ") + state + ": " + share + keeps);
-        // Qwen3-VL's, Gemma 3's and LLaVA's checkpointed steps are measured
-        // (tests/data/h200/vl-2026-12-05); Qwen2.5-VL's are planned (lab set vl2)
-        if (cfg.gradCheckpointing && model.vision.tower.kind == Kind::Qwen25)
-            notes.push_back("with gradient checkpointing this vision-language step is predicted: the measured Qwen2.5-VL "
-                            "steps ran without it (the checkpointed language model and the features' scatter are each "
-                            "measured, not yet together)");
     }
     if (usesCollectives(cfg))
         notes.push_back("NCCL's communicator takes about 558 MiB of device memory outside PyTorch's allocator "

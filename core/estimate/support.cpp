@@ -128,6 +128,13 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
         return refuse("vision.train_vision_tower", "true", "a trained vision tower");
     if (cfg.vision.trainProjector && kind != TowerKind::Siglip && kind != TowerKind::Clip)
         return refuse("vision.train_projector", "true", "a trained projector");
+    // Gradient checkpointing's input hook reaches Qwen2.5-VL's patch_embed too: the tower then runs
+    // in the autograd graph, every block checkpointed and its input held to backward (the H100
+    // timeline of q25vl-full-ckpt-1img1344-b1s4096); Qwen3-VL's tower is not hooked
+    if (cfg.gradCheckpointing && kind == TowerKind::Qwen25)
+        return refuse("grad_checkpointing", "true",
+                      "gradient checkpointing (its input hook puts Qwen2.5-VL's tower in the autograd graph, every block "
+                      "checkpointed)");
     if (!cfg.vision.trainLanguage)
         return refuse("vision.train_language_model", "false", "a frozen language model");
     if (cfg.finetune == FineTune::QLoRA)

@@ -155,6 +155,41 @@ int64_t merger(const Sizes &s, int64_t normParams)
     return checkedAdd(normParams, checkedAdd(checkedAdd(checkedMul(M, M), M), checkedAdd(checkedMul(M, s.out), s.out)));
 }
 
+// A Qwen tower's blocks: depth, widths, heads, the patch rows and the merger's output.
+void qwenGeometry(const ConfigFields &v, const Sizes &s, ModelArch::VisionSide::Tower &t)
+{
+    t.depth = s.depth;
+    t.hidden = s.hidden;
+    t.inter = s.inter;
+    t.heads = v.integer("num_heads", 16);
+    if (t.heads < 1 || s.hidden % t.heads != 0)
+        v.refuse("num_heads", std::to_string(t.heads), "must divide hidden_size (" + std::to_string(s.hidden) + ")");
+    t.inputWidth = s.channels * s.temporal * s.patch * s.patch;
+    t.outHidden = s.out;
+}
+
+// A list of block indexes (fullatt_block_indexes, deepstack_visual_indexes), each below depth;
+// without the key, the configuration class's default cut to the depth.
+std::vector<int64_t> blockIndexes(const ConfigFields &v, const nlohmann::json &j, const char *key, int64_t depth,
+                                  std::vector<int64_t> fallback)
+{
+    if (!v.has(key)) {
+        fallback.erase(std::remove_if(fallback.begin(), fallback.end(), [&](int64_t i) { return i >= depth; }),
+                       fallback.end());
+        return fallback;
+    }
+    const auto &f = j.at(key);
+    if (!f.is_array() || f.size() > 1024)
+        v.refuse(key, f.dump().substr(0, 40), "must be a list of block indexes");
+    std::vector<int64_t> out;
+    for (const auto &i : f) {
+        if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= depth)
+            v.refuse(key, i.dump().substr(0, 40), "must hold block indexes below depth (" + std::to_string(depth) + ")");
+        out.push_back(i.get<int64_t>());
+    }
+    return out;
+}
+
 void dynamic(const Sizes &s, ModelArch::VisionSide &out)
 {
     out.tokens = ModelArch::VisionSide::Tokens::Dynamic;
@@ -176,34 +211,12 @@ void qwen25(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &
     out.projectorParams = merger(s, H);
     dynamic(s, out);
     ModelArch::VisionSide::Tower &t = out.tower;
-    t.depth = s.depth;
-    t.hidden = H;
-    t.inter = I;
-    t.heads = v.integer("num_heads", 16);
-    if (t.heads < 1 || H % t.heads != 0)
-        v.refuse("num_heads", std::to_string(t.heads), "must divide hidden_size (" + std::to_string(H) + ")");
-    t.inputWidth = s.channels * s.temporal * s.patch * s.patch;
-    t.outHidden = s.out;
+    qwenGeometry(v, s, t);
     t.windowSize = v.integer("window_size", 112);
     if (t.windowSize < s.patch * s.merge || t.windowSize > (int64_t(1) << 16))
         v.refuse("window_size", std::to_string(t.windowSize),
                  "must be at least patch_size x spatial_merge_size (" + std::to_string(s.patch * s.merge) + ") and at most 65536");
-    if (v.has("fullatt_block_indexes")) {
-        const auto &f = j.at("fullatt_block_indexes");
-        if (!f.is_array() || f.size() > 1024)
-            v.refuse("fullatt_block_indexes", f.dump().substr(0, 40), "must be a list of block indexes");
-        for (const auto &i : f) {
-            if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= s.depth)
-                v.refuse("fullatt_block_indexes", i.dump().substr(0, 40),
-                         "must hold block indexes below depth (" + std::to_string(s.depth) + ")");
-            t.fullAttention.push_back(i.get<int64_t>());
-        }
-    } else {
-        t.fullAttention = {7, 15, 23, 31}; // Qwen2_5_VLVisionConfig's default
-        t.fullAttention.erase(std::remove_if(t.fullAttention.begin(), t.fullAttention.end(),
-                                             [&](int64_t i) { return i >= s.depth; }),
-                              t.fullAttention.end());
-    }
+    t.fullAttention = blockIndexes(v, j, "fullatt_block_indexes", s.depth, {7, 15, 23, 31}); // Qwen2_5_VLVisionConfig's
 }
 
 void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx)
@@ -220,34 +233,13 @@ void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &o
                                  checkedMul(s.depth, block));
     ModelArch::VisionSide::Tower &t = out.tower;
     t = {};
-    if (v.has("deepstack_visual_indexes")) {
-        const auto &d = j.at("deepstack_visual_indexes");
-        if (!d.is_array() || d.size() > 1024)
-            v.refuse("deepstack_visual_indexes", d.dump().substr(0, 40), "must be a list of block indexes");
-        for (const auto &i : d) {
-            if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= s.depth)
-                v.refuse("deepstack_visual_indexes", i.dump().substr(0, 40),
-                         "must hold block indexes below depth (" + std::to_string(s.depth) + ")");
-            t.deepstack.push_back(i.get<int64_t>());
-        }
-    } else {
-        t.deepstack = {8, 16, 24}; // Qwen3VLVisionConfig's default
-        t.deepstack.erase(std::remove_if(t.deepstack.begin(), t.deepstack.end(), [&](int64_t i) { return i >= s.depth; }),
-                          t.deepstack.end());
-    }
+    t.deepstack = blockIndexes(v, j, "deepstack_visual_indexes", s.depth, {8, 16, 24}); // Qwen3VLVisionConfig's
     const int64_t M = checkedMul(H, s.merge * s.merge);
     out.projectorParams =
         checkedAdd(merger(s, 2 * H), checkedMul(static_cast<int64_t>(t.deepstack.size()), merger(s, 2 * M)));
     dynamic(s, out);
     t.kind = ModelArch::VisionSide::Tower::Kind::Qwen3;
-    t.depth = s.depth;
-    t.hidden = H;
-    t.inter = I;
-    t.heads = v.integer("num_heads", 16);
-    if (t.heads < 1 || H % t.heads != 0)
-        v.refuse("num_heads", std::to_string(t.heads), "must divide hidden_size (" + std::to_string(H) + ")");
-    t.inputWidth = s.channels * s.temporal * s.patch * s.patch;
-    t.outHidden = s.out;
+    qwenGeometry(v, s, t);
     t.positionEmbeddings = positions;
 }
 
