@@ -105,12 +105,12 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                                   : projector        ? "the tower frozen, the projector trained"
                                                      : "frozen";
         using Kind = ModelArch::VisionSide::Tower::Kind;
-        const bool hooked = cfg.gradCheckpointing &&
-                            (model.vision.tower.kind == Kind::Siglip || model.vision.tower.kind == Kind::Clip);
+        const bool hooked = cfg.gradCheckpointing && model.vision.tower.kind != Kind::Qwen3; // Note [Vision step]
         const std::string keeps =
             tower || hooked
                 ? std::string("; the tower runs in the autograd graph (") +
-                      (tower ? "trained" : "gradient checkpointing hooks its patch embedding") +
+                      (tower ? "trained" : projector ? "gradient checkpointing hooks its patch embedding; the projector trained"
+                                                     : "gradient checkpointing hooks its patch embedding") +
                       ") and keeps its activations for backward" + (cfg.gradCheckpointing ? " (each layer's input)" : "")
                 : std::string("; the tower's forward runs before the language model's and keeps only the image "
                               "features it scatters into the sequence") +

@@ -120,21 +120,15 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
                        model.modelType + "'s vision-language step is estimated with its vision tower and projector "
                        "frozen, on one GPU in bf16, supervised, as measured; " + what + " is not yet" + measureNow};
     };
-    // Trained: Gemma 3's SigLIP and LLaVA's CLIP towers and projectors (in full fine-tuning; LoRA
-    // leaves them frozen)
-    using TowerKind = ModelArch::VisionSide::Tower::Kind;
-    const TowerKind kind = model.vision.tower.kind;
-    if (cfg.vision.trainTower && kind != TowerKind::Siglip && kind != TowerKind::Clip)
-        return refuse("vision.train_vision_tower", "true", "a trained vision tower");
-    if (cfg.vision.trainProjector && kind != TowerKind::Siglip && kind != TowerKind::Clip)
-        return refuse("vision.train_projector", "true", "a trained projector");
+    // Trained in full fine-tuning: every simulated tower and projector; LoRA on a tower is not
+    if (cfg.vision.trainTower && cfg.finetune != FineTune::Full)
+        return refuse("vision.train_vision_tower", "true", "LoRA on the vision tower");
+
     // Gradient checkpointing's input hook reaches Qwen2.5-VL's patch_embed too: the tower then runs
     // in the autograd graph, every block checkpointed and its input held to backward (the H100
-    // timeline of q25vl-full-ckpt-1img1344-b1s4096); Qwen3-VL's tower is not hooked
-    if (cfg.gradCheckpointing && kind == TowerKind::Qwen25)
-        return refuse("grad_checkpointing", "true",
-                      "gradient checkpointing (its input hook puts Qwen2.5-VL's tower in the autograd graph, every block "
-                      "checkpointed)");
+    // timeline of q25vl-full-ckpt-1img1344-b1s4096; simulated, its merger frozen); Qwen3-VL's tower
+    // is not hooked
+
     if (!cfg.vision.trainLanguage)
         return refuse("vision.train_language_model", "false", "a frozen language model");
     if (cfg.finetune == FineTune::QLoRA)

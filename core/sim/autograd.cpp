@@ -343,14 +343,19 @@ void Sim::recompute(int region)
             }
         }
         // Note [Checkpoint stop]: the op that stopped it unwinds too, its C++ locals with it.
+        // What the region's nodes saved of each (counted once: a vision tower's block has a node
+        // per attention window, thousands of them)
+        std::unordered_map<int, int> saved;
+        if (!m_recomputeRaw.empty())
+            for (int idx : r.nodes)
+                for (int sv : m_nodes[static_cast<size_t>(idx)].saved)
+                    ++saved[sv];
         for (int sto : m_recomputeRaw) {
             const Storage &st = m_sto[static_cast<size_t>(sto)];
             if (!st.live)
                 continue;
-            int held = 0; // what the region's nodes saved of it
-            for (int idx : r.nodes)
-                for (int sv : m_nodes[static_cast<size_t>(idx)].saved)
-                    held += sv == sto;
+            const auto it = saved.find(sto);
+            const int held = it == saved.end() ? 0 : it->second;
             while (m_sto[static_cast<size_t>(sto)].live && m_sto[static_cast<size_t>(sto)].refs > held)
                 unref(sto);
         }

@@ -240,6 +240,19 @@ private:
     bool visionSim = false;
     VisionTokens vt;
     std::vector<T> towerWeights;
+    // How the tower runs (Note [Vision step]): trained parts in full fine-tuning; gradient
+    // checkpointing hooks each sub-model's input embeddings (SigLIP's and CLIP's patch embedding,
+    // Qwen2.5-VL's patch_embed: the timelines of Gemma 3's LoRA, LLaVA's and Qwen2.5-VL's full
+    // steps), which puts the tower in the graph, each layer checkpointed.
+    sim::TowerMode towerMode() const
+    {
+        sim::TowerMode mode;
+        mode.towerTrained = c.vision.trainTower && full;
+        mode.projectorTrained = c.vision.trainProjector && full;
+        mode.hooked = mode.checkpointed = c.gradCheckpointing;
+        return mode;
+    }
+
     // Qwen3-VL's deepstack (sim::deepstackAdd): the visual positions' mask and the features added
     // after the first decoder layers, a list per tower call until deepstackInputs joins them
     std::vector<T> deepstackMasks;
@@ -2825,14 +2838,7 @@ private:
             if (c.vision.images <= 0)
                 return x;
             const int64_t images = checkedMul(c.vision.images, b);
-            // LoRA with checkpointing: PEFT's input hook puts the SigLIP tower in the graph
-            sim::TowerMode mode;
-            mode.towerTrained = c.vision.trainTower && full;
-            mode.projectorTrained = c.vision.trainProjector && full;
-            // gradient_checkpointing_enable hooks each sub-model's input embeddings: SigLIP's and
-            // CLIP's patch embedding (Gemma 3's LoRA and LLaVA's full fine-tuning timelines)
-            mode.hooked = c.gradCheckpointing;
-            mode.checkpointed = c.gradCheckpointing;
+            const sim::TowerMode mode = towerMode();
             outputLocals.push_back(kind == Kind::Siglip ? sim::siglipFeatures(S, m.vision, towerWeights, mode, images, h, pe)
                                                         : sim::clipFeatures(S, m.vision, towerWeights, mode, images, h, pe));
             T mask = sim::placeholderMasks(S, tok, 1)[0];
@@ -2852,13 +2858,17 @@ private:
             const sim::TowerCall call{calls[k].second, checkedMul(calls[k].first, b)};
             T features;
             if (m.vision.tower.kind == ModelArch::VisionSide::Tower::Kind::Qwen3) {
-                sim::TowerOutput o = sim::qwen3Tower(S, m.vision, call, pe);
+                sim::TowerOutput o = towerMode().towerTrained || towerMode().projectorTrained
+                                         ? sim::qwen3TowerGraph(S, m.vision, towerWeights, call, pe)
+                                         : sim::qwen3Tower(S, m.vision, call, pe);
                 for (T &t : o.locals)
                     embedLocals.push_back(t);
                 features = o.features;
                 deepstackMasks.push_back(T{});
                 deepstackFeatures.push_back(o.deepstack);
-            } else
+            } else if (c.gradCheckpointing || towerMode().towerTrained || towerMode().projectorTrained)
+                features = sim::qwen25TowerGraph(S, m.vision, towerWeights, call, pe, towerMode());
+            else
                 features = sim::qwen25Tower(S, m.vision, call, pe);
             embedLocals.push_back(features);
             std::vector<T> masks = sim::placeholderMasks(S, tok, 2);
@@ -2868,7 +2878,7 @@ private:
             embedLocals.push_back(masks[k]);
             if (!deepstackMasks.empty())
                 deepstackMasks.back() = masks[k];
-            T scattered = sim::maskedScatter(S, x, masks[k]);
+            T scattered = sim::maskedScatter(S, x, masks[k], &features);
             S.drop(x); // inputs_embeds rebinds
             x = scattered;
         }

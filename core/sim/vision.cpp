@@ -10,7 +10,6 @@
 
 namespace headroom::sim {
 
-namespace {
 
 // The tower's chunks of attention for one frame of h x w patches: get_vision_window_index's
 // windows of windowSize pixels (windowSize / patch / merge merged tokens a side, the grid padded
@@ -28,6 +27,8 @@ void windowChunks(const ModelArch::VisionSide &v, int64_t h, int64_t w, std::vec
                 out.push_back(rows * cols * merge * merge);
         }
 }
+
+namespace {
 
 // Qwen2_5_VLRMSNorm over `rows` x `width` values in `elem` without autograd: the fp32 copy, its square
 // and mean, the reciprocal root, the normalised fp32 rows (the copy goes when the name rebinds),
@@ -79,10 +80,14 @@ T layerNorm(Sim &S, int64_t rows, int64_t width, int elem)
     return out;
 }
 
+} // namespace
+
 bool qwen3(const ModelArch::VisionSide &v)
 {
     return v.tower.kind == ModelArch::VisionSide::Tower::Kind::Qwen3;
 }
+
+namespace {
 
 // The block's norm: Qwen2.5-VL's RMSNorm, Qwen3-VL's LayerNorm.
 T blockNorm(Sim &S, const ModelArch::VisionSide &v, int64_t rows, int elem)
@@ -162,6 +167,8 @@ T block(Sim &S, const ModelArch::VisionSide &v, const T &x, const std::vector<in
     return h2;
 }
 
+} // namespace
+
 // The tower's 2-D rotary (Qwen2_5_VLVisionRotaryEmbedding, Qwen3VLVisionRotaryEmbedding) over N
 // patches of head size hd: positions as fp32, the (N, 2, hd / 4) frequencies, cos and sin (each
 // times attention_scaling), each recomposed into [h | w | h | w] (N, hd) fp32: {cos, sin}.
@@ -186,6 +193,8 @@ std::array<T, 2> rotaryTables(Sim &S, int64_t N, int64_t hd)
     S.drop(freqs);
     return tables;
 }
+
+namespace {
 
 // A patch merger over N patches without autograd: its norm (over the patches, or after the
 // shuffle over the merged rows: `postShuffle`), Linear(M, M), GELU, Linear(M, out).
@@ -357,9 +366,16 @@ T deepstackAdd(Sim &S, const T &h, const T &mask, const T &visual)
     S.drop(idx);
     T local = S.make(vBytes, h.elem);
     S.drop(rowsOut);
-    S.record({&local}, {&c}, {mask.sto}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        if (!needs[0] || g[0] < 0)
-            return std::vector<int>{-1};
+    // (AddBackward0 hands the same gradient to the visual features where they train: Qwen3-VL's
+    // trained deepstack mergers)
+    S.record({&local}, {&c, &visual}, {mask.sto}, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        std::vector<int> r(2, -1);
+        if (g[0] < 0)
+            return r;
+        if (needs[1])
+            r[1] = pass(s, g[0]);
+        if (!needs[0])
+            return r;
         const int z = s.allocate(hBytes, Category::Temporaries);
         const int n = s.allocate(nz, Category::Temporaries);
         for (int k = 0; k < 2; ++k) { // the sort's keys and permutation, twice
@@ -368,7 +384,8 @@ T deepstackAdd(Sim &S, const T &h, const T &mask, const T &visual)
             s.unref(b);
         }
         s.unref(n);
-        return std::vector<int>{z};
+        r[0] = z;
+        return r;
     });
     // hidden_states[mask] = local: index_put_ on the clone. IndexPutBackward0 keeps the mask; its
     // backward makes the clone's gradient (grad.index_put(mask, zeros_like(local))) and local's

@@ -21,6 +21,13 @@ struct TowerCall
     int64_t patches() const { return blocks * grid[0] * grid[1] * grid[2]; }
 };
 
+// Shared by vision.cpp and vision_graph.cpp: a frame's chunks of windowed attention
+// (get_vision_window_index), whether the tower is Qwen3-VL's, and the 2-D rotary tables {cos, sin}
+// (fp32, N x head size).
+void windowChunks(const ModelArch::VisionSide &v, int64_t h, int64_t w, std::vector<int64_t> &out);
+bool qwen3(const ModelArch::VisionSide &v);
+std::array<T, 2> rotaryTables(Sim &S, int64_t N, int64_t hd);
+
 // The tower's and projector's parameters (and buffers) in the order the model's __init__ makes
 // them, frozen, in `elem`; their count checked against the reader's (towerParams + projectorParams).
 // Parameters of a trained part (the tower's, the projector's) require grad.
@@ -31,6 +38,23 @@ std::vector<T> towerWeights(Sim &S, const ModelArch::VisionSide &v, int64_t text
 // recorded, each tensor goes when Python lets it go. Returns torch.cat of the merged features
 // [patches / merge^2, outHidden] in `elem`, which the caller holds until the model's forward returns.
 T qwen25Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &call, int elem);
+
+// How the tower runs: its weights trained, the projector's trained, its patch embedding hooked
+// (gradient checkpointing's enable_input_require_grads), its layers checkpointed.
+struct TowerMode
+{
+    bool towerTrained = false, projectorTrained = false, hooked = false, checkpointed = false;
+};
+
+// A patch embedding's convolution as a node on its made output `conv` (vision_vit.cpp): it keeps
+// the cast pixels and its weight; its backward makes the weight's (and bias's) gradient.
+void convolutionNode(Sim &S, T &conv, const T &pixels, const T &weight, const T *bias);
+
+// qwen25Tower with the tower in the autograd graph: its weights trained (patch_embed a node), or
+// gradient checkpointing's input hook on patch_embed (its output a leaf that requires grad);
+// every block checkpointed where mode.checkpointed; the merger as nodes (`w`, towerWeights').
+T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerCall &call, int elem,
+                   const TowerMode &mode);
 
 // Qwen3VLModel.get_image_features (or get_video_features) with the tower frozen, as its forward
 // leaves it: `features` is torch.cat of the merged features; `deepstack` the deepstack mergers'
@@ -43,17 +67,16 @@ struct TowerOutput
 };
 TowerOutput qwen3Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &call, int elem);
 
+// qwen3Tower as nodes, its weights trained (full fine-tuning; Qwen3-VL's tower is not hooked by
+// gradient checkpointing): patch_embed a node, the learned positions' embedding, product and sum
+// as nodes, each block (sim::blockGraph's Qwen3-VL layout), the deepstack mergers and the merger.
+TowerOutput qwen3TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerCall &call,
+                            int elem);
+
 // Qwen3VLTextModel._deepstack_process after a decoder layer: hidden_states.clone(), the visual
 // rows gathered (hidden_states[mask]) plus `visual` ([rows, hidden], frozen), written back with
 // index_put_. `h` [b, s, hidden] is not consumed; the new hidden states are returned.
 T deepstackAdd(Sim &S, const T &h, const T &mask, const T &visual);
-
-// How the tower runs: its weights trained, the projector's trained, its patch embedding hooked
-// (PEFT's enable_input_require_grads under gradient checkpointing), its layers checkpointed.
-struct TowerMode
-{
-    bool towerTrained = false, projectorTrained = false, hooked = false, checkpointed = false;
-};
 
 // Gemma3Model.get_image_features (vision_vit.cpp): `images` images through the SigLIP encoder and
 // post_layernorm, then Gemma3MultiModalProjector (`w`: towerWeights'); without autograd where

@@ -193,7 +193,9 @@ namespace {
 // its weight; ConvolutionBackward0 for the weight (and bias): the transposed gradient made
 // contiguous, the weight's gradient (cuDNN's backward-filter workspace, freed at once, is left
 // out); the bias's through an fp32 reduction of twice the rows.
-void convolution(Sim &S, T &conv, const T &pixels, const T &weight, const T *bias)
+} // namespace
+
+void convolutionNode(Sim &S, T &conv, const T &pixels, const T &weight, const T *bias)
 {
     const int64_t wBytes = weight.bytes, bBytes = bias ? bias->bytes : 0, convBytes = conv.bytes;
     const int elem = conv.elem;
@@ -216,6 +218,8 @@ void convolution(Sim &S, T &conv, const T &pixels, const T &weight, const T *bia
         return r;
     });
 }
+
+namespace {
 
 // The SigLIP tower without autograd (nothing in it requires grad): returns post_layernorm's
 // output (last_hidden_state); the embeddings and the last layer's output are gone.
@@ -261,7 +265,7 @@ T siglipTowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> 
     S.setOp("visual.embeddings");
     T pixels = S.make(images * t.inputWidth * v.imageSize * v.imageSize * elem, elem);
     T conv = S.make(N * H * elem, elem);
-    convolution(S, conv, pixels, w[0], &w[1]);
+    convolutionNode(S, conv, pixels, w[0], &w[1]);
     S.drop(pixels);
     T patches = hooked ? S.inputLeaf(conv) : conv;
     T pos = O.embedding(w[2], w[3], P, P, H);
@@ -376,7 +380,7 @@ T clipFeatures(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, 
     T pixels = S.make(images * t.inputWidth * v.imageSize * v.imageSize * elem, elem);
     T conv = S.make(images * P * H * elem, elem);
     if (mode.towerTrained)
-        convolution(S, conv, pixels, w[1], nullptr);
+        convolutionNode(S, conv, pixels, w[1], nullptr);
     S.drop(pixels);
     T patches = mode.hooked && !mode.towerTrained ? S.inputLeaf(conv) : conv;
     // class_embedding.expand(images, 1, -1): a view; ExpandBackward0 sums the gradient back to

@@ -1,0 +1,301 @@
+// Issue 30: the Qwen towers as autograd nodes (Note [Vision step]): Qwen2.5-VL's where it trains or
+// where gradient checkpointing's input hook reaches patch_embed, Qwen3-VL's where it trains; the
+// order of the H100 allocator timelines of tests/data/h200/vl-2026-12-05.
+#include "vision.h"
+
+#include "headroom/error.h"
+
+#include <algorithm>
+
+namespace headroom::sim {
+
+namespace {
+
+// Qwen2_5_VLRMSNorm as nodes: x.float(), the normalisation (the variance a local to the end), the
+// cast back, the weight's product (MulBackward0 keeps the weight and the cast).
+T rmsNormGraph(Ops &O, const T &x, const T &w, int64_t rows, int64_t width)
+{
+    T x32 = O.to(x, 4);
+    T var;
+    T xn = O.rmsNormalize(x32, rows, false, var);
+    O.s.drop(x32);
+    T xb = O.to(xn, x.elem);
+    T out = O.mul(w, xb, rows * width, x.elem, false, true, rows);
+    O.s.drop(xb);
+    O.s.drop(xn);
+    if (var.valid())
+        O.s.drop(var);
+    return out;
+}
+
+// apply_rotary_pos_emb_vision's half for one of q and k as nodes (x32 the fp32 copy): x * cos,
+// rotate_half (the halves, the negated second, their cat), times sin, the sum.
+T rotateGraph(Ops &O, const T &x32, const T &cos, const T &sin)
+{
+    const int64_t n = x32.numel();
+    T xc = O.mul(x32, cos, n, 4, true, false, 0);
+    T x1 = O.slice(x32, n / 2), x2 = O.slice(x32, n / 2);
+    T neg = O.neg(x2);
+    T cat = O.cat({&neg, &x1}, n, 4);
+    for (T *u : {&neg, &x1, &x2})
+        O.s.drop(*u);
+    T xs = O.mul(cat, sin, n, 4, true, false, 0);
+    O.s.drop(cat);
+    T sum = O.add(xc, xs);
+    O.s.drop(xc);
+    O.s.drop(xs);
+    return sum;
+}
+
+// One Qwen2_5_VLVisionBlock or Qwen3VLVisionBlock as nodes over `x` [N, H] (`w` its 12
+// parameters); SDPA a chunk at a time over split views of q, k, v.
+T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, const std::vector<int64_t> &chunks,
+             const T &cos, const T &sin, int elem)
+{
+    Ops O(S);
+    const auto &t = v.tower;
+    const int64_t H = t.hidden, N = x.bytes / (H * elem), I = t.inter, hd = H / t.heads;
+    // Qwen2.5-VL's 12 parameters: norm1, norm2 (RMSNorm weights), qkv, proj, gate, up, down (weight
+    // and bias each); Qwen3-VL's: norm1, norm2 (LayerNorm weight and bias each), qkv, proj, fc1, fc2
+    const bool q3 = qwen3(v);
+    const int at = q3 ? 2 : 0; // where qkv's weight sits, less 2
+    const auto norm = [&](const T &in, int k) {
+        return q3 ? O.layerNorm(in, w[2 * k], w[2 * k + 1], N, H, elem) : rmsNormGraph(O, in, w[k], N, H);
+    };
+    S.setOp("visual.norm1");
+    T n1 = norm(x, 0);
+    S.setOp("visual.attn");
+    T qkv = O.linear(n1, w[at + 2], &w[at + 3], N, H, 3 * H, elem);
+    std::vector<T> parts = O.split(qkv, {N * H, N * H, N * H}); // reshape, permute, unbind
+    T q32 = O.to(parts[0], 4), k32 = O.to(parts[1], 4);
+    T qr = rotateGraph(O, q32, cos, sin), kr = rotateGraph(O, k32, cos, sin);
+    T q = O.to(qr, elem);
+    S.drop(qr);
+    T k = O.to(kr, elem);
+    S.drop(kr);
+    S.drop(q32);
+    S.drop(k32);
+    std::vector<int64_t> numels;
+    for (int64_t c : chunks)
+        numels.push_back(c * H);
+    std::vector<T> qs = O.split(q, numels), ks = O.split(k, numels), vs = O.split(parts[2], numels);
+    std::vector<T> outs;
+    outs.reserve(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        Ops::AttnShape a;
+        a.s = chunks[i];
+        a.heads = a.kvHeads = t.heads;
+        a.dq = a.dv = hd;
+        outs.push_back(O.sdpaFlash(qs[i], ks[i], vs[i], a, elem));
+        for (T *u : {&qs[i], &ks[i], &vs[i]})
+            S.drop(*u);
+    }
+    std::vector<const T *> ptrs;
+    for (const T &o : outs)
+        ptrs.push_back(&o);
+    T cat = O.cat(ptrs, N * H, elem);
+    T proj = O.linear(cat, w[at + 4], &w[at + 5], N, H, H, elem);
+    S.drop(cat);
+    for (T &o : outs)
+        S.drop(o);
+    for (T *u : {&parts[0], &parts[1], &parts[2], &q, &k, &qkv, &n1})
+        S.drop(*u);
+    T h1 = O.add(x, proj);
+    S.drop(proj);
+    S.setOp("visual.norm2");
+    T n2 = norm(h1, 1);
+    S.setOp("visual.mlp");
+    T down;
+    if (q3) { // linear_fc2(GELU(linear_fc1(x)))
+        T fc1 = O.linear(n2, w[8], &w[9], N, H, I, elem);
+        T act = O.activation(fc1, "gelu");
+        S.drop(fc1);
+        down = O.linear(act, w[10], &w[11], N, I, H, elem);
+        S.drop(act);
+    } else {
+        T gate = O.linear(n2, w[6], &w[7], N, H, I, elem);
+        T act = O.activation(gate, "silu");
+        S.drop(gate);
+        T up = O.linear(n2, w[8], &w[9], N, H, I, elem);
+        T prod = O.mul(act, up, N * I, elem);
+        S.drop(act);
+        S.drop(up);
+        down = O.linear(prod, w[10], &w[11], N, I, H, elem);
+        S.drop(prod);
+    }
+    S.drop(n2);
+    T h2 = O.add(h1, down);
+    S.drop(down);
+    S.drop(h1);
+    return h2;
+}
+
+} // namespace
+
+T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerCall &call, int elem,
+                   const TowerMode &mode)
+{
+    const bool checkpointed = mode.checkpointed;
+    Ops O(S);
+    const auto &t = v.tower;
+    const int64_t N = call.patches(), H = t.hidden, unit = v.merge * v.merge, merged = N / unit;
+    const int64_t hd = H / t.heads;
+    if (N <= 0 || N % unit != 0)
+        throw InputError("vision", std::to_string(N), "patches do not merge into whole tokens");
+    const size_t mergerAt = 3 + 12 * static_cast<size_t>(t.depth);
+    if (w.size() != mergerAt + 5)
+        throw std::logic_error("qwen2.5-vl tower: " + std::to_string(w.size()) + " weights");
+    S.setOp("visual.inputs");
+    T pixels = S.make(N * t.inputWidth * elem, elem);
+    T positions = S.make(N * 2 * 8, 8);
+    S.setOp("visual.patch_embed");
+    T conv = S.make(N * H * elem, elem);
+    if (mode.towerTrained)
+        convolutionNode(S, conv, pixels, w[0], nullptr);
+    T patches = mode.hooked && !mode.towerTrained ? S.inputLeaf(conv) : conv;
+    T index = S.make(merged * 8, 8); // the window index, which IndexBackward0 keeps
+    T hidden = O.gather(patches, index, N, H);
+    S.drop(index);
+    S.drop(conv);
+    std::array<T, 2> tables = rotaryTables(S, N, hd);
+    std::array<T, 2> permuted;
+    for (int i = 0; i < 2; ++i) {
+        T idx = S.make(merged * 8, 8);
+        permuted[static_cast<size_t>(i)] = S.make(N * hd * 4, 4);
+        S.drop(idx);
+    }
+    for (T &table : tables)
+        S.drop(table);
+    std::vector<int64_t> windows, frames;
+    for (int64_t b = 0; b < call.blocks; ++b)
+        for (int64_t f = 0; f < call.grid[0]; ++f) {
+            windowChunks(v, call.grid[1], call.grid[2], windows);
+            frames.push_back(call.grid[1] * call.grid[2]);
+        }
+    const T &cos = permuted[0], &sin = permuted[1];
+    for (int64_t l = 0; l < t.depth; ++l) {
+        S.setLayer(-1);
+        const bool full = std::find(t.fullAttention.begin(), t.fullAttention.end(), l) != t.fullAttention.end();
+        const std::vector<int64_t> &chunks = full ? frames : windows;
+        const T *bw = &w[3 + 12 * static_cast<size_t>(l)];
+        T next;
+        if (checkpointed) {
+            const T in = hidden;
+            S.beginRegion([&S, &v, bw, in, chunks, cos, sin, elem]() { // runs in backward: copies
+                T o = blockGraph(S, v, in, bw, chunks, cos, sin, elem);
+                S.drop(o);
+            }, {&hidden, &cos, &sin}); // the block's arguments: the rotary tables held too
+            next = blockGraph(S, v, hidden, bw, chunks, cos, sin, elem);
+            S.endRegion();
+        } else
+            next = blockGraph(S, v, hidden, bw, chunks, cos, sin, elem);
+        S.drop(hidden);
+        hidden = next;
+    }
+    // the merger as nodes: ln_q, Linear(M, M), GELU, Linear(M, out), then the rows back in patch
+    // order (IndexBackward0 keeps the reverse index)
+    S.setOp("visual.merger");
+    const T *mw = &w[mergerAt];
+    const int64_t M = H * unit;
+    T ln = rmsNormGraph(O, hidden, mw[0], N, H);
+    T l1 = O.linear(ln, mw[1], &mw[2], merged, M, M, elem);
+    T gelu = O.activation(l1, "gelu");
+    S.drop(l1);
+    T l2 = O.linear(gelu, mw[3], &mw[4], merged, M, t.outHidden, elem);
+    S.drop(gelu);
+    S.drop(ln);
+    T reverse = S.make(merged * 8, 8);
+    T ordered = O.gather(l2, reverse, merged, t.outHidden);
+    S.drop(reverse);
+    S.drop(l2);
+    S.drop(positions);
+    for (T &p : permuted)
+        S.drop(p);
+    S.setOp("visual.split");
+    T sizes = S.make(call.blocks * 8, 8), sizes2 = S.make(call.blocks * 8, 8);
+    S.drop(sizes);
+    S.drop(sizes2);
+    S.drop(pixels);
+    S.drop(hidden);
+    S.setOp("visual.features");
+    T features = O.cat({&ordered}, ordered.numel(), elem);
+    S.drop(ordered);
+    return features;
+}
+
+TowerOutput qwen3TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerCall &call,
+                            int elem)
+{
+    Ops O(S);
+    const auto &t = v.tower;
+    const int64_t N = call.patches(), H = t.hidden, unit = v.merge * v.merge, merged = N / unit, M = H * unit;
+    if (N <= 0 || N % unit != 0)
+        throw InputError("vision", std::to_string(N), "patches do not merge into whole tokens");
+    const size_t mergerAt = 5 + 12 * static_cast<size_t>(t.depth);
+    if (w.size() != mergerAt + 6 + 6 * t.deepstack.size())
+        throw std::logic_error("qwen3-vl tower: " + std::to_string(w.size()) + " weights");
+    S.setOp("visual.inputs");
+    T pixels = S.make(N * t.inputWidth * elem, elem);
+    T taps = S.make(N * 4 * 8, 8), weights = S.make(N * 4 * 4, 4);
+    T positions = S.make(N * 2 * 8, 8);
+    S.setOp("visual.patch_embed");
+    T conv = S.make(N * H * elem, elem);
+    convolutionNode(S, conv, pixels, w[0], &w[1]);
+    // pos_embed(taps) * weights (fp32), summed over the taps, cast, added
+    S.setOp("visual.pos_embed");
+    T rows = O.embedding(w[2], taps, N * 4, t.positionEmbeddings, H);
+    T weighted = O.mul(rows, weights, N * 4 * H, 4, true, false, 0);
+    S.drop(rows);
+    T posEmbeds = O.sumGroups(weighted, N * H);
+    S.drop(weighted);
+    T cast = O.to(posEmbeds, elem);
+    T hidden = O.add(conv, cast);
+    S.drop(cast);
+    S.drop(conv);
+    std::array<T, 2> tables = rotaryTables(S, N, H / t.heads);
+    std::vector<int64_t> frames;
+    for (int64_t b = 0; b < call.blocks; ++b)
+        for (int64_t f = 0; f < call.grid[0]; ++f)
+            frames.push_back(call.grid[1] * call.grid[2]);
+    // a merger as nodes: its LayerNorm (over the patches, or the merged rows after the shuffle),
+    // Linear(M, M), GELU, Linear(M, out); `mw` its 6 parameters (norm weight, norm bias, then the
+    // Linears' weight and bias; the last merger's norm bias is kept last)
+    const auto mergerGraph = [&](const T &x, const T &nw, const T &nb, const T *lin, bool postShuffle) {
+        T n = postShuffle ? O.layerNorm(x, nw, nb, merged, M, elem) : O.layerNorm(x, nw, nb, N, H, elem);
+        T l1 = O.linear(n, lin[0], &lin[1], merged, M, M, elem);
+        T g = O.activation(l1, "gelu");
+        S.drop(l1);
+        T l2 = O.linear(g, lin[2], &lin[3], merged, M, t.outHidden, elem);
+        S.drop(g);
+        S.drop(n);
+        return l2;
+    };
+    TowerOutput out;
+    for (int64_t l = 0; l < t.depth; ++l) {
+        S.setLayer(-1);
+        T next = blockGraph(S, v, hidden, &w[5 + 12 * static_cast<size_t>(l)], frames, tables[0], tables[1], elem);
+        S.drop(hidden);
+        hidden = next;
+        const auto d = std::find(t.deepstack.begin(), t.deepstack.end(), l);
+        if (d != t.deepstack.end()) {
+            S.setOp("visual.deepstack_merger");
+            const size_t at = mergerAt + 6 + 6 * static_cast<size_t>(d - t.deepstack.begin());
+            out.deepstack.push_back(mergerGraph(hidden, w[at], w[at + 1], &w[at + 2], true));
+        }
+    }
+    S.setOp("visual.merger");
+    T mergedOut = mergerGraph(hidden, w[mergerAt], w[mergerAt + 5], &w[mergerAt + 1], false);
+    for (T *x : {&taps, &weights, &positions, &posEmbeds, &tables[1], &tables[0]})
+        S.drop(*x);
+    S.setOp("visual.split");
+    T sizes = S.make(call.blocks * 8, 8), sizes2 = S.make(call.blocks * 8, 8);
+    S.drop(sizes);
+    S.drop(sizes2);
+    S.drop(pixels);
+    S.setOp("visual.features");
+    out.features = O.cat({&mergedOut}, mergedOut.numel(), elem);
+    out.locals = {hidden, mergedOut};
+    return out;
+}
+
+} // namespace headroom::sim
