@@ -54,7 +54,7 @@ T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, con
 {
     Ops O(S);
     const auto &t = v.tower;
-    const int64_t H = t.hidden, N = x.bytes / (H * elem), I = t.inter, hd = H / t.heads;
+    const int64_t H = t.hidden, N = x.bytes / (H * elem), I = t.inter;
     // Qwen2.5-VL's 12 parameters: norm1, norm2 (RMSNorm weights), qkv, proj, gate, up, down (weight
     // and bias each); Qwen3-VL's: norm1, norm2 (LayerNorm weight and bias each), qkv, proj, fc1, fc2
     const bool q3 = qwen3(v);
@@ -75,25 +75,41 @@ T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, con
     S.drop(kr);
     S.drop(q32);
     S.drop(k32);
-    std::vector<int64_t> numels;
-    for (int64_t c : chunks)
-        numels.push_back(c * H);
-    std::vector<T> qs = O.split(q, numels), ks = O.split(k, numels), vs = O.split(parts[2], numels);
+    // SDPA a chunk at a time over split views of q, k and v, then the outputs' cat: one node for
+    // all the chunks (a window is about 64 patches, so thousands of nodes a block otherwise). Each
+    // chunk's output is made and kept (flash keeps it, the cat needs it), the logsumexps beside them
+    // (the Philox seed and offset and a 256-byte buffer a chunk, a few hundred bytes, left out).
+    // Backward: each chunk's dq, dk and dv (all held until SplitBackward0 cats them), the largest
+    // chunk's fp32 workspace, then the three cats.
     std::vector<T> outs;
     outs.reserve(chunks.size());
-    for (size_t i = 0; i < chunks.size(); ++i) {
-        Ops::AttnShape a;
-        a.s = chunks[i];
-        a.heads = a.kvHeads = t.heads;
-        a.dq = a.dv = hd;
-        outs.push_back(O.sdpaFlash(qs[i], ks[i], vs[i], a, elem));
-        for (T *u : {&qs[i], &ks[i], &vs[i]})
-            S.drop(*u);
+    int64_t largest = 0;
+    for (int64_t c : chunks) {
+        outs.push_back(S.make(c * H * elem, elem));
+        largest = std::max(largest, c);
     }
-    std::vector<const T *> ptrs;
+    const int lse = S.allocate(N * t.heads * 4, Category::Activations);
+    T cat = S.make(N * H * elem, elem);
+    std::vector<int> saved{q.sto, k.sto, parts[2].sto, lse};
     for (const T &o : outs)
-        ptrs.push_back(&o);
-    T cat = O.cat(ptrs, N * H, elem);
+        saved.push_back(o.sto);
+    const int64_t bytes = N * H * elem, workspace = largest * H * 4 + largest * t.heads * 4 + 256;
+    S.record({&cat}, {&q, &k, &parts[2]}, saved, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        std::vector<int> r(3, -1);
+        if (g[0] < 0)
+            return r;
+        std::array<int, 3> chunkGrads{};
+        for (int &c : chunkGrads)
+            c = s.allocate(bytes, Category::Temporaries);
+        s.unref(s.allocate(workspace, Category::Temporaries));
+        for (size_t i = 0; i < 3; ++i) {
+            if (needs[i])
+                r[i] = s.allocate(bytes, Category::Temporaries);
+            s.unref(chunkGrads[i]);
+        }
+        return r;
+    });
+    S.unref(lse);
     T proj = O.linear(cat, w[at + 4], &w[at + 5], N, H, H, elem);
     S.drop(cat);
     for (T &o : outs)
