@@ -194,6 +194,38 @@ std::array<T, 2> rotaryTables(Sim &S, int64_t N, int64_t hd)
     return tables;
 }
 
+std::array<T, 2> windowedRotaryTables(Sim &S, int64_t N, int64_t hd, int64_t merged)
+{
+    std::array<T, 2> tables = rotaryTables(S, N, hd);
+    std::array<T, 2> permuted;
+    for (int i = 0; i < 2; ++i) { // the window index as int64, then the rows gathered
+        T idx = S.make(merged * 8, 8);
+        permuted[static_cast<size_t>(i)] = S.make(N * hd * 4, 4);
+        S.drop(idx);
+    }
+    for (T &table : tables)
+        S.drop(table);
+    return permuted;
+}
+
+void attentionChunks(const ModelArch::VisionSide &v, const TowerCall &call, std::vector<int64_t> &windows,
+                     std::vector<int64_t> &frames)
+{
+    for (int64_t b = 0; b < call.blocks; ++b)
+        for (int64_t f = 0; f < call.grid[0]; ++f) {
+            windowChunks(v, call.grid[1], call.grid[2], windows);
+            frames.push_back(call.grid[1] * call.grid[2]);
+        }
+}
+
+void splitSizes(Sim &S, const TowerCall &call)
+{
+    S.setOp("visual.split");
+    T sizes = S.make(call.blocks * 8, 8), sizes2 = S.make(call.blocks * 8, 8);
+    S.drop(sizes);
+    S.drop(sizes2);
+}
+
 namespace {
 
 // A patch merger over N patches without autograd: its norm (over the patches, or after the
@@ -237,22 +269,10 @@ T qwen25Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &call, int
     S.drop(index);
     S.drop(conv);
     // then gathered into window order
-    std::array<T, 2> tables = rotaryTables(S, N, hd);
-    std::array<T, 2> permuted;
-    for (int i = 0; i < 2; ++i) {
-        T idx = S.make(merged * 8, 8);
-        permuted[static_cast<size_t>(i)] = S.make(N * hd * 4, 4);
-        S.drop(idx);
-    }
-    for (T &table : tables)
-        S.drop(table);
+    std::array<T, 2> permuted = windowedRotaryTables(S, N, hd, merged);
     // the chunks: windows (per frame, in order) and whole frames
     std::vector<int64_t> windows, frames;
-    for (int64_t b = 0; b < call.blocks; ++b)
-        for (int64_t f = 0; f < call.grid[0]; ++f) {
-            windowChunks(v, call.grid[1], call.grid[2], windows);
-            frames.push_back(call.grid[1] * call.grid[2]);
-        }
+    attentionChunks(v, call, windows, frames);
     for (int64_t l = 0; l < t.depth; ++l) {
         S.setLayer(-1);
         const bool full = std::find(t.fullAttention.begin(), t.fullAttention.end(), l) != t.fullAttention.end();
@@ -273,10 +293,7 @@ T qwen25Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &call, int
     S.drop(positions);
     for (T &p : permuted)
         S.drop(p);
-    S.setOp("visual.split");
-    T sizes = S.make(call.blocks * 8, 8), sizes2 = S.make(call.blocks * 8, 8);
-    S.drop(sizes);
-    S.drop(sizes2);
+    splitSizes(S, call);
     S.drop(pixels);
     S.drop(hidden);
     // Qwen2_5_VLModel.forward: torch.cat of the per-image features (a copy), the split's base gone
@@ -335,10 +352,7 @@ TowerOutput qwen3Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &
     // merger's output stay in the output object
     for (T *x : {&taps, &weights, &positions, &posEmbeds, &tables[1], &tables[0]})
         S.drop(*x);
-    S.setOp("visual.split");
-    T sizes = S.make(call.blocks * 8, 8), sizes2 = S.make(call.blocks * 8, 8);
-    S.drop(sizes);
-    S.drop(sizes2);
+    splitSizes(S, call);
     S.drop(pixels);
     S.setOp("visual.features");
     out.features = S.make(merged.bytes, elem); // torch.cat of the split

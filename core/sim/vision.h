@@ -27,6 +27,12 @@ struct TowerCall
 void windowChunks(const ModelArch::VisionSide &v, int64_t h, int64_t w, std::vector<int64_t> &out);
 bool qwen3(const ModelArch::VisionSide &v);
 std::array<T, 2> rotaryTables(Sim &S, int64_t N, int64_t hd);
+// Qwen2.5-VL's tables gathered into window order; a call's attention chunks (its frames' windows,
+// and whole frames); get_image_features' split sizes (a few bytes).
+std::array<T, 2> windowedRotaryTables(Sim &S, int64_t N, int64_t hd, int64_t merged);
+void attentionChunks(const ModelArch::VisionSide &v, const TowerCall &call, std::vector<int64_t> &windows,
+                     std::vector<int64_t> &frames);
+void splitSizes(Sim &S, const TowerCall &call);
 
 // The tower's and projector's parameters (and buffers) in the order the model's __init__ makes
 // them, frozen, in `elem`; their count checked against the reader's (towerParams + projectorParams).

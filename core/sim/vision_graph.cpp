@@ -173,21 +173,9 @@ T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> 
     T hidden = O.gather(patches, index, N, H);
     S.drop(index);
     S.drop(conv);
-    std::array<T, 2> tables = rotaryTables(S, N, hd);
-    std::array<T, 2> permuted;
-    for (int i = 0; i < 2; ++i) {
-        T idx = S.make(merged * 8, 8);
-        permuted[static_cast<size_t>(i)] = S.make(N * hd * 4, 4);
-        S.drop(idx);
-    }
-    for (T &table : tables)
-        S.drop(table);
+    std::array<T, 2> permuted = windowedRotaryTables(S, N, hd, merged);
     std::vector<int64_t> windows, frames;
-    for (int64_t b = 0; b < call.blocks; ++b)
-        for (int64_t f = 0; f < call.grid[0]; ++f) {
-            windowChunks(v, call.grid[1], call.grid[2], windows);
-            frames.push_back(call.grid[1] * call.grid[2]);
-        }
+    attentionChunks(v, call, windows, frames);
     const T &cos = permuted[0], &sin = permuted[1];
     for (int64_t l = 0; l < t.depth; ++l) {
         S.setLayer(-1);
@@ -227,10 +215,7 @@ T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> 
     S.drop(positions);
     for (T &p : permuted)
         S.drop(p);
-    S.setOp("visual.split");
-    T sizes = S.make(call.blocks * 8, 8), sizes2 = S.make(call.blocks * 8, 8);
-    S.drop(sizes);
-    S.drop(sizes2);
+    splitSizes(S, call);
     S.drop(pixels);
     S.drop(hidden);
     S.setOp("visual.features");
@@ -303,10 +288,7 @@ TowerOutput qwen3TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::v
     T mergedOut = mergerGraph(hidden, w[mergerAt], w[mergerAt + 5], &w[mergerAt + 1], false);
     for (T *x : {&taps, &weights, &positions, &posEmbeds, &tables[1], &tables[0]})
         S.drop(*x);
-    S.setOp("visual.split");
-    T sizes = S.make(call.blocks * 8, 8), sizes2 = S.make(call.blocks * 8, 8);
-    S.drop(sizes);
-    S.drop(sizes2);
+    splitSizes(S, call);
     S.drop(pixels);
     S.setOp("visual.features");
     out.features = O.cat({&mergedOut}, mergedOut.numel(), elem);
