@@ -104,8 +104,7 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                                   : tower            ? "the tower trained, the projector frozen"
                                   : projector        ? "the tower frozen, the projector trained"
                                                      : "frozen";
-        using Kind = ModelArch::VisionSide::Tower::Kind;
-        const bool hooked = cfg.gradCheckpointing && model.vision.tower.kind != Kind::Qwen3; // Note [Vision step]
+        const bool hooked = cfg.gradCheckpointing && model.vision.tower.checkpointHooked; // Note [Vision step]
         const std::string keeps =
             tower || hooked
                 ? std::string("; the tower runs in the autograd graph (") +

@@ -239,6 +239,7 @@ void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &o
         checkedAdd(merger(s, 2 * H), checkedMul(static_cast<int64_t>(t.deepstack.size()), merger(s, 2 * M)));
     dynamic(s, out);
     t.kind = ModelArch::VisionSide::Tower::Kind::Qwen3;
+    t.checkpointHooked = false; // Qwen3VLVisionModel's patch embedding is not hooked (its timelines)
     qwenGeometry(v, s, t);
     t.positionEmbeddings = positions;
 }

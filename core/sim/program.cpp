@@ -249,7 +249,8 @@ private:
         sim::TowerMode mode;
         mode.towerTrained = c.vision.trainTower && full;
         mode.projectorTrained = c.vision.trainProjector && full;
-        mode.hooked = mode.checkpointed = c.gradCheckpointing;
+        mode.hooked = c.gradCheckpointing && m.vision.tower.checkpointHooked;
+        mode.checkpointed = c.gradCheckpointing;
         return mode;
     }
 
@@ -2831,6 +2832,7 @@ private:
     T visionInputs(T x)
     {
         S.setLayer(-1);
+        const sim::TowerMode mode = towerMode();
         using Kind = ModelArch::VisionSide::Tower::Kind;
         if (const Kind kind = m.vision.tower.kind; kind == Kind::Siglip || kind == Kind::Clip) {
             // Gemma3Model.forward and LlavaModel.forward: image_features and special_image_mask
@@ -2838,7 +2840,6 @@ private:
             if (c.vision.images <= 0)
                 return x;
             const int64_t images = checkedMul(c.vision.images, b);
-            const sim::TowerMode mode = towerMode();
             outputLocals.push_back(kind == Kind::Siglip ? sim::siglipFeatures(S, m.vision, towerWeights, mode, images, h, pe)
                                                         : sim::clipFeatures(S, m.vision, towerWeights, mode, images, h, pe));
             T mask = sim::placeholderMasks(S, tok, 1)[0];
@@ -2858,7 +2859,7 @@ private:
             const sim::TowerCall call{calls[k].second, checkedMul(calls[k].first, b)};
             T features;
             if (m.vision.tower.kind == ModelArch::VisionSide::Tower::Kind::Qwen3) {
-                sim::TowerOutput o = towerMode().towerTrained || towerMode().projectorTrained
+                sim::TowerOutput o = mode.towerTrained || mode.projectorTrained
                                          ? sim::qwen3TowerGraph(S, m.vision, towerWeights, call, pe)
                                          : sim::qwen3Tower(S, m.vision, call, pe);
                 for (T &t : o.locals)
@@ -2866,8 +2867,8 @@ private:
                 features = o.features;
                 deepstackMasks.push_back(T{});
                 deepstackFeatures.push_back(o.deepstack);
-            } else if (c.gradCheckpointing || towerMode().towerTrained || towerMode().projectorTrained)
-                features = sim::qwen25TowerGraph(S, m.vision, towerWeights, call, pe, towerMode());
+            } else if (mode.hooked || mode.towerTrained || mode.projectorTrained)
+                features = sim::qwen25TowerGraph(S, m.vision, towerWeights, call, pe, mode);
             else
                 features = sim::qwen25Tower(S, m.vision, call, pe);
             embedLocals.push_back(features);

@@ -208,14 +208,18 @@ std::array<T, 2> windowedRotaryTables(Sim &S, int64_t N, int64_t hd, int64_t mer
     return permuted;
 }
 
+std::vector<int64_t> frameChunks(const TowerCall &call)
+{
+    return std::vector<int64_t>(static_cast<size_t>(call.blocks * call.grid[0]), call.grid[1] * call.grid[2]);
+}
+
 void attentionChunks(const ModelArch::VisionSide &v, const TowerCall &call, std::vector<int64_t> &windows,
                      std::vector<int64_t> &frames)
 {
     for (int64_t b = 0; b < call.blocks; ++b)
-        for (int64_t f = 0; f < call.grid[0]; ++f) {
+        for (int64_t f = 0; f < call.grid[0]; ++f)
             windowChunks(v, call.grid[1], call.grid[2], windows);
-            frames.push_back(call.grid[1] * call.grid[2]);
-        }
+    frames = frameChunks(call);
 }
 
 void splitSizes(Sim &S, const TowerCall &call)
@@ -331,10 +335,7 @@ TowerOutput qwen3Tower(Sim &S, const ModelArch::VisionSide &v, const TowerCall &
     S.drop(cast);
     S.drop(conv);
     std::array<T, 2> tables = rotaryTables(S, N, H / t.heads);
-    std::vector<int64_t> frames; // get_vision_attention_seqlens: each frame whole
-    for (int64_t b = 0; b < call.blocks; ++b)
-        for (int64_t f = 0; f < call.grid[0]; ++f)
-            frames.push_back(call.grid[1] * call.grid[2]);
+    const std::vector<int64_t> frames = frameChunks(call); // get_vision_attention_seqlens: each frame whole
     TowerOutput out;
     for (int64_t l = 0; l < t.depth; ++l) {
         S.setLayer(-1);

@@ -27,9 +27,10 @@ struct TowerCall
 void windowChunks(const ModelArch::VisionSide &v, int64_t h, int64_t w, std::vector<int64_t> &out);
 bool qwen3(const ModelArch::VisionSide &v);
 std::array<T, 2> rotaryTables(Sim &S, int64_t N, int64_t hd);
-// Qwen2.5-VL's tables gathered into window order; a call's attention chunks (its frames' windows,
-// and whole frames); get_image_features' split sizes (a few bytes).
+// Qwen2.5-VL's tables gathered into window order; a call's attention chunks (whole frames; its
+// frames' windows, and whole frames); get_image_features' split sizes (a few bytes).
 std::array<T, 2> windowedRotaryTables(Sim &S, int64_t N, int64_t hd, int64_t merged);
+std::vector<int64_t> frameChunks(const TowerCall &call);
 void attentionChunks(const ModelArch::VisionSide &v, const TowerCall &call, std::vector<int64_t> &windows,
                      std::vector<int64_t> &frames);
 void splitSizes(Sim &S, const TowerCall &call);

@@ -146,6 +146,18 @@ T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, con
     return h2;
 }
 
+// A merger's Linear(M, M), GELU, Linear(M, out) as nodes over its norm's output `normed` (`lin`:
+// the two Linears' weight and bias); returns the last Linear's output.
+T mergerLinears(Ops &O, const T &normed, const T *lin, int64_t merged, int64_t M, int64_t out, int elem)
+{
+    T l1 = O.linear(normed, lin[0], &lin[1], merged, M, M, elem);
+    T gelu = O.activation(l1, "gelu");
+    O.s.drop(l1);
+    T l2 = O.linear(gelu, lin[2], &lin[3], merged, M, out, elem);
+    O.s.drop(gelu);
+    return l2;
+}
+
 } // namespace
 
 T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerCall &call, int elem,
@@ -202,11 +214,7 @@ T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> 
     const T *mw = &w[mergerAt];
     const int64_t M = H * unit;
     T ln = rmsNormGraph(O, hidden, mw[0], N, H);
-    T l1 = O.linear(ln, mw[1], &mw[2], merged, M, M, elem);
-    T gelu = O.activation(l1, "gelu");
-    S.drop(l1);
-    T l2 = O.linear(gelu, mw[3], &mw[4], merged, M, t.outHidden, elem);
-    S.drop(gelu);
+    T l2 = mergerLinears(O, ln, &mw[1], merged, M, t.outHidden, elem);
     S.drop(ln);
     T reverse = S.make(merged * 8, 8);
     T ordered = O.gather(l2, reverse, merged, t.outHidden);
@@ -254,20 +262,13 @@ TowerOutput qwen3TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::v
     S.drop(cast);
     S.drop(conv);
     std::array<T, 2> tables = rotaryTables(S, N, H / t.heads);
-    std::vector<int64_t> frames;
-    for (int64_t b = 0; b < call.blocks; ++b)
-        for (int64_t f = 0; f < call.grid[0]; ++f)
-            frames.push_back(call.grid[1] * call.grid[2]);
+    const std::vector<int64_t> frames = frameChunks(call);
     // a merger as nodes: its LayerNorm (over the patches, or the merged rows after the shuffle),
     // Linear(M, M), GELU, Linear(M, out); `mw` its 6 parameters (norm weight, norm bias, then the
     // Linears' weight and bias; the last merger's norm bias is kept last)
     const auto mergerGraph = [&](const T &x, const T &nw, const T &nb, const T *lin, bool postShuffle) {
         T n = postShuffle ? O.layerNorm(x, nw, nb, merged, M, elem) : O.layerNorm(x, nw, nb, N, H, elem);
-        T l1 = O.linear(n, lin[0], &lin[1], merged, M, M, elem);
-        T g = O.activation(l1, "gelu");
-        S.drop(l1);
-        T l2 = O.linear(g, lin[2], &lin[3], merged, M, t.outHidden, elem);
-        S.drop(g);
+        T l2 = mergerLinears(O, n, lin, merged, M, t.outHidden, elem);
         S.drop(n);
         return l2;
     };

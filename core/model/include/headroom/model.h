@@ -277,6 +277,9 @@ struct ModelArch
             // CLIP under LLaVA: QuickGELU in the MLP (hidden_act quick_gelu); the hidden states the
             // projector reads (vision_feature_layer, as indexes into the depth + 1 of them) and
             // whether it drops the class token (vision_feature_select_strategy "default")
+            // gradient_checkpointing_enable's input hook reaches the tower's patch embedding
+            // (SigLIP's, CLIP's, Qwen2.5-VL's; not Qwen3-VL's): Note [Vision step]
+            bool checkpointHooked = true;
             bool quickGelu = false, dropCls = true, projectorBias = true;
             std::string projectorGelu; // projector_hidden_act
             std::vector<int64_t> featureLayers;
