@@ -106,7 +106,8 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                                                      : "frozen";
         const bool hooked = cfg.gradCheckpointing && model.vision.tower.checkpointHooked; // Note [Vision step]
         const std::string keeps =
-            tower || hooked
+            !cfg.vision.any() ? std::string("; this step feeds no images or video, so the tower does not run")
+            : tower || hooked
                 ? std::string("; the tower runs in the autograd graph (") +
                       (tower ? "trained" : projector ? "gradient checkpointing hooks its patch embedding; the projector trained"
                                                      : "gradient checkpointing hooks its patch embedding") +
