@@ -892,7 +892,7 @@ private Q_SLOTS:
         // Not closed: a stream whose step frees what an earlier step allocated.
         Timeline t;
         t.marks = {{0, Phase::Forward, 0, 0}, {1, Phase::Forward, 0, 1}};
-        t.events = {{MemEvent::Alloc, Category::Activations, -1, 0, 1, 512}, {MemEvent::Free, Category::Activations, -1, 0, 1, 512}};
+        t.events = {{MemEvent::Alloc, Category::Activations, -1, 0, 1, ModelPart::Language, 512}, {MemEvent::Free, Category::Activations, -1, 0, 1, ModelPart::Language, 512}};
         QVERIFY(!repeatLastStep(t));
         QCOMPARE(t.events.size(), size_t(2));
     }

@@ -619,6 +619,20 @@ private Q_SLOTS:
         QVERIFY2(h100.contains(QStringLiteral("micro-batch up to ")), qPrintable(h100));
         const int64_t b = maxMicroBatch(m, c, findGpu("h100-80"));
         QVERIFY2(h100.contains(QStringLiteral("micro-batch up to %1 ").arg(b)), qPrintable(h100));
+        // A Room shared by the card's notes and the advice searches once and says the same.
+        {
+            const GpuSpec &g = findGpu("h100-80");
+            const EstimatorOptions opt;
+            const Room room(m, c, g, 0.10, opt);
+            QCOMPARE(room.microBatch(), b);
+            QCOMPARE(room.seqLen(), maxSeqLen(m, c, g, 0.10, opt, 128));
+            QVERIFY(cardNotes(m, c, estimate(m, c), g, 0.10, opt, &room) == cardNotes(m, c, estimate(m, c), g));
+            const auto shared = recommend(m, c, g, 0.10, opt, &room), own = recommend(m, c, g);
+            QCOMPARE(shared.size(), own.size());
+            for (size_t i = 0; i < own.size(); ++i)
+                QCOMPARE(shared[i].title, own[i].title);
+            QVERIFY(std::any_of(own.begin(), own.end(), [](const Recommendation &r) { return r.id == "more-batch"; }));
+        }
         QVERIFY2(joined(findGpu("t4")).contains(QStringLiteral("has no bf16")), "T4 has no bf16");
         c.microBatch = 64;
         c.seqLen = 8192;

@@ -67,8 +67,10 @@ void emitConfiguration(const std::string &key, const Scenario &s, size_t index, 
         // The advice (each recommendation an estimate of its own, with the max-batch solver) is
         // most of a configuration's time: every fourth configuration carries it, 130 of the grid,
         // every model among them (the whole test: 258 -> 176 CPU seconds on the 2-core VM).
-        const auto recs = index % 4 == 0 ? recommend(s.model, s.config, s.gpu, s.reserve, opt) : std::vector<Recommendation>{};
-        doc = estimateDocument(s.model, s.config, e, s.gpu, s.reserve, recs, opt).dump(1);
+        const Room room(s.model, s.config, s.gpu, s.reserve, opt); // as the CLI: one search for the advice and the notes
+        const auto recs = index % 4 == 0 ? recommend(s.model, s.config, s.gpu, s.reserve, opt, &room)
+                                         : std::vector<Recommendation>{};
+        doc = estimateDocument(s.model, s.config, e, s.gpu, s.reserve, recs, opt, &room).dump(1);
         if (index % 10 == 3) {
             std::ostringstream sol;
             sol << "max_batch " << maxMicroBatch(s.model, s.config, s.gpu, s.reserve, opt) << "\nmax_seq "

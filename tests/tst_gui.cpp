@@ -1463,6 +1463,17 @@ private Q_SLOTS:
         QVERIFY(std::any_of(notes.begin(), notes.end(), [](const std::string &n) {
             return n.rfind("the weights hold the vision tower and projector", 0) == 0;
         }));
+        // Note [Vision share]: the step's breakdown shows the tower's and projector's bar beside
+        // the estimate, its weights those of the estimate's vision share
+        w.chartPanel()->setView(BreakdownModel::View::Step);
+        BreakdownChart *chart = w.chartPanel()->chart();
+        const QStringList labels = chart->barLabels();
+        QCOMPARE(labels.size(), 2);
+        QVERIFY2(labels[1].contains(QStringLiteral("vision")), qPrintable(labels[1]));
+        const Breakdown &vision = s.report().estimate.peakVision;
+        QVERIFY(vision[Category::Weights] > 0);
+        QCOMPARE(chart->values(int(Category::Weights))[1], toUnit(vision[Category::Weights], s.units()));
+        QVERIFY(chart->values(int(Category::Weights))[1] < chart->values(int(Category::Weights))[0]);
         for (const auto &curve : s.scaling().byBatch) {
             QVERIFY(!curve.points.empty());
             int past = 0;

@@ -359,6 +359,59 @@ private Q_SLOTS:
     // Public recipes' pixel bounds and freezing, as their tools apply them: LLaMA-Factory's keys;
     // Axolotl trains what it loads (processor_type) unless freeze_mm_modules, or LoRA targets by
     // a pattern over the language model's layers, leave the tower and the projector out.
+    // Note [Vision share]: of the breakdown at the peak, what the tower and its projector hold,
+    // from the tensors the step made for them (their weights; trained, their gradients and state;
+    // their activations, temporaries and the features they hand on), in the estimate, its JSON,
+    // the sheets and the CLI's table.
+    void visionShareOfTheBreakdown()
+    {
+        const ModelArch m = vl(QStringLiteral("qwen2.5-vl-7b"));
+        const int64_t towerBytes = visionParameterCount(m) * 2; // bf16
+        TrainingConfig c;
+        c.finetune = FineTune::LoRA;
+        c.vision.images = 2;
+        const Estimate frozen = estimate(m, c);
+        const Breakdown &v = frozen.peakVision;
+        // every tower and projector weight, each rounded up to the allocator's 512 bytes
+        QVERIFY2(v[Category::Weights] >= towerBytes && v[Category::Weights] < towerBytes + 512 * 1024,
+                 qPrintable(QString::number(v[Category::Weights] - towerBytes)));
+        QCOMPARE(v[Category::Gradients], int64_t(0));
+        QCOMPARE(v[Category::OptimizerState], int64_t(0)); // LoRA's adapters are the language model's
+        // frozen, nothing of its forward outlives the language model's (its features are freed
+        // when forward returns); the cuBLAS workspaces its first GEMMs make are the process's
+        QVERIFY2(v[Category::Temporaries] < 8 << 20, qPrintable(QString::number(v[Category::Temporaries])));
+        QCOMPARE(v[Category::Activations], int64_t(0));
+        for (Category cat : kAllCategories)
+            QVERIFY(v[cat] <= frozen.peak[cat]);
+        QCOMPARE(frozen.peakVision.bytes, frozen.phase(frozen.peakPhase).vision.bytes);
+        // trained in full: its gradients and AdamW's two moments, each the tower's size
+        TrainingConfig full = c;
+        full.finetune = FineTune::Full;
+        full.vision.trainTower = full.vision.trainProjector = true;
+        full.gradCheckpointing = true;
+        const Estimate trained = estimate(m, full);
+        const Breakdown &t = trained.phase(Phase::Optimizer).vision;
+        QCOMPARE(t[Category::Weights], v[Category::Weights]);
+        // (the weights hold the rotary tables' inv_freq buffers too, which have no gradient)
+        QVERIFY(t[Category::Gradients] <= t[Category::Weights] && t[Category::Gradients] > t[Category::Weights] - 4096);
+        QCOMPARE(t[Category::OptimizerState], 2 * t[Category::Gradients]);
+        // a text model, and a step that feeds no pixels (its tower's weights alone)
+        QCOMPARE(estimate(findModelPreset("llama-3.2-1b"), TrainingConfig{}).peakVision.total(), int64_t(0));
+        TrainingConfig none = c;
+        none.vision.images = 0;
+        const Breakdown idle = estimate(m, none).peakVision;
+        QCOMPARE(idle[Category::Weights], v[Category::Weights]);
+        QCOMPARE(idle.total(), idle[Category::Weights]);
+        // where it is written: the sheet's table and its CSV rows
+        Sheet s;
+        s.scenario.model = m;
+        s.scenario.config = c;
+        s.scenario.gpu = findGpu("h100-80");
+        const std::string md = sheetMarkdown(s), csv = sheetCsv(s);
+        QVERIFY2(md.find("Of it, the vision tower and projector") != std::string::npos, md.c_str());
+        QVERIFY(csv.find("vision_category,weights," + std::to_string(v[Category::Weights])) != std::string::npos);
+    }
+
     void recipesSayWhatTrains_data()
     {
         QTest::addColumn<QString>("file");

@@ -1,5 +1,4 @@
-// headroom-cli: the estimator for scripts. Exit 0 on success, 2 on bad usage or input with
-// one line naming the flag or field and the value.
+// headroom-cli: the estimator for scripts. Exit 0 on success, 2 on bad input (one line naming the field and value).
 
 #include "headroom/budget.h"
 #include "headroom/files.h"
@@ -717,16 +716,17 @@ int runCli(int argc, char **argv)
             const auto [m, c, gpu, reserve] = resolveBudget(fe, false);
             const EstimatorOptions opt = optionsFor(fe);
             const Estimate e = estimate(m, c, opt);
-            const auto recs = recommend(m, c, gpu, reserve, opt);
+            const Room room(m, c, gpu, reserve, opt); // searched once for the advice and the card's notes
+            const auto recs = recommend(m, c, gpu, reserve, opt, &room);
             if (f.json) {
-                nlohmann::json doc = estimateDocument(m, c, e, gpu, reserve, recs, opt);
+                nlohmann::json doc = estimateDocument(m, c, e, gpu, reserve, recs, opt, &room);
                 if (!fe.importedFrom.empty())
                     doc["imported_from"] = fe.importedFrom;
                 std::printf("%s\n", doc.dump(2).c_str());
             } else {
                 if (!fe.importedFrom.empty())
                     std::printf("from %s\n", fe.importedFrom.c_str());
-                printTable(m, c, e, gpu, reserve, recs, opt);
+                printTable(m, c, e, gpu, reserve, recs, opt, &room);
             }
             if (check) {
                 const Verdict v = judge(m, c, e, gpu, reserve, opt);

@@ -65,14 +65,22 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
 }
 
 void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
-                const std::vector<Recommendation> &recs, const EstimatorOptions &opt)
+                const std::vector<Recommendation> &recs, const EstimatorOptions &opt, const Room *room)
 {
     std::printf("%s\n", describeConfig(m, c).c_str());
     std::printf("Parameters: %.3f B total, %.2f M trainable\n\n", e.params.total / 1e9, e.params.trainable / 1e6);
-    std::printf("%-18s %14s\n", "category", ("at " + std::string(toString(e.peakPhase)) + " peak").c_str());
+    const bool vision = e.peakVision.total() > 0; // Note [Vision share]: its own column
+    std::printf("%-18s %14s%s\n", "category", ("at " + std::string(toString(e.peakPhase)) + " peak").c_str(),
+                vision ? "   of it, vision tower + projector" : "");
     for (Category cat : kDisplayCategories)
-        if (e.peak[cat] > 0)
-            std::printf("%-18s %14s\n", std::string(toString(cat)).c_str(), human(e.peak[cat]).c_str());
+        if (e.peak[cat] > 0) {
+            std::printf("%-18s %14s", std::string(toString(cat)).c_str(), human(e.peak[cat]).c_str());
+            if (vision && e.peakVision[cat] > 0)
+                std::printf("   %14s", human(e.peakVision[cat]).c_str());
+            std::printf("\n");
+        }
+    if (vision)
+        std::printf("%-18s %14s   %14s\n", "", "", (human(e.peakVision.total()) + " in all").c_str());
     std::printf("\nphase peaks (allocated):");
     for (const PhaseEstimate *p : e.stepPhases())
         std::printf("  %s %s", std::string(toString(p->phase)).c_str(), human(p->peakAllocatedBytes).c_str());
@@ -88,7 +96,7 @@ void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, 
     if (v.cacheFlushes > 0)
         cli::say(stdout, "note: ", cacheFlushNote(v));
     if (m.estimable) // a traced estimate has no model row for the card's notes
-        for (const auto &n : cardNotes(m, c, e, gpu, reserve, opt))
+        for (const auto &n : cardNotes(m, c, e, gpu, reserve, opt, room))
             cli::say(stdout, "note: ", n);
     for (const auto &n : e.notes)
         cli::say(stdout, "note: ", n);

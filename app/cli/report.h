@@ -16,7 +16,7 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c);
 // The `models` table's id column: the longest preset id.
 int presetIdWidth();
 void printTable(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu, double reserve,
-                const std::vector<Recommendation> &recs, const EstimatorOptions &opt);
+                const std::vector<Recommendation> &recs, const EstimatorOptions &opt, const Room *room = nullptr);
 // `headroom-cli compare RESULT`: the estimate of a probe result's configuration against what it
 // measured, phase by phase; exit 1 outside the tolerance.
 int compare(const std::string &path, double tolerance, bool asJson);

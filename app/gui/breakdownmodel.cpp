@@ -51,6 +51,10 @@ void BreakdownModel::setContent(const Report &report, const Measurement *measure
                     bar.bytes[static_cast<size_t>(c)] = mb[c];
                 m_bars.push_back(bar);
             }
+            // Note [Vision share]: what of the estimate the vision tower and its projector hold,
+            // a bar of its own in the same categories, where the model has a tower that ran
+            if (e.peakVision.total() > 0)
+                m_bars.push_back(barOf(tr("Of it: vision tower"), false, e.peakVision));
         } else {
             static const char *const shortNames[] = {"Load", "Fwd", "Bwd", "Opt", "Gen", "Ref"}; // by Phase
             for (Phase p : kStepOrder) {

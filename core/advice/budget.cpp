@@ -238,8 +238,24 @@ int64_t maxSeqLen(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gp
                  [](TrainingConfig &t, int64_t v) { t.seqLen = v; });
 }
 
+int64_t Room::microBatch() const
+{
+    if (m_microBatch < 0)
+        m_microBatch = maxMicroBatch(m_m, m_c, m_gpu, m_reserve, m_opt);
+    return m_microBatch;
+}
+
+int64_t Room::seqLen() const
+{
+    // GRPO: a longer sequence is a longer generation, each token of it simulated; the search over
+    // lengths a card could hold is left to max-seq (seconds a probe), not run for every estimate
+    if (m_seqLen < 0)
+        m_seqLen = m_c.mode == TrainingMode::GRPO ? 0 : maxSeqLen(m_m, m_c, m_gpu, m_reserve, m_opt, 128);
+    return m_seqLen;
+}
+
 std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
-                                   double reserve, const EstimatorOptions &opt)
+                                   double reserve, const EstimatorOptions &opt, const Room *shared)
 {
     std::vector<std::string> out;
     const bool bf16 = c.precision == Precision::BF16 || c.precision == Precision::AmpBF16;
@@ -274,10 +290,9 @@ std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, 
                            : "as it is, it fits no single card in the catalog: change it, or shard it across GPUs");
         return out;
     }
-    const int64_t b = maxMicroBatch(m, c, gpu, reserve, opt);
-    // GRPO: a longer sequence is a longer generation, each token of it simulated; the search over
-    // lengths a card could hold is left to max-seq (seconds a probe), not run for every estimate
-    const int64_t s = c.mode == TrainingMode::GRPO ? 0 : maxSeqLen(m, c, gpu, reserve, opt, 128);
+    const Room own(m, c, gpu, reserve, opt);
+    const Room &grow = shared ? *shared : own;
+    const int64_t b = grow.microBatch(), s = grow.seqLen();
     std::string room = "room to grow on " + gpu.name + ":";
     if (b > c.microBatch)
         room += " micro-batch up to " + std::to_string(b) + " (at sequence " + std::to_string(c.seqLen) + ")";
@@ -290,8 +305,10 @@ std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, 
 }
 
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve,
-                                      const EstimatorOptions &opt)
+                                      const EstimatorOptions &opt, const Room *shared)
 {
+    const Room own(m, c, gpu, reserve, opt);
+    const Room &room = shared ? *shared : own;
     std::vector<Recommendation> out;
     const Estimate base = estimate(m, c, opt);
     auto consider = [&](RecommendationGroup g, std::string id, std::string title, std::string cost, TrainingConfig t) {
@@ -320,7 +337,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
     using G = RecommendationGroup;
     // 1-3. Each lever on its own, in the order of advice: the dynamic peak, the static base,
     // sharding (advice/levers.cpp).
-    const advice::LeverContext x{m, c, gpu, reserve, opt, base};
+    const advice::LeverContext x{m, c, gpu, reserve, opt, base, room};
     for (const advice::Lever &l : advice::levers())
         for (advice::Change &k : l.alone(x))
             consider(l.group, std::move(k.id), std::move(k.title), std::move(k.cost), std::move(k.config));
@@ -380,7 +397,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
             } catch (const InputError &) {
             }
         };
-        const int64_t most = maxMicroBatch(m, c, gpu, reserve, opt);
+        const int64_t most = room.microBatch();
         if (most > c.microBatch) {
             TrainingConfig t = c;
             const int64_t effective = c.microBatch * c.gradAccum;
@@ -409,7 +426,7 @@ std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &
                      t);
             }
         }
-        const int64_t seq = c.mode == TrainingMode::GRPO ? 0 : maxSeqLen(m, c, gpu, reserve, opt, 128); // as above
+        const int64_t seq = room.seqLen();
         if (seq > c.seqLen) {
             TrainingConfig t = c;
             t.seqLen = seq;

@@ -82,7 +82,7 @@ const Lever kMicroBatch{
         if (c.microBatch <= 1)
             return {};
         const int64_t effective = c.microBatch * c.gradAccum;
-        const int64_t fits = maxMicroBatch(x.m, c, x.gpu, x.reserve, x.opt);
+        const int64_t fits = x.room.microBatch();
         int64_t b = 0;
         for (int64_t d = c.microBatch - 1; d >= 1 && b == 0; --d)
             if (effective % d == 0 && (fits <= 0 || d <= fits))

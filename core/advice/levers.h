@@ -23,6 +23,7 @@ struct LeverContext
     double reserve;
     const EstimatorOptions &opt;
     const Estimate &base;
+    const Room &room; // how far c can grow on the card, searched once for every lever
     bool fits(const TrainingConfig &t) const; // judge() says Fits; false where it cannot estimate
 };
 

@@ -59,6 +59,7 @@ void takePeakPhase(Estimate &est)
     est.peakPhase = top->phase;
     est.peakAllocatedBytes = top->peakAllocatedBytes;
     est.peak = top->atPeak;
+    est.peakVision = top->vision;
 }
 
 // Any collective (DDP, or ZeRO at any N) brings up an NCCL communicator.
@@ -102,7 +103,7 @@ const PhaseEstimate &Estimate::phase(Phase p) const
     for (const PhaseEstimate &r : rollout)
         if (r.phase == p)
             return r;
-    static const PhaseEstimate none{p, 0, 0, {}};
+    static const PhaseEstimate none{p, 0, 0, {}, {}};
     return none;
 }
 
@@ -121,23 +122,25 @@ using namespace est;
 namespace {
 
 // Bytes by category live after the first events[k] events (each block rounded as the allocator
-// rounds it).
-std::vector<Breakdown> breakdownsAt(const Timeline &t, const std::vector<size_t> &events)
+// rounds it); in `vision`, the same of the vision tower's and projector's tensors alone.
+std::vector<Breakdown> breakdownsAt(const Timeline &t, const std::vector<size_t> &events, std::vector<Breakdown> &vision)
 {
     std::vector<Breakdown> out(events.size());
+    vision.assign(events.size(), Breakdown{});
     std::vector<size_t> order(events.size());
     for (size_t i = 0; i < order.size(); ++i)
         order[i] = i;
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return events[a] < events[b]; });
     std::vector<int64_t> size;
-    std::vector<uint8_t> cat;
-    Breakdown cur;
+    std::vector<uint8_t> cat, part;
+    Breakdown cur, curVision;
     // What PyTorch holds before the program's first tensor (replay() allocates it too).
     cur[Category::Temporaries] = t.startupBytes > 0 ? CachingAllocatorModel::roundSize(t.startupBytes) : 0;
     size_t k = 0;
     for (size_t i = 0; i <= t.events.size() && k < order.size(); ++i) {
         while (k < order.size() && events[order[k]] == i) {
             out[order[k]] = cur;
+            vision[order[k]] = curVision;
             ++k;
         }
         if (i == t.events.size())
@@ -146,13 +149,19 @@ std::vector<Breakdown> breakdownsAt(const Timeline &t, const std::vector<size_t>
         if (e.id >= size.size()) {
             size.resize(std::max<size_t>(e.id + 1, size.size() * 2), 0);
             cat.resize(size.size(), 0);
+            part.resize(size.size(), 0);
         }
         if (e.kind == MemEvent::Alloc) {
             size[e.id] = CachingAllocatorModel::roundSize(e.bytes);
             cat[e.id] = static_cast<uint8_t>(e.category);
+            part[e.id] = static_cast<uint8_t>(e.part);
             cur.bytes[cat[e.id]] += size[e.id];
+            if (e.part == ModelPart::Vision)
+                curVision.bytes[cat[e.id]] += size[e.id];
         } else if (e.kind == MemEvent::Free) {
             cur.bytes[cat[e.id]] -= size[e.id];
+            if (part[e.id] == static_cast<uint8_t>(ModelPart::Vision))
+                curVision.bytes[cat[e.id]] -= size[e.id];
             size[e.id] = 0;
         }
     }
@@ -263,7 +272,8 @@ void budgetFromRun(Estimate &est, const TrainingConfig &cfg, const EstimatorOpti
         }
         at.push_back(ev);
     }
-    const std::vector<Breakdown> bd = breakdownsAt(t, at);
+    std::vector<Breakdown> vision;
+    const std::vector<Breakdown> bd = breakdownsAt(t, at, vision);
     est.rollout.clear();
     for (size_t i = 0; i < kPhaseCount; ++i) {
         const Phase phase = static_cast<Phase>(i);
@@ -276,6 +286,7 @@ void budgetFromRun(Estimate &est, const TrainingConfig &cfg, const EstimatorOpti
         pe.peakAllocatedBytes = i == 0 ? best[i]->endAllocatedBytes : best[i]->peakAllocatedBytes;
         pe.peakReservedBytes = i == 0 ? best[i]->endReservedBytes : best[i]->peakReservedBytes;
         pe.atPeak = bd[i];
+        pe.vision = vision[i];
         // Blocks the allocator did not split count whole in its allocated bytes: the rest of a
         // block beyond the tensor's rounded size is slack.
         pe.atPeak[Category::AllocatorSlack] = std::max<int64_t>(0, pe.peakAllocatedBytes - pe.atPeak.allocated());

@@ -43,8 +43,10 @@ json toJson(const Estimate &e)
                           {"peak_allocated_bytes", p.peakAllocatedBytes},
                           {"peak_reserved_bytes", p.peakReservedBytes},
                           {"breakdown", toJson(p.atPeak)}});
+        if (p.vision.total() > 0) // Note [Vision share]: of the breakdown, the tower's and projector's
+            phases.back()["vision_breakdown"] = toJson(p.vision);
     }
-    return {{"tokens", e.tokens},
+    json doc = {{"tokens", e.tokens},
             {"parameters",
              {{"total", e.params.total},
               {"trainable", e.params.trainable},
@@ -60,6 +62,9 @@ json toJson(const Estimate &e)
             {"breakdown", toJson(e.peak)},
             {"phases", phases},
             {"notes", e.notes}};
+    if (e.peakVision.total() > 0)
+        doc["vision_breakdown"] = toJson(e.peakVision);
+    return doc;
 }
 
 json toJson(const Verdict &v, const GpuSpec &gpu)
@@ -85,14 +90,15 @@ json toJson(const Recommendation &r)
 }
 
 json estimateDocument(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
-                      double reserve, const std::vector<Recommendation> &recs, const EstimatorOptions &opt)
+                      double reserve, const std::vector<Recommendation> &recs, const EstimatorOptions &opt,
+                      const Room *room)
 {
     json doc = toJson(e);
     doc["schema_version"] = kSchemaVersion;
     doc["model"] = {{"id", m.id}, {"name", m.name}, {"parameters", e.params.total}};
     doc["config"] = toJson(c);
     doc["verdict"] = toJson(judge(m, c, e, gpu, reserve, opt), gpu);
-    doc["card_notes"] = cardNotes(m, c, e, gpu, reserve, opt);
+    doc["card_notes"] = cardNotes(m, c, e, gpu, reserve, opt, room);
     json r = json::array();
     for (const auto &rec : recs)
         r.push_back(toJson(rec));

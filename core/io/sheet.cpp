@@ -81,8 +81,9 @@ Report buildReport(const Scenario &s, bool withAdvice)
         r.verdict = judge(s.model, s.config, r.estimate, s.gpu, s.reserve, opt);
         r.notes = r.estimate.notes;
         if (withAdvice) {
-            r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve, opt);
-            for (auto &n : cardNotes(s.model, s.config, r.estimate, s.gpu, s.reserve, opt))
+            const Room room(s.model, s.config, s.gpu, s.reserve, opt); // searched once for both
+            r.recommendations = recommend(s.model, s.config, s.gpu, s.reserve, opt, &room);
+            for (auto &n : cardNotes(s.model, s.config, r.estimate, s.gpu, s.reserve, opt, &room))
                 r.notes.push_back(std::move(n));
         }
         // The sheet's "verdict by card": every card of the catalog, the chosen one included if it
@@ -488,6 +489,21 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     bd.rows.push_back({"Peak reserved", fmt(r.estimate.peakReservedBytes), m ? fmt(m->peakReservedBytes) : "-"});
     bd.rows.push_back({"Device total", fmt(r.estimate.deviceTotalBytes), m ? fmt(m->deviceTotalBytes()) : "-"});
     t.push_back(bd);
+    if (const Breakdown &v = r.estimate.peakVision; v.total() > 0) { // Note [Vision share]
+        const auto formatPercent = [](double share) {
+            char text[32];
+            std::snprintf(text, sizeof text, "%.1f%%", 100.0 * share);
+            return std::string(text);
+        };
+        Table vt{"Of it, the vision tower and projector", {"Category", "Estimated", "Share of the category"}, {}};
+        for (Category cat : kDisplayCategories)
+            if (v[cat] > 0)
+                vt.rows.push_back({std::string(label(cat)), fmt(v[cat]),
+                                   formatPercent(static_cast<double>(v[cat]) / static_cast<double>(r.estimate.peak[cat]))});
+        vt.rows.push_back({"In all", fmt(v.total()),
+                           formatPercent(static_cast<double>(v.total()) / static_cast<double>(r.estimate.peak.total()))});
+        t.push_back(vt);
+    }
 
     Table ph{"Phases (peak allocated)", {"Phase", "Estimated", "Measured"}, {}};
     for (Phase p : kAllPhases) {
@@ -671,6 +687,9 @@ std::string sheetCsv(const Sheet &s)
         if (writesCategory(c, r.estimate.peak[c] + mb[c]))
             row("category", toString(c), r.estimate.peak[c],
                 m && measuredSplits(*m, c) ? std::optional<int64_t>(mb[c]) : std::nullopt);
+    for (Category c : kAllCategories) // Note [Vision share]
+        if (r.estimate.peakVision[c] > 0)
+            row("vision_category", toString(c), r.estimate.peakVision[c], std::nullopt);
     for (Phase p : kAllPhases) {
         const auto mp = m ? m->steady(p) : std::nullopt;
         row("phase", toString(p), r.estimate.phase(p).peakAllocatedBytes,

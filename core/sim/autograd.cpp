@@ -41,6 +41,7 @@ void Sim::emit(MemEvent::Kind kind, const Storage &s)
     e.category = s.cat;
     e.layer = m_layer;
     e.op = m_op;
+    e.part = s.part;
     e.id = s.id;
     e.bytes = s.bytes;
     if (kind == MemEvent::Alloc)
@@ -55,6 +56,7 @@ int Sim::allocate(int64_t bytes, Category category)
     s.id = m_nextId++;
     s.refs = 1;
     s.cat = category;
+    s.part = m_part;
     if (m_onHost) { // on the host: the device sees it when restore() moves it
         s.allocEvent = SIZE_MAX; // no Alloc event yet (recategorize leaves the stream alone)
         m_sto.push_back(s);
@@ -154,7 +156,8 @@ void Sim::blasWorkspace(int thread)
     if (m_blas[static_cast<size_t>(thread)] || m_blasBytes <= 0)
         return;
     m_blas[static_cast<size_t>(thread)] = true;
-    allocate(m_blasBytes, Category::Temporaries); // never freed
+    const PartScope process(*this, ModelPart::Language); // the handle's, whichever part first ran a GEMM
+    allocate(m_blasBytes, Category::Temporaries);        // never freed
 }
 
 void Sim::blasLtWorkspace()
@@ -167,6 +170,7 @@ void Sim::blasLtWorkspace()
     // op's locals leaves it)
     const bool inMake = m_inMake;
     m_inMake = true;
+    const PartScope process(*this, ModelPart::Language); // as above
     allocate(m_blasLtBytes, Category::Temporaries);
     m_inMake = inMake;
 }
@@ -248,6 +252,7 @@ void Sim::beginRegion(std::function<void()> fn, const std::vector<const T *> &in
     Region r;
     r.recompute = std::move(fn);
     r.layer = m_layer;
+    r.part = m_part;
     // Non-reentrant checkpoint keeps its inputs through _NoopSaveInputs.save_for_backward, made
     // before its own hooks are pushed: under save_on_cpu they are packed to the host.
     for (const T *t : inputs)
@@ -306,7 +311,9 @@ void Sim::recompute(int region)
     // (See Note [Layer and op labels]).
     const int16_t layer = m_layer;
     const uint16_t op = m_op;
+    const ModelPart part = m_part;
     m_layer = r.layer;
+    m_part = r.part;
     m_gradEnabled = true;
     m_recompute = region;
     m_cursor = 0;
@@ -367,6 +374,7 @@ void Sim::recompute(int region)
     m_recompute = -1;
     m_gradEnabled = grad;
     m_layer = layer;
+    m_part = part;
     m_op = op;
 }
 
@@ -496,6 +504,7 @@ int Sim::record(std::vector<T *> outputs, const std::vector<const T *> &inputs, 
     }
     Node n;
     n.seq = ++m_seq;
+    n.part = m_part;
     for (const T *t : inputs) {
         Edge e;
         if (t && t->requiresGrad) {
@@ -623,6 +632,7 @@ void Sim::backward(const T &root, int64_t seedBytes)
     // loss.backward()'s gradient of the loss (ones_like), held by torch.autograd.backward's
     // grad_tensors_ until the engine returns: alive through the whole backward (every H200
     // stream: the step's one 512-byte block that outlives the root node).
+    const ModelPart part = m_part;
     const int seed = allocate(seedBytes, Category::Temporaries);
     ref(seed);
     Node &r = m_nodes[static_cast<size_t>(root.node)];
@@ -639,6 +649,7 @@ void Sim::backward(const T &root, int64_t seedBytes)
             recompute(m_nodes[static_cast<size_t>(i)].region);
         Node &n = m_nodes[static_cast<size_t>(i)];
         n.done = true;
+        m_part = n.part; // what it allocates, and what it hands on, is its part's
         std::vector<bool> needs;
         for (const Edge &e : n.inputs)
             needs.push_back(e.node >= 0 || e.param >= 0);
@@ -673,6 +684,7 @@ void Sim::backward(const T &root, int64_t seedBytes)
         }
         n.fn = nullptr;
     }
+    m_part = part;
     releaseGraph();
     m_nodes.clear();
     unref(seed);

@@ -47,6 +47,10 @@ public:
 
     // Context stamped on every event.
     void setLayer(int layer) { m_layer = static_cast<int16_t>(layer); }
+    // The model part new storages and nodes belong to (a node's backward allocates as its part).
+    void setPart(ModelPart part) { m_part = part; }
+    ModelPart part() const { return m_part; }
+    ModelPart partOf(int sto) const { return m_sto[static_cast<size_t>(sto)].part; }
     void setOp(std::string_view op);
     // The code flattens the tokens before its Linears (a MoE block's hidden_states.view(-1, h)):
     // mm takes the 2-D input as it is, so the input's gradient is a plain tensor, not the view
@@ -179,6 +183,7 @@ private:
         uint32_t id = 0;
         int refs = 0;
         Category cat = Category::Temporaries;
+        ModelPart part = ModelPart::Language;
         bool live = false;
         bool viewed = false;
         int pyRefs = 0; // references held by Python variables (make/view minus drop)
@@ -202,6 +207,7 @@ private:
         int pending = 0;
         bool done = false;
         int region = -1;
+        ModelPart part = ModelPart::Language;
         bool wantsSaved = false; // recorded in a region with tensors to save: filled on recompute
     };
     struct Region
@@ -213,6 +219,7 @@ private:
         size_t remaining = 0;    // nodes not run yet
         bool recomputed = false;
         int16_t layer = -1;      // the decoder layer it checkpoints: its recomputation's tensors are that layer's
+        ModelPart part = ModelPart::Language; // ... and the part of the model it is in
         std::function<void()> release; // onRegionRelease's, run when the frame goes
         bool released = false;
     };
@@ -248,6 +255,7 @@ private:
     uint32_t m_nextId = 0;
     uint64_t m_seq = 0;
     int16_t m_layer = -1;
+    ModelPart m_part = ModelPart::Language;
     bool m_flatInputs = false;
     uint16_t m_op = 0;
     uint8_t m_stream = 0;
@@ -259,6 +267,25 @@ private:
     std::array<bool, 2> m_blas{};
     int64_t m_blasLtBytes = 1048576;
     std::array<bool, 2> m_blasLt{};
+};
+
+// The model part new storages and nodes belong to for a scope (Sim::setPart), restored at its end.
+class PartScope
+{
+public:
+    PartScope(Sim &s, ModelPart part)
+        : m_s(s)
+        , m_was(s.part())
+    {
+        s.setPart(part);
+    }
+    ~PartScope() { m_s.setPart(m_was); }
+    PartScope(const PartScope &) = delete;
+    PartScope &operator=(const PartScope &) = delete;
+
+private:
+    Sim &m_s;
+    ModelPart m_was;
 };
 
 } // namespace headroom::sim

@@ -60,6 +60,13 @@ inline ParamShape shapeOf(const T &p)
 }
 
 // Allocates `layout`'s tensors as optimizer state, kept for the run.
+// What a step allocates for a parameter belongs to the parameter's part of the model (Note
+// [Vision share]): a scope for each parameter's allocations.
+inline PartScope paramPart(Sim &S, const T &p)
+{
+    return PartScope(S, p.valid() ? S.partOf(p.sto) : S.part());
+}
+
 inline void allocateState(OptimizerStep &o, const StateLayout &layout)
 {
     for (int i = 0; i < layout.count; ++i)

@@ -21,6 +21,7 @@
 #include "headroom/vision.h"
 
 #include <algorithm>
+#include <optional>
 #include <functional>
 #include <map>
 #include <memory>
@@ -2822,6 +2823,7 @@ private:
     // language model's (the composite model builds its vision side first).
     void buildTower()
     {
+        const sim::PartScope vision(S, ModelPart::Vision); // Note [Vision share]
         towerWeights = sim::towerWeights(S, m.vision, h, buildElem(), c.vision.trainTower && full,
                                          c.vision.trainProjector && full);
     }
@@ -2840,8 +2842,12 @@ private:
             if (c.vision.images <= 0)
                 return x;
             const int64_t images = checkedMul(c.vision.images, b);
-            outputLocals.push_back(kind == Kind::Siglip ? sim::siglipFeatures(S, m.vision, towerWeights, mode, images, h, pe)
-                                                        : sim::clipFeatures(S, m.vision, towerWeights, mode, images, h, pe));
+            {
+                const sim::PartScope vision(S, ModelPart::Vision); // Note [Vision share]
+                outputLocals.push_back(kind == Kind::Siglip
+                                           ? sim::siglipFeatures(S, m.vision, towerWeights, mode, images, h, pe)
+                                           : sim::clipFeatures(S, m.vision, towerWeights, mode, images, h, pe));
+            }
             T mask = sim::placeholderMasks(S, tok, 1)[0];
             embedLocals.push_back(mask);
             T scattered = sim::maskedScatter(S, x, mask, &outputLocals.back());
@@ -2858,6 +2864,7 @@ private:
                 continue;
             const sim::TowerCall call{calls[k].second, checkedMul(calls[k].first, b)};
             T features;
+            std::optional<sim::PartScope> vision(std::in_place, S, ModelPart::Vision); // Note [Vision share]
             if (m.vision.tower.kind == ModelArch::VisionSide::Tower::Kind::Qwen3) {
                 sim::TowerOutput o = mode.towerTrained || mode.projectorTrained
                                          ? sim::qwen3TowerGraph(S, m.vision, towerWeights, call, pe)
@@ -2871,6 +2878,7 @@ private:
                 features = sim::qwen25TowerGraph(S, m.vision, towerWeights, call, pe, mode);
             else
                 features = sim::qwen25Tower(S, m.vision, call, pe);
+            vision.reset();
             embedLocals.push_back(features);
             std::vector<T> masks = sim::placeholderMasks(S, tok, 2);
             if (otherMask.valid())

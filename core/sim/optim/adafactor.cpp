@@ -28,6 +28,7 @@ void step(OptimizerStep &o)
     Sim &S = o.S;
     int prevUpdate = -1;
     for (T *p : o.params) {
+        const PartScope part = paramPart(S, *p);
         const int64_t n = p->numel();
         const bool low = p->elem != 4;
         const int gf = low ? S.allocate(n * 4, Category::Temporaries) : -1;

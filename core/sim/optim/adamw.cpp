@@ -26,6 +26,7 @@ void step(OptimizerStep &o)
     const bool fused = o.config.optimizerImpl == OptimizerImpl::Fused;
     if (o.first)
         for (T *p : o.params) {
+            const PartScope part = paramPart(S, *p);
             if (fused)
                 o.state.push_back(S.allocate(4, Category::OptimizerState)); // device step
             allocateState(o, state(shapeOf(*p), o.config));
@@ -34,6 +35,7 @@ void step(OptimizerStep &o)
         return; // _fused_adamw_: in place
     if (forLoop) {
         for (T *p : o.params) {
+            const PartScope part = paramPart(S, *p);
             const int a = S.allocate(p->bytes, Category::Temporaries);
             const int d = S.allocate(p->bytes, Category::Temporaries);
             S.unref(a);
@@ -42,8 +44,10 @@ void step(OptimizerStep &o)
         return;
     }
     std::vector<int> tmp;
-    for (T *p : o.params)
+    for (T *p : o.params) {
+        const PartScope part = paramPart(S, *p);
         tmp.push_back(S.allocate(p->bytes, Category::Temporaries));
+    }
     // A Python list lets its items go from the last to the first.
     for (auto it = tmp.rbegin(); it != tmp.rend(); ++it)
         S.unref(*it);

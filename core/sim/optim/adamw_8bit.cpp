@@ -37,6 +37,7 @@ void step(OptimizerStep &o)
         return;
     bool maps = false;
     for (T *p : o.params) {
+        const PartScope part = paramPart(o.S, *p);
         if (p->numel() >= 4096 && !maps) {
             o.state.push_back(o.S.allocate(256 * 4, Category::OptimizerState));
             o.state.push_back(o.S.allocate(256 * 4, Category::OptimizerState));

@@ -18,8 +18,10 @@ StateLayout state(const ParamShape &p, const TrainingConfig &)
 void step(OptimizerStep &o)
 {
     if (o.first)
-        for (T *p : o.params)
+        for (T *p : o.params) {
+            const PartScope part = paramPart(o.S, *p);
             allocateState(o, state(shapeOf(*p), o.config));
+        }
 }
 } // namespace
 

@@ -62,15 +62,44 @@ struct Recommendation
     TrainingConfig config;   // the configuration with the change applied
 };
 
+// How far a configuration can grow on a card: its largest micro-batch and sequence length that
+// fit (maxMicroBatch, maxSeqLen at multiples of 128), each searched at its first ask and kept, so
+// that the card's notes, the micro-batch lever and the increases share one search. It refers to
+// its arguments, which must outlive it.
+class Room
+{
+public:
+    Room(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu, double reserve, const EstimatorOptions &opt)
+        : m_m(m)
+        , m_c(c)
+        , m_gpu(gpu)
+        , m_reserve(reserve)
+        , m_opt(opt)
+    {
+    }
+    int64_t microBatch() const;
+    int64_t seqLen() const; // GRPO: 0 (each generated token is simulated: left to max-seq)
+
+private:
+    const ModelArch &m_m;
+    const TrainingConfig &m_c;
+    const GpuSpec &m_gpu;
+    double m_reserve;
+    const EstimatorOptions &m_opt;
+    mutable int64_t m_microBatch = -1, m_seqLen = -1;
+};
+
 // Ordered as docs/seeds.md says: cut the dynamic peak first, then the static base, then shard.
+// `room`: the configuration's Room on this card where the caller shares one (else one of its own).
 std::vector<Recommendation> recommend(const ModelArch &m, const TrainingConfig &c, const GpuSpec &gpu,
-                                      double reserve = 0.10, const EstimatorOptions &opt = {});
+                                      double reserve = 0.10, const EstimatorOptions &opt = {},
+                                      const Room *room = nullptr);
 
 // What to tell the user about this card and this run besides the verdict: bf16 on a card
 // without it; when it fits, how far the micro-batch and the sequence can grow.
 // `e` is the configuration's estimate with `opt`, as the caller already has it.
 std::vector<std::string> cardNotes(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
-                                   double reserve = 0.10, const EstimatorOptions &opt = {});
+                                   double reserve = 0.10, const EstimatorOptions &opt = {}, const Room *room = nullptr);
 
 // Largest micro-batch / sequence length that fits the usable memory (judge(m, c, ...) says Fits);
 // 0 if none. The sequence length is a multiple of `multiple` (1: any).

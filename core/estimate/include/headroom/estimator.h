@@ -30,6 +30,9 @@ struct PhaseEstimate
     // as torch.cuda.max_memory_reserved after reset_peak_memory_stats); 0 from the ledger path.
     int64_t peakReservedBytes = 0;
     Breakdown atPeak; // allocated categories at this phase's peak
+    // Of atPeak, what the vision tower and its projector hold (Note [Vision share]); zero for a
+    // text model and for a step estimated without its tower.
+    Breakdown vision;
 };
 
 struct ParamSummary
@@ -55,6 +58,7 @@ struct Estimate
     std::vector<PhaseEstimate> rollout;
     Phase peakPhase = Phase::Forward;
     Breakdown peak;                 // at the overall peak, slack and context included
+    Breakdown peakVision;           // of it, the vision tower's and projector's (Note [Vision share])
     int64_t peakAllocatedBytes = 0; // torch.cuda.max_memory_allocated
     int64_t peakReservedBytes = 0;  // torch.cuda.max_memory_reserved
     // What nvidia-smi shows as Used: peak reserved + the CUDA context (+ NCCL's communicator).

@@ -19,6 +19,6 @@ nlohmann::json toJson(const Recommendation &r);
 // The CLI's `estimate --json` document (schema_version 1).
 nlohmann::json estimateDocument(const ModelArch &m, const TrainingConfig &c, const Estimate &e, const GpuSpec &gpu,
                                 double reserve, const std::vector<Recommendation> &recs,
-                                const EstimatorOptions &opt = {});
+                                const EstimatorOptions &opt = {}, const Room *room = nullptr);
 
 } // namespace headroom

@@ -19,6 +19,11 @@ namespace headroom {
 // at each phase mark minus the recorded stream's, tests/tst_allocator.cpp).
 constexpr int64_t kTorchStartupBytes = 0;
 
+// The part of a composite model a tensor belongs to (Note [Vision share]): the vision tower with its
+// projector (their weights, gradients, optimizer state, activations and temporaries, the features
+// they hand on), or the rest. A text model's every tensor is the language model's.
+enum class ModelPart : uint8_t { Language, Vision };
+
 struct MemEvent
 {
     // EmptyCache: torch.cuda.empty_cache() (or the release before an OOM retry): every wholly
@@ -29,6 +34,7 @@ struct MemEvent
     int16_t layer = -1;   // decoder layer, -1 outside the layers
     uint16_t op = 0;      // index into Timeline::ops
     uint8_t stream = 0;   // CUDA stream of an allocation: 0 the default one (FSDP2's side streams 1..)
+    ModelPart part = ModelPart::Language; // which part of the model the tensor belongs to
     uint32_t id = 0;      // the allocation's id; a free names the id it frees
     int64_t bytes = 0;    // requested bytes (the allocator rounds)
 };
