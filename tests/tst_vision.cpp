@@ -412,6 +412,33 @@ private Q_SLOTS:
         QVERIFY(csv.find("vision_category,weights," + std::to_string(v[Category::Weights])) != std::string::npos);
     }
 
+    // Note [Recipe images]: a recipe states its pixel bound, not its images: one image a sample at
+    // the bound (dynamic resolution), at the tower's size (fixed), said; nothing on a text model
+    // or where images or video are set.
+    void recipeImagesAreAssumedAndSaid()
+    {
+        const ModelArch q = vl(QStringLiteral("qwen3-vl-8b"));
+        TrainingConfig c;
+        c.vision.maxPixels = 262144;
+        const auto note = assumeRecipeImages(q, c);
+        QVERIFY(note && note->find("1 image a sample, 512x512, the recipe's pixel bound") != std::string::npos);
+        QCOMPARE(c.vision.images, int64_t(1));
+        QCOMPARE(c.vision.imageHeight, int64_t(512));
+        QCOMPARE(visionTokens(q, c).imageTokens, int64_t(256)); // 512 / 32 squared: the bound's tokens
+        TrainingConfig unbounded;
+        QVERIFY(assumeRecipeImages(q, unbounded)->find("no pixel bound") != std::string::npos);
+        TrainingConfig fixed;
+        QVERIFY(assumeRecipeImages(vl(QStringLiteral("llava-1.5-7b")), fixed)->find("336x336") != std::string::npos);
+        QCOMPARE(fixed.vision.imageWidth, int64_t(336));
+        TrainingConfig video;
+        video.vision.videos = 1;
+        video.vision.videoFrames = 4;
+        QVERIFY(!assumeRecipeImages(q, video));
+        TrainingConfig text;
+        QVERIFY(!assumeRecipeImages(findModelPreset("llama-3.2-1b"), text));
+        QCOMPARE(text.vision.images, int64_t(0));
+    }
+
     void recipesSayWhatTrains_data()
     {
         QTest::addColumn<QString>("file");

@@ -18,6 +18,7 @@
 
 #include "headroom/config.h"
 #include "headroom/error.h"
+#include "headroom/vision.h"
 #include "hubfetch.h"
 
 #include <algorithm>
@@ -522,6 +523,8 @@ QString MainWindow::applyImport(const TrainingImport &in, const ModelArch &model
     in.settings.applyTo(c);
     if (!in.settings.seqLen)
         c.seqLen = seqLenFor(model, c.seqLen);
+    if (const auto assumed = assumeRecipeImages(model, c)) // Note [Recipe images]
+        notes << qs(*assumed + " (Images and video)");
     try {
         c.validate();
     } catch (const std::exception &e) {

@@ -137,8 +137,12 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
         return refuse("mode", std::string(toString(cfg.mode)), modeTitle(cfg.mode));
     if (cfg.precision != Precision::BF16)
         return refuse("precision", std::string(toString(cfg.precision)), "this precision");
-    if (cfg.worldSize > 1 || cfg.zeroStage > 0 || cfg.offloadOptimizer)
-        return refuse("gpus", std::to_string(cfg.worldSize), "several GPUs or ZeRO");
+    if (cfg.worldSize > 1) // named by what the configuration sets: the GPUs, else ZeRO or FSDP's stage, else the offload
+        return refuse("gpus", std::to_string(cfg.worldSize), "several GPUs");
+    if (cfg.zeroStage > 0)
+        return refuse("zero", std::to_string(cfg.zeroStage), "ZeRO or FSDP sharding");
+    if (cfg.offloadOptimizer)
+        return refuse("offload_optimizer", "true", "optimizer offload");
     if (cfg.attention != Attention::SDPA)
         return refuse("attention", std::string(toString(cfg.attention)), "this attention");
 

@@ -115,6 +115,29 @@ std::optional<std::string> dropVisionOfTextModel(const ModelArch &m, TrainingCon
            " is a text model, so they are not used (its step has no images)";
 }
 
+// See Note [Recipe images] (docs/estimator.md).
+std::optional<std::string> assumeRecipeImages(const ModelArch &m, TrainingConfig &c)
+{
+    if (!m.vision.present() || c.vision.any())
+        return std::nullopt;
+    c.vision.images = 1;
+    std::string size;
+    if (m.vision.tokens == ModelArch::VisionSide::Tokens::Fixed) {
+        c.vision.imageHeight = c.vision.imageWidth = m.vision.imageSize;
+        size = "every image resized to the tower's " + std::to_string(m.vision.imageSize) + "x" +
+               std::to_string(m.vision.imageSize);
+    } else if (c.vision.maxPixels > 0) { // an image past the bound is scaled down to it: the largest a sample holds
+        const auto side = static_cast<int64_t>(std::floor(std::sqrt(static_cast<double>(c.vision.maxPixels))));
+        c.vision.imageHeight = c.vision.imageWidth = std::max<int64_t>(side, 1);
+        size = std::to_string(side) + "x" + std::to_string(side) + ", the recipe's pixel bound";
+    } else {
+        size = std::to_string(c.vision.imageHeight) + "x" + std::to_string(c.vision.imageWidth) +
+               " (no pixel bound in the recipe: larger images cost more)";
+    }
+    return "images per sample: a recipe does not say (its data does); estimated with 1 image a sample, " + size +
+           ". Set the images (0 for text-only data) and their size to match your data";
+}
+
 namespace vision_params {
 const nlohmann::json &visionConfig(const ConfigFields &c, ModelArch &m)
 {

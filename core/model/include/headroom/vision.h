@@ -43,6 +43,12 @@ VisionTokens visionTokens(const ModelArch &m, const TrainingConfig &c);
 // images or video: back to the defaults, and what to say about it (nullopt: nothing to drop).
 std::optional<std::string> dropVisionOfTextModel(const ModelArch &m, TrainingConfig &c);
 
+// A recipe imported for a vision-language model states its pixel bounds, never how many images a
+// sample holds (its data's): with no images or video, one image a sample at the recipe's bound
+// (Note [Recipe images], docs/estimator.md), and what to say about it (nullopt: a text model, or
+// images already set). Never under-estimated by a text-only guess.
+std::optional<std::string> assumeRecipeImages(const ModelArch &m, TrainingConfig &c);
+
 class ConfigFields;
 
 // The towers' and projectors' parameters, from a vision_config (families' readers).
