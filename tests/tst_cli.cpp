@@ -298,7 +298,11 @@ private Q_SLOTS:
                            QStringLiteral("--gpu"), QStringLiteral("rtx-4090")});
         QCOMPARE(s.code, 0);
         QVERIFY(s.out.trimmed().toLongLong() > 1024);
-        QVERIFY(cli({QStringLiteral("models")}).out.contains(QStringLiteral("mixtral-8x7b")));
+        const QString models = cli({QStringLiteral("models")}).out;
+        QVERIFY(models.contains(QStringLiteral("mixtral-8x7b")));
+        // a vision-language checkpoint's count is the whole checkpoint's, its tower included (as published)
+        const QString gemma = models.split(QLatin1Char('\n')).filter(QStringLiteral("gemma-3-12b-it ")).value(0);
+        QVERIFY2(gemma.contains(QStringLiteral(" 12.19B ")), qPrintable(gemma));
         QVERIFY(cli({QStringLiteral("gpus")}).out.contains(QStringLiteral("rtx-4060ti-16")));
         QCOMPARE(cli({QStringLiteral("--help")}).code, 0);
     }

@@ -279,11 +279,16 @@ private Q_SLOTS:
         TrainingConfig trained = c;
         trained.vision.trainTower = trained.vision.trainProjector = true;
         QVERIFY(estimate(m, trained).peakAllocatedBytes > e.peakAllocatedBytes);
-        for (auto change : {+[](TrainingConfig &t) {
-                                t.finetune = FineTune::LoRA;
-                                t.vision.trainTower = true;
-                            },
-                            +[](TrainingConfig &t) { t.finetune = FineTune::QLoRA; },
+        // LoRA on the tower's Linears where it trains (Note [Vision LoRA]): its adapters trainable
+        TrainingConfig towerLora = c;
+        towerLora.finetune = FineTune::LoRA;
+        towerLora.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+        const int64_t lmOnly = estimate(m, towerLora).params.trainable;
+        towerLora.vision.trainTower = true;
+        const auto &tw = m.vision.tower;
+        // gate, up and down in every block: A (r x in) and B (out x r)
+        QCOMPARE(estimate(m, towerLora).params.trainable - lmOnly, tw.depth * 16 * 3 * (tw.hidden + tw.inter));
+        for (auto change : {+[](TrainingConfig &t) { t.finetune = FineTune::QLoRA; },
                             +[](TrainingConfig &t) {
                                 t.mode = TrainingMode::DPO;
                                 t.dpo.reference = Reference::Copy;
@@ -439,6 +444,31 @@ private Q_SLOTS:
         QCOMPARE(text.vision.images, int64_t(0));
     }
 
+    // Note [Vision LoRA]: a tower none of whose Linears the targets name gets no adapter and runs
+    // frozen (Qwen3-VL's qkv, proj, linear_fc1, linear_fc2 under q_proj ... down_proj), estimated as
+    // such; a target that names one of them is refused by name until simulated.
+    void loraNamesDecideWhatOfTheTowerTrains()
+    {
+        const ModelArch m = vl(QStringLiteral("qwen3-vl-8b"));
+        TrainingConfig c;
+        c.vision.images = 1;
+        c.finetune = FineTune::LoRA;
+        c.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+        const Estimate frozen = estimate(m, c);
+        c.vision.trainTower = true;
+        QVERIFY(!visionLora(m, c).any());
+        const Estimate named = estimate(m, c);
+        QCOMPARE(named.peakAllocatedBytes, frozen.peakAllocatedBytes);
+        QCOMPARE(named.params.trainable, frozen.params.trainable);
+        c.lora.targets.push_back("linear_fc1");
+        try {
+            (void)estimate(m, c);
+            QFAIL("LoRA on Qwen3-VL's linear_fc1 estimated");
+        } catch (const Refused &r) {
+            QCOMPARE(r.refusal().field, std::string("vision.train_vision_tower"));
+        }
+    }
+
     void recipesSayWhatTrains_data()
     {
         QTest::addColumn<QString>("file");
@@ -489,9 +519,17 @@ private Q_SLOTS:
                      QStringLiteral("--seq"), QStringLiteral("1024")})
                     .contains(QStringLiteral("seq = 1024: holds no room for the sample's images and videos: they take 42648 tokens "
                                              "(5329 per image)")));
-        QVERIFY(run({QStringLiteral("--images"), QStringLiteral("1"), QStringLiteral("--finetune"), QStringLiteral("lora"),
-                     QStringLiteral("--train-vision-tower")})
-                    .contains(QStringLiteral("LoRA on the vision tower is not yet")));
+        // LoRA on Qwen2.5-VL's tower estimates (no error); on LLaVA's CLIP it is refused by name
+        QCOMPARE(run({QStringLiteral("--images"), QStringLiteral("1"), QStringLiteral("--finetune"), QStringLiteral("lora"),
+                      QStringLiteral("--train-vision-tower")}),
+                 QString());
+        QProcess p;
+        p.start(QStringLiteral(HEADROOM_CLI),
+                {QStringLiteral("estimate"), QStringLiteral("--model"), QStringLiteral("llava-1.5-7b"), QStringLiteral("--images"),
+                 QStringLiteral("1"), QStringLiteral("--finetune"), QStringLiteral("lora"), QStringLiteral("--train-vision-tower")});
+        p.waitForFinished(60000);
+        QVERIFY2(QString::fromUtf8(p.readAllStandardError()).contains(QStringLiteral("LoRA on this vision tower is not yet")),
+                 "LoRA on CLIP refused");
     }
 };
 

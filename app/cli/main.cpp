@@ -162,7 +162,7 @@ int runCli(int argc, char **argv)
                     j.push_back(toJson(m));
                 else
                     std::printf("%-*s %-30s %9.2fB %6lld %7lld %8lld\n", cli::presetIdWidth(), m.id.c_str(), m.name.c_str(),
-                                parameterCount(m) / 1e9, static_cast<long long>(m.numLayers),
+                                checkpointParameterCount(m) / 1e9, static_cast<long long>(m.numLayers),
                                 static_cast<long long>(m.hiddenSize), static_cast<long long>(m.vocabSize));
             }
             if (modelsJson)

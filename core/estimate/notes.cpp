@@ -2,6 +2,8 @@
 
 #include "step.h"
 
+#include "headroom/vision.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -100,17 +102,24 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
         const bool deepstack = !model.vision.tower.deepstack.empty();
         const bool tower = cfg.vision.trainTower && cfg.finetune == FineTune::Full,
                    projector = cfg.vision.trainProjector && cfg.finetune == FineTune::Full;
-        const std::string state = tower && projector ? "trained"
-                                  : tower            ? "the tower trained, the projector frozen"
-                                  : projector        ? "the tower frozen, the projector trained"
-                                                     : "frozen";
+        const VisionLora lora = visionLora(model, cfg); // Note [Vision LoRA]
+        const std::string state =
+            lora.any() ? "frozen under LoRA adapters on " + std::to_string(lora.adapters()) + " of their Linears"
+            : cfg.finetune != FineTune::Full && cfg.vision.trainTower
+                ? std::string("frozen (the LoRA targets name none of the tower's Linears, so PEFT adapts none)")
+            : tower && projector ? "trained"
+            : tower              ? "the tower trained, the projector frozen"
+            : projector          ? "the tower frozen, the projector trained"
+                                 : "frozen";
         const bool hooked = cfg.gradCheckpointing && model.vision.tower.checkpointHooked; // Note [Vision step]
         const std::string keeps =
             !cfg.vision.any() ? std::string("; this step feeds no images or video, so the tower does not run")
-            : tower || hooked
+            : tower || hooked || lora.any()
                 ? std::string("; the tower runs in the autograd graph (") +
-                      (tower ? "trained" : projector ? "gradient checkpointing hooks its patch embedding; the projector trained"
-                                                     : "gradient checkpointing hooks its patch embedding") +
+                      (tower       ? "trained"
+                       : projector ? "gradient checkpointing hooks its patch embedding; the projector trained"
+                       : hooked    ? "gradient checkpointing hooks its patch embedding"
+                                   : "its adapters train") +
                       ") and keeps its activations for backward" + (cfg.gradCheckpointing ? " (each layer's input)" : "")
                 : std::string("; the tower's forward runs before the language model's and keeps only the image "
                               "features it scatters into the sequence") +

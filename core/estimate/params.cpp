@@ -4,6 +4,7 @@
 #include "step.h"
 
 #include "headroom/simulation.h"
+#include "headroom/vision.h"
 
 #include <algorithm>
 
@@ -127,6 +128,10 @@ Params countParams(const Ctx &x)
                 addAdapter(rows, cols, moeLayers, 1);
         for (auto [rows, cols] : expertsLoraShapes(x.m, x.experts, r))
             addAdapter(rows, cols, moeLayers, 1);
+        // Note [Vision LoRA]: the adapters on the tower's blocks and merger, outside the decoder.
+        const VisionLora vl = visionLora(x.m, cfg);
+        addNamed(vl.block, vl.blockShapes, [&](size_t) { return vl.blocks; }, [](size_t) { return int64_t(0); });
+        addNamed(vl.merger, vl.mergerShapes, [](size_t) { return int64_t(1); }, [](size_t) { return int64_t(0); });
         // A sequence classifier's score under PEFT (task_type SEQ_CLS): modules_to_save keeps the
         // frozen original and trains a copy, in the model's dtype.
         if (x.m.scoreLabels > 0) {

@@ -120,9 +120,9 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
                        model.modelType + "'s vision-language step is estimated with its vision tower and projector "
                        "frozen, on one GPU in bf16, supervised, as measured; " + what + " is not yet" + measureNow};
     };
-    // Trained in full fine-tuning: every simulated tower and projector; LoRA on a tower is not
-    if (cfg.vision.trainTower && cfg.finetune != FineTune::Full)
-        return refuse("vision.train_vision_tower", "true", "LoRA on the vision tower");
+    // Trained in full fine-tuning: every simulated tower and projector; LoRA on Qwen2.5-VL's tower
+    if (visionLoraUnsimulated(model, cfg)) // Note [Vision LoRA]: Qwen2.5-VL's tower only
+        return refuse("vision.train_vision_tower", "true", "LoRA on this vision tower");
 
     // Gradient checkpointing's input hook reaches Qwen2.5-VL's patch_embed too: the tower then runs
     // in the autograd graph, every block checkpointed and its input held to backward (the H100

@@ -115,6 +115,58 @@ std::optional<std::string> dropVisionOfTextModel(const ModelArch &m, TrainingCon
            " is a text model, so they are not used (its step has no images)";
 }
 
+bool VisionLora::any() const
+{
+    return std::find(block.begin(), block.end(), true) != block.end() ||
+           std::find(merger.begin(), merger.end(), true) != merger.end();
+}
+
+int64_t VisionLora::adapters() const
+{
+    return blocks * std::count(block.begin(), block.end(), true) + std::count(merger.begin(), merger.end(), true);
+}
+
+// See Note [Vision LoRA] (docs/estimator.md).
+VisionLora visionLora(const ModelArch &m, const TrainingConfig &c)
+{
+    VisionLora out;
+    const auto &t = m.vision.tower;
+    if (!m.vision.present() || c.finetune == FineTune::Full || t.kind != ModelArch::VisionSide::Tower::Kind::Qwen25)
+        return out;
+    const auto &targets = c.lora.targets;
+    const bool all = std::find(targets.begin(), targets.end(), "all-linear") != targets.end();
+    auto named = [&](const char *name) { return all || std::find(targets.begin(), targets.end(), name) != targets.end(); };
+    const int64_t H = t.hidden, I = t.inter, M = H * m.vision.merge * m.vision.merge;
+    out.blockShapes = {{{H, 3 * H}, {H, H}, {H, I}, {H, I}, {I, H}}};
+    out.mergerShapes = {{{M, M}, {M, t.outHidden}}};
+    out.blocks = t.depth;
+    if (c.vision.trainTower) {
+        const char *names[VisionLora::kBlockLinears] = {"qkv", "proj", "gate_proj", "up_proj", "down_proj"};
+        for (size_t i = 0; i < out.block.size(); ++i)
+            out.block[i] = named(names[i]);
+    }
+    if (c.vision.trainProjector)
+        out.merger = {all, all};
+    return out;
+}
+
+bool visionLoraUnsimulated(const ModelArch &m, const TrainingConfig &c)
+{
+    using Kind = ModelArch::VisionSide::Tower::Kind;
+    if (!m.vision.present() || c.finetune == FineTune::Full || !c.vision.trainTower || m.vision.tower.kind == Kind::Qwen25)
+        return false;
+    // Where no tower Linear bears a targeted name, PEFT adapts none of them and freezes the rest:
+    // the tower then runs frozen (Qwen3-VL's qkv, proj, linear_fc1, linear_fc2 under a recipe's
+    // q_proj ... down_proj); SigLIP's and CLIP's q_proj, k_proj, v_proj match
+    const std::vector<std::string> names = m.vision.tower.kind == Kind::Qwen3
+                                               ? std::vector<std::string>{"qkv", "proj", "linear_fc1", "linear_fc2"}
+                                               : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"};
+    for (const std::string &t : c.lora.targets)
+        if (t == "all-linear" || std::find(names.begin(), names.end(), t) != names.end())
+            return true;
+    return false;
+}
+
 // See Note [Recipe images] (docs/estimator.md).
 std::optional<std::string> assumeRecipeImages(const ModelArch &m, TrainingConfig &c)
 {

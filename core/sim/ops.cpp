@@ -535,6 +535,32 @@ T Ops::embedding(const T &w, const T &ids, int64_t tokens, int64_t vocab, int64_
     return out;
 }
 
+T Ops::loraAdd(T &y, const T &x, const T &wa0, const T &wb0, const LoraCall &k, const std::function<T(const T &)> &weight)
+{
+    T xa = k.castInput ? to(x, wa0.elem) : s.view(x); // rebinds `x`: it lives until forward returns
+    T xd = dropout(xa, k.dropout);
+    T wa = weight(wa0);
+    T ain = k.amp ? to(xd, 2) : s.view(xd);
+    const int le = k.amp ? 2 : wa0.elem;
+    T a = linear(ain, wa, nullptr, k.rows, k.in, k.rank, le);
+    s.drop(ain);
+    s.drop(wa);
+    s.drop(xd);
+    T wb = weight(wb0);
+    T bo = linear(a, wb, nullptr, k.rows, k.rank, k.out, le); // lora_B's in-features: the rank
+    s.drop(a);
+    s.drop(wb);
+    T sc = scale(bo);
+    s.drop(bo);
+    T sum = add(y, sc, std::max(y.elem, sc.elem));
+    s.drop(sc);
+    s.drop(y);
+    T res = k.resultElem == 0 ? s.view(sum) : to(sum, k.resultElem);
+    s.drop(sum);
+    s.drop(xa);
+    return res;
+}
+
 T Ops::sdpaFlash(const T &q, const T &k, const T &v, const AttnShape &a, int elem)
 {
     // aten::_scaled_dot_product_flash_attention: philox seed and offset, the output and the

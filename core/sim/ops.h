@@ -54,6 +54,18 @@ public:
     T mean(const T &x, int64_t outNumel); // MeanBackward1: the gradient expanded and divided
     T activation(const T &x, const std::string &kind); // silu / gelu (ATen): saves its input
     T dropout(const T &x, double p); // native_dropout: saves a bool mask
+    // PEFT's lora.Linear.forward after its base layer, over the base output `y` (consumed) and
+    // the layer's input `x`: x cast to the adapters' dtype (castInput), dropout, lora_B(lora_A(x))
+    // (each weight as `weight` hands it: a view, or autocast's copy), times the scaling, added to
+    // y, and the sum cast to resultElem (0: left as it is, PEFT's bnb Linear4bit).
+    struct LoraCall
+    {
+        int64_t rows, in, out, rank;
+        double dropout;
+        bool castInput, amp;
+        int resultElem;
+    };
+    T loraAdd(T &y, const T &x, const T &a, const T &b, const LoraCall &k, const std::function<T(const T &)> &weight);
     // x.contiguous() of a non-contiguous view: a copy; CloneBackward passes through.
     T copy(const T &x);
 

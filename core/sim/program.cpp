@@ -241,6 +241,10 @@ private:
     bool visionSim = false;
     VisionTokens vt;
     std::vector<T> towerWeights;
+    // Note [Vision LoRA]: LoRA's adapters on the tower's Linears, made before the decoder's (the
+    // composite model's vision side comes first in named_modules), and handed to the tower's graph
+    std::vector<LoraPair> towerPairs;
+    sim::TowerLora towerLora;
     // How the tower runs (Note [Vision step]): trained parts in full fine-tuning; gradient
     // checkpointing hooks each sub-model's input embeddings (SigLIP's and CLIP's patch embedding,
     // Qwen2.5-VL's patch_embed: the timelines of Gemma 3's LoRA, LLaVA's and Qwen2.5-VL's full
@@ -724,8 +728,26 @@ private:
             std::array<std::pair<int64_t, int64_t>, 2> shape; // A, then B: [rows, cols]
             bool experts;                                      // a ParamWrapper's (target_parameters)
             T a16, b16;                                        // the first copies, in the base dtype
+            bool vision = false;                               // on the tower (Note [Vision LoRA])
         };
-        std::vector<Adapter> order; // the fp32 cast's order: per layer, modules then experts
+        std::vector<Adapter> order; // the fp32 cast's order: the tower's, then per layer, modules then experts
+        if (visionSim) { // the tower's blocks, then its merger, in module order
+            towerLora.on = visionLora(m, c);
+            towerLora.rank = c.lora.rank;
+            towerLora.dropout = c.lora.dropout;
+            towerPairs.assign(static_cast<size_t>(towerLora.on.adapters()), LoraPair{});
+            size_t k = 0;
+            const auto add = [&](bool on, std::pair<int64_t, int64_t> shape) {
+                if (on)
+                    order.push_back({-1, &towerPairs[k++], {{{c.lora.rank, shape.first}, {shape.second, c.lora.rank}}},
+                                     false, {}, {}, true});
+            };
+            for (int64_t l = 0; l < towerLora.on.blocks && towerLora.any(); ++l)
+                for (size_t i = 0; i < towerLora.on.block.size(); ++i)
+                    add(towerLora.on.block[i], towerLora.on.blockShapes[i]);
+            for (size_t i = 0; i < towerLora.on.merger.size(); ++i)
+                add(towerLora.on.merger[i], towerLora.on.mergerShapes[i]);
+        }
         for (int64_t l = 0; l < m.numLayers; ++l) {
             LayerParams &L = layers[static_cast<size_t>(l)];
             for (const AdaptedLinear &al : adaptedLinears(L))
@@ -746,6 +768,7 @@ private:
             order.push_back({-1, &pliModelLora, {{{c.lora.rank, in}, {out, c.lora.rank}}}, false, {}, {}});
         }
         auto fp32 = [&](Adapter &ad) {
+            const sim::PartScope part(S, ad.vision ? ModelPart::Vision : ModelPart::Language); // Note [Vision share]
             S.setLayer(static_cast<int>(ad.layer));
             ad.pair->a = param(ad.shape[0].first, ad.shape[0].second, true, "lora_A", kLoraElem);
             if (ad.a16.valid())
@@ -762,6 +785,7 @@ private:
         auto firstCopy = [&](Adapter &ad) {
             if (!cast)
                 return fp32(ad);
+            const sim::PartScope part(S, ad.vision ? ModelPart::Vision : ModelPart::Language);
             S.setLayer(static_cast<int>(ad.layer));
             S.setOp("lora (base dtype)");
             ad.a16 = S.make(checkedMul(checkedMul(ad.shape[0].first, ad.shape[0].second), firstElem), firstElem);
@@ -775,6 +799,10 @@ private:
             for (Adapter &ad : order)
                 fp32(ad);
         S.setLayer(-1);
+        for (const LoraPair &p : towerPairs) {
+            towerLora.adapters.push_back(p.a);
+            towerLora.adapters.push_back(p.b);
+        }
     }
 
     void load()
@@ -992,6 +1020,10 @@ private:
         };
         for (T &t : towerWeights) // the composite model's vision side comes first
             add(t);
+        for (LoraPair &p : towerPairs) { // its adapters registered after each base layer's weights
+            add(p.a);
+            add(p.b);
+        }
         add(embed);
         add(positions);
         for (auto &L : layers) {
@@ -1089,37 +1121,12 @@ private:
         // under autocast, where o_proj's and down_proj's inputs are bf16). PEFT's bnb Linear4bit
         // casts only without autocast (lora/bnb.py: requires_conversion = not
         // torch.is_autocast_enabled()): under QLoRA with autocast lora_A reads x as it comes.
-        const bool castInput = !(w.nf4 && amp);
-        T xa = castInput ? O.to(x, lora->a.elem) : S.view(x); // rebinds `x`: it lives until forward returns
-        T xd = O.dropout(xa, c.lora.dropout);
-        T wa = weightFor(lora->a);
-        T ain = amp ? O.to(xd, 2) : S.view(xd);
-        const int le = amp ? 2 : lora->a.elem;
-        T a = O.linear(ain, wa, nullptr, tok, in, c.lora.rank, le);
-        S.drop(ain);
-        S.drop(wa);
-        S.drop(xd);
-        T wb = weightFor(lora->b);
-        // lora_B's input is lora_A's output: the rank is its in-features.
-        T bo = loraB(a, wb, out, le);
-        S.drop(a);
-        S.drop(wb);
-        T sc = O.scale(bo);
-        S.drop(bo);
-        T sum = O.add(y, sc, std::max(y.elem, sc.elem));
-        S.drop(sc);
-        S.drop(y);
         // PEFT's bnb Linear4bit adds the adapters' output without casting the sum back.
-        T res = w.nf4 ? S.view(sum) : O.to(sum, amp ? 2 : ce);
-        S.drop(sum);
-        S.drop(xa);
+        const Ops::LoraCall call{tok, in, out, c.lora.rank, c.lora.dropout, !(w.nf4 && amp), amp,
+                                 w.nf4 ? 0 : amp ? 2 : ce};
+        T res = O.loraAdd(y, x, lora->a, lora->b, call, [this](const T &t) { return weightFor(t); });
         S.setOpIndex(module);
         return res;
-    }
-
-    T loraB(const T &a, const T &wb, int64_t out, int elem)
-    {
-        return O.linear(a, wb, nullptr, tok, c.lora.rank, out, elem);
     }
 
     // LlamaRMSNorm: x.to(fp32); x * rsqrt(mean(x^2) + eps); weight * x.to(input dtype).
@@ -2874,8 +2881,8 @@ private:
                 features = o.features;
                 deepstackMasks.push_back(T{});
                 deepstackFeatures.push_back(o.deepstack);
-            } else if (mode.hooked || mode.towerTrained || mode.projectorTrained)
-                features = sim::qwen25TowerGraph(S, m.vision, towerWeights, call, pe, mode);
+            } else if (mode.hooked || mode.towerTrained || mode.projectorTrained || towerLora.any())
+                features = sim::qwen25TowerGraph(S, m.vision, towerWeights, call, pe, mode, &towerLora);
             else
                 features = sim::qwen25Tower(S, m.vision, call, pe);
             vision.reset();

@@ -7,6 +7,7 @@
 #include "ops.h"
 
 #include "headroom/model.h"
+#include "headroom/vision.h"
 
 #include <array>
 #include <vector>
@@ -53,6 +54,17 @@ struct TowerMode
     bool towerTrained = false, projectorTrained = false, hooked = false, checkpointed = false;
 };
 
+// Note [Vision LoRA]: the tower's adapters, lora_A then lora_B for each Linear `on` says, block by
+// block in module order, then the merger's; the request's rank and dropout.
+struct TowerLora
+{
+    VisionLora on;
+    std::vector<T> adapters;
+    int64_t rank = 0;
+    double dropout = 0.0;
+    bool any() const { return on.any(); }
+};
+
 // A patch embedding's convolution as a node on its made output `conv` (vision_vit.cpp): it keeps
 // the cast pixels and its weight; its backward makes the weight's (and bias's) gradient.
 void convolutionNode(Sim &S, T &conv, const T &pixels, const T &weight, const T *bias);
@@ -60,8 +72,9 @@ void convolutionNode(Sim &S, T &conv, const T &pixels, const T &weight, const T 
 // qwen25Tower with the tower in the autograd graph: its weights trained (patch_embed a node), or
 // gradient checkpointing's input hook on patch_embed (its output a leaf that requires grad);
 // every block checkpointed where mode.checkpointed; the merger as nodes (`w`, towerWeights').
+// With LoRA on the tower (`lora`, may be null), each adapted Linear adds its adapter's output.
 T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerCall &call, int elem,
-                   const TowerMode &mode);
+                   const TowerMode &mode, const TowerLora *lora = nullptr);
 
 // Qwen3VLModel.get_image_features (or get_video_features) with the tower frozen, as its forward
 // leaves it: `features` is torch.cat of the merged features; `deepstack` the deepstack mergers'

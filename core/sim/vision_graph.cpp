@@ -49,10 +49,29 @@ T rotateGraph(Ops &O, const T &x32, const T &cos, const T &sin)
 
 // One Qwen2_5_VLVisionBlock or Qwen3VLVisionBlock as nodes over `x` [N, H] (`w` its 12
 // parameters); SDPA a chunk at a time over split views of q, k, v.
+// A tower Linear, with its LoRA adapter where `on` (Note [Vision LoRA]): PEFT's lora.Linear as
+// the decoder's runs it without autocast. `ad` walks the adapters (lora_A, lora_B of each adapted
+// Linear in module order).
+T towerLinear(Ops &O, const T &x, const T &w, const T *bias, int64_t rows, int64_t in, int64_t out, int elem,
+              const TowerLora *lora, bool on, const T *&ad)
+{
+    T y = O.linear(x, w, bias, rows, in, out, elem);
+    if (!lora || !on)
+        return y;
+    const uint16_t module = O.s.opIndex();
+    O.s.setOp("visual.lora");
+    const Ops::LoraCall call{rows, in, out, lora->rank, lora->dropout, true, false, elem};
+    T r = O.loraAdd(y, x, ad[0], ad[1], call, [&O](const T &t) { return O.s.view(t); });
+    ad += 2;
+    O.s.setOpIndex(module);
+    return r;
+}
+
 T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, const std::vector<int64_t> &chunks,
-             const T &cos, const T &sin, int elem)
+             const T &cos, const T &sin, int elem, const TowerLora *lora = nullptr, const T *ad = nullptr)
 {
     Ops O(S);
+    const auto on = [&](size_t i) { return lora && lora->on.block[i]; };
     const auto &t = v.tower;
     const int64_t H = t.hidden, N = x.bytes / (H * elem), I = t.inter;
     // Qwen2.5-VL's 12 parameters: norm1, norm2 (RMSNorm weights), qkv, proj, gate, up, down (weight
@@ -65,7 +84,7 @@ T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, con
     S.setOp("visual.norm1");
     T n1 = norm(x, 0);
     S.setOp("visual.attn");
-    T qkv = O.linear(n1, w[at + 2], &w[at + 3], N, H, 3 * H, elem);
+    T qkv = towerLinear(O, n1, w[at + 2], &w[at + 3], N, H, 3 * H, elem, lora, on(0), ad);
     std::vector<T> parts = O.split(qkv, {N * H, N * H, N * H}); // reshape, permute, unbind
     T q32 = O.to(parts[0], 4), k32 = O.to(parts[1], 4);
     T qr = rotateGraph(O, q32, cos, sin), kr = rotateGraph(O, k32, cos, sin);
@@ -110,7 +129,7 @@ T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, con
         return r;
     });
     S.unref(lse);
-    T proj = O.linear(cat, w[at + 4], &w[at + 5], N, H, H, elem);
+    T proj = towerLinear(O, cat, w[at + 4], &w[at + 5], N, H, H, elem, lora, on(1), ad);
     S.drop(cat);
     for (T &o : outs)
         S.drop(o);
@@ -129,14 +148,14 @@ T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, con
         down = O.linear(act, w[10], &w[11], N, I, H, elem);
         S.drop(act);
     } else {
-        T gate = O.linear(n2, w[6], &w[7], N, H, I, elem);
+        T gate = towerLinear(O, n2, w[6], &w[7], N, H, I, elem, lora, on(2), ad);
         T act = O.activation(gate, "silu");
         S.drop(gate);
-        T up = O.linear(n2, w[8], &w[9], N, H, I, elem);
+        T up = towerLinear(O, n2, w[8], &w[9], N, H, I, elem, lora, on(3), ad);
         T prod = O.mul(act, up, N * I, elem);
         S.drop(act);
         S.drop(up);
-        down = O.linear(prod, w[10], &w[11], N, I, H, elem);
+        down = towerLinear(O, prod, w[10], &w[11], N, I, H, elem, lora, on(4), ad);
         S.drop(prod);
     }
     S.drop(n2);
@@ -148,12 +167,14 @@ T blockGraph(Sim &S, const ModelArch::VisionSide &v, const T &x, const T *w, con
 
 // A merger's Linear(M, M), GELU, Linear(M, out) as nodes over its norm's output `normed` (`lin`:
 // the two Linears' weight and bias); returns the last Linear's output.
-T mergerLinears(Ops &O, const T &normed, const T *lin, int64_t merged, int64_t M, int64_t out, int elem)
+T mergerLinears(Ops &O, const T &normed, const T *lin, int64_t merged, int64_t M, int64_t out, int elem,
+                const TowerLora *lora = nullptr, const T *ad = nullptr)
 {
-    T l1 = O.linear(normed, lin[0], &lin[1], merged, M, M, elem);
+    const auto on = [&](size_t i) { return lora && lora->on.merger[i]; };
+    T l1 = towerLinear(O, normed, lin[0], &lin[1], merged, M, M, elem, lora, on(0), ad);
     T gelu = O.activation(l1, "gelu");
     O.s.drop(l1);
-    T l2 = O.linear(gelu, lin[2], &lin[3], merged, M, out, elem);
+    T l2 = towerLinear(O, gelu, lin[2], &lin[3], merged, M, out, elem, lora, on(1), ad);
     O.s.drop(gelu);
     return l2;
 }
@@ -161,8 +182,15 @@ T mergerLinears(Ops &O, const T &normed, const T *lin, int64_t merged, int64_t M
 } // namespace
 
 T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> &w, const TowerCall &call, int elem,
-                   const TowerMode &mode)
+                   const TowerMode &mode, const TowerLora *lora)
 {
+    if (lora && !lora->any())
+        lora = nullptr;
+    // each block's adapters, then the merger's (Note [Vision LoRA])
+    const size_t perBlock = lora ? 2 * static_cast<size_t>(std::count(lora->on.block.begin(), lora->on.block.end(), true)) : 0;
+    if (lora && lora->adapters.size() != perBlock * static_cast<size_t>(v.tower.depth) +
+                                            2 * static_cast<size_t>(std::count(lora->on.merger.begin(), lora->on.merger.end(), true)))
+        throw std::logic_error("qwen2.5-vl tower: " + std::to_string(lora->adapters.size()) + " adapters");
     const bool checkpointed = mode.checkpointed;
     Ops O(S);
     const auto &t = v.tower;
@@ -194,17 +222,18 @@ T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> 
         const bool full = std::find(t.fullAttention.begin(), t.fullAttention.end(), l) != t.fullAttention.end();
         const std::vector<int64_t> &chunks = full ? frames : windows;
         const T *bw = &w[3 + 12 * static_cast<size_t>(l)];
+        const T *ad = lora ? lora->adapters.data() + perBlock * static_cast<size_t>(l) : nullptr;
         T next;
         if (checkpointed) {
             const T in = hidden;
-            S.beginRegion([&S, &v, bw, in, chunks, cos, sin, elem]() { // runs in backward: copies
-                T o = blockGraph(S, v, in, bw, chunks, cos, sin, elem);
+            S.beginRegion([&S, &v, bw, in, chunks, cos, sin, elem, lora, ad]() { // runs in backward: copies
+                T o = blockGraph(S, v, in, bw, chunks, cos, sin, elem, lora, ad);
                 S.drop(o);
             }, {&hidden, &cos, &sin}); // the block's arguments: the rotary tables held too
-            next = blockGraph(S, v, hidden, bw, chunks, cos, sin, elem);
+            next = blockGraph(S, v, hidden, bw, chunks, cos, sin, elem, lora, ad);
             S.endRegion();
         } else
-            next = blockGraph(S, v, hidden, bw, chunks, cos, sin, elem);
+            next = blockGraph(S, v, hidden, bw, chunks, cos, sin, elem, lora, ad);
         S.drop(hidden);
         hidden = next;
     }
@@ -214,7 +243,8 @@ T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> 
     const T *mw = &w[mergerAt];
     const int64_t M = H * unit;
     T ln = rmsNormGraph(O, hidden, mw[0], N, H);
-    T l2 = mergerLinears(O, ln, &mw[1], merged, M, t.outHidden, elem);
+    T l2 = mergerLinears(O, ln, &mw[1], merged, M, t.outHidden, elem, lora,
+                         lora ? lora->adapters.data() + perBlock * static_cast<size_t>(t.depth) : nullptr);
     S.drop(ln);
     T reverse = S.make(merged * 8, 8);
     T ordered = O.gather(l2, reverse, merged, t.outHidden);

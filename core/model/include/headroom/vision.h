@@ -49,6 +49,28 @@ std::optional<std::string> dropVisionOfTextModel(const ModelArch &m, TrainingCon
 // images already set). Never under-estimated by a text-only guess.
 std::optional<std::string> assumeRecipeImages(const ModelArch &m, TrainingConfig &c);
 
+// Issue 30 (Note [Vision LoRA]): the vision side's Linears LoRA adapts, as the engine and
+// LLaMA-Factory's patch_target_modules choose them: the request's targets by module name (or every
+// Linear for all-linear), inside the parts that train (the tower where train_vision_tower, the
+// projector where train_projector). Qwen2.5-VL's: per tower block attn.qkv, attn.proj,
+// mlp.gate_proj, mlp.up_proj, mlp.down_proj (their in and out features), then the merger's mlp.0
+// and mlp.2 (all-linear only: their names are digits). Empty for other towers and full fine-tuning.
+struct VisionLora
+{
+    static constexpr size_t kBlockLinears = 5, kMergerLinears = 2;
+    std::array<bool, kBlockLinears> block{};
+    std::array<bool, kMergerLinears> merger{};
+    std::array<std::pair<int64_t, int64_t>, kBlockLinears> blockShapes{}; // in, out features
+    std::array<std::pair<int64_t, int64_t>, kMergerLinears> mergerShapes{};
+    int64_t blocks = 0;
+    bool any() const;
+    int64_t adapters() const; // A-and-B pairs in all
+};
+VisionLora visionLora(const ModelArch &m, const TrainingConfig &c);
+// LoRA with a trained tower whose adapters are not simulated (every tower but Qwen2.5-VL's) and
+// would adapt one of its Linears by name: the step is then refused by name.
+bool visionLoraUnsimulated(const ModelArch &m, const TrainingConfig &c);
+
 class ConfigFields;
 
 // The towers' and projectors' parameters, from a vision_config (families' readers).
