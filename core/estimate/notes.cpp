@@ -86,15 +86,14 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                         std::to_string(model.vision.towerParams) + " parameters (" + gib +
                         ") on top, and a run that feeds it images is not estimated yet");
     }
-    // What is predicted rather than held by a real step (lab plans combos and grpo hold them next).
-    if (x.qlora && cfg.mode != TrainingMode::SFT && cfg.mode != TrainingMode::GRPO)
+    // What is predicted rather than held by a real step. DPO with QLoRA is measured
+    // (tests/data/h200/posttrain-2026-12-06: its fp32 logits take TRL's fp32 log-softmax), and so is
+    // GRPO's generation with its KV cache; the engine does not yet run the other modes with QLoRA.
+    if (x.qlora && cfg.mode != TrainingMode::SFT && cfg.mode != TrainingMode::GRPO && cfg.mode != TrainingMode::DPO)
         notes.push_back(modeTitle(cfg.mode) + " with QLoRA composes QLoRA's 4-bit base and fp32 casts (measured in "
                         "supervised fine-tuning) with " + modeTitle(cfg.mode) + "'s passes (measured with LoRA); the two "
-                        "together are predicted, not yet measured: Measure now runs TRL's own step");
-    if (cfg.mode == TrainingMode::GRPO)
-        notes.push_back("GRPO's generation (HF generate with its KV cache) is predicted from TRL's GRPOTrainer and "
-                        "Transformers' DynamicCache, not yet checked against a measured step; the policy's step after it "
-                        "is, to 0.05%");
+                        "together are predicted: the transformers engine measures " + modeTitle(cfg.mode) +
+                        " with LoRA or full fine-tuning, not yet with QLoRA");
     if (const int64_t n = visionParameterCount(model); n > 0) {
         char share[64];
         std::snprintf(share, sizeof share, "%.2f B parameters, %.2f GiB", static_cast<double>(n) / 1e9,

@@ -7,7 +7,40 @@
 
 namespace headroom::sim {
 
-// TRL's selective_log_softmax for 16-bit logits: one log_softmax per sequence (LogSoftmaxBackward0
+namespace {
+// per_token_logps[mask == 0] = 0 where `maskInPlace`; else the log-probabilities as they are.
+T maskLogps(Sim &S, Ops &O, T stacked, int64_t seqs, int64_t rows, int64_t promptZeros, bool maskInPlace);
+} // namespace
+
+// TRL's selective_log_softmax for fp32 logits (QLoRA: prepare_model_for_kbit_training leaves
+// lm_head in fp32, and so the logits): the labels' column gathered from the logits, then
+// torch.logsumexp of each sequence over the unbound rows, stacked, and their difference
+// (log_softmax(x_i) = x_i - logsumexp(x)). No row-sized tensor is kept in forward; backward makes
+// each row's gradient (kept until UnbindBackward0 stacks them), then the gather's scatter into zeros
+// of the logits' size. Measured: the DPO QLoRA steps of tests/data/h200/posttrain-2026-12-06.
+T selectiveLogSoftmaxFp32(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab)
+{
+    T selected = O.gatherColumn(logits, seqs * rows);
+    std::vector<int64_t> sizes(static_cast<size_t>(seqs), rows * vocab);
+    std::vector<T> seq = O.split(logits, sizes); // iterating the logits: the unbind's views
+    std::vector<T> lse;
+    for (T &row : seq)
+        lse.push_back(O.logsumexp(row, rows));
+    std::vector<const T *> parts;
+    for (const T &c : lse)
+        parts.push_back(&c);
+    T stacked = O.cat(parts, seqs * rows, logits.elem);
+    for (T &c : lse)
+        S.drop(c);
+    for (T &row : seq)
+        S.drop(row);
+    T logps = O.sub(selected, stacked, logits.elem);
+    S.drop(stacked);
+    S.drop(selected);
+    return logps;
+}
+
+// TRL's selective_log_softmax (fp32 logits: above); for 16-bit logits: one log_softmax per sequence (LogSoftmaxBackward0
 // saves its output), the label's column gathered, the columns stacked. Iterating the logits
 // unbinds them (UnbindBackward0 stacks the rows' gradients: one tensor of the logits' size).
 // Without grad a row's output goes when the loop's variable takes the next one, and the last at
@@ -15,6 +48,9 @@ namespace headroom::sim {
 T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
                       bool maskInPlace)
 {
+    if (logits.elem == 4)
+        return maskLogps(S, O, selectiveLogSoftmaxFp32(S, O, logits, seqs, rows, vocab), seqs, rows, promptZeros,
+                         maskInPlace);
     std::vector<int64_t> sizes(static_cast<size_t>(seqs), rows * vocab);
     std::vector<T> seq = O.split(logits, sizes); // the unbind: views
     std::vector<T> cols;
@@ -37,6 +73,12 @@ T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t row
         S.drop(row);
     if (previous.valid())
         S.drop(previous);
+    return maskLogps(S, O, stacked, seqs, rows, promptZeros, maskInPlace);
+}
+
+namespace {
+T maskLogps(Sim &S, Ops &O, T stacked, int64_t seqs, int64_t rows, int64_t promptZeros, bool maskInPlace)
+{
     if (!maskInPlace)
         return stacked;
     // per_token_logps[shift_completion_mask == 0] = 0.0 (in _compute_loss): the comparison's bool
@@ -50,6 +92,7 @@ T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t row
     S.drop(stacked);
     return masked;
 }
+} // namespace
 
 T sequenceLogpSums(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
                    T &shift)

@@ -1038,7 +1038,33 @@ T Ops::logSoftmax(const T &x)
 
 T Ops::gatherColumn(const T &x, int64_t rows)
 {
-    return unary(x, rows * x.elem, x.elem, Keeps::Nothing);
+    return unary(x, rows * x.elem, x.elem, Keeps::Input);
+}
+
+T Ops::logsumexp(const T &x, int64_t rows)
+{
+    const int64_t col = rows * x.elem;
+    T out = s.make(col, x.elem);
+    const int maxes = s.allocate(col, Category::Temporaries);
+    const int inf = s.allocate(rows, Category::Temporaries); // the maxes' isinf mask (bool)
+    s.unref(inf);
+    s.unref(maxes);
+    const int shifted = s.allocate(x.bytes, Category::Temporaries); // exp(x - max)
+    const int sums = s.allocate(col, Category::Temporaries);
+    s.unref(shifted);
+    s.unref(sums);
+    const int64_t back = x.bytes;
+    s.record({&out}, {&x}, {x.sto, out.sto}, [back](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
+        if (!needs[0] || g[0] < 0)
+            return std::vector<int>{-1};
+        const int diff = s.allocate(back, Category::Temporaries); // x - result
+        const int ex = s.allocate(back, Category::Temporaries);   // .exp()
+        const int prod = s.allocate(back, Category::Temporaries); // grad * exp
+        s.unref(diff);
+        s.unref(ex);
+        return std::vector<int>{prod};
+    });
+    return out;
 }
 
 T Ops::sigmoid(const T &x)

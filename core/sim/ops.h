@@ -164,9 +164,14 @@ public:
     // permuted lhs while the batched matmul runs). `graph`: recorded for autograd (gradients for
     // lhs and rhs); without it the result is only made (register_parametrization's check).
     T loraExpertWeight(const T &w, const T &lhs, const T &rhs, bool graph);
-    // torch.gather(x, -1, index) of one column per row (`rows` of them): GatherBackward0 scatters
-    // the gradient into zeros of x's size; nothing of x is saved.
+    // torch.gather(x, -1, index) of one column per row (`rows` of them): GatherBackward0 keeps x
+    // (gather_backward takes self: a view keeps its storage) and scatters the gradient into zeros
+    // of x's size.
     T gatherColumn(const T &x, int64_t rows);
+    // torch.logsumexp(x, -1) over `rows` rows (fp32): the result and a row's scratch, then a
+    // transient of x's size (exp(x - max)); LogsumexpBackward0 keeps x and the result, and makes
+    // x - result, its exp and their product with the gradient, keeping the product.
+    T logsumexp(const T &x, int64_t rows);
     // x.masked_fill(mask, 0) (out of place): saves the mask; backward masks the gradient (a copy).
     T maskedFill(const T &x, const T &mask);
     // An in-place op on x (masked_fill_, div_): the same storage, a new grad_fn that keeps
