@@ -210,10 +210,6 @@ private Q_SLOTS:
             Bounds b = Bounds::tight();
             b.reservedOver = 0.02;
             b.reservedUnder = 0.001;
-            // Qwen2.5-0.5B's optimizer phase: 1 MiB + 1 KiB under (-0.108%) of a phase 50 times
-            // below the step's peak, not yet found (a cuBLASLt workspace's size)
-            if (QLatin1String(name).startsWith(QLatin1String("q05")))
-                b.phase = b.under = 0.0011;
             holdsTo(QLatin1String(name), m, b);
             if (QTest::currentTestFailed())
                 return;

@@ -457,7 +457,7 @@ T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in,
     return out;
 }
 
-T Ops::linear4bit(const T &x, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested)
+T Ops::linear4bit(const T &x, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested, bool biased)
 {
     // MatMul4Bit keeps the packed weight (a parameter) in ctx.tensors: no new memory.
     const int64_t numel = in * outF;
@@ -473,6 +473,8 @@ T Ops::linear4bit(const T &x, int64_t tokens, int64_t in, int64_t outF, int elem
     const int wdq = s.allocate(numel * elem, Category::Temporaries);
     T out = s.make(tokens * outF * elem, elem);
     s.blasWorkspace(0);
+    if (biased) // F.linear(A, B_dq, bias): a biased GEMM takes cuBLASLt's workspace, as Ops::linear's
+        s.blasLtWorkspace();
     if (nested) {
         s.unref(abs32);
         s.unref(absDq);

@@ -89,7 +89,7 @@ public:
     // dequantized to `elem` for F.linear (the CUDA gemm_4bit's dequant + F.linear path), and
     // again in backward for the input's gradient; nothing of x is saved. `nested`: the absmax
     // is itself 8-bit (double quantization) and is dequantized first.
-    T linear4bit(const T &x, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested);
+    T linear4bit(const T &x, int64_t tokens, int64_t in, int64_t outF, int elem, bool nested, bool biased = false);
 
     // ---- attention: q, k, v as (b, heads, s, d); returns (b, heads, s, d) in q's dtype.
     struct AttnShape

@@ -1088,7 +1088,7 @@ private:
             // Linear4bit.forward: x.to(compute_dtype), matmul_4bit (the bias rides in F.linear),
             // .to(the input's dtype).
             T xc = O.to(x, qe);
-            T yq = O.linear4bit(xc, tok, in, out, qe, c.lora.doubleQuant);
+            T yq = O.linear4bit(xc, tok, in, out, qe, c.lora.doubleQuant, bias && bias->valid());
             y = O.to(yq, x.elem);
             S.drop(yq);
             S.drop(xc);
