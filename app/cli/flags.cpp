@@ -1,41 +1,27 @@
 // The training flags (flags.h): parsing, --from imports and the budget they resolve to.
+#include "flags.h"
+
 #include "headroom/budget.h"
-#include "headroom/files.h"
 #include "headroom/catalog.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
 #include "headroom/hub.h"
-#include "headroom/json_input.h"
-#include "headroom/measurement.h"
-#include "headroom/serialize.h"
-#include "headroom/sheet.h"
-#include "headroom/support.h"
-#include "headroom/timeline.h"
-#include "headroom/traced.h"
 #include "headroom/training_formats.h"
 #include "headroom/vision.h"
 
-#include "flags.h"
 #include "hubfetch.h"
-#include "report.h"
 #include "say.h"
-#include "traced_run.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <sstream>
 
 using namespace headroom;
 
 namespace headroom::cli {
-
 
 int64_t parseInteger(const std::string &flag, const std::string &text, int64_t lo, int64_t hi)
 {
@@ -62,6 +48,14 @@ double parseFraction(const std::string &flag, const std::string &text)
     return v;
 }
 
+namespace {
+
+// Whether the command line itself gave this flag (not an imported file, not its default).
+bool givenOnCommandLine(const Flags &f, const char *flag)
+{
+    return f.cmd != nullptr && f.cmd->count(flag) > 0;
+}
+
 std::vector<std::string> splitList(const std::string &s)
 {
     std::vector<std::string> out;
@@ -73,6 +67,8 @@ std::vector<std::string> splitList(const std::string &s)
     return out;
 }
 
+} // namespace
+
 std::vector<int64_t> parseIntegerList(const std::string &flag, const std::string &text, int64_t lo, int64_t hi)
 {
     std::vector<int64_t> v;
@@ -82,6 +78,8 @@ std::vector<int64_t> parseIntegerList(const std::string &flag, const std::string
         throw InputError(flag, text, "needs at least one value");
     return v;
 }
+
+namespace {
 
 // "HxW" (or one number for a square) in pixels.
 std::pair<int64_t, int64_t> parseSize(const std::string &flag, const std::string &text)
@@ -116,6 +114,8 @@ TrainingConfig::Vision buildVision(const Flags &f)
         std::tuple{f.trainVisionTower, f.trainProjector, !f.freezeLanguageModel};
     return v;
 }
+
+} // namespace
 
 TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
 {
@@ -179,8 +179,6 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     return c;
 }
 
-// What every budget subcommand starts from, resolved from its flags.
-
 // --from: the training configs' settings become the flags' values, except for flags given on
 // the command line, which win. What the files hold that Headroom did not use is said on stderr.
 Flags withImports(Flags f)
@@ -210,11 +208,7 @@ Flags withImports(Flags f)
         say("conflict: " + c);
     for (const auto &n : m.notes)
         say(n);
-    auto given = [&](const char *flag) {
-        if (f.cmd == nullptr || f.cmd->count(flag) == 0)
-            return false;
-        return true;
-    };
+    auto given = [&](const char *flag) { return givenOnCommandLine(f, flag); };
     if (m.shardsWithoutGpuCount && !given("--gpus"))
         say("the files shard (ZeRO-" + std::to_string(*m.settings.zeroStage) +
             ") but do not say over how many GPUs: set --gpus");
@@ -355,7 +349,7 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
     // c_attn, c_proj, c_fc; NeoX's query_key_value...), not a Llama's names.
     if (f.loraTargets.empty())
         b.config.lora.targets = defaultLoraTargets(b.model);
-    const bool pixelsGiven = f.cmd != nullptr && (f.cmd->count("--images") > 0 || f.cmd->count("--videos") > 0);
+    const bool pixelsGiven = givenOnCommandLine(f, "--images") || givenOnCommandLine(f, "--videos");
     if (const auto note = dropVisionOfTextModel(b.model, b.config)) // issue 30: a recipe's pixel bounds
         cli::say(stderr, "headroom-cli: note: ", *note);
     else if (!f.importedFrom.empty() && !pixelsGiven) // Note [Recipe images]
@@ -363,7 +357,7 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
             cli::say(stderr, "headroom-cli: note: ", *assumed + " (--images, --image-size)");
     // The default sequence (2048) on a model with learned positions that stop before it: the most
     // it takes, said on stderr. A --seq given on the command line is checked as given.
-    const bool seqGiven = f.cmd != nullptr && f.cmd->count("--seq") > 0;
+    const bool seqGiven = givenOnCommandLine(f, "--seq");
     if (!seqGiven && seqLenFor(b.model, b.config.seqLen) != b.config.seqLen) {
         b.config.seqLen = seqLenFor(b.model, b.config.seqLen);
         cli::say(stderr, "headroom-cli: note: ",
@@ -372,7 +366,7 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
     }
     // No --attention, and no imported file that states one, on a model whose attention runs in
     // eager only (GPT-OSS's sinks): eager, said on stderr, rather than a refusal of a default.
-    const bool attentionGiven = (f.cmd != nullptr && f.cmd->count("--attention") > 0) || f.attentionImported;
+    const bool attentionGiven = givenOnCommandLine(f, "--attention") || f.attentionImported;
     if (!attentionGiven && attentionFor(b.model, b.config.attention) != b.config.attention) {
         b.config.attention = attentionFor(b.model, b.config.attention);
         cli::say(stderr, "headroom-cli: note: ",

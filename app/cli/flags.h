@@ -2,6 +2,7 @@
 // The training flags every estimating subcommand shares: their values, the training configs they
 // start from (--from), and the budget they resolve to (the model, the configuration, the card).
 
+#include "headroom/catalog.h"
 #include "headroom/config.h"
 #include "headroom/estimator.h"
 #include "headroom/model.h"

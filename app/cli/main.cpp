@@ -1,11 +1,11 @@
-// headroom-cli: the estimator for scripts. Exit 0 on success, 2 on bad input (one line naming the field and value).
+// headroom-cli: the estimator for scripts. Exit 0 on success, 2 on bad usage or input with
+// one line naming the flag or field and the value.
 
 #include "headroom/budget.h"
 #include "headroom/files.h"
 #include "headroom/catalog.h"
 #include "headroom/config.h"
 #include "headroom/error.h"
-#include "headroom/hub.h"
 #include "headroom/json_input.h"
 #include "headroom/measurement.h"
 #include "headroom/serialize.h"
@@ -14,7 +14,6 @@
 #include "headroom/timeline.h"
 #include "headroom/traced.h"
 #include "headroom/training_formats.h"
-#include "headroom/vision.h"
 
 #include "flags.h"
 #include "hubfetch.h"
@@ -25,20 +24,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <sstream>
 
 using namespace headroom;
 using namespace headroom::cli;
-using headroom::cli::compare;
-using headroom::cli::describeConfig;
-using headroom::cli::human;
-using headroom::cli::printTable;
 
 // An estimate from a trace: its phases, peaks and verdict, and where it came from; no model row
 // for the card notes or the levers (recommend() needs one).

@@ -417,10 +417,11 @@ namespace {
 
 using sheetparts::Table;
 
-std::string pct(double f)
+// A fraction as a percentage: signed (a difference) unless `sign` is false (a share).
+std::string pct(double f, bool sign = true)
 {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%+.1f%%", f * 100.0);
+    std::snprintf(buf, sizeof buf, sign ? "%+.1f%%" : "%.1f%%", f * 100.0);
     return buf;
 }
 
@@ -490,18 +491,13 @@ std::vector<Table> sheetTables(const Sheet &s, const Report &r)
     bd.rows.push_back({"Device total", fmt(r.estimate.deviceTotalBytes), m ? fmt(m->deviceTotalBytes()) : "-"});
     t.push_back(bd);
     if (const Breakdown &v = r.estimate.peakVision; v.total() > 0) { // Note [Vision share]
-        const auto formatPercent = [](double share) {
-            char text[32];
-            std::snprintf(text, sizeof text, "%.1f%%", 100.0 * share);
-            return std::string(text);
-        };
         Table vt{"Of it, the vision tower and projector", {"Category", "Estimated", "Share of the category"}, {}};
         for (Category cat : kDisplayCategories)
             if (v[cat] > 0)
                 vt.rows.push_back({std::string(label(cat)), fmt(v[cat]),
-                                   formatPercent(static_cast<double>(v[cat]) / static_cast<double>(r.estimate.peak[cat]))});
+                                   pct(static_cast<double>(v[cat]) / static_cast<double>(r.estimate.peak[cat]), false)});
         vt.rows.push_back({"In all", fmt(v.total()),
-                           formatPercent(static_cast<double>(v.total()) / static_cast<double>(r.estimate.peak.total()))});
+                           pct(static_cast<double>(v.total()) / static_cast<double>(r.estimate.peak.total()), false)});
         t.push_back(vt);
     }
 

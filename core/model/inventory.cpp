@@ -238,6 +238,11 @@ std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m
     return n;
 }
 
+bool loraWraps(const std::string &name, const std::vector<std::string> &targets)
+{
+    return std::any_of(targets.begin(), targets.end(), [&](const std::string &t) { return t == name || t == "all-linear"; });
+}
+
 std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, const std::vector<std::string> &targets)
 {
     (void)loraTargetMask(targets); // every name must be one Headroom knows
@@ -248,9 +253,7 @@ std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, cons
         const auto mod = static_cast<LinearModule>(i);
         if (wrapsExperts && (mod == LinearModule::Gate || mod == LinearModule::Up || mod == LinearModule::Down))
             continue; // PEFT puts these targets on the stacked experts (expertsLora)
-        for (const auto &t : targets)
-            if (!names[i].empty() && (t == names[i] || t == "all-linear"))
-                on[i] = true;
+        on[i] = !names[i].empty() && loraWraps(names[i], targets);
     }
     return on;
 }
@@ -341,9 +344,7 @@ std::array<bool, N> namedLora(bool present, const std::array<std::string, N> &na
 {
     std::array<bool, N> on{};
     for (size_t i = 0; present && i < N; ++i)
-        for (const auto &t : targets)
-            if (t == names[i] || t == "all-linear")
-                on[i] = true;
+        on[i] = loraWraps(names[i], targets);
     return on;
 }
 } // namespace

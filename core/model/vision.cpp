@@ -133,9 +133,6 @@ VisionLora visionLora(const ModelArch &m, const TrainingConfig &c)
     const auto &t = m.vision.tower;
     if (!m.vision.present() || c.finetune == FineTune::Full || t.kind != ModelArch::VisionSide::Tower::Kind::Qwen25)
         return out;
-    const auto &targets = c.lora.targets;
-    const bool all = std::find(targets.begin(), targets.end(), "all-linear") != targets.end();
-    auto named = [&](const char *name) { return all || std::find(targets.begin(), targets.end(), name) != targets.end(); };
     const int64_t H = t.hidden, I = t.inter, M = H * m.vision.merge * m.vision.merge;
     out.blockShapes = {{{H, 3 * H}, {H, H}, {H, I}, {H, I}, {I, H}}};
     out.mergerShapes = {{{M, M}, {M, t.outHidden}}};
@@ -143,10 +140,10 @@ VisionLora visionLora(const ModelArch &m, const TrainingConfig &c)
     if (c.vision.trainTower) {
         const char *names[VisionLora::kBlockLinears] = {"qkv", "proj", "gate_proj", "up_proj", "down_proj"};
         for (size_t i = 0; i < out.block.size(); ++i)
-            out.block[i] = named(names[i]);
+            out.block[i] = loraWraps(names[i], c.lora.targets);
     }
-    if (c.vision.trainProjector)
-        out.merger = {all, all};
+    if (c.vision.trainProjector) // the merger's mlp.0 and mlp.2
+        out.merger = {loraWraps("0", c.lora.targets), loraWraps("2", c.lora.targets)};
     return out;
 }
 
@@ -161,10 +158,7 @@ bool visionLoraUnsimulated(const ModelArch &m, const TrainingConfig &c)
     const std::vector<std::string> names = m.vision.tower.kind == Kind::Qwen3
                                                ? std::vector<std::string>{"qkv", "proj", "linear_fc1", "linear_fc2"}
                                                : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"};
-    for (const std::string &t : c.lora.targets)
-        if (t == "all-linear" || std::find(names.begin(), names.end(), t) != names.end())
-            return true;
-    return false;
+    return std::any_of(names.begin(), names.end(), [&](const std::string &n) { return loraWraps(n, c.lora.targets); });
 }
 
 // See Note [Recipe images] (docs/estimator.md).

@@ -9,8 +9,21 @@ namespace headroom::sim {
 
 namespace {
 // per_token_logps[mask == 0] = 0 where `maskInPlace`; else the log-probabilities as they are.
-T maskLogps(Sim &S, Ops &O, T stacked, int64_t seqs, int64_t rows, int64_t promptZeros, bool maskInPlace);
-} // namespace
+T maskLogps(Sim &S, Ops &O, T stacked, int64_t seqs, int64_t rows, int64_t promptZeros, bool maskInPlace)
+{
+    if (!maskInPlace)
+        return stacked;
+    // per_token_logps[shift_completion_mask == 0] = 0.0 (in _compute_loss): the comparison's bool
+    // tensor, then index_put_ in place through the mask's nonzero() indices ([zeros, 2] int64,
+    // saved by IndexPutBackward0, whose backward clones the gradient)
+    const int isZero = S.allocate(seqs * rows, Category::Temporaries);
+    const int indices = S.allocate(seqs * promptZeros * 2 * 8, Category::Activations);
+    S.unref(isZero);
+    T masked = O.inPlace(stacked, {indices});
+    S.unref(indices);
+    S.drop(stacked);
+    return masked;
+}
 
 // TRL's selective_log_softmax for fp32 logits (QLoRA: prepare_model_for_kbit_training leaves
 // lm_head in fp32, and so the logits): the labels' column gathered from the logits, then
@@ -39,9 +52,10 @@ T selectiveLogSoftmaxFp32(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t
     S.drop(selected);
     return logps;
 }
+} // namespace
 
-// TRL's selective_log_softmax (fp32 logits: above); for 16-bit logits: one log_softmax per sequence (LogSoftmaxBackward0
-// saves its output), the label's column gathered, the columns stacked. Iterating the logits
+// TRL's selective_log_softmax (fp32 logits: above); for 16-bit logits, one log_softmax per sequence
+// (LogSoftmaxBackward0 saves its output), the label's column gathered, the columns stacked. Iterating the logits
 // unbinds them (UnbindBackward0 stacks the rows' gradients: one tensor of the logits' size).
 // Without grad a row's output goes when the loop's variable takes the next one, and the last at
 // the function's return.
@@ -76,23 +90,6 @@ T selectiveLogSoftmax(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t row
     return maskLogps(S, O, stacked, seqs, rows, promptZeros, maskInPlace);
 }
 
-namespace {
-T maskLogps(Sim &S, Ops &O, T stacked, int64_t seqs, int64_t rows, int64_t promptZeros, bool maskInPlace)
-{
-    if (!maskInPlace)
-        return stacked;
-    // per_token_logps[shift_completion_mask == 0] = 0.0 (in _compute_loss): the comparison's bool
-    // tensor, then index_put_ in place through the mask's nonzero() indices ([zeros, 2] int64,
-    // saved by IndexPutBackward0, whose backward clones the gradient)
-    const int isZero = S.allocate(seqs * rows, Category::Temporaries);
-    const int indices = S.allocate(seqs * promptZeros * 2 * 8, Category::Activations);
-    S.unref(isZero);
-    T masked = O.inPlace(stacked, {indices});
-    S.unref(indices);
-    S.drop(stacked);
-    return masked;
-}
-} // namespace
 
 T sequenceLogpSums(Sim &S, Ops &O, const T &logits, int64_t seqs, int64_t rows, int64_t vocab, int64_t promptZeros,
                    T &shift)

@@ -188,8 +188,7 @@ T qwen25TowerGraph(Sim &S, const ModelArch::VisionSide &v, const std::vector<T> 
         lora = nullptr;
     // each block's adapters, then the merger's (Note [Vision LoRA])
     const size_t perBlock = lora ? 2 * static_cast<size_t>(std::count(lora->on.block.begin(), lora->on.block.end(), true)) : 0;
-    if (lora && lora->adapters.size() != perBlock * static_cast<size_t>(v.tower.depth) +
-                                            2 * static_cast<size_t>(std::count(lora->on.merger.begin(), lora->on.merger.end(), true)))
+    if (lora && lora->adapters.size() != 2 * static_cast<size_t>(lora->on.adapters()))
         throw std::logic_error("qwen2.5-vl tower: " + std::to_string(lora->adapters.size()) + " adapters");
     const bool checkpointed = mode.checkpointed;
     Ops O(S);

@@ -374,6 +374,9 @@ ModelArch asSequenceClassifier(ModelArch m, int64_t labels);
 // fused q/k/v projection sits at Q (K and V empty), a fused gate/up at Gate (Up empty); an
 // empty name: no such Linear (Mixtral's experts are stacked Parameters, not Linears).
 std::array<std::string, kLinearModuleCount> linearModuleNames(const ModelArch &m);
+// Whether PEFT's LoRA wraps a Linear module of this name: a target names it (PEFT matches the
+// module name's last component), or "all-linear" wraps every one.
+bool loraWraps(const std::string &name, const std::vector<std::string> &targets);
 // The Linears PEFT's LoRA wraps: those whose name is a target (PEFT matches the module name's
 // last component), every one for "all-linear". Names are checked with loraTargetMask first.
 std::array<bool, kLinearModuleCount> loraAdaptedModules(const ModelArch &m, const std::vector<std::string> &targets);

@@ -54,7 +54,8 @@ std::optional<std::string> assumeRecipeImages(const ModelArch &m, TrainingConfig
 // Linear for all-linear), inside the parts that train (the tower where train_vision_tower, the
 // projector where train_projector). Qwen2.5-VL's: per tower block attn.qkv, attn.proj,
 // mlp.gate_proj, mlp.up_proj, mlp.down_proj (their in and out features), then the merger's mlp.0
-// and mlp.2 (all-linear only: their names are digits). Empty for other towers and full fine-tuning.
+// and mlp.2 (named "0" and "2": all-linear in practice), each as loraWraps says. Empty for other
+// towers and full fine-tuning.
 struct VisionLora
 {
     static constexpr size_t kBlockLinears = 5, kMergerLinears = 2;
