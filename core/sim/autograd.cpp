@@ -412,6 +412,27 @@ int Sim::gradOf(int param) const
     return param >= 0 ? m_params[static_cast<size_t>(param)].grad : -1;
 }
 
+void Sim::forgetDeadNodes()
+{
+    // A node the loss does not reach was freed with its last output in forward, and what it
+    // saved with it: what live nodes save too goes when they have run.
+    for (Node &n : m_nodes)
+        if (!n.reached) {
+            for (int sv : n.saved)
+                unref(sv);
+            n.saved.clear();
+        }
+    // A checkpoint frame's inputs stay until its last node the loss reaches has run (its
+    // _NoopSaveInputs node runs after them); a dead node never runs.
+    for (Region &r : m_regions) {
+        size_t reached = 0;
+        for (int idx : r.nodes)
+            reached += m_nodes[static_cast<size_t>(idx)].reached && !m_nodes[static_cast<size_t>(idx)].done;
+        if (reached > 0)
+            r.remaining = reached;
+    }
+}
+
 void Sim::releaseGraph()
 {
     // Input leaves (Note [Input require grads]) go with the graph, their .grad first.
@@ -483,11 +504,12 @@ int Sim::record(std::vector<T *> outputs, const std::vector<const T *> &inputs, 
             throw RecomputeDone{};
         const int idx = r.nodes[m_cursor++];
         Node &n = m_nodes[static_cast<size_t>(idx)];
-        for (int sto : saved) {
-            ref(sto);
-            markSaved(sto);
-            n.saved.push_back(sto);
-        }
+        if (n.reached) // Note [Dead nodes]: a node the loss does not reach is gone, its holder with it
+            for (int sto : saved) {
+                ref(sto);
+                markSaved(sto);
+                n.saved.push_back(sto);
+            }
         for (size_t k = 0; k < outputs.size(); ++k)
             if (outputs[k]) {
                 outputs[k]->node = idx;
@@ -558,12 +580,15 @@ void Sim::backward(const T &root, int64_t seedBytes)
     std::vector<int> paramPending(m_params.size(), 0);
     std::vector<int> stack = {root.node};
     seen[static_cast<size_t>(root.node)] = 1;
-    for (Node &n : m_nodes)
+    for (Node &n : m_nodes) {
         n.pending = 0;
+        n.reached = false;
+    }
     while (!stack.empty()) {
         const int i = stack.back();
         stack.pop_back();
         reach.push_back(i);
+        m_nodes[static_cast<size_t>(i)].reached = true;
         for (const Edge &e : m_nodes[static_cast<size_t>(i)].inputs) {
             if (e.node >= 0) {
                 ++m_nodes[static_cast<size_t>(e.node)].pending;
@@ -576,6 +601,7 @@ void Sim::backward(const T &root, int64_t seedBytes)
             }
         }
     }
+    forgetDeadNodes();
     std::vector<int> paramBuffer(m_params.size(), -1);
     // Ready nodes, highest sequence number first (PyTorch's ReadyQueue).
     auto cmp = [this](int a, int b) { return m_nodes[static_cast<size_t>(a)].seq < m_nodes[static_cast<size_t>(b)].seq; };

@@ -209,6 +209,7 @@ private:
         int region = -1;
         ModelPart part = ModelPart::Language;
         bool wantsSaved = false; // recorded in a region with tensors to save: filled on recompute
+        bool reached = false;    // reachable from the running backward's root (Note [Dead nodes])
     };
     struct Region
     {
@@ -236,6 +237,9 @@ private:
     void deliver(const Edge &e, int gradSto, std::vector<int> &ready);
 
     void recompute(int region);
+    // Once backward knows what the loss reaches (Node::reached): the saves of the nodes it does not
+    // reach go, and each checkpoint frame waits for its reached nodes only (Note [Dead nodes]).
+    void forgetDeadNodes();
     // The graph freed after backward: input leaves and their .grad, then what unreached nodes and
     // regions still hold.
     void releaseGraph();
