@@ -97,7 +97,7 @@ COMBOS = {
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vl  # noqa: E402  (issue 30's vision-language cases)
 
-SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL, "vl2": vl.VL2}
+SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL, "vl2": vl.VL2, "vl3": vl.VL3, "vl4": vl.VL4}
 CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO, **COMBOS}
 
 

@@ -22,6 +22,17 @@ MODELS = {
                              "vision_config.deepstack_visual_indexes": [1, 3, 5]}, QWEN3_BOUNDS),
     "g3": ("gemma-3-4b-it", {"text_config.num_hidden_layers": 6, "vision_config.num_hidden_layers": 6}, {}),
     "llava": ("llava-1.5-7b", {"text_config.num_hidden_layers": 4, "vision_config.num_hidden_layers": 6}, {}),
+    # Qwen3.5's composite checkpoints as Qwen3_5(Moe)ForConditionalGeneration builds them (a Qwen3-VL
+    # tower without deepstack over the hybrid DeltaNet language model; tests/data/configs/vl/ says
+    # where the vision_config's values come from); the processor's bounds are Qwen3-VL's
+    "q35vl": ("qwen3.5-9b", {"text_config.num_hidden_layers": 8, "text_config.layer_types": ["linear_attention"] * 3
+                            + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
+                            "vision_config.depth": 8}, QWEN3_BOUNDS),
+    "q3vlmoe": ("qwen3-vl-30b-a3b", {"text_config.num_hidden_layers": 4, "vision_config.depth": 8,
+                                     "vision_config.deepstack_visual_indexes": [1, 3, 5]}, QWEN3_BOUNDS),
+    "q35moevl": ("qwen3.5-35b-a3b", {"text_config.num_hidden_layers": 4, "text_config.layer_types":
+                                     ["linear_attention"] * 3 + ["full_attention"], "vision_config.depth": 8},
+                 QWEN3_BOUNDS),
 }
 
 # name: (model, finetune, micro_batch, seq_len, checkpointing, vision block)
@@ -69,7 +80,30 @@ VL2 = {
                                         {"images": 0, "videos": 1, "video_frames": 8, "video_size": [480, 640],
                                          "video_max_pixels": 131072}),
 }
-CASES = {**VL, **VL2}
+# 2026-12-06 (nineteenth session): Qwen3.5 with images (Axolotl's qwen3.5 vision recipes), measured
+# before the composite had a row (the text row's estimate leaves the tower and the images out)
+VL3 = {
+    "q35vl-lora-1img512-b2s1024": ("q35vl", "lora", 2, 1024, False, {"images": 1, "image_size": [512, 512]}),
+    "q35vl-lora-ckpt-2img448-b1s2048": ("q35vl", "lora", 1, 2048, True, {"images": 2, "image_size": [448, 448]}),
+    "q35vl-full-tower-1img640-b1s1024": ("q35vl", "full", 1, 1024, False,
+                                         {"images": 1, "image_size": [640, 640], T: True, P: True}),
+    "q35vl-full-frozen-ckpt-1img768-b1s2048": ("q35vl", "full", 1, 2048, True, {"images": 1, "image_size": [768, 768]}),
+    "q35vl-lora-video8f-b1s2048": ("q35vl", "lora", 1, 2048, False,
+                                   {"images": 0, "videos": 1, "video_frames": 8, "video_size": [360, 640],
+                                    "video_max_pixels": 65536}),
+    "q35moevl-lora-ckpt-1img512-b1s2048": ("q35moevl", "lora", 1, 2048, True, {"images": 1, "image_size": [512, 512]}),
+}
+# 2026-12-06 (nineteenth session), held out: Qwen3-VL-MoE estimated (qwen3_vl_moe: Qwen3-VL's vision
+# side over the Qwen3-MoE row), predicted before they run (tests/data/h200/vl-plan/predictions-vl4.tsv)
+VL4 = {
+    "q3vlmoe-lora-1img512-b2s1024": ("q3vlmoe", "lora", 2, 1024, False, {"images": 1, "image_size": [512, 512]}),
+    "q3vlmoe-full-frozen-ckpt-1img768-b1s2048": ("q3vlmoe", "full", 1, 2048, True,
+                                                 {"images": 1, "image_size": [768, 768]}),
+    "q3vlmoe-lora-ckpt-video8f-b1s2048": ("q3vlmoe", "lora", 1, 2048, True,
+                                          {"images": 0, "videos": 1, "video_frames": 8, "video_size": [360, 640],
+                                           "video_max_pixels": 65536}),
+}
+CASES = {**VL, **VL2, **VL3, **VL4}
 
 
 def model_config(key):
@@ -122,6 +156,6 @@ if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument("--predict", metavar="HEADROOM_CLI", required=True)
-    ap.add_argument("--set", default="vl2", choices=["vl", "vl2"])
+    ap.add_argument("--set", default="vl4", choices=["vl", "vl2", "vl3", "vl4"])
     a = ap.parse_args()
-    predict(list(VL2 if a.set == "vl2" else VL), a.predict)
+    predict(list({"vl": VL, "vl2": VL2, "vl3": VL3, "vl4": VL4}[a.set]), a.predict)

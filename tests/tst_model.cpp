@@ -72,7 +72,8 @@ private Q_SLOTS:
             QVERIFY2(QString::fromUtf8(e.what()).contains(mentions), e.what());
         }
     }
-    // Qwen3.5's checkpoints: a composite config.json whose language model is its text_config; the
+    // Qwen3.5's checkpoints: a composite config.json, Qwen3_5ForConditionalGeneration (Note [Vision
+    // build]): the language model its text_config's, the tower Qwen3-VL's without deepstack; the
     // hybrid stack's layer kinds from layer_types; each bad field named in one line.
     void qwen3_5ReadsItsTextConfig()
     {
@@ -93,10 +94,12 @@ private Q_SLOTS:
         const int64_t H = 64, I = 128, M = 4 * H, out = 256;
         const int64_t tower = (3 * 2 * 16 * 16 + 1) * H + 2304 * H + 2 * (4 * H + 3 * H * H + 3 * H + H * H + H + H * I + I + I * H + H) +
                               2 * H + M * M + M + M * out + out;
-        QCOMPARE(m.vision.towerParams, tower);
+        QCOMPARE(m.vision.towerParams + m.vision.projectorParams, tower);
+        QVERIFY(m.vision.tower.deepstack.empty()); // Qwen3_5VisionConfig deletes it
         json textOnly = text;
         textOnly["model_type"] = "qwen3_5_text";
-        QCOMPARE(parameterCount(modelFromHfConfig(textOnly, "t")), parameterCount(m)); // the same language model
+        // the same language model, and the tower beside it
+        QCOMPARE(parameterCount(modelFromHfConfig(textOnly, "t")) + tower, checkpointParameterCount(m));
         auto refused = [&](json c, const char *mentions) {
             try {
                 (void)modelFromHfConfig(c, "bad");
@@ -105,7 +108,7 @@ private Q_SLOTS:
                 QVERIFY2(std::string(e.what()).find(mentions) != std::string::npos, e.what());
             }
         };
-        refused(json{{"model_type", "qwen3_5"}}, "config.text_config = (missing)");
+        refused(json{{"model_type", "qwen3_5"}}, "config.hidden_size = (missing)");
         json types = textOnly;
         types["layer_types"] = {"linear_attention", "sliding_attention", "linear_attention", "full_attention"};
         refused(types, "config.layer_types = sliding_attention");

@@ -444,6 +444,47 @@ private Q_SLOTS:
         QCOMPARE(text.vision.images, int64_t(0));
     }
 
+    // Note [Vision build]: Qwen3.5's text preset is estimated as its checkpoint's whole build where
+    // the step feeds images (or the recipe has vision settings, or its tool loads the whole
+    // checkpoint), and stays the text model otherwise; the CLI and the imports say so.
+    void visionBuildIsTakenForImages()
+    {
+        ModelArch m = findModelPreset("qwen3.5-9b");
+        TrainingConfig text;
+        QVERIFY(!takeVisionBuild(m, text));
+        QCOMPARE(QString::fromStdString(m.id), QStringLiteral("qwen3.5-9b"));
+        TrainingConfig images;
+        images.vision.images = 1;
+        const auto note = takeVisionBuild(m, images);
+        QVERIFY(note && note->find("qwen3.5-9b-vl, the vision tower included") != std::string::npos);
+        QCOMPARE(QString::fromStdString(m.modelType), QStringLiteral("qwen3_5"));
+        QCOMPARE(visionTokens(m, images).imageTokens, int64_t(196)); // 448 / 32 squared
+        QVERIFY(m.vision.tower.deepstack.empty());
+        // the same language model, the tower beside it
+        QCOMPARE(checkpointParameterCount(m) - parameterCount(findModelPreset("qwen3.5-9b")), int64_t(456010480));
+        ModelArch moe = findModelPreset("qwen3.5-35b-a3b");
+        QVERIFY(takeVisionBuild(moe, text, true)); // LLaMA-Factory's loader
+        QCOMPARE(QString::fromStdString(moe.id), QStringLiteral("qwen3.5-35b-a3b-vl"));
+        ModelArch llama = findModelPreset("llama-3.2-1b");
+        QVERIFY(!takeVisionBuild(llama, images, true)); // no vision build: visionTokens refuses the images
+        // the recipes: Axolotl's processor recipe feeds images to the build; LLaMA-Factory's text recipe
+        // loads the build without images
+        auto estimateOf = [](const QString &recipe) {
+            QProcess p;
+            p.start(QStringLiteral(HEADROOM_CLI), {QStringLiteral("estimate"), QStringLiteral("--from"),
+                                                   QStringLiteral(HEADROOM_SOURCE_DIR "/tests/data/recipes/") + recipe});
+            p.waitForFinished(120000);
+            return QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
+        };
+        const QString axolotl = estimateOf(QStringLiteral("axolotl/examples/qwen3.5/9b-lora-vision.yaml"));
+        QVERIFY2(axolotl.contains(QStringLiteral("Qwen3.5 9B (VL) | lora r32")) && axolotl.contains(QStringLiteral("1 image 448x448")),
+                 qPrintable(axolotl));
+        const QString factory = estimateOf(QStringLiteral("LLaMA-Factory/examples/ascend/qwen3_5moe_lora_sft_fsdp2.yaml"));
+        QVERIFY2(factory.contains(QStringLiteral("as the recipe's tool loads it, the whole checkpoint")) &&
+                     factory.contains(QStringLiteral("Qwen3.5 35B-A3B (VL) | lora r8")) && !factory.contains(QStringLiteral("1 image")),
+                 qPrintable(factory));
+    }
+
     // Note [Vision LoRA]: a tower none of whose Linears the targets name gets no adapter and runs
     // frozen (Qwen3-VL's qkv, proj, linear_fc1, linear_fc2 under q_proj ... down_proj), estimated as
     // such; a target that names one of them is refused by name until simulated.

@@ -258,6 +258,7 @@ Flags withImports(Flags f)
         f.gradCheckpointing = *st.gradCheckpointing;
         f.checkpointingList = *st.gradCheckpointing ? "on" : "off";
     }
+    f.wholeCheckpoint = f.wholeCheckpoint || st.wholeCheckpoint;
     if (st.attention) {
         take("--attention", f.attention, std::string(toString(*st.attention)));
         f.attentionImported = true;
@@ -345,6 +346,11 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
     const Flags f = withImports(given);
     Budget b{resolveModelFlag(f.model, "--model"), buildConfig(f, listsAllowed), findGpu(f.gpu, "--gpu"),
              parseFraction("--reserve", f.reserve)};
+    // Note [Vision build]; taken only for the tool's loader, the recipe's data is text: no images assumed
+    const bool textData = b.config.vision.isDefault();
+    const auto build = takeVisionBuild(b.model, b.config, f.wholeCheckpoint);
+    if (build)
+        cli::say(stderr, "headroom-cli: note: ", *build);
     // No --lora-targets, and no imported file that names them: the model's own Linears (GPT-2's
     // c_attn, c_proj, c_fc; NeoX's query_key_value...), not a Llama's names.
     if (f.loraTargets.empty())
@@ -352,7 +358,7 @@ Budget resolveBudget(const Flags &given, bool listsAllowed)
     const bool pixelsGiven = givenOnCommandLine(f, "--images") || givenOnCommandLine(f, "--videos");
     if (const auto note = dropVisionOfTextModel(b.model, b.config)) // issue 30: a recipe's pixel bounds
         cli::say(stderr, "headroom-cli: note: ", *note);
-    else if (!f.importedFrom.empty() && !pixelsGiven) // Note [Recipe images]
+    else if (!f.importedFrom.empty() && !pixelsGiven && !(build && textData)) // Note [Recipe images]
         if (const auto assumed = assumeRecipeImages(b.model, b.config))
             cli::say(stderr, "headroom-cli: note: ", *assumed + " (--images, --image-size)");
     // The default sequence (2048) on a model with learned positions that stop before it: the most

@@ -38,6 +38,7 @@ struct Flags
     std::string checkpointingList; // sweep: on | off | both
     std::string attention = "sdpa";
     bool attentionImported = false; // an imported file states the attention
+    bool wholeCheckpoint = false;   // an imported file's tool loads the whole checkpoint (Note [Vision build])
     std::string loss = "standard";
     std::string mode = "sft";
     std::string dpoReference; // empty: TRL's default (adapter with LoRA, copy in full fine-tuning)

@@ -512,19 +512,32 @@ QString MainWindow::importTrainingConfig(const QString &path)
     return {};
 }
 
-QString MainWindow::applyImport(const TrainingImport &in, const ModelArch &model, const QString &path, QStringList notes)
+QString MainWindow::applyImport(const TrainingImport &in, const ModelArch &named, const QString &path, QStringList notes)
 {
     const QString name = QFileInfo(path).fileName();
     const Scenario before = m_session->scenario();
     Scenario s = before; // the card, its reserve and the units are the user's, not the recipe's
-    s.model = model;
     TrainingConfig c; // Headroom's defaults, then what the file states
+    in.settings.applyTo(c);
+    ModelArch model = named;
+    // Note [Vision build]; taken only for the tool's loader, the recipe's data is text: no images assumed
+    const bool textData = c.vision.isDefault();
+    std::optional<std::string> build;
+    try {
+        build = takeVisionBuild(model, c, in.settings.wholeCheckpoint);
+    } catch (const std::exception &e) {
+        return tr("Cannot import %1: %2").arg(name, qs(e.what()));
+    }
+    if (build)
+        notes << qs(*build);
+    s.model = model;
     c.lora.targets = defaultLoraTargets(model);
     in.settings.applyTo(c);
     if (!in.settings.seqLen)
         c.seqLen = seqLenFor(model, c.seqLen);
-    if (const auto assumed = assumeRecipeImages(model, c)) // Note [Recipe images]
-        notes << qs(*assumed + " (Images and video)");
+    if (!(build && textData))
+        if (const auto assumed = assumeRecipeImages(model, c)) // Note [Recipe images]
+            notes << qs(*assumed + " (Images and video)");
     try {
         c.validate();
     } catch (const std::exception &e) {

@@ -78,14 +78,10 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
                         "flash-linear-attention and causal-conv1d (its torch fallback keeps each 64-token chunk's "
                         "fp32 tensors and every recurrent state for backward); with those installed Transformers "
                         "calls their kernels instead (not measured here): Measure now runs your own stack");
-    if (familyTraitsOrLlama(model.modelType).textConfigNested && !familyTraitsOrLlama(model.modelType).visionLanguage) {
-        char gib[32];
-        std::snprintf(gib, sizeof gib, "%.2f GiB", static_cast<double>(model.vision.towerParams) * x.p / 1073741824.0);
-        notes.push_back("the language model of " + model.modelType + "'s text_config (Qwen3_5ForCausalLM, which skips the "
-                        "checkpoint's vision tower); a loader that builds the whole model holds the tower's " +
-                        std::to_string(model.vision.towerParams) + " parameters (" + gib +
-                        ") on top, and a run that feeds it images is not estimated yet");
-    }
+    if (!model.visionBuild.empty()) // Note [Vision build]
+        notes.push_back(model.name + " is the checkpoint's language model alone, as AutoModelForCausalLM builds it; "
+                        "a loader that builds the whole checkpoint (LLaMA-Factory, TRL, a processor recipe) holds its "
+                        "vision tower too, and images: estimate " + model.visionBuild + " for that");
     // What is predicted rather than held by a real step. DPO with QLoRA is measured
     // (tests/data/h200/posttrain-2026-12-06: its fp32 logits take TRL's fp32 log-softmax), and so is
     // GRPO's generation with its KV cache; the engine does not yet run the other modes with QLoRA.

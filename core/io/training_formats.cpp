@@ -266,6 +266,7 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.freezeVisionTower, b.freezeVisionTower, "freezing the vision tower", fmt);
         merge(a.freezeProjector, b.freezeProjector, "freezing the projector", fmt);
         merge(a.freezeLanguageModel, b.freezeLanguageModel, "freezing the language model", fmt);
+        a.wholeCheckpoint = a.wholeCheckpoint || b.wholeCheckpoint;
         out.unknownKeys.insert(out.unknownKeys.end(), f.unknownKeys.begin(), f.unknownKeys.end());
         out.conflicts.insert(out.conflicts.end(), f.conflicts.begin(), f.conflicts.end());
         out.notes.insert(out.notes.end(), f.notes.begin(), f.notes.end());

@@ -157,12 +157,6 @@ struct Family
         f.textDefaults = d;
         return f;
     }
-    Family readsOuter(Reader r) const
-    {
-        Family f = *this;
-        f.outer = r;
-        return f;
-    }
 };
 
 // One function per file in model/families/, named family_<model_type> (the list is generated).

@@ -371,6 +371,7 @@ ModelArch modelArchFromJson(const json &j)
                 m.alsoSources.push_back(a.get<std::string>());
             }
         }
+        m.visionBuild = optionalString(meta, "vision_build", "", "model.headroom");
         // 0: not published (a config.json without a model card).
         if (meta.contains("published_params") && !(meta.at("published_params").is_number_integer() &&
                                                    meta.at("published_params").get<int64_t>() == 0))

@@ -5,6 +5,7 @@
 
 #include "family.h"
 
+#include "headroom/catalog.h"
 #include "headroom/error.h"
 
 #include <cmath>
@@ -104,6 +105,18 @@ VisionTokens visionTokens(const ModelArch &m, const TrainingConfig &c)
                              " tokens (" + std::to_string(t.imageTokens) + " per image" +
                              (in.videos > 0 ? ", " + std::to_string(t.videoTokens) + " per video" : std::string()) + ")");
     return t;
+}
+
+// See Note [Vision build] (docs/estimator.md).
+std::optional<std::string> takeVisionBuild(ModelArch &m, const TrainingConfig &c, bool wholeCheckpoint)
+{
+    if (m.visionBuild.empty() || (c.vision.isDefault() && !wholeCheckpoint))
+        return std::nullopt;
+    const std::string text = m.id;
+    m = findModelPreset(m.visionBuild, "model.headroom.vision_build");
+    return text + (c.vision.isDefault() ? " as the recipe's tool loads it, the whole checkpoint"
+                                        : " with images or a vision-language recipe's settings") +
+           ": its " + m.modelType + " vision-language model (" + m.id + ", the vision tower included)";
 }
 
 std::optional<std::string> dropVisionOfTextModel(const ModelArch &m, TrainingConfig &c)
@@ -288,7 +301,8 @@ void qwen25(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &
     t.fullAttention = blockIndexes(v, j, "fullatt_block_indexes", s.depth, {7, 15, 23, 31}); // Qwen2_5_VLVisionConfig's
 }
 
-void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx)
+void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx,
+           bool deepstack)
 {
     const ConfigFields v(j, ctx);
     const Sizes s = sizes(v, textHidden, 1152, 4304, 27, 16);
@@ -302,7 +316,8 @@ void qwen3(const nlohmann::json &j, int64_t textHidden, ModelArch::VisionSide &o
                                  checkedMul(s.depth, block));
     ModelArch::VisionSide::Tower &t = out.tower;
     t = {};
-    t.deepstack = blockIndexes(v, j, "deepstack_visual_indexes", s.depth, {8, 16, 24}); // Qwen3VLVisionConfig's
+    if (deepstack)
+        t.deepstack = blockIndexes(v, j, "deepstack_visual_indexes", s.depth, {8, 16, 24}); // Qwen3VLVisionConfig's
     const int64_t M = checkedMul(H, s.merge * s.merge);
     out.projectorParams =
         checkedAdd(merger(s, 2 * H), checkedMul(static_cast<int64_t>(t.deepstack.size()), merger(s, 2 * M)));

@@ -21,6 +21,7 @@ bool detects(const json &j)
 void read(Reader &r, const json &j)
 {
     auto &st = r.out.settings;
+    st.wholeCheckpoint = true; // its loader: AutoModelForImageTextToText for a multimodal config (Note [Vision build])
     std::string type = "lora";
     bool bf16 = false, fp16 = false, pure = false;
     std::optional<int64_t> quant;

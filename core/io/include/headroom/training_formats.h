@@ -61,6 +61,9 @@ struct TrainingSettings
     // freeze_language_model). How many images a sample holds is the data's, never a recipe's.
     std::optional<int64_t> imageMaxPixels, imageMinPixels, videoMaxPixels, videoMinPixels, videoMaxFrames;
     std::optional<bool> freezeVisionTower, freezeProjector, freezeLanguageModel;
+    // The tool loads the whole checkpoint, a vision-language one's tower too, whatever the data
+    // (LLaMA-Factory's loader: AutoModelForImageTextToText for a multimodal config; Note [Vision build]).
+    bool wholeCheckpoint = false;
 
     // Onto a configuration: the fields set here replace the config's.
     void applyTo(TrainingConfig &c) const;

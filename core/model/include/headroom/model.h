@@ -177,6 +177,9 @@ struct ModelArch
     // from it at most in fields that leave memory alone (special tokens, rope_theta, context length):
     // a preset's "also", which resolves them offline.
     std::vector<std::string> alsoSources;
+    // A text preset whose checkpoint also builds as a vision-language model (Qwen3.5's composite):
+    // the preset of that build, which a step with images is estimated as (Note [Vision build]).
+    std::string visionBuild;
     std::string modelType;  // HF model_type
     int64_t hiddenSize = 0;
     int64_t numLayers = 0;

@@ -39,6 +39,12 @@ std::pair<int64_t, int64_t> toolResize(int64_t height, int64_t width, int64_t mi
 // image-only model) and "seq" when the sequence holds no room for them.
 VisionTokens visionTokens(const ModelArch &m, const TrainingConfig &c);
 
+// A text preset whose checkpoint also builds as a vision-language model (ModelArch::visionBuild),
+// given a vision-language step (images, video, pixel bounds, a processor recipe's freezing) or a
+// tool that loads the whole checkpoint (`wholeCheckpoint`): that build, and what to say about it
+// (Note [Vision build], docs/estimator.md; nullopt: no change).
+std::optional<std::string> takeVisionBuild(ModelArch &m, const TrainingConfig &c, bool wholeCheckpoint = false);
+
 // A vision-language recipe's settings (pixel bounds, what it freezes) on a text model, with no
 // images or video: back to the defaults, and what to say about it (nullopt: nothing to drop).
 std::optional<std::string> dropVisionOfTextModel(const ModelArch &m, TrainingConfig &c);
@@ -84,7 +90,9 @@ const nlohmann::json &visionConfig(const ConfigFields &c, ModelArch &m);
 void qwen25(const nlohmann::json &v, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx);
 // Qwen3-VL: Conv3d patches with a bias, learned positions, LayerNorm blocks with a biased qkv,
 // proj and GELU MLP; the merger, and one more per deepstack layer (each normed after the shuffle).
-void qwen3(const nlohmann::json &v, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx);
+// Qwen3.5's tower is the same without deepstack (`deepstack` false: Qwen3_5VisionConfig deletes it).
+void qwen3(const nlohmann::json &v, int64_t textHidden, ModelArch::VisionSide &out, const std::string &ctx,
+           bool deepstack = true);
 // SigLIP (Gemma 3) and CLIP (LLaVA) encoders; their projectors are the families'.
 // Each returns the tower's parameters and sets its geometry.
 int64_t siglip(const nlohmann::json &v, const std::string &ctx, ModelArch::VisionSide::Tower &tower);
