@@ -66,6 +66,10 @@ def main():
     ap.add_argument("--context-ab", action="store_true",
                     help="part 2 alternates the probe as shipped with HEADROOM_PROBE_EARLY_CONTEXT=0 (the CUDA "
                          "context made after LibTorch loads), four runs each after one discarded run")
+    ap.add_argument("--exit-ab", action="store_true",
+                    help="part 2 alternates the probe as shipped (Note [Probe exit]: _Exit once the answer is "
+                         "written) with HEADROOM_PROBE_FULL_EXIT=1 (LibTorch's and CUDA's teardown at exit), four "
+                         "runs each after one discarded run")
     a = ap.parse_args()
     t0 = time.time()
     left = lambda: a.deadline_s - (time.time() - t0)
@@ -128,6 +132,9 @@ def main():
     if a.context_ab:
         modes = [("discarded (GPU idle before)", None, {})]
         modes += [("as shipped", None, {}), ("early context off", None, {"HEADROOM_PROBE_EARLY_CONTEXT": "0"})] * 4
+    if a.exit_ab:
+        modes = [("discarded (GPU idle before)", None, {})]
+        modes += [("as shipped", None, {}), ("full exit", None, {"HEADROOM_PROBE_FULL_EXIT": "1"})] * 4
     for mode, flag, extra in modes:
         if left() < 60:
             break
