@@ -66,6 +66,8 @@ def main():
     ap.add_argument("--context-ab", action="store_true",
                     help="part 2 alternates the probe as shipped with HEADROOM_PROBE_EARLY_CONTEXT=0 (the CUDA "
                          "context made after LibTorch loads), four runs each after one discarded run")
+    ap.add_argument("--headline", default=HEADLINE, help="part 2's configuration (the H100 holds the "
+                    "headline only with checkpointing: l8b-bf16-lora16-b4s2048-ckpt)")
     ap.add_argument("--exit-ab", action="store_true",
                     help="part 2 alternates the probe as shipped (Note [Probe exit]: _Exit once the answer is "
                          "written) with HEADROOM_PROBE_FULL_EXIT=1 (LibTorch's and CUDA's teardown at exit), four "
@@ -138,7 +140,7 @@ def main():
     for mode, flag, extra in modes:
         if left() < 60:
             break
-        cmd, op = request_for(HEADLINE, flag)
+        cmd, op = request_for(a.headline, flag)
         rc, first, total, err = timed_probe(cmd, 60, dict(os.environ, **extra))
         res = json.load(open(op)) if rc == 0 and os.path.exists(op) else {}
         timing.append({"mode": mode, "rc": rc, "result_s": first,

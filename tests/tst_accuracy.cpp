@@ -359,7 +359,11 @@ private Q_SLOTS:
               // before Note [Dead nodes]
               "vl3-2026-12-06/q35vl-lora-1img512-b2s1024", "vl3-2026-12-06/q35vl-lora-ckpt-2img448-b1s2048",
               "vl3-2026-12-06/q35vl-full-tower-1img640-b1s1024", "vl3-2026-12-06/q35vl-full-frozen-ckpt-1img768-b1s2048",
-              "vl3-2026-12-06/q35vl-lora-video8f-b1s2048", "vl3-2026-12-06/q35moevl-lora-ckpt-1img512-b1s2048"}) {
+              "vl3-2026-12-06/q35vl-lora-video8f-b1s2048", "vl3-2026-12-06/q35moevl-lora-ckpt-1img512-b1s2048",
+              // Qwen3-VL-MoE held out (vl4-2026-12-06, predicted first: the full step as predicted,
+              // the LoRA steps once PEFT's experts wrapping was Qwen3-MoE's only)
+              "vl4-2026-12-06/q3vlmoe-lora-1img512-b2s1024", "vl4-2026-12-06/q3vlmoe-full-frozen-ckpt-1img768-b1s2048",
+              "vl4-2026-12-06/q3vlmoe-lora-ckpt-video8f-b1s2048"}) {
             const QString full = QLatin1String(name), run = full.section(QLatin1Char('/'), -1);
             const QByteArray runDir = full.contains(QLatin1Char('/')) ? full.section(QLatin1Char('/'), 0, 0).toLatin1()
                                                                       : QByteArray(dir);
