@@ -433,20 +433,34 @@ T Ops::linear(const T &x, const T &w, const T *bias, int64_t tokens, int64_t in,
     if (bias)
         inputs.push_back(bias);
     s.record({&out}, inputs, saved, [=](Sim &s, const std::vector<int> &g, const std::vector<bool> &needs) {
-        // AddmmBackward0 / MmBackward0 as the trace shows them: the weight's gradient first
-        // (mat2), then the input's (mat1, a view once reshaped), then the bias's (a row sum).
+        // As the traces show them: MmBackward0 makes the weight's gradient first (mat2), then the
+        // input's (mat1, a view once reshaped); AddmmBackward0 (a biased Linear: at::linear's addmm
+        // on the flattened input) the input's first, then the weight's, then the bias's (a row
+        // sum). Measured: Qwen2.5-1.5B's and Qwen1.5-MoE's q, k and v against their o_proj.
         std::vector<int> r(hasBias ? 3 : 2, -1);
         if (g[0] < 0)
             return r;
-        if (needs[1]) {
-            r[1] = s.allocate(wBytes, Category::Temporaries);
-            s.markViewed(r[1]); // handed on through TBackward (weight.t()): a view
-        }
-        s.blasWorkspace(1);
-        if (needs[0]) {
-            r[0] = s.allocate(xBytes, Category::Temporaries);
-            if (!flat) // reshaped back to the 3-D input: a view (Note [Flat Linear inputs])
-                s.markViewed(r[0]);
+        const auto weightGrad = [&] {
+            if (needs[1]) {
+                r[1] = s.allocate(wBytes, Category::Temporaries);
+                s.markViewed(r[1]); // handed on through TBackward (weight.t()): a view
+            }
+        };
+        const auto inputGrad = [&] {
+            if (needs[0]) {
+                r[0] = s.allocate(xBytes, Category::Temporaries);
+                if (!flat) // reshaped back to the 3-D input: a view (Note [Flat Linear inputs])
+                    s.markViewed(r[0]);
+            }
+        };
+        if (hasBias) {
+            inputGrad();
+            s.blasWorkspace(1);
+            weightGrad();
+        } else {
+            weightGrad();
+            s.blasWorkspace(1);
+            inputGrad();
         }
         if (hasBias && needs[2]) {
             r[2] = s.allocate(outF * bElem, Category::Temporaries);
