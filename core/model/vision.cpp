@@ -99,11 +99,14 @@ VisionTokens visionTokens(const ModelArch &m, const TrainingConfig &c)
     const int64_t videoBlocks = v.perFrameVideo ? t.videoGrid[0] : 1;
     t.perSample = checkedAdd(checkedMul(in.images, t.imageTokens + v.markers),
                              checkedMul(in.videos, checkedAdd(t.videoTokens, checkedMul(videoBlocks, v.markers))));
-    if (t.perSample + 1 > c.seqLen)
+    if (t.perSample + 1 > c.seqLen) {
+        std::string each = in.images > 0 ? std::to_string(t.imageTokens) + " per image" : std::string();
+        if (in.videos > 0)
+            each += (each.empty() ? "" : ", ") + std::to_string(t.videoTokens) + " per video";
         throw InputError("seq", std::to_string(c.seqLen),
                          "holds no room for the sample's images and videos: they take " + std::to_string(t.perSample) +
-                             " tokens (" + std::to_string(t.imageTokens) + " per image" +
-                             (in.videos > 0 ? ", " + std::to_string(t.videoTokens) + " per video" : std::string()) + ")");
+                             " tokens (" + each + ")");
+    }
     return t;
 }
 
