@@ -97,8 +97,18 @@ COMBOS = {
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vl  # noqa: E402  (issue 30's vision-language cases)
 
-SETS = {"dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL, "vl2": vl.VL2, "vl3": vl.VL3, "vl4": vl.VL4}
-CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO, **COMBOS}
+# 2026-12-06: CPO and SimPO as TRL's CPOTrainer runs them (the engine's orpo block with trainer cpo),
+# against ORPO's estimate at the same settings: (..., prompt tokens, cpo_alpha, loss_type)
+CPO = {
+    "l1b-cpo-lora-b2s1024": ("llama-3.2-1b", "lora", 2, 1024, False, "none", "orpo", 512, 1.0, "sigmoid"),
+    "l1b-simpo-full-b2s1024": ("llama-3.2-1b", "full", 2, 1024, False, "none", "orpo", 512, 0.0, "simpo"),
+    "q05-cpo-full-b4s1024": ("qwen2.5-0.5b", "full", 4, 1024, False, "none", "orpo", 512, 1.0, "sigmoid"),
+    "q05-simpo-lora-ckpt-b4s2048": ("qwen2.5-0.5b", "lora", 4, 2048, True, "none", "orpo", 1024, 0.0, "simpo"),
+    "l8b-cpo-lora-ckpt-b2s2048": ("llama-3.1-8b", "lora", 2, 2048, True, "none", "orpo", 1024, 1.0, "sigmoid"),
+}
+
+SETS = {"cpo": CPO, "dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL, "vl2": vl.VL2, "vl3": vl.VL3, "vl4": vl.VL4}
+CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO, **COMBOS, **CPO}
 
 
 def request(name):
@@ -115,6 +125,8 @@ def request(name):
         cfg["mode"] = mode
     if mode in ("dpo", "kto", "orpo"):
         cfg[mode] = {"reference": ref, "prompt_len": prompt, "beta": 0.1}
+    if name in CPO:  # TRL's CPOTrainer on ORPO's layout: cpo_alpha (SimPO: 0) and the loss
+        cfg["orpo"].update(trainer="cpo", cpo_alpha=CPO[name][8], loss_type=CPO[name][9])
     if mode == "grpo":
         ga, beta = CASES[name][8:10]
         cfg["grad_accum"] = ga

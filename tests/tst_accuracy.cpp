@@ -245,7 +245,7 @@ private Q_SLOTS:
     void postTrainingStepsMatchTheRealStack()
     {
         const char *dir = "posttrain-2026-12-05";
-        const QStringList runs{QStringLiteral("l1b-rm-full-b4s1024"), QStringLiteral("l1b-rm-lora-b8s1024"),
+        QStringList runs{QStringLiteral("l1b-rm-full-b4s1024"), QStringLiteral("l1b-rm-lora-b8s1024"),
                                QStringLiteral("l8b-rm-lora-b2s2048"), QStringLiteral("l8b-rm-lora-ckpt-b4s2048"),
                                QStringLiteral("q05-rm-full-b8s1024"),
                                // held out
@@ -258,8 +258,16 @@ private Q_SLOTS:
                                // ORPO
                                QStringLiteral("l1b-orpo-lora-b2s1024"), QStringLiteral("l1b-orpo-full-b2s1024"),
                                QStringLiteral("l8b-orpo-lora-ckpt-b2s2048"), QStringLiteral("q05-orpo-lora-b4s1024")};
-        for (const QString &name : runs) {
-            const Measurement m = h200Result(dir, name);
+        // CPO and SimPO as TRL's CPOTrainer runs them (cpo-2026-12-06): ORPO's step, SimPO's
+        // (cpo_alpha 0) without the chosen half's cross-entropy (3% and 21% over before it was)
+        for (const char *cpo : {"l1b-cpo-lora-b2s1024", "l1b-simpo-full-b2s1024", "q05-cpo-full-b4s1024",
+                                "q05-simpo-lora-ckpt-b4s2048", "l8b-cpo-lora-ckpt-b2s2048"})
+            runs << QStringLiteral("cpo-2026-12-06/") + QLatin1String(cpo);
+        for (const QString &full : runs) {
+            const QString name = full.section(QLatin1Char('/'), -1);
+            const QByteArray runDir = full.contains(QLatin1Char('/')) ? full.section(QLatin1Char('/'), 0, 0).toLatin1() : QByteArray(dir);
+            const Measurement m = h200Result(runDir.constData(), name);
+            QCOMPARE(m.config.dpo.chosenNll, !name.contains(QStringLiteral("-simpo-")));
             QVERIFY(m.config.mode == (name.contains(QStringLiteral("-rm-"))    ? TrainingMode::Reward
                                       : name.contains(QStringLiteral("-kto-")) ? TrainingMode::KTO
                                                                                : TrainingMode::ORPO));

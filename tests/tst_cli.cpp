@@ -1133,6 +1133,46 @@ private Q_SLOTS:
         QCOMPARE(peakOf(back), peakOf(flags));
     }
 
+    // Issue 29: CPO and SimPO (TRL's CPOTrainer: Axolotl rl: cpo / simpo, TRL's CPOConfig) are ORPO's
+    // step, measured (tests/data/h200/cpo-2026-12-06); cpo_alpha 0 leaves the chosen half's
+    // cross-entropy out, and the Axolotl export keeps it so.
+    void cpoRecipesAreOrposStep()
+    {
+        QTemporaryDir dir;
+        auto estimateOf = [&](const char *name, const char *text) {
+            const Run r = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), writeIn(dir, name, text)});
+            return std::make_pair(r, r.code == 0 ? nlohmann::json::parse(r.out.toStdString()) : nlohmann::json());
+        };
+        const char *base = "base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 16\nlora_target_linear: true\n"
+                           "micro_batch_size: 2\nsequence_len: 1024\nbf16: true\n";
+        const auto [cpo, cj] = estimateOf("cpo.yaml", (std::string(base) + "rl: cpo\n").c_str());
+        QVERIFY2(cpo.code == 0, qPrintable(cpo.err));
+        QCOMPARE(cj.at("config").at("mode").get<std::string>(), std::string("orpo"));
+        QVERIFY(cpo.err.contains(QStringLiteral("TRL's CPOTrainer")));
+        const auto [orpo, oj] = estimateOf("orpo.yaml", (std::string(base) + "rl: orpo\n").c_str());
+        QCOMPARE(peakOf(cpo), peakOf(orpo));
+        const auto [simpo, sj] = estimateOf("simpo.yaml", (std::string(base) + "rl: simpo\ncpo_alpha: 0\n").c_str());
+        QVERIFY2(simpo.code == 0, qPrintable(simpo.err));
+        QCOMPARE(sj.at("config").at("orpo").at("cpo_alpha").get<double>(), 0.0);
+        QVERIFY(peakOf(simpo) < peakOf(cpo)); // no cross-entropy over the chosen half
+        // TRL's CPOConfig, by its own keys
+        const auto [trl, tj] = estimateOf("cpo_config.yaml", "model_name_or_path: meta-llama/Llama-3.2-1B\nuse_peft: true\n"
+                                                             "lora_target_modules: all-linear\nper_device_train_batch_size: 2\n"
+                                                             "max_length: 1024\nbf16: true\ncpo_alpha: 0.0\nloss_type: simpo\n");
+        QVERIFY2(trl.code == 0, qPrintable(trl.err));
+        QCOMPARE(tj.at("config").at("mode").get<std::string>(), std::string("orpo"));
+        QCOMPARE(tj.at("config").at("orpo").at("cpo_alpha").get<double>(), 0.0);
+        // exported to Axolotl and read back: still SimPO
+        const QString out = dir.filePath(QStringLiteral("back.yml"));
+        const Run ex = cli({QStringLiteral("export"), QStringLiteral("--format"), QStringLiteral("axolotl"), QStringLiteral("--from"),
+                            dir.filePath(QStringLiteral("simpo.yaml")), QStringLiteral("--out"), out});
+        QVERIFY2(ex.code == 0, qPrintable(ex.err));
+        const Run back = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"), out});
+        QCOMPARE(peakOf(back), peakOf(simpo));
+        const auto [bad, bj] = estimateOf("bad.yaml", (std::string(base) + "rl: simpo\ncpo_alpha: -1\n").c_str());
+        QVERIFY(bad.code != 0 && bad.err.contains(QStringLiteral("cpo_alpha = -1")));
+    }
+
     // Issue 29: TRL's GRPOConfig as TRL reads it: the mode from its own keys, the sequence as the
     // prompt then the completion, the reference where beta > 0 (the disabled adapter under PEFT),
     // vLLM's mode and share; a share outside (0, 1) is one line naming the key.

@@ -163,6 +163,15 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
             throw InputError("--dpo-beta", f.dpoBeta, "must be a number in [0, 1e6]");
     }
     c.dpo.reference = !f.dpoReference.empty() ? parseReference(f.dpoReference, "--dpo-reference") : c.defaultReference();
+    if (!f.cpoAlpha.empty()) { // CPO and SimPO: TRL's CPOTrainer runs ORPO's step
+        char *end = nullptr;
+        const double alpha = std::strtod(f.cpoAlpha.c_str(), &end);
+        if (end == f.cpoAlpha.c_str() || *end != '\0' || !(alpha >= 0.0 && alpha <= 1e6))
+            throw InputError("--cpo-alpha", f.cpoAlpha, "must be a number in [0, 1e6]");
+        if (c.mode != TrainingMode::ORPO)
+            throw InputError("--cpo-alpha", f.cpoAlpha, "is CPO's (TRL's CPOTrainer runs ORPO's step): use it with --mode orpo");
+        c.dpo.chosenNll = alpha > 0.0;
+    }
     if (f.vllm != "off" && f.vllm != "colocate" && f.vllm != "server")
         throw InputError("--vllm", f.vllm, "must be off, colocate or server");
     c.grpo.vllm = f.vllm != "off";
@@ -273,6 +282,8 @@ Flags withImports(Flags f)
         take("--prompt-len", f.promptLen, std::to_string(*st.promptLen));
     if (st.beta)
         take("--dpo-beta", f.dpoBeta, formatSetting(*st.beta));
+    if (st.chosenNll)
+        take("--cpo-alpha", f.cpoAlpha, *st.chosenNll ? "1" : "0");
     if (st.mode == TrainingMode::GRPO) { // the sequence is the prompt, then the completion
         const int64_t prompt = st.promptLen.value_or(TrainingSettings::kGrpoPromptTokens);
         if (st.completionLen) {
@@ -434,6 +445,9 @@ void addTrainingFlags(CLI::App *cmd, Flags &f, bool lists)
     cmd->add_option("--prompt-len", f.promptLen, "DPO: prompt tokens of each sequence (0: half of --seq)")
         ->capture_default_str();
     cmd->add_option("--dpo-beta", f.dpoBeta, "The preference modes' beta (default 0.1; GRPO: 0, no reference)");
+    cmd->add_option("--cpo-alpha", f.cpoAlpha,
+                    "CPO and SimPO (TRL's CPOTrainer: --mode orpo's step): the chosen half's cross-entropy weight; "
+                    "0 leaves it out (SimPO)");
     cmd->add_option("--vllm", f.vllm, "GRPO's generation: off (HF generate) | colocate | server (TRL's use_vllm)")
         ->capture_default_str();
     cmd->add_option("--vllm-share", f.vllmShare, "GRPO with vLLM colocated: its gpu_memory_utilization")

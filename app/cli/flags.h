@@ -42,6 +42,7 @@ struct Flags
     std::string loss = "standard";
     std::string mode = "sft";
     std::string dpoReference; // empty: TRL's default (adapter with LoRA, copy in full fine-tuning)
+    std::string cpoAlpha;     // empty: ORPO's and CPO's chosen cross-entropy; 0: SimPO's step without it
     std::string promptLen = "0";
     std::string dpoBeta;             // empty: TRL's default (0.1; GRPO: 0)
     std::string numGenerations;       // GRPO; empty: TrainingConfig::fittingGenerations

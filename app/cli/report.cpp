@@ -41,7 +41,8 @@ std::string describeConfig(const ModelArch &m, const TrainingConfig &c)
     if (c.mode == TrainingMode::DPO || c.mode == TrainingMode::KTO) // issue 29: the mode and its reference first
         o << toString(c.mode) << " (" << toString(c.dpo.reference) << " reference, prompt " << c.dpo.prompt(c.seqLen) << ") | ";
     else if (c.mode == TrainingMode::ORPO)
-        o << "orpo (prompt " << c.dpo.prompt(c.seqLen) << ") | ";
+        o << (c.dpo.chosenNll ? "orpo" : "orpo without the chosen cross-entropy (SimPO: cpo_alpha 0)") << " (prompt "
+          << c.dpo.prompt(c.seqLen) << ") | ";
     else if (c.mode == TrainingMode::Reward)
         o << "reward model (sequence classifier, 1 label) | ";
     o << toString(c.finetune);

@@ -42,6 +42,8 @@ json toJson(const TrainingConfig &c, bool everyField)
         json block = {{"prompt_len", c.dpo.prompt(c.seqLen)}, {"beta", c.dpo.beta}};
         if (c.mode != TrainingMode::ORPO)
             block["reference"] = toString(c.dpo.reference);
+        else if (!c.dpo.chosenNll) // SimPO: TRL's CPOTrainer with cpo_alpha 0, as the engine runs it
+            block.update({{"trainer", "cpo"}, {"cpo_alpha", 0.0}, {"loss_type", "simpo"}});
         if (c.mode == TrainingMode::GRPO) {
             block["num_generations"] = c.grpo.numGenerations;
             block["temperature"] = c.grpo.temperature;
@@ -220,6 +222,11 @@ TrainingConfig trainingConfigFromJson(const json &j)
         }
         if (c.mode == TrainingMode::GRPO)
             readRollout(c, d, dc);
+        if (c.mode == TrainingMode::ORPO && d.contains("cpo_alpha")) { // CPO / SimPO (TRL's CPOTrainer)
+            if (!d.at("cpo_alpha").is_number() || d.at("cpo_alpha").get<double>() < 0)
+                throw InputError(dc + ".cpo_alpha", showJson(d.at("cpo_alpha")).substr(0, 40), "must be a number, 0 or more");
+            c.dpo.chosenNll = d.at("cpo_alpha").get<double>() > 0;
+        }
     }
     c.dpo.reference = reference ? *reference : c.defaultReference();
     if (c.mode == TrainingMode::ORPO)

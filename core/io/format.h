@@ -143,6 +143,10 @@ void readReward(Reader &r, const std::string &key, const json &v);
 void readKto(Reader &r, const std::string &key, const json &v);
 // Issue 29: ORPO as TRL's ORPOTrainer runs it (See Note [ORPO step]): no reference.
 void readOrpo(Reader &r, const std::string &key, const json &v);
+// CPO and SimPO (Axolotl rl: cpo / simpo, TRL's CPOConfig): ORPO's step as TRL's CPOTrainer runs it;
+// cpo_alpha (readCpoAlpha) says whether the chosen half's cross-entropy is in it.
+void readCpo(Reader &r, const std::string &key, const json &v);
+void readCpoAlpha(Reader &r, const std::string &key, const json &v);
 // Issue 29: GRPO as TRL's GRPOTrainer runs it (generation, then the step on prompt + completion).
 void readGrpo(Reader &r, const std::string &key, const json &v);
 // GRPOConfig's own keys (TRL's config, Axolotl's trl: block): num_generations and reward_funcs

@@ -508,6 +508,21 @@ void readOrpo(Reader &r, const std::string &key, const json &v)
     r.out.settings.reference = Reference::None;
 }
 
+void readCpo(Reader &r, const std::string &key, const json &v)
+{
+    (void)v;
+    enterMode(r, key, TrainingMode::ORPO,
+              "CPO or SimPO as TRL's CPOTrainer runs it: ORPO's step (b pairs as one batch of 2b sequences, the "
+              "log-probabilities of all, no reference model), the chosen half's cross-entropy in it unless "
+              "cpo_alpha = 0");
+    r.out.settings.reference = Reference::None;
+}
+
+void readCpoAlpha(Reader &r, const std::string &key, const json &v)
+{
+    r.out.settings.chosenNll = r.number(key, v, 0.0, 1e6) > 0.0;
+}
+
 void readGrpo(Reader &r, const std::string &key, const json &v)
 {
     (void)v;

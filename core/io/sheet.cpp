@@ -136,7 +136,7 @@ std::string summarize(const TrainingConfig &c)
     if (c.mode == TrainingMode::DPO || c.mode == TrainingMode::KTO) // "DPO (adapter reference), LoRA r16, ..., batch 2 pairs x 1024"
         o << modeTitle(c.mode) << " (" << referenceTitle(c.dpo.reference) << " reference), ";
     else if (c.mode == TrainingMode::ORPO)
-        o << "ORPO, ";
+        o << (c.dpo.chosenNll ? "ORPO, " : "ORPO without the chosen cross-entropy (SimPO), ");
     else if (c.mode == TrainingMode::Reward)
         o << "reward model, ";
     else if (c.mode == TrainingMode::GRPO) // "GRPO (no reference, vLLM colocated 0.3), 8 a prompt, prompt 512, ..."

@@ -103,6 +103,8 @@ void TrainingSettings::applyTo(TrainingConfig &c) const
         c.dpo.beta = TrainingConfig::defaultBeta(*mode);
     if (mode) // TRL's reference unless the file says (TrainingConfig::defaultReference)
         c.dpo.reference = reference ? *reference : c.defaultReference();
+    if (chosenNll)
+        c.dpo.chosenNll = *chosenNll;
     if (mode == TrainingMode::GRPO)
         applyRollout(c);
     if (imageMaxPixels) c.vision.maxPixels = *imageMaxPixels;
@@ -250,6 +252,7 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.activationOffload, b.activationOffload, "activation offload", fmt);
         merge(a.mode, b.mode, "the training mode", fmt);
         merge(a.reference, b.reference, "the DPO reference", fmt);
+        merge(a.chosenNll, b.chosenNll, "CPO's cpo_alpha", fmt);
         merge(a.promptLen, b.promptLen, "the prompt length", fmt);
         merge(a.beta, b.beta, "DPO's beta", fmt);
         merge(a.completionLen, b.completionLen, "GRPO's completion length", fmt);
@@ -297,6 +300,9 @@ std::string exportTrainingConfig(TrainingFormat format, const std::string &model
     if (c.mode == TrainingMode::Reward && format != TrainingFormat::Axolotl && format != TrainingFormat::Trainer)
         notes.push_back("TRL's reward model has no key in this format (LLaMA-Factory's stage rm trains a value head "
                         "over the lm_head instead): written as supervised fine-tuning; use TRL's RewardTrainer");
+    if (c.mode == TrainingMode::ORPO && !c.dpo.chosenNll && format == TrainingFormat::LlamaFactory)
+        notes.push_back("SimPO as TRL's CPOTrainer runs it has no LLaMA-Factory key (its pref_loss: simpo is its own DPO "
+                        "stage's loss): written as ORPO, with the chosen half's cross-entropy");
     if ((c.mode == TrainingMode::ORPO && format != TrainingFormat::Axolotl && format != TrainingFormat::LlamaFactory) ||
         ((c.mode == TrainingMode::KTO || c.mode == TrainingMode::GRPO) && format != TrainingFormat::Axolotl &&
          format != TrainingFormat::Trainer && format != TrainingFormat::LlamaFactory))

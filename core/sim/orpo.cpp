@@ -17,20 +17,24 @@ T orpoLoss(Sim &S, Ops &O, T logits, const OrpoShape &d)
     // (a view), [..., :-1, :].contiguous() (a copy), the labels' shift (contiguous), then
     // nn.CrossEntropyLoss in the logits' dtype: log_softmax (saves its output) and nll_loss (a
     // scalar; keeps the target and total_weight; its backward, zeros of the log-probs scattered into)
+    // CPOTrainer's with cpo_alpha 0 (SimPO): nll_loss = torch.tensor(0.0) (a scalar, left out)
     S.setOp("orpo.nll");
-    T chosen = O.slice(logits, d.pairs * d.seq * V);
-    T shifted = O.slice(chosen, d.pairs * rows * V);
-    T contiguous = O.copy(shifted);
-    S.recategorize(contiguous.sto, Category::Logits);
-    const int labels = S.allocate(d.pairs * rows * 8, Category::Activations);
-    T lp = O.logSoftmax(contiguous);
-    S.recategorize(lp.sto, Category::Logits);
-    T nll = O.nllLoss(lp, labels);
-    S.unref(labels);
-    S.drop(lp);
-    S.drop(contiguous); // cross_entropy_loss returns
-    S.drop(shifted);
-    S.drop(chosen);
+    T nll;
+    if (d.chosenNll) {
+        T chosen = O.slice(logits, d.pairs * d.seq * V);
+        T shifted = O.slice(chosen, d.pairs * rows * V);
+        T contiguous = O.copy(shifted);
+        S.recategorize(contiguous.sto, Category::Logits);
+        const int labels = S.allocate(d.pairs * rows * 8, Category::Activations);
+        T lp = O.logSoftmax(contiguous);
+        S.recategorize(lp.sto, Category::Logits);
+        nll = O.nllLoss(lp, labels);
+        S.unref(labels);
+        S.drop(lp);
+        S.drop(contiguous); // cross_entropy_loss returns
+        S.drop(shifted);
+        S.drop(chosen);
+    }
 
     // get_batch_logps over all the logits, averaged per sequence: the labels' shift (a clone),
     // the mask, selective_log_softmax over logits[:, :-1, :] (a view), the masked product, its sum
@@ -46,9 +50,11 @@ T orpoLoss(Sim &S, Ops &O, T logits, const OrpoShape &d)
     S.setOp("orpo.loss");
     T ratio = O.mean(sums, 1);
     S.drop(sums);
-    T loss = O.add(nll, ratio);
-    S.drop(nll);
-    S.drop(ratio);
+    T loss = nll.valid() ? O.add(nll, ratio) : ratio;
+    if (nll.valid()) {
+        S.drop(nll);
+        S.drop(ratio);
+    }
     // compute_loss returns: the outputs' logits go (the slice nodes keep none)
     S.drop(shift);
     S.drop(logits);

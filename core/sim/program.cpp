@@ -3240,7 +3240,7 @@ private:
     T orpoStep(const T &ids)
     {
         T logits = modelLogits(ids, Pass::Policy);
-        return sim::orpoLoss(S, O, logits, sim::OrpoShape{c.microBatch, s, V, c.dpo.prompt(s)});
+        return sim::orpoLoss(S, O, logits, sim::OrpoShape{c.microBatch, s, V, c.dpo.prompt(s), c.dpo.chosenNll});
     }
 
     // The lm_head and the loss over the final norm's output `fn` (consumed).

@@ -135,6 +135,10 @@ def parse_config(c):
         }
         if m == "orpo" and cfg[m]["reference"] != "none":
             raise BadRequest("config.orpo.reference", cfg[m]["reference"], "ORPO has no reference model: use none")
+        if m == "orpo":  # CPO and SimPO: TRL's CPOTrainer runs ORPO's step (orpo.py)
+            cfg[m]["trainer"] = _choice(d, "trainer", "config.orpo", ("orpo", "cpo"), "orpo")
+            cfg[m]["cpo_alpha"] = _number(d, "cpo_alpha", "config.orpo", 0.0, 1e6, 1.0)
+            cfg[m]["loss_type"] = _choice(d, "loss_type", "config.orpo", ("sigmoid", "hinge", "ipo", "simpo"), "sigmoid")
         if cfg[m]["reference"] == "adapter" and cfg["finetune"] == "full":
             raise BadRequest(f"config.{m}.reference", "adapter", "a disabled adapter needs LoRA or QLoRA: use copy or none")
     if m == "grpo":

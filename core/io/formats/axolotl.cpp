@@ -106,8 +106,8 @@ void read(Reader &r, const json &j)
                        return readDpo(r, k, v);
                    if (mode == "kto")
                        return readKto(r, k, v);
-                   if (mode == "orpo")
-                       return readOrpo(r, k, v);
+                   if (mode == "orpo" || mode == "cpo" || mode == "simpo") // CPO, SimPO: TRL's CPOTrainer
+                       return mode == "orpo" ? readOrpo(r, k, v) : readCpo(r, k, v);
                    // GDPO is GRPO's step with its rewards normalised per objective (a few numbers)
                    if (mode == "grpo" || mode == "gdpo")
                        return readGrpo(r, k, v);
@@ -127,6 +127,7 @@ void read(Reader &r, const json &j)
               {"center_rewards_coefficient", ignoreKey}, // a few bytes of the reward loss
               {"num_labels", ignoreKey}, // the model class's (reward_model: one label)
               {"rl_beta", [](Reader &r, const std::string &k, const json &v) { r.out.settings.beta = r.number(k, v, 0.0, 1e6); }},
+              {"cpo_alpha", readCpoAlpha},
               {"max_prompt_len", [](Reader &r, const std::string &k, const json &v) {
                    r.out.settings.promptLen = r.integer(k, v, 1, 1 << 24);
                }},
@@ -208,8 +209,10 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
         if (c.dpo.reference == Reference::None)
             notes.push_back("a precomputed reference has no Axolotl key: written as DPO with its reference");
     }
-    if (c.mode == TrainingMode::ORPO) {
-        kv(y, "rl", "orpo");
+    if (c.mode == TrainingMode::ORPO) { // SimPO: TRL's CPOTrainer without the chosen cross-entropy
+        kv(y, "rl", c.dpo.chosenNll ? "orpo" : "simpo");
+        if (!c.dpo.chosenNll)
+            kv(y, "cpo_alpha", 0.0);
         kv(y, "rl_beta", c.dpo.beta);
         kv(y, "max_prompt_len", c.dpo.prompt(c.seqLen));
     }

@@ -35,6 +35,8 @@ void read(Reader &r, const json &j)
             return readGrpo(r, k, v);
         if (j.contains("desirable_weight") || j.contains("undesirable_weight")) // KTOConfig's beta
             return readKto(r, k, v);
+        if (j.contains("cpo_alpha") || j.contains("simpo_gamma")) // CPOConfig's
+            return readCpo(r, k, v);
         readDpo(r, k, v);
     };
     std::map<std::string, Handler> keys = grpoKeys();
@@ -79,6 +81,11 @@ void read(Reader &r, const json &j)
                        r.out.settings.reference = Reference::None;
                }},
               {"center_rewards_coefficient", readReward}, // RewardConfig's own key
+              {"cpo_alpha", [](Reader &r, const std::string &k, const json &v) { // CPOConfig's own keys
+                   readCpo(r, k, v);
+                   readCpoAlpha(r, k, v);
+               }},
+              {"simpo_gamma", readCpo},
               {"desirable_weight", readKto},                // KTOConfig's own keys
               {"undesirable_weight", readKto},
               {"load_in_4bit", [&](Reader &r, const std::string &k, const json &v) { fourBit = r.flag(k, v); }},

@@ -203,6 +203,10 @@ struct TrainingConfig
         Reference reference = Reference::Adapter;
         int64_t promptLen = 0; // tokens of each sequence's prompt; 0: half of seqLen
         double beta = 0.1;
+        // ORPO's step: the chosen half's cross-entropy beside the log-probabilities. TRL's
+        // CPOTrainer runs the same step with it where cpo_alpha > 0 (CPO) and without it where
+        // cpo_alpha = 0 (SimPO as its paper trains): false (Note [ORPO step]).
+        bool chosenNll = true;
         int64_t prompt(int64_t seq) const { return promptLen > 0 ? promptLen : seq / 2; }
     } dpo;
     // Issue 29: GRPO's own settings beside the block above (its prompt_len, beta and reference;

@@ -47,6 +47,7 @@ struct TrainingSettings
     // Issue 29: DPO (Axolotl rl: dpo/ipo, LLaMA-Factory stage: dpo, TRL's DPOConfig)
     std::optional<TrainingMode> mode;
     std::optional<Reference> reference;
+    std::optional<bool> chosenNll; // CPO / SimPO: cpo_alpha > 0 (TrainingConfig::Preference::chosenNll)
     std::optional<int64_t> promptLen;
     std::optional<double> beta;
     // GRPO (TRL's GRPOConfig, Axolotl rl: grpo and its trl: block): seqLen is prompt + completion
