@@ -107,8 +107,14 @@ CPO = {
     "l8b-cpo-lora-ckpt-b2s2048": ("llama-3.1-8b", "lora", 2, 2048, True, "none", "orpo", 1024, 1.0, "sigmoid"),
 }
 
-SETS = {"cpo": CPO, "dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL, "vl2": vl.VL2, "vl3": vl.VL3, "vl4": vl.VL4}
-CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO, **COMBOS, **CPO}
+# IPO (Axolotl rl: ipo, TRL's loss_type ipo): DPOTrainer with loss_types ["ipo"], against DPO's estimate
+IPO = {
+    "l1b-ipo-lora-b2s1024": ("llama-3.2-1b", "lora", 2, 1024, False, "adapter", "dpo"),
+    "q05-ipo-full-copy-b2s1024": ("qwen2.5-0.5b", "full", 2, 1024, False, "copy", "dpo"),
+}
+
+SETS = {"ipo": IPO, "cpo": CPO, "dpo": DPO, "posttrain": POSTTRAIN, "heldout": HELDOUT, "grpo": GRPO, "combos": COMBOS, "vl": vl.VL, "vl2": vl.VL2, "vl3": vl.VL3, "vl4": vl.VL4}
+CASES = {**DPO, **POSTTRAIN, **HELDOUT, **GRPO, **COMBOS, **CPO, **IPO}
 
 
 def request(name):
@@ -125,6 +131,8 @@ def request(name):
         cfg["mode"] = mode
     if mode in ("dpo", "kto", "orpo"):
         cfg[mode] = {"reference": ref, "prompt_len": prompt, "beta": 0.1}
+    if name in IPO:  # DPOTrainer's IPO loss on the same log-probabilities
+        cfg["dpo"]["loss_type"] = "ipo"
     if name in CPO:  # TRL's CPOTrainer on ORPO's layout: cpo_alpha (SimPO: 0) and the loss
         cfg["orpo"].update(trainer="cpo", cpo_alpha=CPO[name][8], loss_type=CPO[name][9])
     if mode == "grpo":

@@ -170,7 +170,7 @@ private Q_SLOTS:
     void dpoStepsMatchTheRealStack()
     {
         const char *dir = "dpo-2026-12-04";
-        const QStringList runs{QStringLiteral("l1b-dpo-lora-b2s1024"), QStringLiteral("l1b-dpo-lora-ckpt-b4s1024"),
+        QStringList runs{QStringLiteral("l1b-dpo-lora-b2s1024"), QStringLiteral("l1b-dpo-lora-ckpt-b4s1024"),
                                QStringLiteral("l1b-dpo-full-copy-b1s1024"), QStringLiteral("l1b-dpo-full-none-b1s1024"),
                                QStringLiteral("l1b-dpo-full-copy-ckpt-b2s2048"), QStringLiteral("l8b-dpo-lora-b1s2048"),
                                QStringLiteral("l8b-dpo-lora-ckpt-b2s2048"), QStringLiteral("q05-dpo-full-copy-b2s1024"),
@@ -178,8 +178,12 @@ private Q_SLOTS:
                                // held out: measured after the estimate was written
                                QStringLiteral("l1b-dpo-lora-p256-b4s1024"), QStringLiteral("q05-dpo-lora-b4s2048"),
                                QStringLiteral("l1b-dpo-full-none-ckpt-b2s2048"), QStringLiteral("l8b-dpo-lora-ckpt-p768-b4s1024")};
-        for (const QString &name : runs) {
-            const Measurement m = h200Result(dir, name);
+        // IPO (ipo-2026-12-06): DPOTrainer with loss_type ipo is DPO's step
+        runs << QStringLiteral("ipo-2026-12-06/l1b-ipo-lora-b2s1024") << QStringLiteral("ipo-2026-12-06/q05-ipo-full-copy-b2s1024");
+        for (const QString &full : runs) {
+            const QString name = full.section(QLatin1Char('/'), -1);
+            const QByteArray runDir = full.contains(QLatin1Char('/')) ? full.section(QLatin1Char('/'), 0, 0).toLatin1() : QByteArray(dir);
+            const Measurement m = h200Result(runDir.constData(), name);
             const bool dpo = !name.contains(QStringLiteral("sft"));
             QVERIFY(m.config.mode == (dpo ? TrainingMode::DPO : TrainingMode::SFT));
             if (dpo)

@@ -20,13 +20,14 @@ def loss_fn(torch, model, ref_model, cfg, device, info):
     trainer = types.SimpleNamespace(
         model=model, ref_model=ref_model, accelerator=Accelerator(device),
         precompute_ref_logps=dpo["reference"] == "none", aux_loss_enabled=False, ld_alpha=None,
-        f_divergence_type="reverse_kl", f_alpha_divergence_coef=1.0, loss_types=["sigmoid"], loss_weights=[1.0],
+        f_divergence_type="reverse_kl", f_alpha_divergence_coef=1.0, loss_types=[dpo.get("loss_type", "sigmoid")],
+        loss_weights=[1.0],
         beta=dpo["beta"], label_smoothing=0.0, use_weighting=False, router_aux_loss_coef=0.0,
         args=types.SimpleNamespace(gradient_checkpointing_kwargs={"use_reentrant": False},
                                    gradient_checkpointing=cfg["grad_checkpointing"]),
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)}, _total_train_tokens=0)
     compute = DPOTrainer._compute_loss
-    info["dpo"] = {"loss": "TRL DPOTrainer._compute_loss (sigmoid)", "reference": dpo["reference"],
+    info["dpo"] = {"loss": f"TRL DPOTrainer._compute_loss ({dpo.get('loss_type', 'sigmoid')})", "reference": dpo["reference"],
                    "beta": dpo["beta"], "prompt_len": dpo["prompt_len"]}
 
     def loss(ids, completion_mask, ref_logps=None):

@@ -135,6 +135,9 @@ def parse_config(c):
         }
         if m == "orpo" and cfg[m]["reference"] != "none":
             raise BadRequest("config.orpo.reference", cfg[m]["reference"], "ORPO has no reference model: use none")
+        if m == "dpo":  # IPO, hinge, APO: DPOTrainer's other losses on the same log-probabilities
+            cfg[m]["loss_type"] = _choice(d, "loss_type", "config.dpo", ("sigmoid", "ipo", "hinge", "robust", "apo_zero",
+                                                                       "apo_down"), "sigmoid")
         if m == "orpo":  # CPO and SimPO: TRL's CPOTrainer runs ORPO's step (orpo.py)
             cfg[m]["trainer"] = _choice(d, "trainer", "config.orpo", ("orpo", "cpo"), "orpo")
             cfg[m]["cpo_alpha"] = _number(d, "cpo_alpha", "config.orpo", 0.0, 1e6, 1.0)
