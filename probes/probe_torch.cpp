@@ -123,6 +123,9 @@ static Outcome runEngine(const ProbeRequest &request, const Callbacks &cb, const
     M.torchVersion = TORCH_VERSION;
     M.createdAt = nowIso();
     M.warmupSteps = 1;
+    if (request.config.attention == Attention::Flash)
+        M.note = "A flash kernel runs here as SDPA's flash kernel (the LibTorch engine cannot call flash-attn; the "
+                 "transformers engine runs flash-attn where it is installed).";
 
     bool cuda = false;
 #if HEADROOM_HAVE_CUDA
@@ -145,7 +148,7 @@ static Outcome runEngine(const ProbeRequest &request, const Callbacks &cb, const
         // Ranks share the machine's cores, as torchrun's OMP_NUM_THREADS does.
         at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, dist.worldSize)));
         M.deviceName = cpuName();
-        M.note = "CPU mode: bytes counted by a tracking CPU allocator (oneDNN/BLAS workspaces bypass it). On CUDA "
+        M.note += std::string(M.note.empty() ? "" : " ") + "CPU mode: bytes counted by a tracking CPU allocator (oneDNN/BLAS workspaces bypass it). On CUDA "
                  "add PyTorch's cuBLAS workspace (64 MiB), the caching allocator's slack and the CUDA context; CPU "
                  "kernels keep no flash-attention layout, so attention and bf16 matmul temporaries differ.";
     }

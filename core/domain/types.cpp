@@ -69,7 +69,8 @@ const std::vector<EnumRow<OptimizerImpl>> kImplTable = {{OptimizerImpl::Foreach,
 const std::vector<EnumRow<FineTune>> kFineTuneTable = {
     {FineTune::Full, "full", "Full fine-tuning"}, {FineTune::LoRA, "lora", "LoRA"}, {FineTune::QLoRA, "qlora", "QLoRA (NF4)"}};
 const std::vector<EnumRow<Attention>> kAttentionTable = {{Attention::SDPA, "sdpa", "SDPA (flash / mem-efficient)"},
-                                                          {Attention::Eager, "eager", "eager"}};
+                                                          {Attention::Eager, "eager", "eager"},
+                                                          {Attention::Flash, "flash", "flash kernel (flash-attn 2/3)"}};
 // Adding an optimizer: a row here, its state and step temporaries in the simulator
 // (program.cpp optimizerStep), and its step in the LibTorch probe and the transformers engine.
 const std::vector<OptimizerTraits> kOptimizerTable = {

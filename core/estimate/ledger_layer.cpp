@@ -194,7 +194,7 @@ int64_t attention(Ledger &L, Ctx &x, int64_t qBytes, int64_t kBytes, int64_t vBy
     const C keep = grad ? C::Activations : C::Temporaries;
     const int64_t outBytes = x.tok(x.qOut) * x.c;
     outSaved = false;
-    if (cfg.attention == Attention::SDPA) {
+    if (cfg.attention != Attention::Eager) { // SDPA, or a flash kernel (Note [Flash kernels])
         const bool mathKernel = x.c == 4 && gqa; // enable_gqa: only flash and math kernels support it
         if (!mathKernel) {
             // Flash (16-bit) or memory-efficient (fp32) kernel: saves q, k, v, output and logsumexp.

@@ -42,6 +42,12 @@ std::vector<std::string> stepNotes(const Ctx &x, const Estimate &est)
         notes.push_back("sequence length " + std::to_string(cfg.seqLen) + " is above the model's "
                           "max_position_embeddings (" + std::to_string(model.maxPositions) +
                           "): it was not trained for it (rope_scaling, or a shorter sequence)");
+    // See Note [Flash kernels] (docs/estimator.md).
+    if (cfg.attention == Attention::Flash)
+        notes.push_back(std::string("a flash kernel keeps what SDPA's flash kernel keeps (q, k, v, the output, its fp32 "
+                                    "log-sum-exp) and no mask: estimated with the buffers measured for SDPA's, the "
+                                    "flash-attn package itself not measured") +
+                        (cfg.vision.any() ? "; the vision tower's attention as its SDPA calls" : ""));
     if (x.amp)
         notes.push_back("autocast keeps a bf16 copy of every Linear weight until backward, and the residual "
                           "stream stays fp32");

@@ -143,8 +143,8 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
         return refuse("zero", std::to_string(cfg.zeroStage), "ZeRO or FSDP sharding");
     if (cfg.offloadOptimizer)
         return refuse("offload_optimizer", "true", "optimizer offload");
-    if (cfg.attention != Attention::SDPA)
-        return refuse("attention", std::string(toString(cfg.attention)), "this attention");
+    if (cfg.attention == Attention::Eager)
+        return refuse("attention", "eager", "eager attention");
 
     if (cfg.activationOffload)
         return refuse("activation_offload", "true", "activation offload");
@@ -160,6 +160,25 @@ std::optional<Refusal> visionRefusal(const ModelArch &model, const TrainingConfi
                        "the micro-batch's pixels make " + std::to_string(patches) +
                            " vision-tower patches, past the 4194304 the estimate simulates: fewer or smaller images, "
                            "a smaller micro-batch, or Measure now"};
+    return std::nullopt;
+}
+
+// See Note [Flash kernels] (docs/estimator.md): flash-attn runs fp16 and bf16 only (Transformers
+// casts fp32 inputs to autocast's dtype, else to the weights' dtype, and the kernel raises for
+// fp32), and heads up to 256 wide.
+std::optional<Refusal> flashRefusal(const ModelArch &model, const TrainingConfig &cfg)
+{
+    if (cfg.attention != Attention::Flash)
+        return std::nullopt;
+    if (cfg.precision == Precision::FP32)
+        return Refusal{Blocker::FlashKernel, "precision", "fp32",
+                       "a flash kernel runs fp16 or bf16 only (flash-attn raises for fp32 without autocast): use "
+                       "amp-bf16, bf16, or --attention sdpa"};
+    const int64_t widest = std::max({model.headDim, model.globalHeadDim, model.qkNopeDim + model.qkRopeDim, model.vHeadDim});
+    if (widest > 256)
+        return Refusal{Blocker::FlashKernel, "attention", "flash",
+                       model.modelType + "'s heads are " + std::to_string(widest) +
+                           " wide, past the 256 flash-attn takes: use --attention sdpa"};
     return std::nullopt;
 }
 
@@ -182,14 +201,15 @@ std::optional<Refusal> estimateRefusal(const ModelArch &model, const TrainingCon
     if (familyTraitsOrLlama(model.modelType).eagerNotModelled && cfg.attention == Attention::Eager)
         return Refusal{Blocker::RowVariant, "attention", "eager",
                        model.modelType + "'s row follows its SDPA attention, not its own eager one"};
-    // GPT-OSS's attention sinks: Transformers refuses SDPA for the type (_supports_sdpa = False)
-    // and its flash path needs the kernels hub's vllm-flash-attn3 (Axolotl's gpt-oss recipes name
-    // it; imported as a flash kernel, attention = sdpa), which the row does not follow.
-    if (familyTraitsOrLlama(model.modelType).attentionSinks && cfg.attention != Attention::Eager)
-        return Refusal{Blocker::EagerAttentionOnly, "attention", std::string(toString(cfg.attention)),
-                       model.modelType + "'s attention sinks run in eager attention or the Hub's vllm-flash-attn3 "
-                                         "kernel, never SDPA; the row follows the eager path (the kernel is not "
-                                         "estimated): use eager attention, or Measure now"};
+    // GPT-OSS's attention sinks: Transformers refuses SDPA for the type (_supports_sdpa = False);
+    // they run in eager attention or a flash kernel that takes the sinks (the Hub's
+    // vllm-flash-attn3, which Axolotl's gpt-oss recipes name): See Note [Flash kernels].
+    if (familyTraitsOrLlama(model.modelType).attentionSinks && cfg.attention == Attention::SDPA)
+        return Refusal{Blocker::EagerAttentionOnly, "attention", "sdpa",
+                       model.modelType + "'s attention sinks run in eager attention or a flash kernel (the Hub's "
+                                         "vllm-flash-attn3), never SDPA: use --attention eager or flash"};
+    if (auto no = flashRefusal(model, cfg))
+        return no;
     // Learned absolute positions (GPT-2's wpe, an nn.Embedding of max_position_embeddings rows):
     // Transformers fails with an index error past them, so there is no run to estimate.
     if (model.learnedPositions && model.maxPositions > 0 && cfg.seqLen > model.maxPositions)
@@ -381,9 +401,12 @@ std::optional<QuickFix> quickFix(const ModelArch &m, const TrainingConfig &c, co
     } else if (blocker == Blocker::PastLearnedPositions && m.learnedPositions && m.maxPositions > 0 && c.seqLen > m.maxPositions) {
         f.title = "Sequence " + std::to_string(m.maxPositions) + " (the model's learned positions end there)";
         f.config.seqLen = m.maxPositions;
-    } else if (blocker == Blocker::EagerAttentionOnly && c.attention != Attention::Eager) {
-        f.title = "Eager attention (" + m.modelType + "'s attention sinks run in eager only)";
+    } else if (blocker == Blocker::EagerAttentionOnly && c.attention == Attention::SDPA) {
+        f.title = "Eager attention (" + m.modelType + "'s attention sinks have no SDPA path)";
         f.config.attention = Attention::Eager;
+    } else if (blocker == Blocker::FlashKernel && c.attention == Attention::Flash) {
+        f.title = "SDPA attention (the flash kernel cannot run this configuration)";
+        f.config.attention = Attention::SDPA;
     } else if (blocker == Blocker::LedgerMla && m.isMla() && c.finetune == FineTune::QLoRA) {
         f.title = "LoRA instead of QLoRA (multi-head latent attention with QLoRA is not estimated yet)";
         f.config.finetune = FineTune::LoRA;

@@ -411,9 +411,9 @@ void readLoraTargets(Reader &r, const std::string &k, const json &v)
 }
 
 // Transformers' attn_implementation, as Axolotl, TRL (model_init_kwargs) and the Trainer's
-// scripts pass it: eager materializes the s x s scores; sdpa is SDPA; the flash kernels
-// (flash-attn 2/3, the Hub's kernels, flex attention's) keep no s x s matrix either, and are
-// estimated as SDPA's flash kernel, said so.
+// scripts pass it: eager materializes the s x s scores; sdpa is SDPA; flash-attn 2/3 and the
+// Hub's kernels are a flash kernel (Note [Flash kernels]); flex attention and xformers keep no
+// s x s matrix either and are estimated as one, said so.
 void readAttnImplementation(Reader &r, const std::string &k, const json &v)
 {
     const std::string s = r.text(k, v);
@@ -421,11 +421,12 @@ void readAttnImplementation(Reader &r, const std::string &k, const json &v)
         r.out.settings.attention = Attention::Eager;
     } else if (s == "sdpa") {
         r.out.settings.attention = Attention::SDPA;
-    } else if (s == "flash_attention_2" || s == "flash_attention_3" || s == "flex_attention" || s == "xformers" ||
-               s.rfind("kernels-community/", 0) == 0) {
-        r.out.settings.attention = Attention::SDPA;
-        r.note(k + " = " + s + ": estimated as SDPA's flash kernel, which like it keeps no s x s matrix "
-                               "(its own buffers are not measured)");
+    } else if (s == "flash_attention_2" || s == "flash_attention_3" || s.rfind("kernels-community/", 0) == 0) {
+        r.out.settings.attention = Attention::Flash;
+    } else if (s == "flex_attention" || s == "xformers") {
+        r.out.settings.attention = Attention::Flash;
+        r.note(k + " = " + s + ": estimated as a flash kernel, which like it keeps no s x s matrix (its own "
+                               "buffers are not measured)");
     } else {
         r.bad(k, v, "must be eager, sdpa, flash_attention_2, flash_attention_3, flex_attention, xformers or a "
                     "kernels-community kernel");

@@ -107,7 +107,11 @@ Estimate estimateTraced(const TracedRun &run, const EstimatorOptions &options)
         stack += ", torch " + run.torchVersion;
     stack += run.device == "cuda" ? " (a CUDA step: its kernels' rules applied, see Note [Traced step])"
                                   : " (a CPU step: no CUDA kernel rules, no cuBLAS workspace)";
-    return estimateFromTrace(run.timeline, run.config, options, p, {stack});
+    std::vector<std::string> notes{stack};
+    if (run.config.attention == Attention::Flash) // See Note [Flash kernels]
+        notes.push_back("the flash kernel was traced as SDPA (flash-attn's kernels do not run on fake tensors): a "
+                        "sliding window's mask is counted, which the flash kernel does not make");
+    return estimateFromTrace(run.timeline, run.config, options, p, notes);
 }
 
 } // namespace headroom

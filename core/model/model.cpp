@@ -293,7 +293,7 @@ int64_t seqLenFor(const ModelArch &m, int64_t seqLen)
 
 Attention attentionFor(const ModelArch &m, Attention attention)
 {
-    return familyTraitsOrLlama(m.modelType).attentionSinks ? Attention::Eager : attention;
+    return familyTraitsOrLlama(m.modelType).attentionSinks && attention == Attention::SDPA ? Attention::Eager : attention;
 }
 
 

@@ -1470,6 +1470,11 @@ private:
         a.dq = dq > 0 ? dq : hd;
         a.dv = dv > 0 ? dv : hd;
         const int e = amp ? 2 : ce;
+        // See Note [Flash kernels]: no mask (a sliding window is the kernel's argument), the
+        // kv heads as they are, and SDPA's flash kernel's buffers.
+        const bool flash = c.attention == Attention::Flash;
+        if (flash)
+            masked = false;
         // With a mask, repeat_kv runs before SDPA, and autocast casts what it made.
         const bool maskedSdpa = masked && c.attention != Attention::Eager && !(e == 4 && kvHeads < heads);
         T qc = amp ? O.to(q, 2) : S.view(q);
@@ -1501,13 +1506,13 @@ private:
             out = cont;
             for (T &t : locals)
                 S.drop(t);
-        } else if (ft.sdpaExplicitMask && kvHeads < heads) {
+        } else if (!flash && ft.sdpaExplicitMask && kvHeads < heads) {
             out = O.sdpaMathMasked(qc, kc, vc, a, e);
             // attn_output.view(...).permute(0, 2, 1, 3).reshape(b, s, hidden): a copy
             T cont = O.copy(out);
             S.drop(out);
             out = cont;
-        } else if (e == 4 && kvHeads < heads) {
+        } else if (!flash && e == 4 && kvHeads < heads) {
             out = O.sdpaMath(qc, kc, vc, a, e);
             T cont = O.copy(out);
             S.drop(out);
@@ -1533,7 +1538,7 @@ private:
             S.drop(bias);
             S.drop(kr);
             S.drop(vr);
-        } else if (std::max(a.dq, a.dv) > 256) {
+        } else if (!flash && std::max(a.dq, a.dv) > 256) {
             // See Note [Wide-head SDPA] (docs/estimator.md): heads wider than flash takes (Gemma 4's
             // global layers: 512). sdpa_attention.py's use_gqa_in_sdpa wants head_dim <= 256, so
             // repeat_kv copies k and v to every head; then the memory-efficient kernel.
@@ -1544,7 +1549,7 @@ private:
             S.drop(vr);
         } else {
             // Flash needs one head size for q, k and v; MLA's v is narrower: memory-efficient.
-            const bool efficient = e == 4 || a.dq != a.dv;
+            const bool efficient = !flash && (e == 4 || a.dq != a.dv);
             out = efficient ? O.sdpaEfficient(qc, kc, vc, a, e) : O.sdpaFlash(qc, kc, vc, a, e);
             // Heads-major q (Phi-3 and NeoX concatenate their rotary halves): flash's output then
             // needs the transpose(1, 2).contiguous() copy; the memory-efficient kernel writes
@@ -1808,7 +1813,19 @@ private:
         T kexp = O.headsView(kr, true); // k_pe.expand(...): a view; its gradient is summed back
         T key = O.cat({&knope, &kexp}, checkedMul(tok, H * (dn + dr)), q.elem);
         S.drop(kexp);
-        T attn = attention(query, key, value, true, false, dn + dr, dv);
+        T attn;
+        if (c.attention == Attention::Flash) {
+            // See Note [Flash kernels]: v padded to the query's head size (F.pad), the kernel's
+            // output sliced back to dv and made contiguous by the reshape (a copy).
+            T vp = O.pad(value, checkedMul(tok, H * (dn + dr)) * value.elem);
+            T full = attention(query, key, vp, false, false, dn + dr, dn + dr);
+            T part = O.slice(full, checkedMul(tok, H * dv));
+            attn = O.copy(part);
+            for (T *t : {&part, &full, &vp})
+                S.drop(*t);
+        } else {
+            attn = attention(query, key, value, true, false, dn + dr, dv);
+        }
         T o = linear(attn, int(M::O), L.o, &L.ob, &L.lora[3]);
         S.drop(attn);
         for (T *t : {&query, &key, &knope, &value, &kvbOut, &qnope, &qpe, &kpe, &kvn, &q, &qr, &ckv, &kr})
@@ -2663,11 +2680,11 @@ private:
     T causalMasks()
     {
         T sdpaMask;
-        if (c.attention != Attention::Eager && ft.sdpaExplicitMask) {
+        if (c.attention == Attention::SDPA && ft.sdpaExplicitMask) {
             // masking_utils.sdpa_mask materialised: a boolean (1, 1, s, s) causal mask.
             S.setOp("causal_mask");
             sdpaMask = S.make(checkedMul(s, s), 1);
-        } else if (c.attention != Attention::Eager && slidingMask(0) && !blockMasks[0].valid()) {
+        } else if (c.attention == Attention::SDPA && slidingMask(0) && !blockMasks[0].valid()) {
             // masking_utils.sdpa_mask: a boolean (1, 1, s, s) sliding-window causal mask, made
             // through two temporaries of its size.
             S.setOp("sliding_window_mask");

@@ -100,9 +100,10 @@ def build_base(torch, R, device, factory, info):
     if cfg["finetune"] == "qlora":
         pdtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(prec, pdtype)
     hf = {k: v for k, v in R["hf_config"].items() if k not in _DROP_KEYS}
+    attn = {"flash": "flash_attention_2"}.get(cfg["attention"], cfg["attention"])  # Note [Flash kernels]
     torch.manual_seed(0)
     if factory is not None:
-        model = factory.build(dict(R["hf_config"]), pdtype, cfg["attention"], device)
+        model = factory.build(dict(R["hf_config"]), pdtype, attn, device)
         info["model_class"] = type(model).__name__
     else:
         transformers = require("transformers", "the transformers engine")  # imported already (worker.preload)
@@ -142,9 +143,13 @@ def build_base(torch, R, device, factory, info):
                 ctx.__enter__()
             try:
                 try:
-                    model = auto.from_config(config, dtype=pdtype, attn_implementation=cfg["attention"])
+                    model = auto.from_config(config, dtype=pdtype, attn_implementation=attn)
                 except TypeError:
-                    model = auto.from_config(config, torch_dtype=pdtype, attn_implementation=cfg["attention"])
+                    model = auto.from_config(config, torch_dtype=pdtype, attn_implementation=attn)
+                except ImportError as e:  # flash_attention_2 without the flash-attn package
+                    raise BadRequest("config.attention", cfg["attention"],
+                                     f"Transformers cannot load it here ({short(str(e), 160)}): pip install flash-attn, "
+                                     "or use sdpa")
             finally:
                 if ctx is not None:
                     ctx.__exit__(None, None, None)

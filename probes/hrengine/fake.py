@@ -569,6 +569,9 @@ def _trace_once(torch, R, factory, dev, info, progress, signatures=False):
     layers' (Note [Traced depth])."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     cfg = R["config"]
+    if cfg["attention"] == "flash":  # Note [Flash kernels]: flash-attn has no fake-tensor form; SDPA's flash kernel
+        cfg = dict(cfg, attention="sdpa")
+        R = dict(R, config=cfg)
     rec = AllocTrace(torch, dev)
     mode = make_mode(torch, rec)
     fake = FakeTensorMode()

@@ -14,7 +14,7 @@ IMPLS = ("foreach", "fused", "for-loop")
 
 FINETUNES = ("full", "lora", "qlora")
 
-ATTENTIONS = ("sdpa", "eager")
+ATTENTIONS = ("sdpa", "eager", "flash")
 
 LOSSES = ("standard", "fused")
 

@@ -463,7 +463,7 @@ struct Net
         Tensor ke = (k * cos) + (rotateHalf(k) * sin);
         Tensor out;
         const double scaling = 1.0 / std::sqrt(double(d));
-        if (c.attention == Attention::SDPA) {
+        if (c.attention != Attention::Eager) { // a flash kernel as SDPA's (Note [Flash kernels])
 #if TORCH_VERSION_MAJOR >= 2
             out = at::scaled_dot_product_attention(qe, ke, v, {}, 0.0, true, c10::nullopt, kv < nh);
 #else

@@ -32,10 +32,30 @@ void readTrlBlock(Reader &r, const std::string &k, const json &v)
     readKeys(r, v, keys, k + ".");
 }
 
+// adapter: lora (QLoRA where the base loads in 4 bits), qlora, or none (full fine-tuning).
+void readAdapter(Reader &r, const json &j, const std::optional<std::string> &adapter, bool fourBit)
+{
+    auto &st = r.out.settings;
+    if (!adapter) {
+        st.finetune = FineTune::Full;
+        return;
+    }
+    if (*adapter == "lora")
+        st.finetune = fourBit ? FineTune::QLoRA : FineTune::LoRA;
+    else if (*adapter == "qlora")
+        st.finetune = FineTune::QLoRA;
+    else
+        r.bad("adapter", *adapter, "must be lora or qlora (or absent for full fine-tuning)");
+    if (*adapter == "lora" && fourBit)
+        r.conflict("adapter = lora with load_in_4bit: true: Axolotl trains that as QLoRA; estimated as QLoRA");
+    if (*adapter == "qlora" && !fourBit && j.contains("load_in_4bit"))
+        r.conflict("adapter = qlora with load_in_4bit: false: QLoRA loads the base in 4 bits; estimated as QLoRA");
+}
+
 void read(Reader &r, const json &j)
 {
     auto &st = r.out.settings;
-    bool bf16 = false, fp16 = false, bf16False = false, fourBit = false;
+    bool bf16 = false, fp16 = false, bf16False = false, fourBit = false, bfloat16 = false, float16 = false;
     std::optional<std::string> adapter;
     readKeys(r, j,
              {{"base_model", [](Reader &r, const std::string &k, const json &v) { r.out.settings.model = r.text(k, v); }},
@@ -68,13 +88,17 @@ void read(Reader &r, const json &j)
                    bf16False = v.is_boolean() && !v.get<bool>();
                }},
               {"fp16", [&](Reader &r, const std::string &k, const json &v) { fp16 = r.flag(k, v); }},
+              // normalize_config: bf16 or bfloat16 load in torch.bfloat16, else fp16 or float16 in
+              // torch.float16 (the weights' dtype alone, no autocast)
+              {"bfloat16", [&](Reader &r, const std::string &k, const json &v) { bfloat16 = r.flag(k, v); }},
+              {"float16", [&](Reader &r, const std::string &k, const json &v) { float16 = r.flag(k, v); }},
               {"gradient_checkpointing", [](Reader &r, const std::string &k, const json &v) {
                    r.out.settings.gradCheckpointing = Reader::isAuto(v) || v.is_string() ? true : r.flag(k, v);
                }},
               {"activation_offloading", readActivationOffload},
               {"flash_attention", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
-                       r.out.settings.attention = Attention::SDPA;
+                       r.out.settings.attention = Attention::Flash;
                }},
               {"sdp_attention", [](Reader &r, const std::string &k, const json &v) {
                    if (r.flag(k, v))
@@ -160,22 +184,11 @@ void read(Reader &r, const json &j)
               {"fsdp_version", [](Reader &r, const std::string &k, const json &v) {
                    readFsdpConfig(r, "", json{{k, v}});
                }}});
-    if (adapter) {
-        if (*adapter == "lora")
-            st.finetune = fourBit ? FineTune::QLoRA : FineTune::LoRA;
-        else if (*adapter == "qlora")
-            st.finetune = FineTune::QLoRA;
-        else
-            r.bad("adapter", *adapter, "must be lora or qlora (or absent for full fine-tuning)");
-        if (*adapter == "lora" && fourBit)
-            r.conflict("adapter = lora with load_in_4bit: true: Axolotl trains that as QLoRA; estimated as QLoRA");
-        if (*adapter == "qlora" && !fourBit && j.contains("load_in_4bit"))
-            r.conflict("adapter = qlora with load_in_4bit: false: QLoRA loads the base in 4 bits; estimated as QLoRA");
-    } else {
-        st.finetune = FineTune::Full;
-    }
+    readAdapter(r, j, adapter, fourBit);
     if (bf16 && fp16)
         r.conflict("bf16 and fp16 are both on: Axolotl uses bf16; estimated in bf16");
+    bf16 = bf16 || bfloat16;
+    fp16 = fp16 || float16;
     if (bf16)
         st.precision = Precision::BF16; // Axolotl loads the weights in torch_dtype bf16 and trains them so
     else if (fp16)
@@ -257,6 +270,8 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
         kv(y, "activation_offloading", true);
     if (c.attention == Attention::Eager)
         kv(y, "eager_attention", true);
+    else if (c.attention == Attention::Flash)
+        kv(y, "flash_attention", true);
     else
         kv(y, "sdp_attention", true);
     if (c.loss == Loss::Fused) {

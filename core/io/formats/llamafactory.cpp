@@ -87,10 +87,12 @@ void read(Reader &r, const json &j)
                    const std::string s = r.text(k, v);
                    if (s == "disabled" || s == "eager")
                        r.out.settings.attention = Attention::Eager;
-                   else if (s == "auto" || s == "sdpa" || s == "fa2")
+                   else if (s == "auto" || s == "sdpa")
                        r.out.settings.attention = Attention::SDPA;
+                   else if (s == "fa2" || s == "fa3")
+                       r.out.settings.attention = Attention::Flash;
                    else
-                       r.bad(k, v, "must be auto, disabled, sdpa or fa2");
+                       r.bad(k, v, "must be auto, disabled, sdpa, fa2 or fa3");
                }},
               {"optim", readOptim},
               {"enable_liger_kernel", readFusedLoss},
@@ -196,7 +198,7 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
     case Precision::FP32: break;
     }
     kv(y, "disable_gradient_checkpointing", !c.gradCheckpointing);
-    kv(y, "flash_attn", c.attention == Attention::Eager ? "disabled" : "sdpa");
+    kv(y, "flash_attn", c.attention == Attention::Eager ? "disabled" : c.attention == Attention::Flash ? "fa2" : "sdpa");
     kv(y, "optim", hfOptim(c, notes));
     kv(y, "enable_liger_kernel", c.loss == Loss::Fused);
     if (c.zeroStage >= 1 || c.offloadOptimizer)

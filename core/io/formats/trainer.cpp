@@ -141,7 +141,9 @@ std::string write(const std::string &model, const TrainingConfig &c, std::vector
               {"gradient_accumulation_steps", c.gradAccum},
               {"max_length", c.seqLen},
               {"gradient_checkpointing", c.gradCheckpointing},
-              {"attn_implementation", c.attention == Attention::Eager ? "eager" : "sdpa"},
+              {"attn_implementation", c.attention == Attention::Eager   ? "eager"
+                                     : c.attention == Attention::Flash ? "flash_attention_2"
+                                                                       : "sdpa"},
               {"optim", hfOptim(c, notes)},
               {"use_peft", adapters},
               {"use_liger_kernel", c.loss == Loss::Fused}};

@@ -26,7 +26,8 @@ enum class Blocker {
     LedgerLayerKinds,             // ... nor layers of several kinds (Qwen3.5's DeltaNet, Gemma 4's)
     LoraTargetsNotFound,    // PEFT refuses targets the model does not have
     PreferenceNotModelled,  // DPO is measured (TRL's own step), not yet estimated
-    EagerAttentionOnly,     // the model's attention runs in eager only (GPT-OSS's sinks)
+    EagerAttentionOnly,     // the model's attention has no SDPA path (GPT-OSS's sinks)
+    FlashKernel,            // a flash kernel cannot run it (fp32, heads wider than 256)
     RowVariant,             // a variant of the type its row does not follow (ModelArch::rowGap)
     VisionLanguage,         // a vision-language step is measured, not yet estimated (issue 30)
     // the LibTorch engine (measure with the transformers engine instead)

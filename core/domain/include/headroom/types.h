@@ -16,7 +16,10 @@ enum class Precision { FP32, BF16, FP16, AmpBF16, AmpFP16 };
 enum class Optimizer { AdamW, AdamW8bit, PagedAdamW8bit, SGD, SGDMomentum, Adafactor, Lion };
 enum class OptimizerImpl { Foreach, Fused, ForLoop };
 enum class FineTune { Full, LoRA, QLoRA };
-enum class Attention { SDPA, Eager };
+// The attention kernel Transformers runs (attn_implementation): SDPA, eager (the s x s scores
+// materialised), or a flash kernel (flash-attn 2/3, the Hub's kernels; flex attention is
+// estimated as one): See Note [Flash kernels] (docs/estimator.md).
+enum class Attention { SDPA, Eager, Flash };
 // The causal-LM loss: HF's (lm_head, then cross_entropy over fp32 logits), or a fused linear
 // cross-entropy that never materializes the logits (Liger's LigerFusedLinearCrossEntropy).
 enum class Loss { Standard, Fused };

@@ -418,8 +418,8 @@ std::vector<std::string> loraTargetsOnSwitch(const ModelArch &from, const ModelA
 // The sequence length kept on a switch to `m`: as it is, except for learned absolute positions
 // (GPT-2's wpe), which cannot go past max_position_embeddings.
 int64_t seqLenFor(const ModelArch &m, int64_t seqLen);
-// The attention kept on a switch to `m`: as it is, except where the family runs eager attention
-// only (GPT-OSS's sinks: Transformers has no SDPA path for them).
+// The attention kept on a switch to `m`: as it is, except SDPA where the family has no SDPA path
+// (GPT-OSS's sinks run in eager attention or a flash kernel): eager.
 Attention attentionFor(const ModelArch &m, Attention attention);
 // Qwen3.5's gated DeltaNet Linears, in sim::DeltaNetProjection order (in_proj_qkv, in_proj_z,
 // in_proj_b, in_proj_a, out_proj): their names, their (in, out) features, and those LoRA wraps on
