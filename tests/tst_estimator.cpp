@@ -819,6 +819,42 @@ private Q_SLOTS:
         }
     }
 
+    // See Note [Flash kernels]: a flash kernel keeps what SDPA's flash kernel keeps, so where SDPA
+    // runs flash unmasked the two estimates are the same step; where SDPA needs a mask (Mistral's
+    // sliding window at 8k) the flash kernel makes none and keeps no repeated k and v; MLA's
+    // padded v and its output's copy cost more than SDPA's memory-efficient kernel. fp32 is
+    // refused by name, and the fix (SDPA) estimates.
+    void flashKernels()
+    {
+        TrainingConfig c = base();
+        c.finetune = FineTune::LoRA;
+        TrainingConfig f = c;
+        f.attention = Attention::Flash;
+        QCOMPARE(peak("llama-3.2-1b", f), peak("llama-3.2-1b", c));
+        c.seqLen = f.seqLen = 8192;
+        c.microBatch = f.microBatch = 1;
+        const int64_t sdpa = peak("mistral-7b", c), flash = peak("mistral-7b", f);
+        QVERIFY2(flash < sdpa, qPrintable(QStringLiteral("%1 vs %2").arg(flash).arg(sdpa)));
+        c.seqLen = f.seqLen = 2048;
+        QVERIFY(peak("deepseek-v2-lite", f) > peak("deepseek-v2-lite", c));
+        TrainingConfig fp32 = f;
+        fp32.precision = Precision::FP32;
+        const ModelArch &l = findModelPreset("llama-3.2-1b");
+        try {
+            (void)estimate(l, fp32);
+            QFAIL("a flash kernel in fp32 is refused");
+        } catch (const Refused &e) {
+            QCOMPARE(int(e.refusal().blocker), int(Blocker::FlashKernel));
+            QCOMPARE(e.refusal().field, std::string("precision"));
+            const auto fix = quickFix(l, fp32, e.refusal());
+            QVERIFY(fix && fix->config.attention == Attention::SDPA);
+        }
+        // GPT-OSS's sinks: the flash kernel estimates, and a switch to the type keeps it.
+        QVERIFY(peak("gpt-oss-20b", f) > 0);
+        QVERIFY(attentionFor(findModelPreset("gpt-oss-20b"), Attention::Flash) == Attention::Flash);
+        QVERIFY(attentionFor(findModelPreset("gpt-oss-20b"), Attention::SDPA) == Attention::Eager);
+    }
+
     // Issue 13's honesty grid: 240 configurations (six models from GPT-2 to Llama-3.1-8B; full,
     // LoRA, QLoRA; four shapes, with and without accumulation; four cards). On every one:
     // - no reduction changes the effective batch or saves under 0.5% of the device total;
