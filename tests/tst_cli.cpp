@@ -963,7 +963,8 @@ private Q_SLOTS:
             // 2026-12-07 (twentieth session): a flash kernel is its own attention (Note [Flash
             // kernels]): Axolotl's six gpt-oss recipes name the Hub's vllm-flash-attn3, which takes
             // the sinks, and estimate; OpenLLaMA-3B's reads float16 as Axolotl does (fp16 weights).
-            QVERIFY2(estimates >= 192 && refused + classes[QStringLiteral("post-training")] <= 35,
+            // TRL's CLI example (model_name_or_path and TrainingArguments only) is read as TRL's.
+            QVERIFY2(estimates >= 193 && refused + classes[QStringLiteral("post-training")] <= 35,
                      "the recipes that estimate today keep estimating");
     }
 
@@ -1308,6 +1309,22 @@ private Q_SLOTS:
         QVERIFY(configOf("fp32.yml", "base_model: Qwen/Qwen2.5-0.5B\nattn_implementation: flash_attention_2\nbf16: false\n", &fp32)
                     .is_null());
         QVERIFY2(fp32.err.contains(QStringLiteral("precision = fp32: a flash kernel runs fp16 or bf16 only")), qPrintable(fp32.err));
+        // What a Trainer file does not state is the Trainer's own default: 8 samples a GPU
+        // (per_device_train_batch_size), said; a DeepSpeed file beside it that states its
+        // micro-batch replaces the default without a conflict, and the note goes.
+        Run dflt;
+        QCOMPARE(configOf("cli.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nlearning_rate: 0.0001\n", &dflt)
+                     .at("micro_batch").get<int>(),
+                 8);
+        QVERIFY2(dflt.err.contains(QStringLiteral("per_device_train_batch_size: not stated, so the Trainer's own default: 8")),
+                 qPrintable(dflt.err));
+        const Run both = cli({QStringLiteral("estimate"), QStringLiteral("--json"), QStringLiteral("--from"),
+                              write("cli2.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nlearning_rate: 0.0001\n"),
+                              QStringLiteral("--from"), write("ds2.json", R"({"train_micro_batch_size_per_gpu": 2})")});
+        QVERIFY2(both.code == 0, qPrintable(both.err));
+        QCOMPARE(nlohmann::json::parse(both.out.toStdString()).at("config").at("micro_batch").get<int>(), 2);
+        QVERIFY2(!both.err.contains(QStringLiteral("Trainer's own default")) && !both.err.contains(QStringLiteral("differs")),
+                 qPrintable(both.err));
         // Axolotl's float16 / bfloat16 load the weights in that dtype (normalize_config), no autocast.
         QCOMPARE(configOf("f16.yml", "base_model: Qwen/Qwen2.5-0.5B\nfloat16: true\nbf16: false\nfp16: false\n")
                      .at("precision").get<std::string>(),

@@ -15,8 +15,12 @@ namespace {
 
 bool detects(const json &j)
 {
+    // TRL's CLI configs (`trl sft --config`) may state only the model (ModelConfig's
+    // model_name_or_path) and a few TrainingArguments, as trl/examples/cli_configs does.
+    const bool trainingArgument = j.contains("learning_rate") || j.contains("lr_scheduler_type") ||
+                                  j.contains("num_train_epochs") || j.contains("gradient_accumulation_steps");
     return j.contains("per_device_train_batch_size") || j.contains("max_seq_length") || j.contains("max_length") ||
-           j.contains("output_dir");
+           j.contains("output_dir") || (j.contains("model_name_or_path") && trainingArgument);
 }
 
 void read(Reader &r, const json &j)

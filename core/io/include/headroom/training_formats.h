@@ -82,6 +82,9 @@ struct TrainingImport
     std::vector<std::string> conflicts;   // settings that contradict each other, and what was kept
     std::vector<std::string> notes;       // what the estimate cannot follow (modules_to_save, 8-bit weights...)
     bool shardsWithoutGpuCount = false;   // a ZeRO stage, but no word on how many GPUs
+    // The micro-batch is the tool's own default (the Trainer's per_device_train_batch_size = 8),
+    // not the file's: another file that states one replaces it without a conflict.
+    bool microBatchIsToolDefault = false;
 };
 
 // Detects the format from the keys (DeepSpeed's zero_optimization, accelerate's
