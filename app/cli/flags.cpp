@@ -188,6 +188,16 @@ TrainingConfig buildConfig(const Flags &f, bool listsAllowed)
     return c;
 }
 
+namespace {
+std::string joinKeys(const std::vector<std::string> &keys)
+{
+    std::string out;
+    for (const auto &k : keys)
+        out += (out.empty() ? "" : ", ") + k;
+    return out;
+}
+} // namespace
+
 // --from: the training configs' settings become the flags' values, except for flags given on
 // the command line, which win. What the files hold that Headroom did not use is said on stderr.
 Flags withImports(Flags f)
@@ -207,12 +217,11 @@ Flags withImports(Flags f)
     for (size_t i = 0; i < files.size(); ++i)
         f.importedFrom += (i ? "; " : "") + f.from[i] + " as " + std::string(describe(files[i].format)) +
                           (format ? "" : " (detected)");
-    if (!m.unknownKeys.empty()) {
-        std::string keys;
-        for (const auto &k : m.unknownKeys)
-            keys += (keys.empty() ? "" : ", ") + k;
-        say("not understood, so not used: " + keys);
-    }
+    if (!m.unknownKeys.empty())
+        say("not understood, so not used (they may change memory; the estimate does not follow them): " +
+            joinKeys(m.unknownKeys));
+    if (!m.neutralKeys.empty())
+        say("not used, and no effect on memory (data, logging, schedule): " + joinKeys(m.neutralKeys));
     for (const auto &c : m.conflicts)
         say("conflict: " + c);
     for (const auto &n : m.notes)

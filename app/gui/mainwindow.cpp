@@ -550,7 +550,14 @@ QString MainWindow::applyImport(const TrainingImport &in, const ModelArch &named
         QStringList keys;
         for (const auto &k : in.unknownKeys)
             keys << qs(k);
-        notes << tr("Not understood, so not used: %1").arg(keys.join(QStringLiteral(", ")));
+        notes << tr("Not understood, so not used (they may change memory; the estimate does not follow them): %1")
+                     .arg(keys.join(QStringLiteral(", ")));
+    }
+    if (!in.neutralKeys.empty()) {
+        QStringList keys;
+        for (const auto &k : in.neutralKeys)
+            keys << qs(k);
+        notes << tr("Not used, and no effect on memory (data, logging, schedule): %1").arg(keys.join(QStringLiteral(", ")));
     }
     for (const auto &c2 : in.conflicts)
         notes << tr("Conflict: %1").arg(qs(c2));

@@ -116,6 +116,8 @@ using Handler = std::function<void(Reader &, const std::string &, const json &)>
 void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers, const std::string &prefix = "");
 Handler setInt(std::optional<int64_t> TrainingSettings::*field, int64_t lo, int64_t hi);
 bool isBookkeeping(const std::string &k);
+// Keys not read whose effect is on the data, the logs or the schedule only (said apart).
+bool isMemoryNeutral(const std::string &k);
 
 // Readers of the keys several formats share.
 void readOptim(Reader &r, const std::string &key, const json &v);

@@ -676,6 +676,27 @@ bool isBookkeeping(const std::string &k)
     return std::any_of(std::begin(prefixes), std::end(prefixes), [&](const char *p) { return k.rfind(p, 0) == 0; });
 }
 
+bool isMemoryNeutral(const std::string &k)
+{
+    // Keys Headroom does not read whose effect is on the data, the logs or the schedule, never on
+    // what the step holds on the GPU (issue 28: said apart from those that may change memory).
+    static const std::set<std::string> exact = {
+        "eot_tokens", "eos_token", "system_prompt", "dataset_name", "dataset_config", "dataset_prompt_column",
+        "dataset_train_split", "dataset_test_split", "dataset_kwargs", "dataset_dir", "dataset_exact_deduplication",
+        "tokenized_path", "pretraining_dataset", "streaming", "streaming_multipack_buffer_size", "shuffle_merged_datasets",
+        "min_sample_len", "curriculum_sampling", "sample_packing_sequentially", "tokenizer_use_mistral_common",
+        "reward_weights", "log_completions", "num_completions_to_print", "scale_rewards", "mask_truncated_completions",
+        "multi_objective_aggregation", "top_p", "orpo_alpha", "kto_desirable_weight", "loraplus_lr_ratio", "eta_min",
+        "cosine_min_lr_ratio", "cosine_constant_lr_ratio", "use_wandb", "use_swanlab", "use_otel_metrics", "use_ray",
+        "ray_num_workers", "callbacks", "benchmarks", "code_language", "auto_resume_from_checkpoints",
+        "do_causal_lm_eval", "base_model_ignore_patterns", "torchdistx_path", "experimental_skip_move_to_device",
+        "average_tokens_across_devices", "test_value"};
+    static const char *prefixes[] = {"trackio_", "swanlab_", "otel_", "code_eval_", "jagged_restart_"};
+    if (exact.count(k))
+        return true;
+    return std::any_of(std::begin(prefixes), std::end(prefixes), [&](const char *p) { return k.rfind(p, 0) == 0; });
+}
+
 // ---------------------------------------------------------------- the formats
 
 void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &handlers, const std::string &prefix)
@@ -690,6 +711,8 @@ void readKeys(Reader &r, const json &j, const std::map<std::string, Handler> &ha
         }
         if (const auto it = handlers.find(k); it != handlers.end())
             it->second(r, prefix + k, v);
+        else if (isMemoryNeutral(k))
+            r.out.neutralKeys.push_back(prefix + k);
         else if (!isBookkeeping(k))
             r.out.unknownKeys.push_back(prefix + k);
     }

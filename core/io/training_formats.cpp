@@ -200,7 +200,7 @@ TrainingImport importTrainingConfig(const std::string &text, const std::string &
                std::to_string(TrainingSettings::kGrpoPromptTokens) + " tokens, before max_completion_length");
     // Keys and values echoed back come from the file: one line each, control characters escaped,
     // bounded (issue 32, row 7), wherever they are shown.
-    for (auto *list : {&out.unknownKeys, &out.conflicts, &out.notes})
+    for (auto *list : {&out.unknownKeys, &out.neutralKeys, &out.conflicts, &out.notes})
         for (std::string &k : *list)
             k = boundedName(k, 400);
     out.shardsWithoutGpuCount = out.settings.zeroStage.value_or(0) > 0 && !out.settings.worldSize;
@@ -292,6 +292,7 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.freezeLanguageModel, b.freezeLanguageModel, "freezing the language model", fmt);
         a.wholeCheckpoint = a.wholeCheckpoint || b.wholeCheckpoint;
         out.unknownKeys.insert(out.unknownKeys.end(), f.unknownKeys.begin(), f.unknownKeys.end());
+        out.neutralKeys.insert(out.neutralKeys.end(), f.neutralKeys.begin(), f.neutralKeys.end());
         out.conflicts.insert(out.conflicts.end(), f.conflicts.begin(), f.conflicts.end());
         for (const std::string &n : f.notes)
             if (!yields || n != kTrainerMicroBatchNote)

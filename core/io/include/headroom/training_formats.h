@@ -78,7 +78,8 @@ struct TrainingImport
 {
     TrainingFormat format = TrainingFormat::Axolotl;
     TrainingSettings settings;
-    std::vector<std::string> unknownKeys; // "key" or "section.key": not understood, so not used
+    std::vector<std::string> unknownKeys; // "key" or "section.key": not understood, so not used (may change memory)
+    std::vector<std::string> neutralKeys; // not read either, but known to touch only the data, logs or schedule
     std::vector<std::string> conflicts;   // settings that contradict each other, and what was kept
     std::vector<std::string> notes;       // what the estimate cannot follow (modules_to_save, 8-bit weights...)
     bool shardsWithoutGpuCount = false;   // a ZeRO stage, but no word on how many GPUs
