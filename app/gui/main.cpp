@@ -48,7 +48,10 @@ int shoot(MainWindow &window, Session &session, const QString &size, const QStri
     waited.start();
     while (!session.traceStatus().isEmpty() && waited.elapsed() < 600000)
         QCoreApplication::processEvents(QEventLoop::AllEvents | QEventLoop::WaitForMoreEvents, 100);
-    QCoreApplication::processEvents(); // lay out and paint once
+    // Lay out and paint: a label that wraps to more lines at its final width asks for another
+    // layout pass (MeasureBar::fitStatus), so a few rounds.
+    for (int round = 0; round < 4; ++round)
+        QCoreApplication::processEvents();
     // Encoded in memory, then written through the same atomic save as sheets: a failed write
     // keeps the old file (issue 15: the screenshot was written in place).
     QByteArray png;

@@ -9,6 +9,7 @@
 
 #include <QComboBox>
 #include <QElapsedTimer>
+#include <QEvent>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QProgressBar>
@@ -49,6 +50,7 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     m_status->setWordWrap(true);
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_status->setTextFormat(Qt::PlainText); // the probe's and the engine's words: never rich text
+    m_status->installEventFilter(this);          // fitStatus at every width the layout gives it
     m_cpuInstead->setObjectName(QStringLiteral("cpuInstead"));
     m_cpuInstead->hide();
 
@@ -179,9 +181,31 @@ QString MeasureBar::statusText() const
     return m_status->text();
 }
 
+// A long reason (an engine and the packages it needs) wraps to three lines at 1280 wide: the bar
+// takes the height the wrapped text needs at the label's width rather than clipping the last line.
+void MeasureBar::fitStatus()
+{
+    const QRect inside = m_status->contentsRect();
+    if (inside.width() <= 0)
+        return;
+    const QRect text = m_status->fontMetrics().boundingRect(QRect(0, 0, inside.width(), 1 << 20),
+                                                            Qt::TextWordWrap, m_status->text());
+    const int need = text.height() + m_status->height() - inside.height();
+    if (m_status->minimumHeight() != need)
+        m_status->setMinimumHeight(need);
+}
+
+bool MeasureBar::eventFilter(QObject *watched, QEvent *event)
+{
+    if (watched == m_status && event->type() == QEvent::Resize)
+        fitStatus();
+    return QWidget::eventFilter(watched, event);
+}
+
 void MeasureBar::showStatus(const QString &text, const char *color)
 {
     m_status->setText(text);
+    fitStatus();
     m_statusColor = color;
     m_status->setStyleSheet(color ? QStringLiteral("color: %1").arg(appearance::readable(QColor(QLatin1String(color))).name())
                                   : QString());

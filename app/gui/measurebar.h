@@ -31,7 +31,11 @@ public slots:
     void measureOn(const QString &device); // auto | cuda | cpu
     void cancel();
 
+protected:
+    bool eventFilter(QObject *watched, QEvent *event) override;
+
 private:
+    void fitStatus(); // the status label as tall as its wrapped text at its width
     void setRunning(bool running);
     void showStatus(const QString &text, const char *color);
     void showFailure(const QString &text);
