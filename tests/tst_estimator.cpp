@@ -855,6 +855,27 @@ private Q_SLOTS:
         QVERIFY(attentionFor(findModelPreset("gpt-oss-20b"), Attention::SDPA) == Attention::Eager);
     }
 
+    // TRL needs num_generations to divide the generation batch; a recipe that leaves the GPU count
+    // to its launch command (open-r1: 16 x 4 a GPU, 14 generations, seven GPUs) is told the count.
+    void grpoGenerationsNameTheGpuCount()
+    {
+        TrainingConfig c = base();
+        c.mode = TrainingMode::GRPO;
+        c.microBatch = 16;
+        c.gradAccum = 4;
+        c.grpo.numGenerations = 14;
+        c.dpo.beta = 0.0;
+        c.dpo.reference = Reference::None;
+        try {
+            c.validate();
+            QFAIL("14 generations do not divide 64");
+        } catch (const InputError &e) {
+            QVERIFY2(QString::fromStdString(e.what()).endsWith(QStringLiteral("with 7 GPUs it does (--gpus 7)")), e.what());
+        }
+        c.worldSize = 7;
+        c.validate();
+    }
+
     // Issue 13's honesty grid: 240 configurations (six models from GPT-2 to Llama-3.1-8B; full,
     // LoRA, QLoRA; four shapes, with and without accumulation; four cards). On every one:
     // - no reduction changes the effective batch or saves under 0.5% of the device total;

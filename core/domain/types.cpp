@@ -405,10 +405,19 @@ void TrainingConfig::validateRollout() const
     if (grpo.numGenerations < 2 || grpo.numGenerations > (int64_t(1) << 16))
         throw InputError("grpo.num_generations", std::to_string(grpo.numGenerations),
                          "must be in [2, 65536] (GRPO compares at least two completions of a prompt)");
-    if (generated % grpo.numGenerations != 0)
+    if (generated % grpo.numGenerations != 0) {
+        // The fewest GPUs (up to 64) at this micro-batch and accumulation that make it divide: a
+        // recipe that leaves the GPU count to its launch command (open-r1's run on seven).
+        std::string hint;
+        const int64_t perGpu = checkedMul(microBatch, gradAccum);
+        for (int64_t g = 1; g <= 64 && hint.empty(); ++g)
+            if (checkedMul(perGpu, g) % grpo.numGenerations == 0)
+                hint = "; with " + std::to_string(g) + " GPU" + (g == 1 ? "" : "s") + " it does (--gpus " +
+                       std::to_string(g) + ")";
         throw InputError("grpo.num_generations", std::to_string(grpo.numGenerations),
                          "must divide the generation batch (micro_batch x grad_accum x GPUs = " +
-                             std::to_string(generated) + "), as TRL requires");
+                             std::to_string(generated) + "), as TRL requires" + hint);
+    }
     if (!(grpo.temperature > 0.0 && grpo.temperature <= 1e6))
         throw InputError("grpo.temperature", std::to_string(grpo.temperature), "must be in (0, 1e6]");
     if (!(grpo.vllmGpuMemoryUtilization > 0.0 && grpo.vllmGpuMemoryUtilization < 1.0))
