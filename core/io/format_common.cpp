@@ -648,6 +648,14 @@ void readVisionInputs(Reader &r, const std::string &key, const json &v)
 }
 
 // Keys every format shares that cannot change the step's memory: data, logging, saving, schedules.
+namespace {
+bool namedOrPrefixed(const std::string &k, const std::set<std::string> &names, const std::vector<std::string> &prefixes)
+{
+    return names.count(k) > 0 ||
+           std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string &p) { return k.rfind(p, 0) == 0; });
+}
+} // namespace
+
 bool isBookkeeping(const std::string &k)
 {
     static const std::set<std::string> exact = {
@@ -670,10 +678,8 @@ bool isBookkeeping(const std::string &k)
         "flash_attn_cross_entropy", "flash_attn_rms_norm", "cutoff_len_eval", "lora_model_dir", "lora_fan_in_fan_out",
         "xformers_attention", "wandb_project", "wandb_entity", "wandb_watch", "wandb_name", "wandb_log_model",
         "base_model_config", "is_llama_derived_model", "loss_watchdog_threshold", "loss_watchdog_patience"};
-    static const char *prefixes[] = {"wandb_", "hub_", "eval_", "save_", "logging_", "mlflow_", "comet_", "push_"};
-    if (exact.count(k))
-        return true;
-    return std::any_of(std::begin(prefixes), std::end(prefixes), [&](const char *p) { return k.rfind(p, 0) == 0; });
+    static const std::vector<std::string> prefixes = {"wandb_", "hub_", "eval_", "save_", "logging_", "mlflow_", "comet_", "push_"};
+    return namedOrPrefixed(k, exact, prefixes);
 }
 
 bool isMemoryNeutral(const std::string &k)
@@ -691,10 +697,8 @@ bool isMemoryNeutral(const std::string &k)
         "ray_num_workers", "callbacks", "benchmarks", "code_language", "auto_resume_from_checkpoints",
         "do_causal_lm_eval", "base_model_ignore_patterns", "torchdistx_path", "experimental_skip_move_to_device",
         "average_tokens_across_devices", "test_value"};
-    static const char *prefixes[] = {"trackio_", "swanlab_", "otel_", "code_eval_", "jagged_restart_"};
-    if (exact.count(k))
-        return true;
-    return std::any_of(std::begin(prefixes), std::end(prefixes), [&](const char *p) { return k.rfind(p, 0) == 0; });
+    static const std::vector<std::string> prefixes = {"trackio_", "swanlab_", "otel_", "code_eval_", "jagged_restart_"};
+    return namedOrPrefixed(k, exact, prefixes);
 }
 
 // ---------------------------------------------------------------- the formats
