@@ -112,6 +112,12 @@ bool distributedHere(std::string *why)
 
 } // namespace
 
+// The measurement's note, one sentence after another.
+static void addNote(Measurement &M, const std::string &sentence)
+{
+    M.note += (M.note.empty() ? "" : " ") + sentence;
+}
+
 static Outcome runEngine(const ProbeRequest &request, const Callbacks &cb, const Dist &dist)
 {
     Outcome out;
@@ -124,8 +130,8 @@ static Outcome runEngine(const ProbeRequest &request, const Callbacks &cb, const
     M.createdAt = nowIso();
     M.warmupSteps = 1;
     if (request.config.attention == Attention::Flash)
-        M.note = "A flash kernel runs here as SDPA's flash kernel (the LibTorch engine cannot call flash-attn; the "
-                 "transformers engine runs flash-attn where it is installed).";
+        addNote(M, "A flash kernel runs here as SDPA's flash kernel (the LibTorch engine cannot call flash-attn; the "
+                   "transformers engine runs flash-attn where it is installed).");
 
     bool cuda = false;
 #if HEADROOM_HAVE_CUDA
@@ -148,9 +154,9 @@ static Outcome runEngine(const ProbeRequest &request, const Callbacks &cb, const
         // Ranks share the machine's cores, as torchrun's OMP_NUM_THREADS does.
         at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, dist.worldSize)));
         M.deviceName = cpuName();
-        M.note += std::string(M.note.empty() ? "" : " ") + "CPU mode: bytes counted by a tracking CPU allocator (oneDNN/BLAS workspaces bypass it). On CUDA "
-                 "add PyTorch's cuBLAS workspace (64 MiB), the caching allocator's slack and the CUDA context; CPU "
-                 "kernels keep no flash-attention layout, so attention and bf16 matmul temporaries differ.";
+        addNote(M, "CPU mode: bytes counted by a tracking CPU allocator (oneDNN/BLAS workspaces bypass it). On CUDA "
+                   "add PyTorch's cuBLAS workspace (64 MiB), the caching allocator's slack and the CUDA context; CPU "
+                   "kernels keep no flash-attention layout, so attention and bf16 matmul temporaries differ.");
     }
 #if HEADROOM_HAVE_CUDA
     if (cuda) {
@@ -321,11 +327,10 @@ static Outcome runEngine(const ProbeRequest &request, const Callbacks &cb, const
                     for (int as = k + 1; as < total; ++as)
                         for (const PhaseMeasurement &r : repeatedStep(M.phases, k, as))
                             M.phases.push_back(r);
-                    M.note += std::string(M.note.empty() ? "" : " ") + "Ran " + std::to_string(k + 1 - M.warmupSteps) +
-                              " of " + std::to_string(keptSteps) +
-                              " measured steps: this run's allocator trace, replayed through the caching-allocator "
-                              "model (exact on every phase run), shows the next step repeats the last; its phases "
-                              "are marked replayed.";
+                    addNote(M, "Ran " + std::to_string(k + 1 - M.warmupSteps) + " of " + std::to_string(keptSteps) +
+                                   " measured steps: this run's allocator trace, replayed through the caching-allocator "
+                                   "model (exact on every phase run), shows the next step repeats the last; its phases "
+                                   "are marked replayed.");
                     break;
                 }
                 if (!repeats) {

@@ -546,19 +546,17 @@ QString MainWindow::applyImport(const TrainingImport &in, const ModelArch &named
     s.config = c;
     m_config->rememberModel(model);
     m_session->applyScenario(s, tr("Import %1").arg(name));
-    if (!in.unknownKeys.empty()) {
-        QStringList keys;
-        for (const auto &k : in.unknownKeys)
-            keys << qs(k);
+    auto joined = [](const std::vector<std::string> &keys) {
+        QStringList list;
+        for (const auto &k : keys)
+            list << qs(k);
+        return list.join(QStringLiteral(", "));
+    };
+    if (!in.unknownKeys.empty())
         notes << tr("Not understood, so not used (they may change memory; the estimate does not follow them): %1")
-                     .arg(keys.join(QStringLiteral(", ")));
-    }
-    if (!in.neutralKeys.empty()) {
-        QStringList keys;
-        for (const auto &k : in.neutralKeys)
-            keys << qs(k);
-        notes << tr("Not used, and no effect on memory (data, logging, schedule): %1").arg(keys.join(QStringLiteral(", ")));
-    }
+                     .arg(joined(in.unknownKeys));
+    if (!in.neutralKeys.empty())
+        notes << tr("Not used, and no effect on memory (data, logging, schedule): %1").arg(joined(in.neutralKeys));
     for (const auto &c2 : in.conflicts)
         notes << tr("Conflict: %1").arg(qs(c2));
     for (const auto &n : in.notes)

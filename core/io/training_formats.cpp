@@ -136,6 +136,16 @@ constexpr int64_t kTrainerMicroBatch = 8;
 const char *const kTrainerMicroBatchNote =
     "per_device_train_batch_size: not stated, so the Trainer's own default: 8 samples a GPU";
 
+// The Trainer's own default where no file states the micro-batch (TrainingArguments'
+// per_device_train_batch_size, which TRL's configs and LLaMA-Factory keep): the run takes 8
+// samples a GPU, and an estimate at Headroom's 1 would be under it.
+void useTrainerMicroBatch(TrainingImport &imp)
+{
+    imp.settings.microBatch = kTrainerMicroBatch;
+    imp.microBatchIsToolDefault = true;
+    imp.notes.push_back(kTrainerMicroBatchNote);
+}
+
 // The same tools' other files (issue 28): LLaMA-Factory's inference, merge/export and predict-only
 // configs. Refused as what they are, in one line, never
 // estimated as a training step.
@@ -204,14 +214,8 @@ TrainingImport importTrainingConfig(const std::string &text, const std::string &
         for (std::string &k : *list)
             k = boundedName(k, 400);
     out.shardsWithoutGpuCount = out.settings.zeroStage.value_or(0) > 0 && !out.settings.worldSize;
-    // The Trainer's own default where the file states no micro-batch (TrainingArguments'
-    // per_device_train_batch_size, which TRL's configs and LLaMA-Factory keep): the run takes 8
-    // samples a GPU, and an estimate at Headroom's 1 would be under it.
-    if ((out.format == TrainingFormat::Trainer || out.format == TrainingFormat::LlamaFactory) && !out.settings.microBatch) {
-        out.settings.microBatch = kTrainerMicroBatch;
-        out.microBatchIsToolDefault = true;
-        out.notes.push_back(kTrainerMicroBatchNote);
-    }
+    if ((out.format == TrainingFormat::Trainer || out.format == TrainingFormat::LlamaFactory) && !out.settings.microBatch)
+        useTrainerMicroBatch(out);
     return out;
 }
 
@@ -238,6 +242,7 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
                                     " file's is kept");
         into = from;
     };
+    bool toolDefault = false; // a file left the micro-batch to the Trainer's own default
     for (const auto &f : files) {
         const auto fmt = describe(f.format);
         auto &a = out.settings;
@@ -252,16 +257,11 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         merge(a.loraDropout, b.loraDropout, "the LoRA dropout", fmt);
         merge(a.loraTargets, b.loraTargets, "the LoRA targets", fmt);
         merge(a.doubleQuant, b.doubleQuant, "double quantization", fmt);
-        if (!f.microBatchIsToolDefault && out.microBatchIsToolDefault && b.microBatch) {
-            a.microBatch.reset(); // a file states what the other only defaulted
-            out.microBatchIsToolDefault = false;
-            out.notes.erase(std::remove(out.notes.begin(), out.notes.end(), kTrainerMicroBatchNote), out.notes.end());
-        }
-        const bool yields = f.microBatchIsToolDefault && a.microBatch.has_value(); // an earlier file states it
-        if (!yields) {
+        // A file's tool default is no statement: it applies below only where no file states one.
+        if (f.microBatchIsToolDefault)
+            toolDefault = true;
+        else
             merge(a.microBatch, b.microBatch, "the micro-batch", fmt);
-            out.microBatchIsToolDefault = out.microBatchIsToolDefault || f.microBatchIsToolDefault;
-        }
         merge(a.seqLen, b.seqLen, "the sequence length", fmt);
         merge(a.gradAccum, b.gradAccum, "gradient accumulation", fmt);
         merge(a.gradCheckpointing, b.gradCheckpointing, "gradient checkpointing", fmt);
@@ -295,9 +295,11 @@ TrainingImport mergeImports(const std::vector<TrainingImport> &files)
         out.neutralKeys.insert(out.neutralKeys.end(), f.neutralKeys.begin(), f.neutralKeys.end());
         out.conflicts.insert(out.conflicts.end(), f.conflicts.begin(), f.conflicts.end());
         for (const std::string &n : f.notes)
-            if (!yields || n != kTrainerMicroBatchNote)
+            if (n != kTrainerMicroBatchNote)
                 out.notes.push_back(n);
     }
+    if (toolDefault && !out.settings.microBatch)
+        useTrainerMicroBatch(out);
     // A ZeRO stage from one file and the GPU count from another is fine.
     out.shardsWithoutGpuCount = out.settings.zeroStage.value_or(0) > 0 && !out.settings.worldSize;
     return out;
