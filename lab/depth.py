@@ -63,7 +63,8 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     cases = []
-    for t in ("llama", "qwen3", "qwen3_moe", "gemma3_text", "phi3", "qwen3_5", "granite", "falcon"):
+    types = os.environ.get("TYPES", "llama,qwen3,qwen3_moe,gemma3_text,phi3,qwen3_5,granite,falcon").split(",")
+    for t in types:
         try:
             hf = deep_config(t)
         except Exception as e:
@@ -97,7 +98,10 @@ def main():
             r["first_event_differing"] = first
             r["lengths"] = [len(ev[0]), len(ev[1])]
             if first is not None:
-                r["near"] = [x["events"][first - 2:first + 3], y["events"][first - 2:first + 3]]
+                def near(t):  # the events about the first difference, each allocation with its frame
+                    return [e + ([t["frames"][e[4]]] if e[0] == 0 and len(e) > 4 else []) for e in t["events"][max(0, first - 3):first + 4]]
+                r["near"] = [near(x), near(y)]
+            r["lengths_by_mark"] = [[m for m in t["marks"]][:12] for t in (x, y)]
             r["peaks"] = [peaks(x), peaks(y)]
             r["depth"] = x["engine_info"].get("depth")
             r["events"] = len(x["events"])

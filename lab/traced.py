@@ -18,7 +18,7 @@ SMALL = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 16,
          "topk_group": 1}
 
 TYPES = ["granite", "smollm3", "glm4", "cohere2", "olmoe", "phimoe", "gpt_oss", "falcon", "exaone4", "ernie4_5",
-         "arcee", "phi", "stablelm", "qwen3_5", "qwen3_5_moe", "gemma4", "nemotron_h", "deepseek_v3", "llama", "qwen3_moe"]
+         "arcee", "phi", "stablelm", "qwen3_5", "qwen3_5_moe", "gemma4", "nemotron_h", "deepseek_v3", "llama", "qwen3_moe", "deepseek_v4"]
 
 
 # SIZE=alt: a second, larger shape (measured after the rows and the trace were written).

@@ -12,6 +12,7 @@
 #include <QEvent>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QPointer>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QVBoxLayout>
@@ -53,6 +54,11 @@ MeasureBar::MeasureBar(Session *session, QWidget *parent)
     m_status->installEventFilter(this);          // fitStatus at every width the layout gives it
     m_cpuInstead->setObjectName(QStringLiteral("cpuInstead"));
     m_cpuInstead->hide();
+    // The explorer's traces use the same warm worker (Note [Warm worker]): a ready one for the
+    // same interpreter, else they start fresh.
+    m_session->setTraceWorker([self = QPointer<MeasureBar>(this)](const QString &python) {
+        return self ? self->m_worker.socketFor(python) : QString();
+    });
 
     auto *row = new QHBoxLayout(this);
     row->setContentsMargins(0, 0, 0, 0);

@@ -231,12 +231,20 @@ QString Session::traceStatus() const
     return m_tracer ? m_tracer->status() : QString();
 }
 
+void Session::setTraceWorker(std::function<QString(const QString &python)> socketFor)
+{
+    m_traceWorker = std::move(socketFor);
+    if (m_tracer)
+        m_tracer->setWorker(m_traceWorker);
+}
+
 void Session::useTrace(Report &r)
 {
     if (r.error.empty() || r.scenario.model.estimable || r.scenario.model.hfConfig.is_null())
         return;
     if (!m_tracer) {
         m_tracer = new Tracer(this);
+        m_tracer->setWorker(m_traceWorker);
         connect(m_tracer, &Tracer::statusChanged, this, &Session::traceStatusChanged);
         connect(m_tracer, &Tracer::landed, this, [this] {
             if (m_report.scenario == m_scenario && !m_report.error.empty()) {

@@ -6,6 +6,7 @@
 #include <QObject>
 #include <QUndoStack>
 
+#include <functional>
 #include <optional>
 
 class Tracer;
@@ -63,6 +64,8 @@ public:
 
     // While a model with no modelled row is traced (Tracer): what the banner says; empty otherwise.
     QString traceStatus() const;
+    // The warm worker traces go through when it runs (MeasureBar owns it).
+    void setTraceWorker(std::function<QString(const QString &python)> socketFor);
 
     headroom::Unit units() const { return m_units; }
     void setUnits(headroom::Unit u);
@@ -140,6 +143,7 @@ private:
     std::vector<std::optional<headroom::Estimate>> m_measurementEstimates;
     int m_selected = -1;
     Tracer *m_tracer = nullptr;
+    std::function<QString(const QString &python)> m_traceWorker;
     std::optional<headroom::Scenario> m_pinned;
     headroom::Report m_pinnedReport;
     void setPinned(std::optional<headroom::Scenario> s, std::optional<headroom::Report> report = std::nullopt);

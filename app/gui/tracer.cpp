@@ -102,6 +102,7 @@ void Tracer::start(const Scenario &s, const std::string &key)
     o.steps = 1;
     o.timeoutSeconds = 1800;
     o.traceTimeline = m_dir.filePath(QStringLiteral("trace-%1.json").arg(++m_count));
+    o.workerSocket = m_workerFor ? m_workerFor(o.python) : QString();
     const ProbeRequest req = traceRequest(s.model, s.config);
     m_running = key;
     m_status = tr("Tracing %1 with your Python's Transformers (fake tensors, no GPU memory)…")

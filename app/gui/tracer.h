@@ -6,6 +6,7 @@
 #include <QObject>
 #include <QTemporaryDir>
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -28,6 +29,9 @@ public:
     std::shared_ptr<const headroom::TracedRun> traceOf(const headroom::Scenario &s, QString *failure = nullptr);
     // "Tracing granite with your Python's Transformers… 40%", or empty when idle.
     QString status() const { return m_status; }
+    // The warm worker's socket for an interpreter, or empty (Note [Warm worker]): a trace handed
+    // to it skips the imports, as a measurement does.
+    void setWorker(std::function<QString(const QString &python)> socketFor) { m_workerFor = std::move(socketFor); }
 
 signals:
     void statusChanged();
@@ -46,4 +50,5 @@ private:
     headroom::Scenario m_nextScenario;
     QString m_status;
     int m_count = 0;
+    std::function<QString(const QString &python)> m_workerFor;
 };

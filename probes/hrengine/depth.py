@@ -32,6 +32,9 @@ comparison must first be made reproducible. LoRA and checkpointing then fell bac
 """
 import difflib
 
+from .build import build_base, find_layers
+from .protocol import short
+
 
 class NotPeriodic(Exception):
     """The shallow traces do not extrapolate (the reason says where); the full depth is traced."""
@@ -363,3 +366,94 @@ def map_marks(run2, model, origin):
             raise NotPeriodic("a phase mark falls inside a repeated block")
         out.append((label, first[lab] if lab[0] == "C" else first[("B", lab[1], 0, 0)]))
     return out
+
+
+def plan(torch, R, factory, info):
+    """See Note [Traced depth] (py): (L, k, P, the full model's layer signatures) for a
+    model whose layers repeat enough to trace it at k, k + P and k + 2P; None (info["depth"]
+    saying why) otherwise."""
+    cfg = R["config"]
+    L = R["hf_config"].get("num_hidden_layers")
+    if not isinstance(L, int) or isinstance(L, bool) or L < 4:
+        info["depth"] = "traced at full depth (no num_hidden_layers, or too few layers to repeat)"
+        return None
+    if cfg["checkpoint_layers"] > 0 or cfg["checkpoint_every"] > 1:
+        info["depth"] = "traced at full depth (selective checkpointing treats layers apart)"
+        return None
+    try:
+        sigs = signatures_on_meta(torch, R, factory)
+    except Exception as e:  # a model that cannot be built on the meta device is traced whole
+        info["depth"] = f"traced at full depth (its layers could not be read on the meta device: {short(str(e), 120)})"
+        return None
+    if len(sigs) != L:
+        info["depth"] = f"traced at full depth ({len(sigs)} layers found for num_hidden_layers {L})"
+        return None
+    fp = period_of(sigs)
+    if fp is None:
+        info["depth"] = "traced at full depth (its layers do not repeat)"
+        return None
+    f, P = fp
+    k = f + P + (L - f) % P
+    if 3 * (k + P) >= L:  # the three shallow traces hold 3k + 3P layers
+        info["depth"] = "traced at full depth (too few repeats to gain)"
+        return None
+    return L, k, P, sigs
+
+
+def signatures_on_meta(torch, R, factory):
+    """The full model's decoder layers, built on the meta device (nothing allocated, no PEFT)."""
+    model = build_base(torch, R, torch.device("meta"), factory, {})
+    return [layer_signature(torch, layer) for layer in find_layers(model)]
+
+
+def at_depth(R, k, L):
+    R2 = dict(R)
+    R2["hf_config"] = cut_config(R["hf_config"], k, L)
+    return R2
+
+
+def extrapolate(runs, L, k, P, sigs):
+    """The full-depth run from the traces at k, k + P, k + 2P (Note [Traced depth])."""
+    for d, run in zip((k, k + P, k + 2 * P), runs):
+        if run["layers"] != sigs[:d]:
+            raise NotPeriodic(f"the model at depth {d} is not the full model's first {d} layers")
+    model = learn(runs[0], runs[2])
+    one, _ = build(model, 1)
+    if not same_stream(one, runs[1]["entries"]):
+        raise NotPeriodic(f"the stream at depth {k + P} is not the one its neighbours predict")
+    n = (L - k) // P
+    entries, origin = build(model, n)
+    marks_at = map_marks(runs[1], model, origin)
+    run3 = runs[2]
+    persistent, grads = {}, set()
+    for e, o in zip(entries, origin):
+        if e["action"] != "alloc":
+            continue
+        a3 = run3_addr(model, o)
+        if a3 in run3["persistent"]:
+            persistent[e["addr"]] = run3["persistent"][a3]
+        if a3 in run3["grads"]:
+            grads.add(e["addr"])
+    live, marks, x, sizes = 0, [], 0, {}
+    for label, idx in marks_at:
+        while x < idx:
+            e = entries[x]
+            if e["action"] == "alloc":
+                sizes[e["addr"]] = int(e["size"])
+                live += int(e["size"])
+            else:
+                live -= sizes.pop(e["addr"], 0)
+            x += 1
+        marks.append((label, idx, live))
+    a, b = runs[0], runs[1]
+
+    def grow(x1, x2):
+        return x1 + n * (x2 - x1)
+    layout = dict(b["layout"])
+    counts1 = {p["name"]: p["count"] for p in a["layout"]["parameters"]}
+    layout["parameters"] = [dict(p, count=grow(counts1.get(p["name"], p["count"]), p["count"]))
+                            for p in b["layout"]["parameters"]]
+    return {"entries": entries, "marks": marks, "persistent": persistent, "grads": grads, "layout": layout,
+            "total": grow(a["total"], b["total"]), "trainable": grow(a["trainable"], b["trainable"]), "vocab": b["vocab"],
+            "build_s": sum(r["build_s"] for r in runs), "ops": sum(r["ops"] for r in runs),
+            "late": sum(r["late"] for r in runs), "in_place": b["in_place"]}

@@ -14,9 +14,10 @@ import weakref
 from itertools import compress
 
 from . import depth
-from .build import build_base, build_model, describe_parameters, find_layers
+from .build import build_model, describe_parameters, find_layers
 from .optimizers import build_optimizer, state_tensors, untyped_storage
-from .parallel import _Null
+from . import ranks
+from .parallel import _Null, gradient_sync_control, wrap_parallel
 from .protocol import BadRequest, Missing, SCHEMA_VERSION, VERSION, check_stop, short, write_atomically
 from .trace import build_timeline
 
@@ -87,7 +88,7 @@ CUDA_RULES = ("cublas_workspace", "sdpa_choice", "unpacked_batches", "grouped_mm
 
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_scaled_mm"}  # cuBLAS; _grouped_mm is CUTLASS
 _FRAME_KEEP = ("transformers/", "peft/", "torch/optim", "torch/nn/functional", "torch/nn/modules",
-               "torch/utils/checkpoint", "hrengine/", "trl/", "tinylm")
+               "torch/utils/checkpoint", "torch/distributed/fsdp", "hrengine/", "trl/", "tinylm")
 
 
 def _blas_workspace_bytes():
@@ -131,6 +132,8 @@ class AllocTrace:
         self.nref = {}        # storage -> its known live tensors
         self.refs = {}        # weak reference -> (storage, id of the tensor)
         self.ids = {}         # id of a tracked tensor -> its weak reference
+        self.streams = False  # Note [Traced ranks]: record each block's stream
+        self.subclasses = ()  # Note [Traced ranks]: tensor subclasses the mode steps aside for
 
     # -- storages
     def _frames(self):
@@ -149,6 +152,8 @@ class AllocTrace:
         self.allocated += size
         self.entries.append({"action": "alloc", "addr": addr, "size": size, "time_us": len(self.entries),
                              "frames": frames if frames is not None else self._frames()})
+        if self.streams:  # Note [Traced ranks]: the stream the block is pooled by
+            self.entries[-1]["stream"] = self.t.cuda.current_stream().cuda_stream
         return addr
 
     def _free(self, addr, size):
@@ -217,6 +222,19 @@ class AllocTrace:
             self.live[w.cdata] = e
         self.track(x, w.cdata)
         return e[0]
+
+    def storage_freed(self, x):
+        """Note [Traced ranks]: x's storage resized to nothing (FSDP2's free_storage)."""
+        c = self._weak(untyped_storage(x)).cdata
+        e = self.live.pop(c, None)
+        self.pending.discard(c)
+        if e is not None:
+            self._free(e[0], e[1])
+
+    def storage_resized(self, x):
+        """Note [Traced ranks]: x's storage given its bytes again (FSDP2's alloc_storage)."""
+        self.storage_freed(x)
+        self.adopt(x)
 
     def hold(self, tensors):
         """Tensors the program keeps (parameters, buffers, optimizer state, batches) that no op
@@ -369,6 +387,8 @@ def make_mode(torch, rec):
 
     class Recording(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if rec.subclasses and any(issubclass(t, rec.subclasses) for t in types):
+                return NotImplemented  # Note [Traced ranks]: its local ops come back here
             kwargs = kwargs or {}
             name = func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func)
             rec.ops += 1
@@ -549,24 +569,23 @@ def _sdpa_math(torch, query_, key, value, attn_mask, dropout_p, is_causal, scale
     return out
 
 
-def refuse_untraceable(cfg, world):
+def refuse_untraceable(cfg):
     for cond, field, value, why in (
             (cfg["finetune"] == "qlora", "config.finetune", "qlora", "bitsandbytes' 4-bit kernels have no fake-tensor form yet"),
             (cfg["optimizer"] in ("adamw-8bit", "paged-adamw-8bit", "lion"), "config.optimizer", cfg["optimizer"],
              "bitsandbytes' optimizers have no fake-tensor form yet"),
             (cfg["loss"] == "fused", "config.loss", "fused", "Liger's Triton kernels have no fake-tensor form yet"),
             (cfg["activation_offload"], "config.activation_offload", "true", "host copies are not traced yet"),
-            (world > 1, "config.world_size", world, "the trace follows one GPU; several are measured, not traced, yet"),
             (cfg.get("vision") is not None, "config.vision", "images",
              "the vision tower reads its patch grid's values, which fake tensors do not hold")):
         if cond:
             raise BadRequest(field, value, f"cannot be traced: {why} (measure it on a GPU instead)")
 
 
-def _trace_once(torch, R, factory, dev, info, progress, signatures=False):
+def _trace_once(torch, R, factory, dev, info, progress, signatures=False, D=None):
     """One traced step pair (a warm-up step and a steady one) of the request's model: the
     allocator entries, the phase marks, and what categorises them; with `signatures`, its
-    layers' (Note [Traced depth])."""
+    layers' (Note [Traced depth]); with D, rank 0's of FSDP2 over D.world ranks (Note [Traced ranks])."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     cfg = R["config"]
     if cfg["attention"] == "flash":  # Note [Flash kernels]: flash-attn has no fake-tensor form; SDPA's flash kernel
@@ -579,9 +598,17 @@ def _trace_once(torch, R, factory, dev, info, progress, signatures=False):
     b, s, ga = cfg["micro_batch"], cfg["seq_len"], cfg["grad_accum"]
     steps = 1  # a warm-up step (optimizer state appears at its step()) and one steady step
     t0 = time.time()
+    if D is not None:
+        rec.streams, rec.subclasses = True, ranks.subclasses(torch)
     with _ConvertInPlace(torch), _MathMaskInPlace(torch) if dev == "cuda" else _Null(), \
-            _UnpackedBatches() if factory is None else _Null(), fake, mode:
-        model = build_model(torch, R, device, factory, info)
+            _UnpackedBatches() if factory is None else _Null(), \
+            ranks.storage_resizes(rec) if D is not None else _Null(), fake, mode:
+        if D is None:
+            model = build_model(torch, R, device, factory, info)
+        else:  # built on the CPU, each unit moved and sharded by its fully_shard (step.py)
+            info["fsdp_build"] = "cpu, moved per unit by fully_shard"
+            model, _ = wrap_parallel(torch, build_model(torch, R, torch.device("cpu"), factory, info), R, D, True, info)
+        sync = gradient_sync_control(model, D) if D is not None else (lambda last: _Null())
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise BadRequest("config.finetune", cfg["finetune"], "leaves no trainable parameter")
@@ -590,7 +617,7 @@ def _trace_once(torch, R, factory, dev, info, progress, signatures=False):
         if vocab <= 0:
             raise BadRequest("model.config.vocab_size", "(missing)", "needed for the batch")
         batches = [torch.zeros((b, s), dtype=torch.long, device=device) for _ in range(ga)]
-        rec.hold(list(model.parameters()) + list(model.buffers()) + batches)
+        rec.hold([ranks.local(x) for x in list(model.parameters()) + list(model.buffers())] + batches)
         t_build = time.time() - t0
         rec.mark({"step": 0, "phase": "after_load", "micro_batch": 0})
         amp = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(cfg["precision"])
@@ -611,25 +638,26 @@ def _trace_once(torch, R, factory, dev, info, progress, signatures=False):
                 progress(k, m, (k * (2 * ga + 1) + 2 * m + 1) / ((1 + steps) * (2 * ga + 1)))
                 rec.backward = True
                 try:
-                    loss.backward()
+                    with sync(m == ga - 1):
+                        loss.backward()
                 finally:
                     rec.backward = False
                 del loss
             rec.mark({"step": k, "phase": "optimizer", "micro_batch": 0})
             if k == steps:
-                grad_addrs = {rec.addr_of(p.grad) for p in params if p.grad is not None}
+                grad_addrs = {rec.addr_of(ranks.local(p.grad)) for p in params if p.grad is not None}
             opt.step()
             opt.zero_grad(set_to_none=True)
             if k == 0:  # the state the first step made
-                rec.hold(list(state_tensors(opt)))
+                rec.hold([ranks.local(v) for v in state_tensors(opt)])
         rec.mark({"step": steps, "phase": "end", "micro_batch": 0})
         persistent = {}
         for p in model.parameters():
-            a = rec.addr_of(p)
+            a = rec.addr_of(ranks.local(p))
             if a is not None:
                 persistent[a] = "weights"
         for v in state_tensors(opt):
-            a = rec.addr_of(v)
+            a = rec.addr_of(ranks.local(v))
             if a is not None:
                 persistent[a] = "optimizer_state"
         layers = [depth.layer_signature(torch, layer) for layer in find_layers(model)] if signatures else None
@@ -639,101 +667,10 @@ def _trace_once(torch, R, factory, dev, info, progress, signatures=False):
                 "build_s": t_build, "ops": rec.ops, "late": rec.late, "in_place": dict(rec.in_place)}
 
 
-def _depth_plan(torch, R, factory, info):
-    """See Note [Traced depth] (depth.py): (L, k, P, the full model's layer signatures) for a
-    model whose layers repeat enough to trace it at k, k + P and k + 2P; None (info["depth"]
-    saying why) otherwise."""
-    cfg = R["config"]
-    L = R["hf_config"].get("num_hidden_layers")
-    if not isinstance(L, int) or isinstance(L, bool) or L < 4:
-        info["depth"] = "traced at full depth (no num_hidden_layers, or too few layers to repeat)"
-        return None
-    if cfg["checkpoint_layers"] > 0 or cfg["checkpoint_every"] > 1:
-        info["depth"] = "traced at full depth (selective checkpointing treats layers apart)"
-        return None
-    try:
-        sigs = _layer_signatures_on_meta(torch, R, factory)
-    except Exception as e:  # a model that cannot be built on the meta device is traced whole
-        info["depth"] = f"traced at full depth (its layers could not be read on the meta device: {short(str(e), 120)})"
-        return None
-    if len(sigs) != L:
-        info["depth"] = f"traced at full depth ({len(sigs)} layers found for num_hidden_layers {L})"
-        return None
-    fp = depth.period_of(sigs)
-    if fp is None:
-        info["depth"] = "traced at full depth (its layers do not repeat)"
-        return None
-    f, P = fp
-    k = f + P + (L - f) % P
-    if 3 * (k + P) >= L:  # the three shallow traces hold 3k + 3P layers
-        info["depth"] = "traced at full depth (too few repeats to gain)"
-        return None
-    return L, k, P, sigs
-
-
-def _layer_signatures_on_meta(torch, R, factory):
-    """The full model's decoder layers, built on the meta device (nothing allocated, no PEFT)."""
-    model = build_base(torch, R, torch.device("meta"), factory, {})
-    return [depth.layer_signature(torch, layer) for layer in find_layers(model)]
-
-
-def _at_depth(R, k, L):
-    R2 = dict(R)
-    R2["hf_config"] = depth.cut_config(R["hf_config"], k, L)
-    return R2
-
-
-def _extrapolate(runs, L, k, P, sigs):
-    """The full-depth run from the traces at k, k + P, k + 2P (Note [Traced depth])."""
-    for d, run in zip((k, k + P, k + 2 * P), runs):
-        if run["layers"] != sigs[:d]:
-            raise depth.NotPeriodic(f"the model at depth {d} is not the full model's first {d} layers")
-    model = depth.learn(runs[0], runs[2])
-    one, _ = depth.build(model, 1)
-    if not depth.same_stream(one, runs[1]["entries"]):
-        raise depth.NotPeriodic(f"the stream at depth {k + P} is not the one its neighbours predict")
-    n = (L - k) // P
-    entries, origin = depth.build(model, n)
-    marks_at = depth.map_marks(runs[1], model, origin)
-    run3 = runs[2]
-    persistent, grads = {}, set()
-    for e, o in zip(entries, origin):
-        if e["action"] != "alloc":
-            continue
-        a3 = depth.run3_addr(model, o)
-        if a3 in run3["persistent"]:
-            persistent[e["addr"]] = run3["persistent"][a3]
-        if a3 in run3["grads"]:
-            grads.add(e["addr"])
-    live, marks, x, sizes = 0, [], 0, {}
-    for label, idx in marks_at:
-        while x < idx:
-            e = entries[x]
-            if e["action"] == "alloc":
-                sizes[e["addr"]] = int(e["size"])
-                live += int(e["size"])
-            else:
-                live -= sizes.pop(e["addr"], 0)
-            x += 1
-        marks.append((label, idx, live))
-    a, b = runs[0], runs[1]
-
-    def grow(x1, x2):
-        return x1 + n * (x2 - x1)
-    layout = dict(b["layout"])
-    counts1 = {p["name"]: p["count"] for p in a["layout"]["parameters"]}
-    layout["parameters"] = [dict(p, count=grow(counts1.get(p["name"], p["count"]), p["count"]))
-                            for p in b["layout"]["parameters"]]
-    return {"entries": entries, "marks": marks, "persistent": persistent, "grads": grads, "layout": layout,
-            "total": grow(a["total"], b["total"]), "trainable": grow(a["trainable"], b["trainable"]), "vocab": b["vocab"],
-            "build_s": sum(r["build_s"] for r in runs), "ops": sum(r["ops"] for r in runs),
-            "late": sum(r["late"] for r in runs), "in_place": b["in_place"]}
-
-
 def trace(args, R, out, factory, torch, t_start):
     """Builds and steps the model on fake tensors; writes the probe_timeline to args.timeline."""
     cfg = R["config"]
-    refuse_untraceable(cfg, cfg["world_size"])
+    refuse_untraceable(cfg)
     if not args.timeline:
         raise BadRequest("--timeline", "(missing)", "--trace writes the traced timeline there")
     try:
@@ -748,11 +685,12 @@ def trace(args, R, out, factory, torch, t_start):
         raise Missing("tracing a CUDA step needs PyTorch to see a CUDA device (any size: nothing is allocated on it), "
                       "because the autograd engine asks the driver for it in backward; this machine has none. "
                       "Trace on a machine with a GPU, or measure there", "device")
+    D = ranks.fake_ranks(torch, cfg, args, dev)  # Note [Traced ranks]
     b, s = cfg["micro_batch"], cfg["seq_len"]
     steps = 1
     out.emit({"event": "progress", "step": 0, "phase": "forward", "fraction": 0.0})
     t0 = time.time()
-    plan = _depth_plan(torch, R, factory, info) if getattr(args, "trace_by_depth", False) else None
+    plan = depth.plan(torch, R, factory, info) if getattr(args, "trace_by_depth", False) and D is None else None
     run = None
     if plan is not None:
         L, k, P, sigs = plan
@@ -762,16 +700,16 @@ def trace(args, R, out, factory, torch, t_start):
             def progress(step, m, frac, i=i):
                 out.emit({"event": "progress", "step": step, "phase": "backward", "micro_batch": m,
                           "fraction": round((i + frac) / len(depths), 4)})
-            runs.append(_trace_once(torch, _at_depth(R, d, L), factory, dev, info, progress, signatures=True))
+            runs.append(_trace_once(torch, depth.at_depth(R, d, L), factory, dev, info, progress, signatures=True))
         try:
-            run = _extrapolate(runs, L, k, P, sigs)
+            run = depth.extrapolate(runs, L, k, P, sigs)
             info["depth"] = f"traced at depths {k}, {k + P} and {k + 2 * P}, extrapolated to {L} (its layers repeat every {P})"
         except depth.NotPeriodic as e:
             info["depth"] = f"traced at full depth ({e})"
     if run is None:
         def progress(step, m, frac):
             out.emit({"event": "progress", "step": step, "phase": "backward", "micro_batch": m, "fraction": round(frac, 4)})
-        run = _trace_once(torch, R, factory, dev, info, progress)
+        run = _trace_once(torch, R, factory, dev, info, progress, D=D)
     t_trace = time.time() - t0
     tl = build_timeline(run["entries"], run["marks"], run["persistent"], run["grads"], b * s * run["vocab"])
     for name in ("transformers", "peft"):

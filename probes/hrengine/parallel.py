@@ -108,6 +108,8 @@ def wrap_parallel(torch, model, R, D, cuda, info):
     if cfg["precision"] in ("amp-bf16", "amp-fp16"):
         low = torch.bfloat16 if cfg["precision"] == "amp-bf16" else torch.float16
         mp["mp_policy"] = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
+    if getattr(D, "mesh", None) is not None:  # the trace's mesh over the fake process group (Note [Traced ranks])
+        mp["mesh"] = D.mesh
     reshard = D.zero == 3
     for layer in find_layers(model):
         fully_shard(layer, reshard_after_forward=reshard, **mp)
