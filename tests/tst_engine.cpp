@@ -745,6 +745,15 @@ private Q_SLOTS:
         const Run noTimeline = runEngine(request(), {QStringLiteral("--trace")});
         QCOMPARE(noTimeline.code, 2);
         QCOMPARE(QString::fromStdString(noTimeline.error().value("field", "")), QStringLiteral("--trace"));
+        // Note [Traced ranks]: several ranks are traced under FSDP2 only, as CUDA runs them
+        const Run ddp = runEngine(request({{"world_size", 2}, {"zero_stage", 1}}), {QStringLiteral("--trace"), QStringLiteral("--timeline"), path});
+        QCOMPARE(ddp.code, 2);
+        QCOMPARE(QString::fromStdString(ddp.error().value("field", "")), QStringLiteral("config.zero_stage"));
+        QVERIFY2(QString::fromStdString(ddp.error().value("message", "")).contains(QStringLiteral("FSDP2")), ddp.error().dump().c_str());
+        const Run onCpu = runEngine(request({{"world_size", 2}, {"zero_stage", 3}}), {QStringLiteral("--trace"), QStringLiteral("--timeline"), path});
+        QCOMPARE(onCpu.code, 2);
+        QCOMPARE(QString::fromStdString(onCpu.error().value("field", "")), QStringLiteral("config.world_size"));
+        QVERIFY(!QFile::exists(path));
     }
 
     // Issue 32, row 12: an engine's error is never exit 0 (even one whose event says code 0), and a
