@@ -891,8 +891,9 @@ private Q_SLOTS:
                 const QStringList errors = r.err.split(QLatin1Char('\n')).filter(QStringLiteral("error:"));
                 QVERIFY2(errors.size() == 1, qPrintable(file + QStringLiteral(": ") + r.err));
                 const QString e = errors.first();
-                if (e.contains(QStringLiteral("HF_HUB_OFFLINE")) || e.contains(QStringLiteral("Hugging Face cache")))
-                    outcome = QStringLiteral("model-unavailable");
+                if (e.contains(QStringLiteral("HF_HUB_OFFLINE")) || e.contains(QStringLiteral("Hugging Face cache")) ||
+                    (e.contains(QStringLiteral("--model = ")) && e.contains(QStringLiteral("cannot open the file"))))
+                    outcome = QStringLiteral("model-unavailable"); // offline, or a local path this machine lacks
                 else if (e.contains(QStringLiteral("names no model")))
                     outcome = QStringLiteral("names-no-model");
                 else if (e.contains(QStringLiteral("not a training run")))
@@ -964,7 +965,9 @@ private Q_SLOTS:
             // kernels]): Axolotl's six gpt-oss recipes name the Hub's vllm-flash-attn3, which takes
             // the sinks, and estimate; OpenLLaMA-3B's reads float16 as Axolotl does (fp16 weights).
             // TRL's CLI example (model_name_or_path and TrainingArguments only) is read as TRL's.
-            QVERIFY2(estimates >= 193 && refused + classes[QStringLiteral("post-training")] <= 35,
+            // 2026-12-07 (twenty-first session): LLaMA-Factory's KTransformers DeepSeek-V3.1 recipe
+            // names a local path (/path/to/DeepSeek-V3.1-source): a model that does not resolve here.
+            QVERIFY2(estimates >= 193 && refused + classes[QStringLiteral("post-training")] <= 34,
                      "the recipes that estimate today keep estimating");
     }
 
