@@ -30,7 +30,7 @@ one() {  # name, cpus (or "all")
     local n=$1 cpus=$2 pre=()
     [ "$cpus" = all ] || pre=(taskset -c "$cpus")
     local t0; t0=$(date +%s.%N)
-    timeout "${LIMIT:-120}" "${pre[@]}" python3 probes/headroom_engine.py --request "$W/${n%%@*}.request.json" --trace \
+    timeout "${LIMIT:-120}" "${pre[@]}" python3 probes/headroom_engine.py --request "$W/${n%%@*}.request.json" --trace --trace-ranks \
         --timeline "$W/$n.trace-tl.json" >"$W/$n.log" 2>&1
     local rc=$?
     python3 - "$n" "$rc" "$t0" "$cpus" "$W/$n.log" "$W/$n.trace-tl.json" <<'PY' | tee -a "$OUT/tracefsdp.jsonl"

@@ -208,6 +208,10 @@ int runTransformersEngine(const ProbeRequest &request, const EngineOptions &o)
         args.emplace_back("--trace");
     if (o.traceByDepth)
         args.emplace_back("--trace-by-depth");
+    if (o.traceRanks)
+        args.emplace_back("--trace-ranks");
+    if (o.trace && request.config.worldSize > 1) // the ranks the trace follows are sharded as asked
+        args.insert(args.end(), {"--sharding", o.sharding});
     if (o.memoryCapBytes > 0)
         args.insert(args.end(), {"--memory-cap-bytes", std::to_string(o.memoryCapBytes)});
     if (!o.modelFactory.empty())

@@ -109,6 +109,8 @@ struct EngineOptions
     bool trace = false;
     // --trace-by-depth: three shallow depths traced and extrapolated (Note [Traced depth], experimental)
     bool traceByDepth = false;
+    // --trace-ranks: several GPUs under FSDP2 traced as rank 0 (Note [Traced ranks], experimental)
+    bool traceRanks = false;
 };
 
 // Runs headroom_engine.py (one process, or one per rank under torchrun) and passes its

@@ -401,7 +401,7 @@ int probeMain(int argc, char **argv)
     std::string sharding = "fsdp";
     int steps = 0, nproc = -1, rank = -1, masterPort = 0;
     int64_t memoryCap = 0;
-    bool shareGpu = false, trace = false, traceByDepth = false;
+    bool shareGpu = false, trace = false, traceByDepth = false, traceRanks = false;
     app.add_option("--request", requestPath, "Request JSON file (default: read stdin)");
     app.add_option("--engine", engineName,
                    "libtorch (default: Headroom's own step, fast) | transformers (your PyTorch + Transformers + PEFT)");
@@ -423,6 +423,9 @@ int probeMain(int argc, char **argv)
                  "--timeline, for headroom-cli estimate --from-trace");
     app.add_flag("--trace-by-depth", traceByDepth,
                  "with --trace: trace three shallow depths and extrapolate to the model's (experimental)");
+    app.add_flag("--trace-ranks", traceRanks,
+                 "with --trace and several GPUs under FSDP2 (ZeRO-2/3): trace rank 0 over a fake process group "
+                 "(experimental)");
     app.add_flag("--share-gpu", shareGpu, "transformers engine: all ranks on one GPU (Gloo), for per-rank peaks");
     app.add_option("--sharding", sharding, "transformers engine, ZeRO >= 1: fsdp (PyTorch) | deepspeed");
     app.add_option("--python", python, "transformers engine: the Python interpreter (default: $HEADROOM_PYTHON, python3)");
@@ -519,6 +522,8 @@ int probeMain(int argc, char **argv)
             throw InputError("--trace", "given", "needs --timeline FILE, where the traced allocations go");
         if (traceByDepth && !trace)
             throw InputError("--trace-by-depth", "given", "needs --trace");
+        if (traceRanks && !trace)
+            throw InputError("--trace-ranks", "given", "needs --trace");
         if (memoryCap < 0)
             throw InputError("--memory-cap-bytes", std::to_string(memoryCap), "must be positive");
         if (sharding != "fsdp" && sharding != "deepspeed")
@@ -582,6 +587,7 @@ int probeMain(int argc, char **argv)
         o.shareGpu = shareGpu;
         o.trace = trace;
         o.traceByDepth = traceByDepth;
+        o.traceRanks = traceRanks;
         const int code = runTransformersEngine(request, o);
         // Leave without static destructors (this path never loads the LibTorch engine's module;
         // engine_launcher.cpp says what a linked LibTorch once did to remove_all at exit).

@@ -746,11 +746,15 @@ private Q_SLOTS:
         QCOMPARE(noTimeline.code, 2);
         QCOMPARE(QString::fromStdString(noTimeline.error().value("field", "")), QStringLiteral("--trace"));
         // Note [Traced ranks]: several ranks are traced under FSDP2 only, as CUDA runs them
-        const Run ddp = runEngine(request({{"world_size", 2}, {"zero_stage", 1}}), {QStringLiteral("--trace"), QStringLiteral("--timeline"), path});
+        const Run opt = runEngine(request({{"world_size", 2}, {"zero_stage", 3}}), {QStringLiteral("--trace"), QStringLiteral("--timeline"), path});
+        QCOMPARE(opt.code, 2); // opt-in until held to real multi-rank steps
+        QCOMPARE(QString::fromStdString(opt.error().value("field", "")), QStringLiteral("config.world_size"));
+        QVERIFY2(QString::fromStdString(opt.error().value("message", "")).contains(QStringLiteral("--trace-ranks")), opt.error().dump().c_str());
+        const Run ddp = runEngine(request({{"world_size", 2}, {"zero_stage", 1}}), {QStringLiteral("--trace"), QStringLiteral("--trace-ranks"), QStringLiteral("--timeline"), path});
         QCOMPARE(ddp.code, 2);
-        QCOMPARE(QString::fromStdString(ddp.error().value("field", "")), QStringLiteral("config.zero_stage"));
+        QVERIFY2(ddp.error().value("field", "") == "config.zero_stage", qPrintable(ddp.err));
         QVERIFY2(QString::fromStdString(ddp.error().value("message", "")).contains(QStringLiteral("FSDP2")), ddp.error().dump().c_str());
-        const Run onCpu = runEngine(request({{"world_size", 2}, {"zero_stage", 3}}), {QStringLiteral("--trace"), QStringLiteral("--timeline"), path});
+        const Run onCpu = runEngine(request({{"world_size", 2}, {"zero_stage", 3}}), {QStringLiteral("--trace"), QStringLiteral("--trace-ranks"), QStringLiteral("--timeline"), path});
         QCOMPARE(onCpu.code, 2);
         QCOMPARE(QString::fromStdString(onCpu.error().value("field", "")), QStringLiteral("config.world_size"));
         QVERIFY(!QFile::exists(path));

@@ -65,6 +65,9 @@ def main(argv=None):
     ap.add_argument("--trace-by-depth", action="store_true",
                     help="with --trace: trace three shallow depths and extrapolate to the model's (Note [Traced depth]; "
                          "experimental: checked on the CPU tiny model, not yet against a full trace on the GPU stack)")
+    ap.add_argument("--trace-ranks", action="store_true",
+                    help="with --trace and several GPUs under FSDP2: trace rank 0 over a fake process group (Note [Traced "
+                         "ranks]; experimental until held to real multi-rank steps)")
     ap.add_argument("--convert-snapshot", metavar="SNAPSHOT.pickle",
                     help="convert a torch.cuda.memory._dump_snapshot file into a probe_timeline at --out, then exit")
     ap.add_argument("--serve", metavar="SOCKET",

@@ -31,6 +31,9 @@ def fake_ranks(torch, cfg, args, dev):
     world = cfg["world_size"]
     if world <= 1:
         return None
+    if not getattr(args, "trace_ranks", False):
+        raise BadRequest("config.world_size", world, "cannot be traced: the trace follows one GPU; several are measured, "
+                         "not traced, yet (--trace-ranks traces FSDP2's rank 0, experimental)")
     if cfg["zero_stage"] < 2 or getattr(args, "sharding", "fsdp") != "fsdp":
         what = "DeepSpeed" if getattr(args, "sharding", "fsdp") != "fsdp" else f"ZeRO-{cfg['zero_stage']} (DDP)"
         raise BadRequest("config.zero_stage", cfg["zero_stage"],
