@@ -55,6 +55,6 @@ for n in share2-l1b-bf16-full-adamw-b2s1024-z3 share2-l1b-bf16-lora16-b2s1024-z3
     one "$n" all
 done
 LIMIT=150 one l70b-full-z3-ws8-b1s2048 all
-LIMIT=150 one "l70b-full-z3-ws8-b1s2048@2cores" 0,1
+[ "${TWO_CORES:-0}" = 1 ] && LIMIT=150 one "l70b-full-z3-ws8-b1s2048@2cores" 0,1
 rm -f "$W"/*@2cores.trace-tl.json
 tar -C "$W" -cJf "$OUT/tracefsdp.tar.xz" .
