@@ -71,18 +71,35 @@ def subclasses(torch):
 
 @contextlib.contextmanager
 def storage_resizes(rec):
-    """FSDP2's free_storage / alloc_storage as frees and allocations of the trace (see the note)."""
+    """FSDP2's free_storage / alloc_storage as frees and allocations of the trace, and its move of
+    each unit to the GPU (see the note)."""
     import importlib
+    import itertools
     mods = []
-    for name in ("_fsdp_param", "_fsdp_collectives", "_fsdp_param_group", "_fsdp_common"):
+    for name in ("_fsdp_param", "_fsdp_collectives", "_fsdp_param_group", "_fsdp_common", "_fsdp_init", "_fully_shard"):
         try:
             mods.append(importlib.import_module(f"torch.distributed.fsdp._fully_shard.{name}"))
         except ImportError:
             pass
-    saved = [(m, n, getattr(m, n)) for m in mods for n in ("free_storage", "alloc_storage") if hasattr(m, n)]
+    names = ("free_storage", "alloc_storage", "_move_states_to_device")
+    saved = [(m, n, getattr(m, n)) for m in mods for n in names if hasattr(m, n)]
     real = {n: f for _, n, f in saved}
-    if "free_storage" not in real or "alloc_storage" not in real:
-        raise Missing("this PyTorch's FSDP2 has no free_storage/alloc_storage to follow (the trace knows 2.6 to 2.11)")
+    if any(n not in real for n in names):
+        raise Missing("this PyTorch's FSDP2 has no free_storage, alloc_storage or _move_states_to_device to follow "
+                      "(the trace knows 2.6 to 2.11)")
+
+    def move(params, buffers, device, *rest, **kw):
+        # nn.Module._apply's `.data =` swap, which a fake tensor takes without its Python-side device
+        # (FakeTensor.fake_device): moved here with the device carried, then FSDP2's own (which skips them)
+        for t in itertools.chain(params, buffers):
+            if t.device == device or t.device.type == "meta" or not hasattr(t, "fake_device"):
+                continue
+            moved = t.to(device)
+            with rec.t.no_grad():
+                t.data = moved
+            t.fake_device = moved.fake_device
+            rec.adopt(t)  # the moved storage's tensor now
+        return real["_move_states_to_device"](params, buffers, device, *rest, **kw)
 
     def free_storage(tensor):
         rec.storage_freed(tensor)
@@ -93,7 +110,7 @@ def storage_resizes(rec):
         rec.storage_resized(tensor)
 
     for m, n, _ in saved:
-        setattr(m, n, free_storage if n == "free_storage" else alloc_storage)
+        setattr(m, n, {"free_storage": free_storage, "alloc_storage": alloc_storage, "_move_states_to_device": move}[n])
     try:
         yield
     finally:
