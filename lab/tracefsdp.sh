@@ -3,7 +3,7 @@
 # - Llama-3.2-1B b2 x 1024 at two ranks, the four configurations of tests/data/h200/fsdp-2026-12-02
 #   (ZeRO-3 bf16 full and LoRA, ZeRO-3 and ZeRO-2 amp-bf16), whose real rank streams are committed;
 # - Llama-3.1-70B full fine-tuning, ZeRO-3 over 8 ranks, b1 x 2048, timed on all cores and pinned to two.
-# Results under $OUT: tracefsdp.jsonl (per case: rc, seconds, the engine's last lines) and
+# CASES="a b" runs only those of the four. Results under $OUT: tracefsdp.jsonl (per case: rc, seconds, the engine's last lines) and
 # tracefsdp.tar.xz (the timelines). Usage: bash lab/run tracefsdp
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,8 +50,8 @@ if os.path.exists(tl):
 print(json.dumps(r))
 PY
 }
-for n in share2-l1b-bf16-full-adamw-b2s1024-z3 share2-l1b-bf16-lora16-b2s1024-z3 \
-         share2-l1b-ampbf16-full-adamw-b2s1024-z3 share2-l1b-ampbf16-full-adamw-b2s1024-z2; do
+for n in ${CASES:-share2-l1b-bf16-full-adamw-b2s1024-z3 share2-l1b-bf16-lora16-b2s1024-z3 \
+         share2-l1b-ampbf16-full-adamw-b2s1024-z3 share2-l1b-ampbf16-full-adamw-b2s1024-z2}; do
     one "$n" all
 done
 LIMIT=150 one l70b-full-z3-ws8-b1s2048 all
