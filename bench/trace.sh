@@ -4,7 +4,9 @@
 # engine tests, tests/data/engine/tinylm.py), LoRA-free full fine-tuning at b4 x s2048, bf16, on
 # this machine's Python (default Debian's python3-torch). Fake tensors on the CPU: what is timed is
 # the dispatch and the bookkeeping, not Transformers. Usage: bash bench/trace.sh [BUILD_DIR]
-# (farm-bench when installed, else three timed runs). docs/performance.md has the figures.
+# (farm-bench when installed, else three timed runs). BY_DEPTH=1: Note [Traced depth]'s
+# extrapolation (--trace-by-depth) paired against the full trace (farm-bench --vs).
+# docs/performance.md has the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/dev}
@@ -23,7 +25,10 @@ JSON
 cmd=(env HEADROOM_PYTHON="$PY" "$BUILD/probes/headroom-probe" --engine transformers --trace --request "$W/req.json"
      --timeline "$W/tl.json" --model-factory tests/data/engine/tinylm.py)
 "${cmd[@]}" >/dev/null # once, checked: a refused request must not be timed
-if command -v farm-bench >/dev/null; then
+if [ "${BY_DEPTH:-0}" = 1 ]; then
+    "${cmd[@]}" --trace-by-depth >/dev/null
+    farm-bench -n 5 --timeout 600 --vs "${cmd[*]}" -- "${cmd[@]}" --trace-by-depth
+elif command -v farm-bench >/dev/null; then
     farm-bench -n 5 --timeout 300 -- "${cmd[@]}"
 else
     for i in 1 2 3; do /usr/bin/time -f "%e s wall, %M KiB peak" "${cmd[@]}" >/dev/null; done
