@@ -30,7 +30,8 @@ request in two processes (a one-time initialisation the first model build makes:
 comparison must first be made reproducible. LoRA and checkpointing then fell back to full depth
 (the layer check saw PEFT's wrappers; normalised since). On the 8B-shaped plain-torch model at
 32 layers (bench/trace.sh, 2026-12-08) the extrapolation misses one event of 21,706: a 4-byte free
-in the first optimizer step (a 4-byte block kept: an over-estimate of 4 bytes).
+in the first optimizer step (a 4-byte block kept: an over-estimate of 4 bytes): the test model's
+scalar in a reference cycle, freed when Python's cycle collector happens to run.
 """
 import difflib
 
