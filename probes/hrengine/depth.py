@@ -31,7 +31,8 @@ comparison must first be made reproducible. LoRA and checkpointing then fell bac
 (the layer check saw PEFT's wrappers; normalised since). On the 8B-shaped plain-torch model at
 32 layers (bench/trace.sh, 2026-12-08) the extrapolation misses one event of 21,706: a 4-byte free
 in the first optimizer step (a 4-byte block kept: an over-estimate of 4 bytes): the test model's
-scalar in a reference cycle, freed when Python's cycle collector happens to run.
+0-dim scalar of `10000 ** (...)`, let go at an op the layers' repeats do not predict (not the cycle
+collector: the same with it off); on CUDA that scalar stays on the CPU.
 """
 import difflib
 
