@@ -101,7 +101,7 @@ def main():
                 def near(t):  # the events about the first difference, each allocation with its frame
                     return [e + ([t["frames"][e[4]]] if e[0] == 0 and len(e) > 4 else []) for e in t["events"][max(0, first - 3):first + 4]]
                 r["near"] = [near(x), near(y)]
-            r["lengths_by_mark"] = [[m for m in t["marks"]][:12] for t in (x, y)]
+            r["marks"] = [t["marks"][:12] for t in (x, y)]
             r["peaks"] = [peaks(x), peaks(y)]
             r["depth"] = x["engine_info"].get("depth")
             r["events"] = len(x["events"])

@@ -373,7 +373,7 @@ def map_marks(run2, model, origin):
 
 
 def plan(torch, R, factory, info):
-    """See Note [Traced depth] (py): (L, k, P, the full model's layer signatures) for a
+    """See Note [Traced depth]: (L, k, P, the full model's layer signatures) for a
     model whose layers repeat enough to trace it at k, k + P and k + 2P; None (info["depth"]
     saying why) otherwise."""
     cfg = R["config"]
@@ -409,12 +409,10 @@ def signatures_on_meta(torch, R, factory):
     model factory may make its tensors where it likes before it moves them (the engine tests'
     builds on the CPU): it builds on fake CPU tensors (a fake tensor is never on the meta device),
     so that an 8B shape never takes its bytes."""
-    if factory is None:
-        model = build_base(torch, R, torch.device("meta"), factory, {})
-        return [layer_signature(torch, layer) for layer in find_layers(model)]
+    import contextlib
     from torch._subclasses.fake_tensor import FakeTensorMode
-    with FakeTensorMode():
-        model = build_base(torch, R, torch.device("cpu"), factory, {})
+    with contextlib.nullcontext() if factory is None else FakeTensorMode():
+        model = build_base(torch, R, torch.device("meta" if factory is None else "cpu"), factory, {})
         return [layer_signature(torch, layer) for layer in find_layers(model)]
 
 

@@ -314,7 +314,8 @@ class _ConvertInPlace:
     """module.to() over fake parameters: nn.Module._apply swaps a fake parameter with its
     converted copy (torch.utils.swap_tensors), which refuses a tensor that FakeTensorMode holds a
     weak reference to. There the parameter takes the copy's data instead (.data =, what _apply
-    does for plain tensors): the old storage is freed and the new one kept, as in a real run."""
+    does for plain tensors): the old storage is freed and the new one kept, as in a real run. FSDP2's
+    move of a unit to the GPU goes through it too (ranks.storage_resizes)."""
 
     def __init__(self, torch):
         self.t = torch

@@ -51,8 +51,8 @@ def fake_ranks(torch, cfg, args, dev):
         dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
     torch.cuda.set_device(0)
     mesh = init_device_mesh("cuda", (world,))
-    return types.SimpleNamespace(enabled=True, zero=cfg["zero_stage"], sharding="fsdp", world=world, rank=0,
-                                 share=False, backend="fake", mesh=mesh, device_index=lambda: 0)
+    # what wrap_parallel and gradient_sync_control read of parallel.Dist, and the mesh
+    return types.SimpleNamespace(enabled=True, zero=cfg["zero_stage"], sharding="fsdp", world=world, mesh=mesh)
 
 
 def local(x):
@@ -89,15 +89,13 @@ def storage_resizes(rec):
                       "(the trace knows 2.6 to 2.11)")
 
     def move(params, buffers, device, *rest, **kw):
-        # nn.Module._apply's `.data =` swap, which a fake tensor takes without its Python-side device
-        # (FakeTensor.fake_device): moved here with the device carried, then FSDP2's own (which skips them)
+        # FSDP2's own move swaps with `.data =`, which a fake tensor takes without its Python-side
+        # device (FakeTensor.fake_device): moved first through torch.utils.swap_tensors, which the
+        # trace's _ConvertInPlace (fake.py) makes carry the device; FSDP2's then skips them
         for t in itertools.chain(params, buffers):
             if t.device == device or t.device.type == "meta" or not hasattr(t, "fake_device"):
                 continue
-            moved = t.to(device)
-            with rec.t.no_grad():
-                t.data = moved
-            t.fake_device = moved.fake_device
+            rec.t.utils.swap_tensors(t, t.to(device))
             rec.adopt(t)  # the moved storage's tensor now
         return real["_move_states_to_device"](params, buffers, device, *rest, **kw)
 
